@@ -1,0 +1,129 @@
+package store
+
+import (
+	"time"
+
+	iradix "github.com/hashicorp/go-immutable-radix/v2"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/legation-io/legation/internal/resource"
+)
+
+// Entry is one resource revision held by a View. It is immutable and shared
+// by every snapshot and stream that holds it: never modify it.
+type Entry struct {
+	Key
+	// ModRevision is the etcd revision that last wrote the key: the
+	// resource's version in delta xDS.
+	ModRevision    int64
+	CreateRevision int64
+	// Lease is the etcd lease on the key, 0 for none.
+	Lease int64
+	// TTL is the time to live asked for when written, 0 for none.
+	TTL time.Duration
+	// Body is the resource exactly as stored: its Value is the marshaled
+	// resource, sent to clients as is. It is never re-marshaled.
+	Body *anypb.Any
+}
+
+// ChangeKind says how a resource changed between two snapshots.
+type ChangeKind uint8
+
+// The kinds of change.
+const (
+	Upserted ChangeKind = iota + 1
+	Deleted
+)
+
+// EntryChange is one resource changed in a snapshot, relative to the
+// snapshot before it.
+type EntryChange struct {
+	Key
+	Kind ChangeKind
+	// Revision is the etcd revision of the change.
+	Revision int64
+}
+
+// Snapshot is a View's state at one etcd revision: exactly etcd's resources
+// at Revision. It is immutable and safe for concurrent use; readers hold no
+// lock.
+type Snapshot struct {
+	// Revision is the etcd revision the snapshot equals.
+	Revision int64
+	// Changes lists what differs from the previous snapshot, in the order
+	// applied. Empty for the first snapshot and for snapshots that only
+	// advance the revision.
+	Changes []EntryChange
+	// Reloaded is true when the snapshot comes from a full reload (after a
+	// compaction or a lost watch) rather than from watch events.
+	Reloaded bool
+	// HistoryFrom is the oldest revision from which LastChange is exact: a
+	// deletion before it may be unknown.
+	HistoryFrom int64
+	// Malformed counts the keys currently skipped because their values do
+	// not decode.
+	Malformed int
+
+	entries *iradix.Tree[*Entry] // "type/scope/name" -> entry
+	sets    *iradix.Tree[int64]  // "type/scope" -> revision of its last change
+	tombs   *iradix.Tree[int64]  // "type/scope/name" -> deletion revision
+
+	next *Snapshot     // set once, before done is closed
+	done chan struct{} // closed when a newer snapshot is published
+}
+
+func newSnapshot() *Snapshot {
+	return &Snapshot{
+		entries: iradix.New[*Entry](),
+		sets:    iradix.New[int64](),
+		tombs:   iradix.New[int64](),
+		done:    make(chan struct{}),
+	}
+}
+
+// Len is the number of resources held.
+func (s *Snapshot) Len() int { return s.entries.Len() }
+
+// Get returns the resource of type t named name in scope, if present.
+func (s *Snapshot) Get(t *resource.Type, scope, name string) (*Entry, bool) {
+	return s.entries.Get([]byte(t.Name + "/" + scope + "/" + name))
+}
+
+// Walk calls fn for each resource of type t in scope, in name order, until
+// fn returns false. An empty scope walks every scope.
+func (s *Snapshot) Walk(t *resource.Type, scope string, fn func(*Entry) bool) {
+	prefix := t.Name + "/"
+	if scope != "" {
+		prefix += scope + "/"
+	}
+	s.entries.Root().WalkPrefix([]byte(prefix), func(_ []byte, e *Entry) bool { return !fn(e) })
+}
+
+// LastChange returns the revision of the last put or delete of a resource
+// of type t in scope that this view knows of, 0 if none. It is exact for
+// changes at or after HistoryFrom.
+func (s *Snapshot) LastChange(t *resource.Type, scope string) int64 {
+	r, _ := s.sets.Get([]byte(t.Name + "/" + scope))
+	return r
+}
+
+// DeletedAt returns the revision at which the resource was deleted, if it
+// was deleted since the view started (and not re-created).
+func (s *Snapshot) DeletedAt(t *resource.Type, scope, name string) (int64, bool) {
+	return s.tombs.Get([]byte(t.Name + "/" + scope + "/" + name))
+}
+
+// Done returns a channel closed when a newer snapshot is published.
+func (s *Snapshot) Done() <-chan struct{} { return s.done }
+
+// Next returns the snapshot published after s, or nil while s is the
+// latest. Following Next from an older snapshot visits every published
+// snapshot in order, so a reader can collect every Changes list.
+func (s *Snapshot) Next() *Snapshot {
+	select {
+	case <-s.done:
+		return s.next
+	default:
+		return nil
+	}
+}

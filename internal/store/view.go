@@ -1,0 +1,551 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	iradix "github.com/hashicorp/go-immutable-radix/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// ViewConfig configures a View.
+type ViewConfig struct {
+	// Client is the etcd client. Required; the View does not close it.
+	Client *clientv3.Client
+	// Prefix is the key prefix. Empty means DefaultPrefix.
+	Prefix string
+	// PageSize is the number of keys per range request of a load. Zero:
+	// 1000.
+	PageSize int64
+	// HistoryWindow is how many revisions before the start-up revision the
+	// view reads from etcd's history, to learn which sets changed (and
+	// which keys were deleted) recently: a client presenting a version in
+	// that window is answered exactly. Zero: 10000. Negative: none.
+	HistoryWindow int64
+	// MaxTombstones bounds the deletions remembered; the oldest are
+	// forgotten first. Zero: 100000.
+	MaxTombstones int
+	// RetryInterval is the pause between attempts when etcd fails. Zero:
+	// 500ms.
+	RetryInterval time.Duration
+	// Logger gets warnings (malformed values, lost watches); nil discards.
+	Logger *slog.Logger
+	// Registerer gets the view's metrics; nil registers nothing.
+	Registerer prometheus.Registerer
+}
+
+// DefaultViewConfig returns a ViewConfig with every default filled in
+// except Client.
+func DefaultViewConfig() ViewConfig {
+	return ViewConfig{
+		Prefix:        DefaultPrefix,
+		PageSize:      1000,
+		HistoryWindow: 10000,
+		MaxTombstones: 100000,
+		RetryInterval: 500 * time.Millisecond,
+	}
+}
+
+// Validate checks the config.
+func (c *ViewConfig) Validate() error {
+	switch {
+	case c.Client == nil:
+		return errors.New("store: view: Client is required")
+	case !strings.HasPrefix(c.Prefix, "/") || !strings.HasSuffix(c.Prefix, "/"):
+		return fmt.Errorf("store: view: prefix %q must start and end with '/'", c.Prefix)
+	case c.PageSize < 1:
+		return fmt.Errorf("store: view: PageSize %d must be positive", c.PageSize)
+	case c.MaxTombstones < 1:
+		return fmt.Errorf("store: view: MaxTombstones %d must be positive", c.MaxTombstones)
+	}
+	return nil
+}
+
+func (c *ViewConfig) fill() {
+	d := DefaultViewConfig()
+	if c.Prefix == "" {
+		c.Prefix = d.Prefix
+	}
+	if c.PageSize == 0 {
+		c.PageSize = d.PageSize
+	}
+	if c.HistoryWindow == 0 {
+		c.HistoryWindow = d.HistoryWindow
+	}
+	if c.MaxTombstones == 0 {
+		c.MaxTombstones = d.MaxTombstones
+	}
+	if c.RetryInterval == 0 {
+		c.RetryInterval = d.RetryInterval
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// View holds etcd's resources in memory, always exactly as they were at one
+// etcd revision, and publishes an immutable Snapshot per change. It loads
+// the whole state at one revision R with a paginated range, then follows
+// one watch from R+1, applying whole revisions in order (promise 1). After
+// a compaction it reloads; its revision never goes backwards.
+//
+// Run does the work; Snapshot, Ready and WaitRevision may be called from
+// any goroutine.
+type View struct {
+	cfg     ViewConfig
+	root    string
+	metrics *viewMetrics
+	ready   chan struct{}
+	cur     atomic.Pointer[Snapshot]
+
+	progressMu   sync.Mutex // guards lastProgress
+	lastProgress time.Time
+
+	// Owned by the Run goroutine.
+	malformed map[string]int64 // etcd key -> mod revision of its bad value
+	tombFIFO  []tomb
+	// historyTo is the start-up revision while history before it is
+	// still being read from the watch, 0 once done; historyStart is the
+	// revision that history is read from.
+	historyTo    int64
+	historyStart int64
+}
+
+type tomb struct {
+	path string
+	rev  int64
+}
+
+// NewView returns a View. It does no I/O; call Run.
+func NewView(cfg ViewConfig) (*View, error) {
+	cfg.fill()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &View{
+		cfg:       cfg,
+		root:      cfg.Prefix + resourcesDir,
+		metrics:   newViewMetrics(cfg.Registerer),
+		ready:     make(chan struct{}),
+		malformed: map[string]int64{},
+	}, nil
+}
+
+// Ready returns a channel closed once the first load is published.
+func (v *View) Ready() <-chan struct{} { return v.ready }
+
+// Snapshot returns the latest snapshot, nil before the first load.
+func (v *View) Snapshot() *Snapshot { return v.cur.Load() }
+
+// WaitRevision returns the first snapshot whose revision is at least rev,
+// waiting for the view to catch up until ctx ends. It asks etcd for a
+// progress notification, so an idle view advances to etcd's revision
+// without a change to the resources.
+func (v *View) WaitRevision(ctx context.Context, rev int64) (*Snapshot, error) {
+	select {
+	case <-v.ready:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	s := v.cur.Load()
+	asked := false
+	for s.Revision < rev {
+		if !asked {
+			v.requestProgress(ctx)
+			asked = true
+		}
+		select {
+		case <-s.done:
+			s = s.next
+		case <-ctx.Done():
+			return nil, fmt.Errorf("store: view at revision %d did not reach %d: %w", s.Revision, rev, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+			asked = false // etcd drops requests while the watch catches up: ask again
+		}
+	}
+	return s, nil
+}
+
+// requestProgress asks etcd to tell the view's watch the current revision,
+// at most every 100ms.
+func (v *View) requestProgress(ctx context.Context) {
+	v.progressMu.Lock()
+	if time.Since(v.lastProgress) < 100*time.Millisecond {
+		v.progressMu.Unlock()
+		return
+	}
+	v.lastProgress = time.Now()
+	v.progressMu.Unlock()
+	// The watch uses the same client, so the request goes to its stream.
+	_ = v.cfg.Client.RequestProgress(clientv3.WithRequireLeader(ctx)) // an error only delays the wait
+}
+
+// Run loads the state and follows etcd until ctx ends; then it returns nil.
+// Failures of etcd are retried forever, the view keeping its last snapshot
+// meanwhile. Call it once.
+func (v *View) Run(ctx context.Context) error {
+	for {
+		if err := v.load(ctx); err == nil {
+			break
+		} else if ctx.Err() != nil {
+			return nil
+		} else {
+			v.cfg.Logger.Warn("view: load failed; retrying", "err", err)
+		}
+		if !sleep(ctx, v.cfg.RetryInterval) {
+			return nil
+		}
+	}
+	close(v.ready)
+	start := v.cur.Load().Revision
+	from := start + 1
+	if v.cfg.HistoryWindow > 0 {
+		v.historyTo = start
+		from = max(1, start-v.cfg.HistoryWindow+1)
+	}
+	for ctx.Err() == nil {
+		err := v.follow(ctx, from)
+		if ctx.Err() != nil {
+			return nil
+		}
+		v.metrics.watchLosts.Inc()
+		var compacted *compactedError
+		if errors.As(err, &compacted) {
+			if v.historyTo != 0 && compacted.rev <= v.cur.Load().Revision+1 {
+				// Only history was lost: read what is left of it.
+				from = compacted.rev
+				continue
+			}
+			// Events the view needs are gone: reload. What history was
+			// read stays; the rest is not needed any more.
+			v.historyTo = 0
+			v.cfg.Logger.Warn("view: watch compacted; reloading", "revision", v.cur.Load().Revision, "compacted", compacted.rev)
+			for {
+				if err := v.load(ctx); err == nil {
+					break
+				} else if ctx.Err() != nil {
+					return nil
+				} else {
+					v.cfg.Logger.Warn("view: reload failed; retrying", "err", err)
+				}
+				if !sleep(ctx, v.cfg.RetryInterval) {
+					return nil
+				}
+			}
+		} else {
+			v.cfg.Logger.Warn("view: watch ended; resuming", "revision", v.cur.Load().Revision, "err", err)
+			if !sleep(ctx, v.cfg.RetryInterval) {
+				return nil
+			}
+		}
+		if v.historyTo == 0 {
+			from = v.cur.Load().Revision + 1
+		}
+	}
+	return nil
+}
+
+type compactedError struct{ rev int64 }
+
+func (e *compactedError) Error() string { return fmt.Sprintf("compacted at revision %d", e.rev) }
+
+// follow runs one watch from revision from until it fails or ctx ends.
+func (v *View) follow(ctx context.Context, from int64) error {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	wch := v.cfg.Client.Watch(wctx, v.root, clientv3.WithPrefix(), clientv3.WithRev(from), clientv3.WithProgressNotify())
+	if v.historyTo != 0 {
+		v.historyStart = from
+	}
+	// While history is read, ask etcd where it is until it says: that
+	// marks the end of the history even if no resource changes after
+	// start-up. etcd drops a progress request while the watch is still
+	// catching up, hence the repeats.
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-tick.C:
+			if v.historyTo != 0 {
+				v.requestProgress(ctx)
+			}
+		case wr, ok := <-wch:
+			if !ok {
+				return errors.New("watch channel closed")
+			}
+			if wr.CompactRevision != 0 {
+				return &compactedError{rev: wr.CompactRevision}
+			}
+			if err := wr.Err(); err != nil {
+				return err
+			}
+			v.cfg.Logger.Debug("view: watch response", "header", wr.Header.Revision, "events", len(wr.Events), "progress", wr.IsProgressNotify())
+			v.handle(wr)
+		}
+	}
+}
+
+// handle applies one watch response: whole revisions, published as one
+// snapshot at the last of them.
+func (v *View) handle(wr clientv3.WatchResponse) {
+	prev := v.cur.Load()
+	b := newBuilder(prev)
+	for _, e := range wr.Events {
+		rev := e.Kv.ModRevision
+		if rev <= prev.Revision {
+			b.history(v, e)
+			continue
+		}
+		v.endHistory(b)
+		b.apply(v, e)
+		b.rev = rev
+	}
+	if wr.IsProgressNotify() && wr.Header.Revision >= prev.Revision {
+		v.endHistory(b)
+		if wr.Header.Revision > b.rev {
+			b.rev = wr.Header.Revision
+		}
+	}
+	if b.rev == prev.Revision && !b.touched {
+		return
+	}
+	v.metrics.events.Add(float64(len(wr.Events)))
+	v.publish(b.build(v))
+}
+
+// endHistory marks the history read: from now on LastChange is exact from
+// the revision the history was read from.
+func (v *View) endHistory(b *builder) {
+	if v.historyTo == 0 {
+		return
+	}
+	v.historyTo = 0
+	b.historyFrom = v.historyStart
+	b.touched = true
+}
+
+func (v *View) publish(s *Snapshot) {
+	prev := v.cur.Load()
+	v.cur.Store(s)
+	if prev != nil {
+		prev.next = s
+		close(prev.done)
+	}
+	v.metrics.snapshots.Inc()
+	v.metrics.revision.Set(float64(s.Revision))
+	v.metrics.resources.Set(float64(s.Len()))
+	v.metrics.skipped.Set(float64(len(v.malformed)))
+}
+
+// load reads the whole state at one revision and publishes it. On a reload
+// the new snapshot records, as its changes, how it differs from the last.
+func (v *View) load(ctx context.Context) error {
+	prev := v.cur.Load()
+	var b *builder
+	if prev == nil {
+		b = newBuilder(newSnapshot())
+		b.initial = true
+	} else {
+		b = newBuilder(prev)
+	}
+	seen := map[string]bool{}
+	st := &Store{cfg: Config{PageSize: v.cfg.PageSize}, kv: v.cfg.Client, root: v.root}
+	var rev int64
+	err := st.rangeAll(ctx, v.root, 0, func(r int64) { rev = r }, func(kv *mvccpb.KeyValue) {
+		p := string(kv.Key[len(v.root):])
+		seen[p] = true
+		if prev != nil {
+			if e, ok := prev.entries.Get([]byte(p)); ok && e.ModRevision == kv.ModRevision {
+				return // unchanged since the last snapshot
+			}
+		}
+		b.put(v, kv, p)
+	})
+	if err != nil {
+		return err
+	}
+	if prev != nil {
+		if rev < prev.Revision {
+			return fmt.Errorf("store: view: etcd answered at revision %d, behind the view's %d", rev, prev.Revision)
+		}
+		prev.entries.Root().Walk(func(k []byte, e *Entry) bool {
+			if !seen[string(k)] {
+				b.remove(v, string(k), rev)
+			}
+			return false
+		})
+		// Keys that were malformed and are now gone.
+		for key := range v.malformed {
+			if !seen[strings.TrimPrefix(key, v.root)] {
+				delete(v.malformed, key)
+			}
+		}
+	} else {
+		b.historyFrom = rev + 1
+	}
+	b.rev = rev
+	b.reloaded = true
+	v.metrics.reloads.Inc()
+	v.publish(b.build(v))
+	return nil
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// builder makes the next snapshot from the previous one.
+type builder struct {
+	prev        *Snapshot
+	entries     *iradix.Txn[*Entry]
+	sets        *iradix.Txn[int64]
+	tombs       *iradix.Txn[int64]
+	changes     []EntryChange
+	rev         int64
+	historyFrom int64
+	reloaded    bool
+	touched     bool
+	initial     bool // the first load: every entry is new, list no changes
+}
+
+func newBuilder(prev *Snapshot) *builder {
+	return &builder{
+		prev:        prev,
+		entries:     prev.entries.Txn(),
+		sets:        prev.sets.Txn(),
+		tombs:       prev.tombs.Txn(),
+		rev:         prev.Revision,
+		historyFrom: prev.HistoryFrom,
+	}
+}
+
+func (b *builder) build(v *View) *Snapshot {
+	s := &Snapshot{
+		Revision:    b.rev,
+		Changes:     b.changes,
+		Reloaded:    b.reloaded,
+		HistoryFrom: b.historyFrom,
+		Malformed:   len(v.malformed),
+		entries:     b.entries.Commit(),
+		sets:        b.sets.Commit(),
+		tombs:       b.tombs.Commit(),
+		done:        make(chan struct{}),
+	}
+	return s
+}
+
+// setKey is "type/scope" of a path "type/scope/name".
+func setKey(p string) string {
+	i := strings.IndexByte(p, '/')
+	j := strings.IndexByte(p[i+1:], '/')
+	return p[:i+1+j]
+}
+
+func (b *builder) bumpSet(p string, rev int64) {
+	k := []byte(setKey(p))
+	if old, ok := b.sets.Get(k); !ok || old < rev {
+		b.sets.Insert(k, rev)
+	}
+}
+
+// apply applies one event newer than the previous snapshot.
+func (b *builder) apply(v *View, e *clientv3.Event) {
+	b.touched = true
+	p := string(e.Kv.Key[len(v.root):])
+	if e.Type == clientv3.EventTypeDelete {
+		delete(v.malformed, string(e.Kv.Key))
+		b.remove(v, p, e.Kv.ModRevision)
+		return
+	}
+	b.put(v, e.Kv, p)
+}
+
+// history records an event at or before the snapshot's revision, read from
+// etcd's history at start-up: it tells which sets changed and what was
+// deleted, not the state (which the load already has).
+func (b *builder) history(v *View, e *clientv3.Event) {
+	if v.historyTo == 0 {
+		return // a resumed watch may repeat events; nothing to learn
+	}
+	p := string(e.Kv.Key[len(v.root):])
+	if _, err := parsePath(p); err != nil {
+		return
+	}
+	rev := e.Kv.ModRevision
+	b.bumpSet(p, rev)
+	b.touched = true
+	if e.Type == clientv3.EventTypeDelete {
+		if _, live := b.entries.Get([]byte(p)); !live {
+			b.tomb(v, p, rev)
+		}
+	}
+}
+
+func (b *builder) put(v *View, kv *mvccpb.KeyValue, p string) {
+	key := string(kv.Key)
+	k, env, err := DecodeValue(p, kv.Value)
+	if err != nil {
+		if v.malformed[key] != kv.ModRevision {
+			v.malformed[key] = kv.ModRevision
+			v.metrics.malformed.Inc()
+			v.cfg.Logger.Warn("view: skipping a value that does not decode", "key", key, "mod_revision", kv.ModRevision, "err", err)
+		}
+		// Skipped: to clients the key does not exist.
+		if _, ok := b.entries.Get([]byte(p)); ok {
+			b.remove(v, p, kv.ModRevision)
+		}
+		return
+	}
+	delete(v.malformed, key)
+	body := env.GetBody()
+	body.TypeUrl = k.Type.URL // share one string per type
+	e := &Entry{Key: k, ModRevision: kv.ModRevision, CreateRevision: kv.CreateRevision, Lease: kv.Lease, Body: body}
+	if env.GetTtl() != nil {
+		e.TTL = env.GetTtl().AsDuration()
+	}
+	b.entries.Insert([]byte(p), e)
+	b.tombs.Delete([]byte(p))
+	b.bumpSet(p, kv.ModRevision)
+	if !b.initial {
+		b.changes = append(b.changes, EntryChange{Key: k, Kind: Upserted, Revision: kv.ModRevision})
+	}
+	b.touched = true
+}
+
+func (b *builder) remove(v *View, p string, rev int64) {
+	old, ok := b.entries.Delete([]byte(p))
+	if !ok {
+		return // never held (e.g. malformed, or deleted before start)
+	}
+	b.tomb(v, p, rev)
+	b.bumpSet(p, rev)
+	b.changes = append(b.changes, EntryChange{Key: old.Key, Kind: Deleted, Revision: rev})
+	b.touched = true
+}
+
+func (b *builder) tomb(v *View, p string, rev int64) {
+	b.tombs.Insert([]byte(p), rev)
+	v.tombFIFO = append(v.tombFIFO, tomb{path: p, rev: rev})
+	for len(v.tombFIFO) > v.cfg.MaxTombstones {
+		t := v.tombFIFO[0]
+		v.tombFIFO = v.tombFIFO[1:]
+		if r, ok := b.tombs.Get([]byte(t.path)); ok && r == t.rev {
+			b.tombs.Delete([]byte(t.path))
+		}
+	}
+}
