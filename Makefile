@@ -25,7 +25,7 @@ build:
 run: build
 	./bin/xds-node
 
-test: setup check-proto vet fmt-check unit fuzz
+test: setup tidy check-proto vet fmt-check staticcheck unit fuzz
 
 # What needs setup depends on it, so `make -j test` keeps the order.
 check-proto: setup

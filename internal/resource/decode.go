@@ -154,7 +154,7 @@ func decodeDocument(source string, index int, raw []byte) ([]Doc, error) {
 	fail := func(resource string, err error) error {
 		return &DocError{Source: source, Index: index, Resource: resource, Err: err}
 	}
-	js, err := yaml.YAMLToJSON(raw)
+	js, err := yaml.YAMLToJSONStrict(raw) // strict: a repeated key is an error, not silently the last
 	if err != nil {
 		return nil, fail("", fmt.Errorf("bad YAML/JSON: %w", err))
 	}
@@ -254,8 +254,11 @@ func itemLabel(item json.RawMessage) string {
 func unmarshalJSON(js []byte, m proto.Message) error {
 	if err := unmarshalStrict.Unmarshal(js, m); err != nil {
 		// protojson's positions refer to the JSON made from the YAML, not
-		// to the operator's file: leave them out.
-		return errors.New(protojsonLine.ReplaceAllString(err.Error(), ""))
+		// to the operator's file: leave them out. protobuf also puts a
+		// no-break space after "proto:" at random, to stop callers from
+		// matching its messages; operators' scripts get a plain space.
+		msg := protojsonLine.ReplaceAllString(err.Error(), "")
+		return errors.New(strings.ReplaceAll(msg, "\u00a0", " "))
 	}
 	return nil
 }

@@ -12,6 +12,8 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -271,7 +273,10 @@ func (s *Store) wrapErr(what string, err error) error {
 		return fmt.Errorf("store: %s: revision is newer than etcd's current one: %w", what, err)
 	case errors.Is(err, rpctypes.ErrTooManyOps):
 		return fmt.Errorf("%w: %s: etcd refused more operations than its --max-txn-ops allows (xdsadmin assumed %d): use --chunked, or give the server's value with --max-txn-ops: %v", ErrLimit, what, s.cfg.MaxTxnOps, err)
-	case errors.Is(err, rpctypes.ErrRequestTooLarge):
+	case errors.Is(err, rpctypes.ErrRequestTooLarge), status.Code(err) == codes.ResourceExhausted:
+		// ResourceExhausted: gRPC refused the message before etcd saw it,
+		// beyond --max-request-bytes plus gRPC's allowance (or beyond the
+		// client's own send limit).
 		return fmt.Errorf("%w: %s: etcd refused a request larger than its --max-request-bytes (xdsadmin assumed %d): use --chunked, or give the server's value with --max-request-bytes: %v", ErrLimit, what, s.cfg.MaxRequestBytes, err)
 	case errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("store: %s: etcd did not answer in time (is it running and reachable at the configured endpoints?): %w", what, err)
@@ -342,6 +347,16 @@ type PlanRequest struct {
 func (s *Store) MakePlan(ctx context.Context, req PlanRequest) (*Plan, error) {
 	if req.TTL < 0 || (req.TTL > 0 && req.TTL < time.Second) {
 		return nil, fmt.Errorf("store: ttl %s: must be at least 1s", req.TTL)
+	}
+	for _, p := range req.Puts {
+		if err := checkPut(p); err != nil {
+			return nil, err
+		}
+	}
+	for _, d := range req.Deletes {
+		if d.Type == nil {
+			return nil, fmt.Errorf("store: delete of %q without a type", d.Name)
+		}
 	}
 	// One consistent read: the whole resources directory for a prune or a
 	// large apply would be costly, so read per scope touched.
@@ -420,6 +435,29 @@ func (s *Store) MakePlan(ctx context.Context, req PlanRequest) (*Plan, error) {
 	}
 	sort.Slice(plan.Changes, func(i, j int) bool { return plan.Changes[i].path() < plan.Changes[j].path() })
 	return plan, nil
+}
+
+// checkPut refuses a put that would store what DecodeValue rejects when
+// it is read back: no name, a body of another type than the key's, or a
+// body naming another resource than the key.
+func checkPut(p Put) error {
+	if p.Type == nil {
+		return fmt.Errorf("store: put of %q without a type", p.Name)
+	}
+	if err := resource.ValidateName(p.Name); err != nil {
+		return fmt.Errorf("store: %s: %w", p.Key, err)
+	}
+	if p.Body.GetTypeUrl() != p.Type.URL {
+		return fmt.Errorf("store: %s: body is %q, want %q", p.Key, p.Body.GetTypeUrl(), p.Type.URL)
+	}
+	msg, err := resource.Unmarshal(p.Type, p.Body.GetValue())
+	if err != nil {
+		return fmt.Errorf("store: %s: %w", p.Key, err)
+	}
+	if got := p.Type.NameOf(msg); got != p.Name {
+		return fmt.Errorf("store: %s: body names %q", p.Key, got)
+	}
+	return nil
 }
 
 // ApplyResult says what an apply wrote.

@@ -1,0 +1,170 @@
+// Command xds-node is one Legation replica: it watches etcd and serves
+// Envoy's xDS. With no flag it runs in dev mode, with an embedded etcd on
+// 127.0.0.1:2379 (where xdsadmin looks by default) and data in
+// ./legation-data. Every flag can also be given as an environment variable
+// LEGATION_<FLAG> (--etcd-endpoints is LEGATION_ETCD_ENDPOINTS); a flag on
+// the command line wins.
+//
+// Exit codes: 0 after a clean shutdown (SIGINT, SIGTERM), 1 on a runtime
+// error, 2 on a bad flag.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/pflag"
+
+	"github.com/legation-io/legation/internal/node"
+)
+
+func main() {
+	cfg, err := parseFlags(os.Args[1:])
+	if errors.Is(err, pflag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		// One line per problem: Validate reports them all.
+		for _, line := range strings.Split(err.Error(), "\n") {
+			fmt.Fprintf(os.Stderr, "xds-node: %s\n", line)
+		}
+		os.Exit(2)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	cfg.Registerer = reg
+
+	n, err := node.New(cfg)
+	if err != nil {
+		cfg.Logger.Error("xds-node cannot start", "err", err)
+		os.Exit(1)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	// Once shutdown began, a second signal kills at once.
+	context.AfterFunc(ctx, stop)
+	if err := n.Run(ctx); err != nil {
+		cfg.Logger.Error("xds-node failed", "err", err)
+		os.Exit(1)
+	}
+}
+
+// parseFlags turns the command line and LEGATION_* variables into a
+// checked Config with its Logger set. Errors name the flag.
+func parseFlags(args []string) (node.Config, error) {
+	cfg := node.DefaultConfig()
+	fs := pflag.NewFlagSet("xds-node", pflag.ContinueOnError)
+	fs.SortFlags = false
+	fs.StringSliceVar(&cfg.EtcdEndpoints, "etcd-endpoints", cfg.EtcdEndpoints,
+		"etcd endpoints, comma separated (host:port or http://host:port); empty: dev mode, an embedded single-member etcd")
+	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "embedded etcd data directory (dev mode only)")
+	fs.StringVar(&cfg.DevEtcdAddr, "dev-etcd-addr", cfg.DevEtcdAddr,
+		"client address of the embedded etcd (dev mode only; xdsadmin's default endpoint)")
+	fs.StringVar(&cfg.EtcdPrefix, "etcd-prefix", cfg.EtcdPrefix, "etcd key prefix; starts and ends with '/'")
+	fs.StringVar(&cfg.XDSAddr, "xds-addr", cfg.XDSAddr, "gRPC listen address (xDS; for now only the gRPC health service)")
+	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "HTTP listen address: /healthz, /readyz, /metrics, /debug/view")
+	fs.StringVar(&cfg.GossipAddr, "gossip-addr", cfg.GossipAddr,
+		"memberlist bind address (checked, not used yet: membership comes in a later release)")
+	fs.StringVar(&cfg.AdvertiseAddr, "advertise-addr", cfg.AdvertiseAddr,
+		"host[:port] other replicas use for gossip and forwarding; empty: derived (checked, not used yet)")
+	fs.StringSliceVar(&cfg.Join, "join", cfg.Join,
+		"seed replicas, comma separated host[:port]; empty: discover peers through etcd (checked, not used yet)")
+	fs.StringVar(&cfg.Name, "name", cfg.Name, "replica name")
+	fs.StringVar(&cfg.GroupBy, "group-by", cfg.GroupBy, "how a node's group is derived: cluster, id or metadata:KEY")
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	logFormat := fs.String("log-format", "text", "log format: text or json")
+	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout,
+		"on SIGTERM or SIGINT, how long to let streams and requests drain before cutting them")
+	fs.Usage = func() {
+		fmt.Fprintf(os.Stderr, "Usage: xds-node [flags]\n\n"+
+			"One Legation replica. With no flag: dev mode, an embedded etcd on 127.0.0.1:2379.\n"+
+			"Each flag can also be set as LEGATION_<FLAG> (e.g. LEGATION_ETCD_ENDPOINTS);\n"+
+			"a flag given on the command line wins, and an empty variable is ignored.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+
+	if err := fs.Parse(args); err != nil {
+		if !errors.Is(err, pflag.ErrHelp) {
+			err = fmt.Errorf("%w (see --help)", err)
+		}
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected argument %q (see --help)", fs.Arg(0))
+	}
+	if err := applyEnv(fs); err != nil {
+		return cfg, err
+	}
+	cfg.EtcdEndpoints = cleanList(cfg.EtcdEndpoints)
+	cfg.Join = cleanList(cfg.Join)
+	logger, err := newLogger(*logLevel, *logFormat)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.Logger = logger
+	return cfg, cfg.Validate()
+}
+
+// applyEnv sets each flag not given on the command line from its
+// LEGATION_* variable, when that is set and not empty.
+func applyEnv(fs *pflag.FlagSet) error {
+	var errs []error
+	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Changed {
+			return
+		}
+		env := "LEGATION_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		v := os.Getenv(env)
+		if v == "" {
+			return
+		}
+		if err := fs.Set(f.Name, v); err != nil {
+			errs = append(errs, fmt.Errorf("%s=%q (--%s): %w", env, v, f.Name, err))
+		}
+	})
+	return errors.Join(errs...)
+}
+
+// cleanList trims the items of a comma list and drops empty ones, so
+// "a, b," means [a b].
+func cleanList(l []string) []string {
+	var out []string
+	for _, s := range l {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// newLogger returns a slog logger writing to stderr.
+func newLogger(level, format string) (*slog.Logger, error) {
+	var lv slog.Level
+	switch strings.ToLower(level) {
+	case "debug":
+		lv = slog.LevelDebug
+	case "info":
+		lv = slog.LevelInfo
+	case "warn":
+		lv = slog.LevelWarn
+	case "error":
+		lv = slog.LevelError
+	default:
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch strings.ToLower(format) {
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+}

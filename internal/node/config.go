@@ -1,0 +1,269 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Config configures a Node. Each field but Logger, Registerer and Gatherer
+// is a flag of xds-node (DESIGN.md, "Processes"); errors from Validate name
+// the flag.
+type Config struct {
+	// EtcdEndpoints are the etcd servers (--etcd-endpoints), as host:port
+	// or http://host:port. Empty: dev mode, an embedded single-member etcd
+	// in DataDir serving on DevEtcdAddr.
+	EtcdEndpoints []string
+	// DataDir holds the embedded etcd's data (--data-dir). Dev mode only.
+	DataDir string
+	// DevEtcdAddr is the host:port the embedded etcd serves clients on
+	// (--dev-etcd-addr). Dev mode only. The default, 127.0.0.1:2379, is
+	// where xdsadmin looks by default. Port 0 picks a free port.
+	DevEtcdAddr string
+	// EtcdPrefix is the etcd key prefix (--etcd-prefix); it starts and
+	// ends with '/'.
+	EtcdPrefix string
+	// XDSAddr is the gRPC listen address (--xds-addr). For now it serves
+	// only the standard gRPC health service; the xDS services come later.
+	XDSAddr string
+	// HTTPAddr is the HTTP listen address (--http-addr): /healthz,
+	// /readyz, /metrics and /debug/view.
+	HTTPAddr string
+	// GossipAddr is the memberlist bind address (--gossip-addr). Checked
+	// but not yet used: membership comes in a later issue.
+	GossipAddr string
+	// AdvertiseAddr is the address other replicas use for gossip and
+	// forwarding (--advertise-addr), as host or host:port. Empty: derived.
+	// Checked but not yet used.
+	AdvertiseAddr string
+	// Join lists seed replicas as host or host:port (--join). Empty:
+	// discover peers through etcd. Checked but not yet used.
+	Join []string
+	// Name is the replica's name (--name). DefaultConfig uses the
+	// hostname.
+	Name string
+	// GroupBy says how a node's group is derived from its Node message
+	// (--group-by): "cluster", "id" or "metadata:KEY". Checked and kept for
+	// the xDS servers of a later issue.
+	GroupBy string
+	// DialTimeout bounds etcd client set-up calls. Connecting itself does
+	// not block: until etcd answers, the view retries and /readyz says 503.
+	// Zero: no bound.
+	DialTimeout time.Duration
+	// ShutdownTimeout is the graceful drain budget once Run's ctx ends
+	// (--shutdown-timeout): gRPC streams and HTTP requests still open
+	// after it are cut. Zero: cut at once.
+	ShutdownTimeout time.Duration
+	// Logger gets the node's logs; nil discards them.
+	Logger *slog.Logger
+	// Registerer gets the node's and the view's metrics. Nil: a fresh
+	// registry of the node's own.
+	Registerer prometheus.Registerer
+	// Gatherer is what /metrics serves. Nil: Registerer, which must then
+	// be a Gatherer too (a *prometheus.Registry is) unless it is nil.
+	Gatherer prometheus.Gatherer
+}
+
+// DefaultConfig returns the defaults of DESIGN.md: dev mode with an
+// embedded etcd on 127.0.0.1:2379, xDS on :18000, HTTP on :18001.
+func DefaultConfig() Config {
+	name, err := os.Hostname()
+	if err != nil || name == "" {
+		name = "xds-node"
+	}
+	return Config{
+		EtcdEndpoints:   nil,               // dev mode
+		DataDir:         "./legation-data", // relative to the working directory
+		DevEtcdAddr:     "127.0.0.1:2379",  // xdsadmin's default --etcd-endpoints
+		EtcdPrefix:      "/legation/",      // store.DefaultPrefix
+		XDSAddr:         ":18000",          // gRPC
+		HTTPAddr:        ":18001",          // health, readiness, metrics, debug
+		GossipAddr:      ":7946",           // memberlist's usual port
+		AdvertiseAddr:   "",                // derived
+		Join:            nil,               // discover peers through etcd
+		Name:            name,              // the hostname
+		GroupBy:         "cluster",         // Node.cluster
+		DialTimeout:     5 * time.Second,   // etcd client set-up calls
+		ShutdownTimeout: 10 * time.Second,  // drain budget
+	}
+}
+
+// DevMode reports whether the config runs an embedded etcd.
+func (c *Config) DevMode() bool { return len(c.EtcdEndpoints) == 0 }
+
+// Validate checks every field and the fields against each other. It
+// reports every problem found, one a line, each naming its flag.
+func (c *Config) Validate() error {
+	var errs []error
+	add := func(err error) {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, ep := range c.EtcdEndpoints {
+		add(checkEndpoint(ep))
+	}
+	if c.DevMode() {
+		if c.DataDir == "" {
+			add(errors.New("--data-dir: empty; dev mode (no --etcd-endpoints) needs a directory for the embedded etcd"))
+		}
+		add(checkListenAddr("--dev-etcd-addr", c.DevEtcdAddr))
+	}
+	if !strings.HasPrefix(c.EtcdPrefix, "/") || !strings.HasSuffix(c.EtcdPrefix, "/") {
+		add(fmt.Errorf("--etcd-prefix %q: must start and end with '/'", c.EtcdPrefix))
+	}
+	add(checkListenAddr("--xds-addr", c.XDSAddr))
+	add(checkListenAddr("--http-addr", c.HTTPAddr))
+	add(checkListenAddr("--gossip-addr", c.GossipAddr))
+	if c.AdvertiseAddr != "" {
+		add(checkHost("--advertise-addr", c.AdvertiseAddr))
+	}
+	for _, j := range c.Join {
+		add(checkHost("--join", j))
+	}
+	if strings.TrimSpace(c.Name) == "" {
+		add(errors.New("--name: empty"))
+	}
+	if _, _, err := parseGroupBy(c.GroupBy); err != nil {
+		add(err)
+	}
+	if c.DialTimeout < 0 {
+		add(fmt.Errorf("DialTimeout %s: negative", c.DialTimeout))
+	}
+	if c.ShutdownTimeout < 0 {
+		add(fmt.Errorf("--shutdown-timeout %s: negative", c.ShutdownTimeout))
+	}
+	if c.Gatherer == nil && c.Registerer != nil {
+		if _, ok := c.Registerer.(prometheus.Gatherer); !ok {
+			add(errors.New("the Registerer is not a prometheus.Gatherer: set Gatherer for /metrics"))
+		}
+	}
+	if len(errs) == 0 {
+		// Only when each address parses: two listeners on one port.
+		addrs := [][2]string{{"--xds-addr", c.XDSAddr}, {"--http-addr", c.HTTPAddr}, {"--gossip-addr", c.GossipAddr}}
+		if c.DevMode() {
+			addrs = append(addrs, [2]string{"--dev-etcd-addr", c.DevEtcdAddr})
+		}
+		for i := range addrs {
+			for j := i + 1; j < len(addrs); j++ {
+				if clash(addrs[i][1], addrs[j][1]) {
+					add(fmt.Errorf("%s %q and %s %q: same port", addrs[i][0], addrs[i][1], addrs[j][0], addrs[j][1]))
+				}
+			}
+		}
+	}
+	// The errors name flags and are shown to the user as they are, one a
+	// line.
+	return errors.Join(errs...)
+}
+
+// parseGroupBy parses a --group-by value: "cluster", "id" or
+// "metadata:KEY". It returns the kind and, for metadata, the key. The xDS
+// servers of a later issue derive groups; this only checks the syntax
+// early, so a typo fails at start-up.
+func parseGroupBy(s string) (kind, key string, err error) {
+	switch s {
+	case "cluster", "id":
+		return s, "", nil
+	}
+	if k, ok := strings.CutPrefix(s, "metadata:"); ok {
+		if k == "" || strings.TrimSpace(k) != k {
+			return "", "", fmt.Errorf("--group-by %q: metadata needs a key, as in metadata:team", s)
+		}
+		return "metadata", k, nil
+	}
+	return "", "", fmt.Errorf("--group-by %q: want cluster, id or metadata:KEY", s)
+}
+
+// checkListenAddr checks a host:port to listen on; host may be empty (all
+// interfaces) and port 0 picks a free one.
+func checkListenAddr(flag, addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%s %q: %w (want host:port, e.g. :18000)", flag, addr, err)
+	}
+	if strings.ContainsAny(host, " \t/") {
+		return fmt.Errorf("%s %q: bad host %q", flag, addr, host)
+	}
+	if _, err := parsePort(port); err != nil {
+		return fmt.Errorf("%s %q: %w", flag, addr, err)
+	}
+	return nil
+}
+
+// checkHost checks a host or host:port another replica dials; the host is
+// required.
+func checkHost(flag, addr string) error {
+	host := addr
+	if h, port, err := net.SplitHostPort(addr); err == nil {
+		if _, err := parsePort(port); err != nil {
+			return fmt.Errorf("%s %q: %w", flag, addr, err)
+		}
+		host = h
+	} else if net.ParseIP(addr) == nil && strings.Contains(addr, ":") {
+		return fmt.Errorf("%s %q: %w", flag, addr, err)
+	}
+	if host == "" || strings.ContainsAny(host, " \t/") {
+		return fmt.Errorf("%s %q: want host or host:port", flag, addr)
+	}
+	return nil
+}
+
+// checkEndpoint checks an etcd endpoint: host:port or http://host:port.
+func checkEndpoint(ep string) error {
+	if !strings.Contains(ep, "://") {
+		host, port, err := net.SplitHostPort(ep)
+		if err != nil {
+			return fmt.Errorf("--etcd-endpoints %q: %w (want host:port or http://host:port)", ep, err)
+		}
+		if host == "" {
+			return fmt.Errorf("--etcd-endpoints %q: no host", ep)
+		}
+		if p, err := parsePort(port); err != nil || p == 0 {
+			return fmt.Errorf("--etcd-endpoints %q: bad port %q", ep, port)
+		}
+		return nil
+	}
+	u, err := url.Parse(ep)
+	if err != nil {
+		return fmt.Errorf("--etcd-endpoints %q: %w", ep, err)
+	}
+	switch u.Scheme {
+	case "http":
+		if u.Host == "" {
+			return fmt.Errorf("--etcd-endpoints %q: no host", ep)
+		}
+		return nil
+	case "https":
+		return fmt.Errorf("--etcd-endpoints %q: TLS to etcd is not supported yet", ep)
+	}
+	return fmt.Errorf("--etcd-endpoints %q: scheme %q: want http or none", ep, u.Scheme)
+}
+
+func parsePort(port string) (int, error) {
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 0 || p > 65535 {
+		return 0, fmt.Errorf("bad port %q", port)
+	}
+	return p, nil
+}
+
+// clash reports whether two listen addresses would bind the same port: the
+// same non-zero port on the same host or on all interfaces.
+func clash(a, b string) bool {
+	ha, pa, _ := net.SplitHostPort(a)
+	hb, pb, _ := net.SplitHostPort(b)
+	if pa != pb || pa == "0" {
+		return false
+	}
+	wild := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
+	return ha == hb || wild(ha) || wild(hb)
+}

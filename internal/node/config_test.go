@@ -1,0 +1,93 @@
+package node_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/legation-io/legation/internal/node"
+)
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name  string
+		tweak func(*node.Config)
+		want  string // substring of the error; empty: valid
+	}{
+		{"defaults", func(*node.Config) {}, ""},
+		{"etcd mode ignores dev fields", func(c *node.Config) {
+			c.EtcdEndpoints = []string{"10.0.0.1:2379", "http://etcd-1:2379"}
+			c.DataDir, c.DevEtcdAddr = "", ""
+		}, ""},
+		{"group by id", func(c *node.Config) { c.GroupBy = "id" }, ""},
+		{"group by metadata", func(c *node.Config) { c.GroupBy = "metadata:team" }, ""},
+		{"ports zero", func(c *node.Config) {
+			c.XDSAddr, c.HTTPAddr, c.GossipAddr, c.DevEtcdAddr = "127.0.0.1:0", "127.0.0.1:0", ":0", "127.0.0.1:0"
+		}, ""},
+		{"advertise and join", func(c *node.Config) {
+			c.AdvertiseAddr = "10.0.0.5"
+			c.Join = []string{"node-1:7946", "10.0.0.7", "::1", "[::1]:7946"}
+		}, ""},
+		{"prefix root", func(c *node.Config) { c.EtcdPrefix = "/" }, ""},
+
+		{"group by empty", func(c *node.Config) { c.GroupBy = "" }, "--group-by"},
+		{"group by unknown", func(c *node.Config) { c.GroupBy = "labels" }, "--group-by \"labels\""},
+		{"group by metadata without key", func(c *node.Config) { c.GroupBy = "metadata:" }, "--group-by"},
+		{"group by metadata padded key", func(c *node.Config) { c.GroupBy = "metadata: team" }, "--group-by"},
+		{"xds addr without port", func(c *node.Config) { c.XDSAddr = "18000" }, "--xds-addr"},
+		{"http addr bad port", func(c *node.Config) { c.HTTPAddr = ":99999" }, "--http-addr"},
+		{"http addr named port", func(c *node.Config) { c.HTTPAddr = ":http" }, "--http-addr"},
+		{"gossip addr empty", func(c *node.Config) { c.GossipAddr = "" }, "--gossip-addr"},
+		{"dev etcd addr bad", func(c *node.Config) { c.DevEtcdAddr = "localhost" }, "--dev-etcd-addr"},
+		{"dev mode without data dir", func(c *node.Config) { c.DataDir = "" }, "--data-dir"},
+		{"same port", func(c *node.Config) { c.HTTPAddr = "127.0.0.1:18000" }, "same port"},
+		{"same port as dev etcd", func(c *node.Config) { c.XDSAddr = ":2379" }, "--dev-etcd-addr"},
+		{"prefix without leading slash", func(c *node.Config) { c.EtcdPrefix = "legation/" }, "--etcd-prefix"},
+		{"prefix without trailing slash", func(c *node.Config) { c.EtcdPrefix = "/legation" }, "--etcd-prefix"},
+		{"prefix empty", func(c *node.Config) { c.EtcdPrefix = "" }, "--etcd-prefix"},
+		{"endpoint without port", func(c *node.Config) { c.EtcdEndpoints = []string{"etcd-1"} }, "--etcd-endpoints \"etcd-1\""},
+		{"endpoint https", func(c *node.Config) { c.EtcdEndpoints = []string{"https://etcd-1:2379"} }, "TLS"},
+		{"endpoint scheme", func(c *node.Config) { c.EtcdEndpoints = []string{"ftp://etcd-1:2379"} }, "--etcd-endpoints"},
+		{"endpoint port zero", func(c *node.Config) { c.EtcdEndpoints = []string{"etcd-1:0"} }, "--etcd-endpoints"},
+		{"advertise bad", func(c *node.Config) { c.AdvertiseAddr = "host:port" }, "--advertise-addr"},
+		{"join empty host", func(c *node.Config) { c.Join = []string{":7946"} }, "--join"},
+		{"name empty", func(c *node.Config) { c.Name = " " }, "--name"},
+		{"negative shutdown timeout", func(c *node.Config) { c.ShutdownTimeout = -time.Second }, "--shutdown-timeout"},
+		{"registerer not a gatherer", func(c *node.Config) {
+			c.Registerer = prometheus.WrapRegistererWith(prometheus.Labels{"replica": "a"}, prometheus.NewRegistry())
+		}, "Gatherer"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := node.DefaultConfig()
+			tt.tweak(&cfg)
+			err := cfg.Validate()
+			switch {
+			case tt.want == "" && err != nil:
+				t.Fatalf("Validate() = %v, want nil", err)
+			case tt.want != "" && err == nil:
+				t.Fatalf("Validate() = nil, want an error with %q", tt.want)
+			case tt.want != "" && !strings.Contains(err.Error(), tt.want):
+				t.Fatalf("Validate() = %v, want an error with %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestValidateReportsEveryError(t *testing.T) {
+	cfg := node.DefaultConfig()
+	cfg.GroupBy = "x"
+	cfg.XDSAddr = "x"
+	cfg.EtcdPrefix = "x"
+	err := cfg.Validate()
+	if err == nil {
+		t.Fatal("Validate() = nil")
+	}
+	for _, want := range []string{"--group-by", "--xds-addr", "--etcd-prefix"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate() = %v, want it to name %s", err, want)
+		}
+	}
+}

@@ -1,0 +1,62 @@
+package resource_test
+
+import (
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/legation-io/legation/internal/resource"
+)
+
+// FuzzDecode feeds operators' files to Decode: it must never panic, every
+// resource it returns must be storable as is, and every error must be a
+// *DocError that says where.
+func FuzzDecode(f *testing.F) {
+	for _, pattern := range []string{"../../examples/*.yaml", "../../examples/bad/*.yaml"} {
+		files, err := filepath.Glob(pattern)
+		if err != nil || len(files) == 0 {
+			f.Fatalf("glob %s: %v, %v", pattern, files, err)
+		}
+		for _, file := range files {
+			f.Add(readFile(f, file))
+		}
+	}
+	for _, s := range []string{
+		discoveryResponse,
+		clusterA + "---\n---\n# c\n--- {\"@type\": \"" + clusterURL + "\", name: b}\n...\n" + clusterB,
+		"\ufeff" + `{"@type": "` + clusterURL + `", "name": "a"}`,
+		"\"@type\": " + resource.DiscoveryResponseURL + "\nresources: [{\"@type\": type.googleapis.com/envoy.service.discovery.v3.Resource, name: w}]\n",
+		"a: &x [*x]\n",
+		clusterA + "name: b\n",
+		"# header\n--- !!map\n" + clusterA + "eds_cluster_config: {service_name: a}\n",
+		"",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		docs, err := resource.Decode("fuzz.yaml", data)
+		if err != nil {
+			var de *resource.DocError
+			if !errors.As(err, &de) {
+				t.Fatalf("error %v is a %T, want a *resource.DocError", err, err)
+			}
+			if de.Source != "fuzz.yaml" || de.Index < 1 || de.Item < 0 {
+				t.Fatalf("DocError at %q document %d resource %d", de.Source, de.Index, de.Item)
+			}
+			if !strings.HasPrefix(err.Error(), "fuzz.yaml: document ") {
+				t.Fatalf("error %q does not say where", err)
+			}
+			if len(docs) != 0 {
+				t.Fatalf("Decode returned %d resources with an error", len(docs))
+			}
+			return
+		}
+		for _, d := range docs {
+			if d.Source != "fuzz.yaml" || d.Index < 1 {
+				t.Fatalf("resource at %q document %d", d.Source, d.Index)
+			}
+			checkDoc(t, d)
+		}
+	})
+}
