@@ -1,0 +1,318 @@
+package ads
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/service/cluster/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/service/endpoint/v3"
+	extensionv3 "github.com/envoyproxy/go-control-plane/envoy/service/extension/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/service/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/service/route/v3"
+	runtimev3 "github.com/envoyproxy/go-control-plane/envoy/service/runtime/v3"
+	secretv3 "github.com/envoyproxy/go-control-plane/envoy/service/secret/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/legation-io/legation/internal/resource"
+	"github.com/legation-io/legation/internal/store"
+)
+
+// Source is what the server reads resources from; *store.View is one.
+// Both methods may be called from many goroutines at once.
+type Source interface {
+	// Snapshot returns the latest snapshot; never nil once the server
+	// serves (callers wait for readiness first).
+	Snapshot() *store.Snapshot
+	// WaitRevision blocks until a snapshot at rev or later exists, or ctx
+	// ends.
+	WaitRevision(ctx context.Context, rev int64) (*store.Snapshot, error)
+}
+
+var _ Source = (*store.View)(nil)
+
+// Config configures a Server.
+type Config struct {
+	// Source is the view to serve. Required.
+	Source Source
+	// GroupBy derives a node's group; nil: by Node.cluster.
+	GroupBy GroupFunc
+	// CatchupTimeout bounds the wait for the view to reach a version a
+	// client presents; after it the stream ends with UNAVAILABLE so the
+	// client retries elsewhere (promise 3). Zero: 5s.
+	CatchupTimeout time.Duration
+	// TrustVersion: on a new SotW stream, named requests (EDS, RDS, ...)
+	// presenting version V get only what changed since V, as wildcard ones
+	// do. Safe only when every SotW client is Envoy, which keeps resources
+	// across streams (grpc-go issue #7013). Default false.
+	TrustVersion bool
+	// Logger gets NACKs and stream errors; nil discards.
+	Logger *slog.Logger
+	// Registerer gets the server's metrics; nil registers none.
+	Registerer prometheus.Registerer
+}
+
+// DefaultConfig returns the defaults, without a Source.
+func DefaultConfig() Config {
+	return Config{CatchupTimeout: 5 * time.Second}
+}
+
+// Validate checks the config.
+func (c *Config) Validate() error {
+	if c.Source == nil {
+		return errors.New("ads: Source is required")
+	}
+	if c.CatchupTimeout < 0 {
+		return fmt.Errorf("ads: CatchupTimeout %s is negative", c.CatchupTimeout)
+	}
+	return nil
+}
+
+// Server serves SotW xDS. Its methods may be called concurrently.
+type Server struct {
+	cfg     Config
+	metrics *metrics
+	cache   bodyCache
+
+	nextID atomic.Uint64
+
+	mu      sync.Mutex // guards streams
+	streams map[uint64]*stream
+}
+
+// New returns a Server. It does no I/O.
+func New(cfg Config) (*Server, error) {
+	if cfg.GroupBy == nil {
+		cfg.GroupBy, _ = ParseGroupBy("cluster")
+	}
+	if cfg.CatchupTimeout == 0 {
+		cfg.CatchupTimeout = DefaultConfig().CatchupTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, metrics: newMetrics(cfg.Registerer), streams: map[uint64]*stream{}}
+	s.cache.encodes = s.metrics.encodes.Inc
+	return s, nil
+}
+
+// ServerOptions are the options the gRPC server serving s needs: the codec
+// that sends shared, pre-encoded responses.
+func ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.ForceServerCodecV2(Codec{})}
+}
+
+// Register registers ADS and the per-type SotW services on g. Delta
+// methods answer Unimplemented until package delta registers its own.
+func (s *Server) Register(g grpc.ServiceRegistrar) {
+	discoveryv3.RegisterAggregatedDiscoveryServiceServer(g, adsService{s: s})
+	clusterv3.RegisterClusterDiscoveryServiceServer(g, cdsService{s: s})
+	endpointv3.RegisterEndpointDiscoveryServiceServer(g, edsService{s: s})
+	listenerv3.RegisterListenerDiscoveryServiceServer(g, ldsService{s: s})
+	routev3.RegisterRouteDiscoveryServiceServer(g, rdsService{s: s})
+	routev3.RegisterScopedRoutesDiscoveryServiceServer(g, srdsService{s: s})
+	secretv3.RegisterSecretDiscoveryServiceServer(g, sdsService{s: s})
+	runtimev3.RegisterRuntimeDiscoveryServiceServer(g, rtdsService{s: s})
+	extensionv3.RegisterExtensionConfigDiscoveryServiceServer(g, ecdsService{s: s})
+}
+
+type sotwStream = grpc.BidiStreamingServer[discoveryv3.DiscoveryRequest, discoveryv3.DiscoveryResponse]
+
+type adsService struct {
+	discoveryv3.UnimplementedAggregatedDiscoveryServiceServer
+	s *Server
+}
+
+func (a adsService) StreamAggregatedResources(st sotwStream) error {
+	return a.s.serve(st, nil)
+}
+
+type cdsService struct {
+	clusterv3.UnimplementedClusterDiscoveryServiceServer
+	s *Server
+}
+
+func (x cdsService) StreamClusters(st sotwStream) error { return x.s.serve(st, resource.Cluster) }
+func (x cdsService) FetchClusters(ctx context.Context, r *discoveryv3.DiscoveryRequest) (*discoveryv3.DiscoveryResponse, error) {
+	return x.s.fetchRPC(ctx, r, resource.Cluster)
+}
+
+type edsService struct {
+	endpointv3.UnimplementedEndpointDiscoveryServiceServer
+	s *Server
+}
+
+func (x edsService) StreamEndpoints(st sotwStream) error { return x.s.serve(st, resource.Endpoint) }
+func (x edsService) FetchEndpoints(ctx context.Context, r *discoveryv3.DiscoveryRequest) (*discoveryv3.DiscoveryResponse, error) {
+	return x.s.fetchRPC(ctx, r, resource.Endpoint)
+}
+
+type ldsService struct {
+	listenerv3.UnimplementedListenerDiscoveryServiceServer
+	s *Server
+}
+
+func (x ldsService) StreamListeners(st sotwStream) error { return x.s.serve(st, resource.Listener) }
+func (x ldsService) FetchListeners(ctx context.Context, r *discoveryv3.DiscoveryRequest) (*discoveryv3.DiscoveryResponse, error) {
+	return x.s.fetchRPC(ctx, r, resource.Listener)
+}
+
+type rdsService struct {
+	routev3.UnimplementedRouteDiscoveryServiceServer
+	s *Server
+}
+
+func (x rdsService) StreamRoutes(st sotwStream) error { return x.s.serve(st, resource.Route) }
+func (x rdsService) FetchRoutes(ctx context.Context, r *discoveryv3.DiscoveryRequest) (*discoveryv3.DiscoveryResponse, error) {
+	return x.s.fetchRPC(ctx, r, resource.Route)
+}
+
+type srdsService struct {
+	routev3.UnimplementedScopedRoutesDiscoveryServiceServer
+	s *Server
+}
+
+func (x srdsService) StreamScopedRoutes(st sotwStream) error {
+	return x.s.serve(st, resource.ScopedRoute)
+}
+func (x srdsService) FetchScopedRoutes(ctx context.Context, r *discoveryv3.DiscoveryRequest) (*discoveryv3.DiscoveryResponse, error) {
+	return x.s.fetchRPC(ctx, r, resource.ScopedRoute)
+}
+
+type sdsService struct {
+	secretv3.UnimplementedSecretDiscoveryServiceServer
+	s *Server
+}
+
+func (x sdsService) StreamSecrets(st sotwStream) error { return x.s.serve(st, resource.Secret) }
+func (x sdsService) FetchSecrets(ctx context.Context, r *discoveryv3.DiscoveryRequest) (*discoveryv3.DiscoveryResponse, error) {
+	return x.s.fetchRPC(ctx, r, resource.Secret)
+}
+
+type rtdsService struct {
+	runtimev3.UnimplementedRuntimeDiscoveryServiceServer
+	s *Server
+}
+
+func (x rtdsService) StreamRuntime(st sotwStream) error { return x.s.serve(st, resource.Runtime) }
+func (x rtdsService) FetchRuntime(ctx context.Context, r *discoveryv3.DiscoveryRequest) (*discoveryv3.DiscoveryResponse, error) {
+	return x.s.fetchRPC(ctx, r, resource.Runtime)
+}
+
+type ecdsService struct {
+	extensionv3.UnimplementedExtensionConfigDiscoveryServiceServer
+	s *Server
+}
+
+func (x ecdsService) StreamExtensionConfigs(st sotwStream) error {
+	return x.s.serve(st, resource.ExtensionConfig)
+}
+func (x ecdsService) FetchExtensionConfigs(ctx context.Context, r *discoveryv3.DiscoveryRequest) (*discoveryv3.DiscoveryResponse, error) {
+	return x.s.fetchRPC(ctx, r, resource.ExtensionConfig)
+}
+
+// fetchRPC answers a unary Fetch: like a REST-JSON poll.
+func (s *Server) fetchRPC(ctx context.Context, r *discoveryv3.DiscoveryRequest, t *resource.Type) (*discoveryv3.DiscoveryResponse, error) {
+	resp, notModified, err := s.Fetch(ctx, r, t)
+	if err != nil {
+		return nil, err
+	}
+	if notModified {
+		return nil, status.Error(codes.Unavailable, "not modified: version_info is current")
+	}
+	return resp, nil
+}
+
+// ErrBadRequest is wrapped by Fetch errors caused by the request.
+var ErrBadRequest = errors.New("ads: bad request")
+
+// Fetch answers one polling request (REST-JSON or a unary Fetch RPC) for
+// type t (nil: from the request's type_url). notModified is true when the
+// request's version_info is current: the client holds what it would get.
+// A version newer than the view is waited for, up to CatchupTimeout.
+func (s *Server) Fetch(ctx context.Context, r *discoveryv3.DiscoveryRequest, t *resource.Type) (resp *discoveryv3.DiscoveryResponse, notModified bool, err error) {
+	if t == nil {
+		var ok bool
+		if t, ok = resource.ByURL(r.GetTypeUrl()); !ok {
+			return nil, false, status.Errorf(codes.InvalidArgument, "%v: unknown type_url %q", ErrBadRequest, r.GetTypeUrl())
+		}
+	} else if r.GetTypeUrl() != "" && r.GetTypeUrl() != t.URL {
+		return nil, false, status.Errorf(codes.InvalidArgument, "%v: type_url %q on the %s endpoint", ErrBadRequest, r.GetTypeUrl(), t.Name)
+	}
+	snap, presented, err := s.catchUp(ctx, r.GetVersionInfo())
+	if err != nil {
+		return nil, false, err
+	}
+	group := s.cfg.GroupBy(r.GetNode())
+	names := r.GetResourceNames()
+	wildcard := len(names) == 0 || contains(names, "*")
+	if presented >= 0 && unchangedSince(snap, t, group, names, wildcard, presented) {
+		return nil, true, nil
+	}
+	entries := visibleEntries(snap, t, group, names, wildcard)
+	resp = &discoveryv3.DiscoveryResponse{VersionInfo: version(snap.Revision), TypeUrl: t.URL, Resources: anys(len(entries))}
+	for _, e := range entries {
+		resp.Resources = append(resp.Resources, e.Body)
+	}
+	return resp, false, nil
+}
+
+// catchUp returns the latest snapshot, waiting up to CatchupTimeout for it
+// to reach a version the client presents. presented is the parsed version,
+// -1 when none or not one of ours.
+func (s *Server) catchUp(ctx context.Context, v string) (*store.Snapshot, int64, error) {
+	presented := parseVersion(v)
+	snap := s.cfg.Source.Snapshot()
+	if snap == nil {
+		return nil, -1, status.Error(codes.Unavailable, "ads: not ready: the view has not loaded yet")
+	}
+	if presented > snap.Revision {
+		s.metrics.catchups.Inc()
+		wctx, cancel := context.WithTimeout(ctx, s.cfg.CatchupTimeout)
+		defer cancel()
+		var err error
+		snap, err = s.cfg.Source.WaitRevision(wctx, presented)
+		if err != nil {
+			s.metrics.catchupFailures.Inc()
+			return nil, -1, status.Errorf(codes.Unavailable, "ads: this replica is behind version %d the client presented; retry elsewhere", presented)
+		}
+	}
+	return snap, presented, nil
+}
+
+// Streams returns the status of every open stream, by id.
+func (s *Server) Streams() []StreamStatus {
+	s.mu.Lock()
+	list := make([]*stream, 0, len(s.streams))
+	for _, st := range s.streams {
+		list = append(list, st)
+	}
+	s.mu.Unlock()
+	out := make([]StreamStatus, 0, len(list))
+	for _, st := range list {
+		out = append(out, st.status())
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+func contains(names []string, n string) bool {
+	for _, x := range names {
+		if x == n {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,691 @@
+package ads
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/legation-io/legation/internal/resource"
+	"github.com/legation-io/legation/internal/store"
+)
+
+// stream is one SotW stream. Its state is owned by the goroutine running
+// serve; only the status copy is shared (under statusMu).
+type stream struct {
+	s     *Server
+	id    uint64
+	gs    sotwStream
+	fixed *resource.Type // the type of a per-type service; nil on ADS
+	ctx   context.Context
+	log   *slog.Logger
+
+	node   *corev3.Node
+	group  string
+	snap   *store.Snapshot
+	types  map[*resource.Type]*typeState
+	nonces uint64
+
+	statusMu sync.Mutex // guards stat
+	stat     StreamStatus
+}
+
+// typeState is a stream's protocol state for one resource type.
+type typeState struct {
+	t        *resource.Type
+	wildcard bool
+	names    map[string]bool
+	// sent is what the client holds, as far as the server knows: the
+	// entries of the responses it sent (or that it presented on connect).
+	sent    map[string]*store.Entry
+	version string // version_info of the last response, or presented
+	nonce   string // nonce of the last response
+	acked   string // version_info of the last ACK
+	nacked  string // version the client NACKed, "" when none pending
+	nackMsg string
+
+	needAll   bool            // send everything subscribed
+	forceSend bool            // answer even if nothing changed (a first request)
+	dirty     map[string]bool // names that may have changed
+	// holdRemovals: CDS sent a make-before-break interim set keeping
+	// removed clusters; the final set waits for LDS and RDS ACKs.
+	holdRemovals bool
+	resources    int
+}
+
+func (s *Server) serve(gs sotwStream, fixed *resource.Type) error {
+	if s.cfg.Source.Snapshot() == nil {
+		return status.Error(codes.Unavailable, "not ready: the view has not loaded etcd's state yet")
+	}
+	ctx := gs.Context()
+	st := &stream{
+		s: s, id: s.nextID.Add(1), gs: gs, fixed: fixed, ctx: ctx,
+		types: map[*resource.Type]*typeState{},
+	}
+	proto := "ads"
+	if fixed != nil {
+		proto = fixed.Name
+	}
+	st.log = s.cfg.Logger.With("stream", st.id, "protocol", "sotw-"+proto)
+	st.stat = StreamStatus{ID: st.id, Protocol: "sotw-" + proto, ConnectedAt: time.Now().UTC()}
+	s.mu.Lock()
+	s.streams[st.id] = st
+	s.mu.Unlock()
+	s.metrics.streams.Inc()
+	defer func() {
+		s.mu.Lock()
+		delete(s.streams, st.id)
+		s.mu.Unlock()
+		s.metrics.streams.Dec()
+	}()
+
+	reqc := make(chan *discoveryv3.DiscoveryRequest, 1)
+	errc := make(chan error, 1)
+	go func() { // ends when the stream does: RecvMsg fails once serve returns
+		for {
+			r := new(discoveryv3.DiscoveryRequest)
+			if err := gs.RecvMsg(r); err != nil {
+				errc <- err
+				return
+			}
+			select {
+			case reqc <- r:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+
+	for {
+		var wake <-chan struct{}
+		if st.snap != nil {
+			wake = st.snap.Done()
+		}
+		select {
+		case r := <-reqc:
+			if err := st.handle(r); err != nil {
+				return err
+			}
+		drain: // answer the latest request: take all that are queued first
+			for {
+				select {
+				case r := <-reqc:
+					if err := st.handle(r); err != nil {
+						return err
+					}
+				default:
+					break drain
+				}
+			}
+		case <-wake:
+			st.advance()
+		case err := <-errc:
+			if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
+				return nil
+			}
+			return err
+		case <-ctx.Done():
+			return nil
+		}
+		if err := st.flush(); err != nil {
+			return err
+		}
+	}
+}
+
+// handle takes one request into the stream's state. Responses go out in
+// flush.
+func (st *stream) handle(r *discoveryv3.DiscoveryRequest) error {
+	t, err := st.typeOf(r)
+	if err != nil {
+		st.s.metrics.badRequests.Inc()
+		return err
+	}
+	if st.node == nil {
+		st.node = r.GetNode()
+		if st.node == nil {
+			st.node = &corev3.Node{}
+		}
+		st.group = st.s.cfg.GroupBy(st.node)
+		st.log = st.log.With("node", st.node.GetId(), "group", st.group)
+		st.statusMu.Lock()
+		st.stat.NodeID, st.stat.Group = st.node.GetId(), st.group
+		st.statusMu.Unlock()
+	}
+	st.advance()
+	ts := st.types[t]
+	if ts == nil || r.GetResponseNonce() == "" {
+		return st.subscribe(t, r)
+	}
+	if r.GetResponseNonce() != ts.nonce {
+		// A response the client has not seen yet supersedes this request
+		// (the protocol's stale nonce rule): ignore it.
+		st.s.metrics.staleNonces.Inc()
+		st.log.Debug("ignoring a request with a stale nonce", "type", t.Name, "nonce", r.GetResponseNonce(), "want", ts.nonce)
+		return nil
+	}
+	if d := r.GetErrorDetail(); d != nil {
+		if ts.nacked != ts.version {
+			st.s.metrics.nacks.WithLabelValues(t.Name).Inc()
+			st.log.Warn("client rejected a response (NACK)", "type", t.Name, "version", ts.version, "error", d.GetMessage())
+		}
+		ts.nacked, ts.nackMsg = ts.version, d.GetMessage()
+		st.updateStatus(ts)
+		// Promise 7: nothing more for this type until what the stream
+		// would receive changes. Name changes in a NACK are taken; they
+		// are answered with the next change.
+		st.setNames(ts, r.GetResourceNames(), false)
+		return nil
+	}
+	ts.acked = r.GetVersionInfo()
+	if ts.acked == ts.version {
+		ts.nacked, ts.nackMsg = "", ""
+	}
+	st.setNames(ts, r.GetResourceNames(), true)
+	st.releaseHold()
+	st.updateStatus(ts)
+	return nil
+}
+
+func (st *stream) typeOf(r *discoveryv3.DiscoveryRequest) (*resource.Type, error) {
+	u := r.GetTypeUrl()
+	if st.fixed != nil {
+		if u != "" && u != st.fixed.URL {
+			return nil, status.Errorf(codes.InvalidArgument, "type_url %q on the %s service, which serves %s", u, st.fixed.Name, st.fixed.URL)
+		}
+		return st.fixed, nil
+	}
+	if u == "" {
+		return nil, status.Error(codes.InvalidArgument, "a request on ADS needs a type_url")
+	}
+	t, ok := resource.ByURL(u)
+	if !ok {
+		return nil, status.Errorf(codes.InvalidArgument, "unknown type_url %q", u)
+	}
+	return t, nil
+}
+
+// subscribe handles a type's first request on the stream (or a request
+// without a nonce, which starts the type over).
+func (st *stream) subscribe(t *resource.Type, r *discoveryv3.DiscoveryRequest) error {
+	ts := &typeState{t: t, sent: map[string]*store.Entry{}, dirty: map[string]bool{}}
+	st.types[t] = ts
+	names := r.GetResourceNames()
+	ts.wildcard = (t.Wildcard && len(names) == 0) || contains(names, "*")
+	ts.names = nameSet(names)
+	snap, presented, err := st.s.catchUp(st.ctx, r.GetVersionInfo())
+	if err != nil {
+		return err
+	}
+	if snap.Revision > st.snap.Revision {
+		st.snap = snap // catchUp waited: take the changes as of now
+		st.advance()
+	}
+	snap = st.snap
+	// Promise 4: a new stream presenting version V gets nothing when what
+	// it would receive is unchanged since V. Named requests only when the
+	// clients are trusted to keep resources across streams.
+	if presented >= 0 && (ts.wildcard || st.s.cfg.TrustVersion) &&
+		unchangedSince(snap, t, st.group, names, ts.wildcard, presented) {
+		for _, e := range visibleEntries(snap, t, st.group, names, ts.wildcard) {
+			ts.sent[e.Name] = e
+		}
+		ts.version, ts.acked = r.GetVersionInfo(), r.GetVersionInfo()
+		ts.resources = len(ts.sent)
+		st.s.metrics.noResend.Inc()
+		st.updateStatus(ts)
+		return nil
+	}
+	ts.needAll, ts.forceSend = true, true
+	st.updateStatus(ts)
+	return nil
+}
+
+// setNames applies a change of subscriptions; added names are marked to be
+// sent (a change of names at the same version is answered with the newly
+// asked resources).
+func (st *stream) setNames(ts *typeState, names []string, answer bool) {
+	wildcard := contains(names, "*") || (ts.wildcard && len(names) == 0 && ts.t.Wildcard)
+	next := nameSet(names)
+	if wildcard == ts.wildcard && sameSet(next, ts.names) {
+		return
+	}
+	added := false
+	for n := range next {
+		if !ts.names[n] {
+			ts.dirty[n] = true
+			added = true
+		}
+	}
+	if !wildcard {
+		for n := range ts.sent {
+			if !next[n] {
+				delete(ts.sent, n) // unsubscribed: the client drops it
+			}
+		}
+	}
+	if wildcard && !ts.wildcard {
+		ts.needAll, added = true, true
+	}
+	ts.wildcard, ts.names = wildcard, next
+	if answer && added && ts.t.Wildcard {
+		// Full-state types answer a subscription change with the whole
+		// set, so the client learns at once what does not exist.
+		ts.needAll, ts.forceSend = true, true
+	}
+}
+
+// advance moves the stream to the latest snapshot, marking the names that
+// changed on the way.
+func (st *stream) advance() {
+	if st.snap == nil {
+		st.snap = st.s.cfg.Source.Snapshot()
+		return
+	}
+	for x := st.snap.Next(); x != nil; x = x.Next() {
+		for _, c := range x.Changes {
+			ts := st.types[c.Type]
+			if ts == nil || (c.Scope != store.DefaultScope && c.Scope != st.group) {
+				continue
+			}
+			if ts.wildcard || ts.names[c.Name] {
+				ts.dirty[c.Name] = true
+			}
+		}
+		st.snap = x
+	}
+}
+
+// flush sends what changed, type by type in make-before-break order: CDS,
+// EDS, LDS, RDS, SRDS, VHDS, then the rest (promise 6).
+func (st *stream) flush() error {
+	for _, t := range resource.All() {
+		ts := st.types[t]
+		if ts == nil || (!ts.needAll && len(ts.dirty) == 0) {
+			continue
+		}
+		var err error
+		if t.Wildcard {
+			err = st.flushFullState(ts)
+		} else {
+			err = st.flushNamed(ts)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// flushFullState sends the whole subscribed set of a LDS/CDS-like type when
+// any of it changed.
+func (st *stream) flushFullState(ts *typeState) error {
+	names := keys(ts.names)
+	entries := visibleEntries(st.snap, ts.t, st.group, names, ts.wildcard)
+	force := ts.forceSend
+	ts.needAll, ts.forceSend, ts.dirty = false, false, map[string]bool{}
+	if !force && sameEntries(entries, ts.sent) {
+		return nil
+	}
+	version := version(st.snap.Revision)
+	if ts.t == resource.Cluster && st.fixed == nil {
+		var removed []*store.Entry
+		now := make(map[string]bool, len(entries))
+		for _, e := range entries {
+			now[e.Name] = true
+		}
+		for n, e := range ts.sent {
+			if !now[n] {
+				removed = append(removed, e)
+			}
+		}
+		if len(removed) > 0 && st.referrersPending() {
+			// Make before break: keep the removed clusters until the
+			// listeners and routes that dropped them are ACKed. The
+			// interim set carries the previous version: a client that
+			// reconnects holding it is sent the final set.
+			entries = append(entries, removed...)
+			sortEntries(entries)
+			version = ts.version
+			ts.holdRemovals = true
+			st.s.metrics.mbbHolds.Inc()
+			return st.send(ts, entries, version, false)
+		}
+		ts.holdRemovals = false
+	}
+	return st.send(ts, entries, version, ts.wildcard)
+}
+
+// referrersPending reports whether LDS or RDS have updates to send or
+// responses not yet ACKed.
+func (st *stream) referrersPending() bool {
+	for _, t := range []*resource.Type{resource.Listener, resource.Route} {
+		ts := st.types[t]
+		if ts == nil {
+			continue
+		}
+		if ts.needAll || len(ts.dirty) > 0 {
+			return true
+		}
+		if ts.nonce != "" && ts.acked != ts.version && ts.nacked != ts.version {
+			return true
+		}
+	}
+	return false
+}
+
+// releaseHold sends the final CDS set once its referrers are settled.
+func (st *stream) releaseHold() {
+	cds := st.types[resource.Cluster]
+	if cds != nil && cds.holdRemovals && !st.referrersPending() {
+		cds.needAll = true
+	}
+}
+
+// flushNamed sends the subscribed resources of an EDS/RDS-like type that
+// changed. SotW clients keep the last value of a requested resource a
+// response omits, so only the changed ones go out.
+func (st *stream) flushNamed(ts *typeState) error {
+	var candidates []string
+	if ts.needAll {
+		if ts.wildcard {
+			for _, e := range visibleEntries(st.snap, ts.t, st.group, nil, true) {
+				candidates = append(candidates, e.Name)
+			}
+		}
+		for n := range ts.names {
+			candidates = append(candidates, n)
+		}
+	} else {
+		candidates = keys(ts.dirty)
+	}
+	force := ts.forceSend
+	ts.needAll, ts.forceSend, ts.dirty = false, false, map[string]bool{}
+	var out []*store.Entry
+	seen := map[string]bool{}
+	for _, n := range candidates {
+		if seen[n] {
+			continue
+		}
+		seen[n] = true
+		e := visible(st.snap, ts.t, st.group, n)
+		if e == nil {
+			delete(ts.sent, n)
+			continue
+		}
+		if old := ts.sent[n]; !force && old != nil && old.Scope == e.Scope && old.ModRevision == e.ModRevision {
+			continue
+		}
+		out = append(out, e)
+	}
+	if len(out) == 0 && !force {
+		return nil
+	}
+	sortEntries(out)
+	return st.send(ts, out, version(st.snap.Revision), false)
+}
+
+// send encodes (or takes from the shared cache) and sends one response.
+func (st *stream) send(ts *typeState, entries []*store.Entry, ver string, shareable bool) error {
+	build := func() *discoveryv3.DiscoveryResponse {
+		r := &discoveryv3.DiscoveryResponse{VersionInfo: ver, TypeUrl: ts.t.URL, Resources: anys(len(entries))}
+		for _, e := range entries {
+			r.Resources = append(r.Resources, e.Body)
+		}
+		return r
+	}
+	var key strings.Builder
+	if shareable {
+		key.WriteString("W\x00" + ts.t.Name + "\x00" + st.group + "\x00" + ver)
+	} else {
+		key.WriteString("N\x00" + ts.t.Name + "\x00" + ver)
+		for _, e := range entries {
+			key.WriteString("\x00" + e.Scope + "/" + e.Name + "@" + strconv.FormatInt(e.ModRevision, 10))
+		}
+	}
+	var body []byte
+	var err error
+	if ver == version(st.snap.Revision) {
+		body, err = st.s.cache.get(st.snap.Revision, key.String(), build)
+	} else {
+		body, err = st.s.cache.encodeUncached(build())
+	}
+	if err != nil {
+		return status.Errorf(codes.Internal, "encode response: %v", err)
+	}
+	st.nonces++
+	nonce := strconv.FormatUint(st.nonces, 10)
+	if err := st.gs.SendMsg(newWireResponse(body, nonce)); err != nil {
+		return err
+	}
+	ts.version, ts.nonce = ver, nonce
+	for _, e := range entries {
+		ts.sent[e.Name] = e
+	}
+	if ts.t.Wildcard {
+		// A full-state response replaces what the client holds.
+		now := make(map[string]*store.Entry, len(entries))
+		for _, e := range entries {
+			now[e.Name] = e
+		}
+		ts.sent = now
+	}
+	ts.resources = len(ts.sent)
+	st.s.metrics.responses.WithLabelValues(ts.t.Name).Inc()
+	st.s.metrics.resourcesSent.WithLabelValues(ts.t.Name).Add(float64(len(entries)))
+	st.s.metrics.bytesSent.Add(float64(len(body) + len(nonce) + 2))
+	st.updateStatus(ts)
+	return nil
+}
+
+func (st *stream) updateStatus(ts *typeState) {
+	st.statusMu.Lock()
+	defer st.statusMu.Unlock()
+	if st.stat.Types == nil {
+		st.stat.Types = map[string]*TypeStatus{}
+	}
+	st.stat.Types[ts.t.Name] = &TypeStatus{
+		VersionSent:  ts.version,
+		VersionAcked: ts.acked,
+		Nonce:        ts.nonce,
+		NackVersion:  ts.nacked,
+		LastNack:     ts.nackMsg,
+		Wildcard:     ts.wildcard,
+		Subscribed:   len(ts.names),
+		Resources:    ts.resources,
+	}
+}
+
+func (st *stream) status() StreamStatus {
+	st.statusMu.Lock()
+	defer st.statusMu.Unlock()
+	out := st.stat
+	out.Types = make(map[string]*TypeStatus, len(st.stat.Types))
+	for k, v := range st.stat.Types {
+		c := *v
+		out.Types[k] = &c
+	}
+	return out
+}
+
+// StreamStatus describes one stream for /debug/streams.
+type StreamStatus struct {
+	ID          uint64                 `json:"id"`
+	NodeID      string                 `json:"node_id"`
+	Group       string                 `json:"group"`
+	Protocol    string                 `json:"protocol"`
+	ConnectedAt time.Time              `json:"connected_at"`
+	Types       map[string]*TypeStatus `json:"types"`
+}
+
+// TypeStatus is a stream's state for one type.
+type TypeStatus struct {
+	VersionSent  string `json:"version_sent"`
+	VersionAcked string `json:"version_acked"`
+	Nonce        string `json:"nonce"`
+	NackVersion  string `json:"nack_version,omitempty"`
+	LastNack     string `json:"last_nack,omitempty"`
+	Wildcard     bool   `json:"wildcard"`
+	Subscribed   int    `json:"subscribed_names"`
+	Resources    int    `json:"resources"`
+}
+
+// visible returns the entry a node of group sees for name: the group's,
+// else the default scope's.
+func visible(snap *store.Snapshot, t *resource.Type, group, name string) *store.Entry {
+	if group != "" {
+		if e, ok := snap.Get(t, group, name); ok {
+			return e
+		}
+	}
+	e, _ := snap.Get(t, store.DefaultScope, name)
+	return e
+}
+
+// visibleEntries returns, sorted by name, what a node of group sees of type
+// t: everything (wildcard) or the named resources that exist.
+func visibleEntries(snap *store.Snapshot, t *resource.Type, group string, names []string, wildcard bool) []*store.Entry {
+	if !wildcard {
+		out := make([]*store.Entry, 0, len(names))
+		for _, n := range names {
+			if n == "*" {
+				continue
+			}
+			if e := visible(snap, t, group, n); e != nil {
+				out = append(out, e)
+			}
+		}
+		sortEntries(out)
+		return dedupe(out)
+	}
+	var out []*store.Entry
+	snap.Walk(t, store.DefaultScope, func(e *store.Entry) bool {
+		if group != "" {
+			if g, ok := snap.Get(t, group, e.Name); ok {
+				e = g
+			}
+		}
+		out = append(out, e)
+		return true
+	})
+	if group != "" {
+		snap.Walk(t, group, func(e *store.Entry) bool {
+			if _, ok := snap.Get(t, store.DefaultScope, e.Name); !ok {
+				out = append(out, e)
+			}
+			return true
+		})
+		sortEntries(out)
+	}
+	return out
+}
+
+// unchangedSince reports whether what a node of group would receive for
+// type t (the named resources, or all) is the same as at revision v.
+func unchangedSince(snap *store.Snapshot, t *resource.Type, group string, names []string, wildcard bool, v int64) bool {
+	if v > snap.Revision || v < snap.HistoryFrom-1 {
+		return false // changes before the view's history are unknown
+	}
+	setUnchanged := snap.LastChange(t, store.DefaultScope) <= v && (group == "" || snap.LastChange(t, group) <= v)
+	if wildcard || setUnchanged {
+		return setUnchanged
+	}
+	for _, n := range names {
+		for _, scope := range []string{group, store.DefaultScope} {
+			if scope == "" {
+				continue
+			}
+			if e, ok := snap.Get(t, scope, n); ok && e.ModRevision > v {
+				return false
+			}
+			if r, ok := snap.DeletedAt(t, scope, n); ok && r > v {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func sameEntries(entries []*store.Entry, sent map[string]*store.Entry) bool {
+	if len(entries) != len(sent) {
+		return false
+	}
+	for _, e := range entries {
+		old := sent[e.Name]
+		if old == nil || old.Scope != e.Scope || old.ModRevision != e.ModRevision {
+			return false
+		}
+	}
+	return true
+}
+
+func sortEntries(es []*store.Entry) {
+	sort.Slice(es, func(i, j int) bool { return es[i].Name < es[j].Name })
+}
+
+func dedupe(es []*store.Entry) []*store.Entry {
+	out := es[:0]
+	for i, e := range es {
+		if i > 0 && es[i-1].Name == e.Name {
+			continue
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+func nameSet(names []string) map[string]bool {
+	m := make(map[string]bool, len(names))
+	for _, n := range names {
+		if n != "*" {
+			m[n] = true
+		}
+	}
+	return m
+}
+
+func sameSet(a, b map[string]bool) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k := range a {
+		if !b[k] {
+			return false
+		}
+	}
+	return true
+}
+
+func keys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func version(rev int64) string { return strconv.FormatInt(rev, 10) }
+
+// parseVersion returns the revision a version_info names, -1 for an empty
+// or foreign one.
+func parseVersion(v string) int64 {
+	if v == "" {
+		return -1
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n <= 0 {
+		return -1
+	}
+	return n
+}
