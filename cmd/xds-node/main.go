@@ -68,8 +68,8 @@ func parseFlags(args []string) (node.Config, error) {
 	fs.StringVar(&cfg.DevEtcdAddr, "dev-etcd-addr", cfg.DevEtcdAddr,
 		"client address of the embedded etcd (dev mode only; xdsadmin's default endpoint)")
 	fs.StringVar(&cfg.EtcdPrefix, "etcd-prefix", cfg.EtcdPrefix, "etcd key prefix; starts and ends with '/'")
-	fs.StringVar(&cfg.XDSAddr, "xds-addr", cfg.XDSAddr, "gRPC listen address (xDS; for now only the gRPC health service)")
-	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "HTTP listen address: /healthz, /readyz, /metrics, /debug/view")
+	fs.StringVar(&cfg.XDSAddr, "xds-addr", cfg.XDSAddr, "gRPC listen address: ADS, per-type SotW xDS services, gRPC health")
+	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "HTTP listen address: REST-JSON /v3/discovery:*, /healthz, /readyz, /metrics, /debug/view, /debug/streams")
 	fs.StringVar(&cfg.GossipAddr, "gossip-addr", cfg.GossipAddr,
 		"memberlist bind address (checked, not used yet: membership comes in a later release)")
 	fs.StringVar(&cfg.AdvertiseAddr, "advertise-addr", cfg.AdvertiseAddr,
@@ -82,6 +82,14 @@ func parseFlags(args []string) (node.Config, error) {
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout,
 		"on SIGTERM or SIGINT, how long to let streams and requests drain before cutting them")
+	fs.DurationVar(&cfg.CatchupTimeout, "catchup-timeout", cfg.CatchupTimeout,
+		"how long a client presenting a version newer than this replica's view waits for it before its stream ends with UNAVAILABLE")
+	fs.BoolVar(&cfg.SotwTrustVersion, "sotw-trust-version", cfg.SotwTrustVersion,
+		"on a new SotW stream, send named resources (EDS, RDS) only if changed since the version presented; only for fleets whose SotW clients are all Envoy")
+	fs.IntVar(&cfg.MaxRecvMsgSize, "max-recv-msg-size", cfg.MaxRecvMsgSize,
+		"largest xDS request message accepted, in bytes")
+	fs.BoolVar(&cfg.DebugOpen, "debug-open", cfg.DebugOpen,
+		"let /debug/ endpoints answer clients that are not on loopback")
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "Usage: xds-node [flags]\n\n"+
 			"One Legation replica. With no flag: dev mode, an embedded etcd on 127.0.0.1:2379.\n"+

@@ -62,6 +62,21 @@ type Config struct {
 	// (--shutdown-timeout): gRPC streams and HTTP requests still open
 	// after it are cut. Zero: cut at once.
 	ShutdownTimeout time.Duration
+	// CatchupTimeout bounds the wait for the view to reach a version a
+	// client presents (--catchup-timeout); after it the stream ends with
+	// UNAVAILABLE. Must be positive.
+	CatchupTimeout time.Duration
+	// SotwTrustVersion (--sotw-trust-version): named SotW requests on a
+	// new stream presenting a version get only what changed since; for
+	// fleets whose SotW clients are all Envoy.
+	SotwTrustVersion bool
+	// MaxRecvMsgSize bounds a request message on --xds-addr
+	// (--max-recv-msg-size); larger ones end the stream with
+	// RESOURCE_EXHAUSTED. Must be positive.
+	MaxRecvMsgSize int
+	// DebugOpen (--debug-open) lets /debug/ endpoints answer clients that
+	// are not on loopback. Default false: only 127.0.0.0/8 and ::1.
+	DebugOpen bool
 	// Logger gets the node's logs; nil discards them.
 	Logger *slog.Logger
 	// Registerer gets the node's and the view's metrics. Nil: a fresh
@@ -93,6 +108,8 @@ func DefaultConfig() Config {
 		GroupBy:         "cluster",         // Node.cluster
 		DialTimeout:     5 * time.Second,   // etcd client set-up calls
 		ShutdownTimeout: 10 * time.Second,  // drain budget
+		CatchupTimeout:  5 * time.Second,   // DESIGN.md, promise 3
+		MaxRecvMsgSize:  4 << 20,           // gRPC's default
 	}
 }
 
@@ -140,6 +157,12 @@ func (c *Config) Validate() error {
 	}
 	if c.ShutdownTimeout < 0 {
 		add(fmt.Errorf("--shutdown-timeout %s: negative", c.ShutdownTimeout))
+	}
+	if c.CatchupTimeout <= 0 {
+		add(fmt.Errorf("--catchup-timeout %s: must be positive", c.CatchupTimeout))
+	}
+	if c.MaxRecvMsgSize <= 0 {
+		add(fmt.Errorf("--max-recv-msg-size %d: must be positive", c.MaxRecvMsgSize))
 	}
 	if c.Gatherer == nil && c.Registerer != nil {
 		if _, ok := c.Registerer.(prometheus.Gatherer); !ok {

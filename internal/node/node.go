@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/legation-io/legation/internal/ads"
 	"github.com/legation-io/legation/internal/devetcd"
 	"github.com/legation-io/legation/internal/resource"
 	"github.com/legation-io/legation/internal/store"
@@ -40,6 +41,25 @@ type Node struct {
 	stopping atomic.Bool // set when Run's ctx ends: no longer ready
 	// view is nil until Run has connected to etcd.
 	view atomic.Pointer[store.View]
+	sotw *ads.Server
+}
+
+// viewSource is the ads.Source of a node: its view once Run made it.
+type viewSource struct{ n *Node }
+
+func (v viewSource) Snapshot() *store.Snapshot {
+	if view := v.n.view.Load(); view != nil {
+		return view.Snapshot()
+	}
+	return nil
+}
+
+func (v viewSource) WaitRevision(ctx context.Context, rev int64) (*store.Snapshot, error) {
+	view := v.n.view.Load()
+	if view == nil {
+		return nil, errors.New("node: no view yet")
+	}
+	return view.WaitRevision(ctx, rev)
 }
 
 // New checks cfg and binds the xDS and HTTP listeners; it does no other
@@ -78,7 +98,27 @@ func New(cfg Config) (*Node, error) {
 		return nil, err
 	}
 
-	n.grpcSrv = grpc.NewServer()
+	groupBy, err := ads.ParseGroupBy(cfg.GroupBy)
+	if err != nil {
+		n.xdsLis.Close()
+		n.httpLis.Close()
+		return nil, err
+	}
+	n.sotw, err = ads.New(ads.Config{
+		Source:         viewSource{n},
+		GroupBy:        groupBy,
+		CatchupTimeout: cfg.CatchupTimeout,
+		TrustVersion:   cfg.SotwTrustVersion,
+		Logger:         n.log,
+		Registerer:     n.reg,
+	})
+	if err != nil {
+		n.xdsLis.Close()
+		n.httpLis.Close()
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	n.grpcSrv = grpc.NewServer(append(ads.ServerOptions(), grpc.MaxRecvMsgSize(cfg.MaxRecvMsgSize))...)
+	n.sotw.Register(n.grpcSrv)
 	n.health = health.NewServer()
 	// health.NewServer reports the server ("") SERVING; it is not until
 	// the view is loaded.
@@ -89,7 +129,9 @@ func New(cfg Config) (*Node, error) {
 	mux.HandleFunc("GET /healthz", n.serveHealthz)
 	mux.HandleFunc("GET /readyz", n.serveReadyz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /debug/view", n.serveDebugView)
+	mux.Handle("GET /debug/view", n.debugOnly(http.HandlerFunc(n.serveDebugView)))
+	mux.Handle("GET /debug/streams", n.debugOnly(n.sotw.StreamsHandler()))
+	mux.Handle(ads.RESTPattern, n.sotw.RESTHandler())
 	n.httpSrv = &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -360,6 +402,21 @@ type viewStatus struct {
 	// HistoryFrom is the oldest revision from which the view knows every
 	// change.
 	HistoryFrom int64 `json:"history_from"`
+}
+
+// debugOnly lets only loopback clients reach h, unless DebugOpen.
+func (n *Node) debugOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !n.cfg.DebugOpen {
+			host, _, err := net.SplitHostPort(r.RemoteAddr)
+			ip := net.ParseIP(host)
+			if err != nil || ip == nil || !ip.IsLoopback() {
+				http.Error(w, "debug endpoints answer loopback clients only (see --debug-open)", http.StatusForbidden)
+				return
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // serveDebugView reports the view's latest snapshot as JSON; 503 before
