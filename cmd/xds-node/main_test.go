@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/legation-io/legation/internal/node"
 )
 
 func TestParseFlags(t *testing.T) {
@@ -15,23 +17,27 @@ func TestParseFlags(t *testing.T) {
 		name    string
 		env     map[string]string
 		args    []string
-		check   func(t *testing.T, cfgName, groupBy string, endpoints []string, shutdown time.Duration)
+		check   func(t *testing.T, cfg node.Config)
 		wantErr string // substring; empty: no error
 	}{
 		{
 			name: "defaults are dev mode",
-			check: func(t *testing.T, _, groupBy string, endpoints []string, shutdown time.Duration) {
-				if len(endpoints) != 0 || groupBy != "cluster" || shutdown != 10*time.Second {
-					t.Errorf("got endpoints %q, group-by %q, shutdown %s; want none, cluster, 10s", endpoints, groupBy, shutdown)
+			check: func(t *testing.T, cfg node.Config) {
+				if len(cfg.EtcdEndpoints) != 0 || cfg.GroupBy != "cluster" || cfg.ShutdownTimeout != 10*time.Second {
+					t.Errorf("got endpoints %q, group-by %q, shutdown %s; want none, cluster, 10s", cfg.EtcdEndpoints, cfg.GroupBy, cfg.ShutdownTimeout)
+				}
+				if cfg.CatchupTimeout != 5*time.Second || cfg.SotwTrustVersion || cfg.MaxRecvMsgSize != 4<<20 || cfg.DebugOpen {
+					t.Errorf("got catchup %s, trust version %v, max recv %d, debug open %v; want 5s, false, 4194304, false",
+						cfg.CatchupTimeout, cfg.SotwTrustVersion, cfg.MaxRecvMsgSize, cfg.DebugOpen)
 				}
 			},
 		},
 		{
 			name: "env sets flags",
 			env:  map[string]string{"LEGATION_ETCD_ENDPOINTS": "a:2379, b:2379", "LEGATION_GROUP_BY": "id", "LEGATION_SHUTDOWN_TIMEOUT": "3s"},
-			check: func(t *testing.T, _, groupBy string, endpoints []string, shutdown time.Duration) {
-				if !slices.Equal(endpoints, []string{"a:2379", "b:2379"}) || groupBy != "id" || shutdown != 3*time.Second {
-					t.Errorf("got endpoints %q, group-by %q, shutdown %s; want [a:2379 b:2379], id, 3s", endpoints, groupBy, shutdown)
+			check: func(t *testing.T, cfg node.Config) {
+				if !slices.Equal(cfg.EtcdEndpoints, []string{"a:2379", "b:2379"}) || cfg.GroupBy != "id" || cfg.ShutdownTimeout != 3*time.Second {
+					t.Errorf("got endpoints %q, group-by %q, shutdown %s; want [a:2379 b:2379], id, 3s", cfg.EtcdEndpoints, cfg.GroupBy, cfg.ShutdownTimeout)
 				}
 			},
 		},
@@ -39,18 +45,49 @@ func TestParseFlags(t *testing.T) {
 			name: "a flag wins over env",
 			env:  map[string]string{"LEGATION_GROUP_BY": "id", "LEGATION_NAME": "from-env"},
 			args: []string{"--group-by=metadata:team", "--name", "from-flag"},
-			check: func(t *testing.T, name, groupBy string, _ []string, _ time.Duration) {
-				if name != "from-flag" || groupBy != "metadata:team" {
-					t.Errorf("got name %q, group-by %q; want from-flag, metadata:team", name, groupBy)
+			check: func(t *testing.T, cfg node.Config) {
+				if cfg.Name != "from-flag" || cfg.GroupBy != "metadata:team" {
+					t.Errorf("got name %q, group-by %q; want from-flag, metadata:team", cfg.Name, cfg.GroupBy)
 				}
 			},
 		},
 		{
 			name: "an empty variable is ignored",
 			env:  map[string]string{"LEGATION_NAME": ""},
-			check: func(t *testing.T, name, _ string, _ []string, _ time.Duration) {
-				if name == "" {
+			check: func(t *testing.T, cfg node.Config) {
+				if cfg.Name == "" {
 					t.Error("name empty")
+				}
+			},
+		},
+		{
+			name: "xds flags",
+			args: []string{"--catchup-timeout", "2s", "--sotw-trust-version", "--max-recv-msg-size", "1048576", "--debug-open"},
+			check: func(t *testing.T, cfg node.Config) {
+				if cfg.CatchupTimeout != 2*time.Second || !cfg.SotwTrustVersion || cfg.MaxRecvMsgSize != 1<<20 || !cfg.DebugOpen {
+					t.Errorf("got catchup %s, trust version %v, max recv %d, debug open %v; want 2s, true, 1048576, true",
+						cfg.CatchupTimeout, cfg.SotwTrustVersion, cfg.MaxRecvMsgSize, cfg.DebugOpen)
+				}
+			},
+		},
+		{
+			name: "xds env",
+			env: map[string]string{"LEGATION_CATCHUP_TIMEOUT": "7s", "LEGATION_SOTW_TRUST_VERSION": "true",
+				"LEGATION_MAX_RECV_MSG_SIZE": "2048", "LEGATION_DEBUG_OPEN": "1"},
+			check: func(t *testing.T, cfg node.Config) {
+				if cfg.CatchupTimeout != 7*time.Second || !cfg.SotwTrustVersion || cfg.MaxRecvMsgSize != 2048 || !cfg.DebugOpen {
+					t.Errorf("got catchup %s, trust version %v, max recv %d, debug open %v; want 7s, true, 2048, true",
+						cfg.CatchupTimeout, cfg.SotwTrustVersion, cfg.MaxRecvMsgSize, cfg.DebugOpen)
+				}
+			},
+		},
+		{
+			name: "a false bool flag wins over env",
+			env:  map[string]string{"LEGATION_SOTW_TRUST_VERSION": "true", "LEGATION_DEBUG_OPEN": "true"},
+			args: []string{"--sotw-trust-version=false", "--debug-open=false"},
+			check: func(t *testing.T, cfg node.Config) {
+				if cfg.SotwTrustVersion || cfg.DebugOpen {
+					t.Errorf("got trust version %v, debug open %v; want false, false", cfg.SotwTrustVersion, cfg.DebugOpen)
 				}
 			},
 		},
@@ -60,6 +97,13 @@ func TestParseFlags(t *testing.T) {
 		{name: "bad group-by", args: []string{"--group-by", "labels"}, wantErr: "--group-by"},
 		{name: "bad log level", args: []string{"--log-level", "loud"}, wantErr: "--log-level"},
 		{name: "bad log format", args: []string{"--log-format", "xml"}, wantErr: "--log-format"},
+		{name: "zero catchup timeout", args: []string{"--catchup-timeout", "0s"}, wantErr: "--catchup-timeout 0s: must be positive"},
+		{name: "bad catchup timeout env", env: map[string]string{"LEGATION_CATCHUP_TIMEOUT": "5"}, wantErr: "LEGATION_CATCHUP_TIMEOUT"},
+		{name: "negative catchup timeout env", env: map[string]string{"LEGATION_CATCHUP_TIMEOUT": "-1s"}, wantErr: "--catchup-timeout -1s"},
+		{name: "zero max recv msg size", args: []string{"--max-recv-msg-size=0"}, wantErr: "--max-recv-msg-size 0: must be positive"},
+		{name: "bad max recv msg size", args: []string{"--max-recv-msg-size", "4MiB"}, wantErr: "--max-recv-msg-size"},
+		{name: "bad trust version env", env: map[string]string{"LEGATION_SOTW_TRUST_VERSION": "sometimes"}, wantErr: "LEGATION_SOTW_TRUST_VERSION"},
+		{name: "bad debug open env", env: map[string]string{"LEGATION_DEBUG_OPEN": "maybe"}, wantErr: "LEGATION_DEBUG_OPEN"},
 		{name: "unknown flag", args: []string{"--nope"}, wantErr: "--nope"},
 		{name: "argument", args: []string{"serve"}, wantErr: `"serve"`},
 	}
@@ -81,7 +125,7 @@ func TestParseFlags(t *testing.T) {
 			if cfg.Logger == nil {
 				t.Error("no Logger")
 			}
-			tt.check(t, cfg.Name, cfg.GroupBy, cfg.EtcdEndpoints, cfg.ShutdownTimeout)
+			tt.check(t, cfg)
 		})
 	}
 }

@@ -164,8 +164,17 @@ func (st *stream) handle(r *discoveryv3.DiscoveryRequest) error {
 	}
 	st.advance()
 	ts := st.types[t]
-	if ts == nil || r.GetResponseNonce() == "" {
+	if ts == nil || (r.GetResponseNonce() == "" && ts.nonce != "") {
 		return st.subscribe(t, r)
+	}
+	if r.GetResponseNonce() == "" {
+		// The type's first request was answered with nothing (promise
+		// 4), so the client has no nonce to give: this is its latest
+		// request. Names it adds are ones it does not hold; starting
+		// over would trust its version for them too.
+		st.setNames(ts, r.GetResourceNames(), true)
+		st.updateStatus(ts)
+		return nil
 	}
 	if r.GetResponseNonce() != ts.nonce {
 		// A response the client has not seen yet supersedes this request
@@ -184,6 +193,9 @@ func (st *stream) handle(r *discoveryv3.DiscoveryRequest) error {
 		// Promise 7: nothing more for this type until what the stream
 		// would receive changes. Name changes in a NACK are taken; they
 		// are answered with the next change.
+		// A NACKed listener or route does not release a held cluster
+		// removal: the client still routes by its old config, which may
+		// use the cluster. An ACK of a later version does.
 		st.setNames(ts, r.GetResourceNames(), false)
 		return nil
 	}
@@ -228,7 +240,8 @@ func (st *stream) subscribe(t *resource.Type, r *discoveryv3.DiscoveryRequest) e
 		return err
 	}
 	if snap.Revision > st.snap.Revision {
-		st.snap = snap // catchUp waited: take the changes as of now
+		// catchUp waited: take the changes made meanwhile, following
+		// every snapshot so that none of other types' changes is lost.
 		st.advance()
 	}
 	snap = st.snap
@@ -367,7 +380,8 @@ func (st *stream) flushFullState(ts *typeState) error {
 }
 
 // referrersPending reports whether LDS or RDS have updates to send or
-// responses not yet ACKed.
+// responses not yet ACKed (a NACKed one counts as not ACKed: promise 6
+// removes clusters only after the referrers were ACKed).
 func (st *stream) referrersPending() bool {
 	for _, t := range []*resource.Type{resource.Listener, resource.Route} {
 		ts := st.types[t]
@@ -377,7 +391,7 @@ func (st *stream) referrersPending() bool {
 		if ts.needAll || len(ts.dirty) > 0 {
 			return true
 		}
-		if ts.nonce != "" && ts.acked != ts.version && ts.nacked != ts.version {
+		if ts.nonce != "" && ts.acked != ts.version {
 			return true
 		}
 	}

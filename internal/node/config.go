@@ -31,11 +31,12 @@ type Config struct {
 	// EtcdPrefix is the etcd key prefix (--etcd-prefix); it starts and
 	// ends with '/'.
 	EtcdPrefix string
-	// XDSAddr is the gRPC listen address (--xds-addr). For now it serves
-	// only the standard gRPC health service; the xDS services come later.
+	// XDSAddr is the gRPC listen address (--xds-addr): ADS, the per-type
+	// SotW xDS services and the standard gRPC health service.
 	XDSAddr string
-	// HTTPAddr is the HTTP listen address (--http-addr): /healthz,
-	// /readyz, /metrics and /debug/view.
+	// HTTPAddr is the HTTP listen address (--http-addr): REST-JSON
+	// /v3/discovery:*, /healthz, /readyz, /metrics, /debug/view and
+	// /debug/streams.
 	HTTPAddr string
 	// GossipAddr is the memberlist bind address (--gossip-addr). Checked
 	// but not yet used: membership comes in a later issue.
@@ -51,8 +52,7 @@ type Config struct {
 	// hostname.
 	Name string
 	// GroupBy says how a node's group is derived from its Node message
-	// (--group-by): "cluster", "id" or "metadata:KEY". Checked and kept for
-	// the xDS servers of a later issue.
+	// (--group-by): "cluster", "id" or "metadata:KEY".
 	GroupBy string
 	// DialTimeout bounds etcd client set-up calls. Connecting itself does
 	// not block: until etcd answers, the view retries and /readyz says 503.
@@ -190,8 +190,8 @@ func (c *Config) Validate() error {
 
 // parseGroupBy parses a --group-by value: "cluster", "id" or
 // "metadata:KEY". It returns the kind and, for metadata, the key. The xDS
-// servers of a later issue derive groups; this only checks the syntax
-// early, so a typo fails at start-up.
+// server derives groups (ads.ParseGroupBy); this checks the syntax with a
+// message naming the flag, so a typo fails at start-up.
 func parseGroupBy(s string) (kind, key string, err error) {
 	switch s {
 	case "cluster", "id":

@@ -31,6 +31,9 @@ func TestValidate(t *testing.T) {
 			c.Join = []string{"node-1:7946", "10.0.0.7", "::1", "[::1]:7946"}
 		}, ""},
 		{"prefix root", func(c *node.Config) { c.EtcdPrefix = "/" }, ""},
+		{"sotw trust version and debug open", func(c *node.Config) { c.SotwTrustVersion, c.DebugOpen = true, true }, ""},
+		{"tiny catchup timeout", func(c *node.Config) { c.CatchupTimeout = time.Millisecond }, ""},
+		{"tiny max recv msg size", func(c *node.Config) { c.MaxRecvMsgSize = 1 }, ""},
 
 		{"group by empty", func(c *node.Config) { c.GroupBy = "" }, "--group-by"},
 		{"group by unknown", func(c *node.Config) { c.GroupBy = "labels" }, "--group-by \"labels\""},
@@ -55,6 +58,10 @@ func TestValidate(t *testing.T) {
 		{"join empty host", func(c *node.Config) { c.Join = []string{":7946"} }, "--join"},
 		{"name empty", func(c *node.Config) { c.Name = " " }, "--name"},
 		{"negative shutdown timeout", func(c *node.Config) { c.ShutdownTimeout = -time.Second }, "--shutdown-timeout"},
+		{"zero catchup timeout", func(c *node.Config) { c.CatchupTimeout = 0 }, "--catchup-timeout 0s: must be positive"},
+		{"negative catchup timeout", func(c *node.Config) { c.CatchupTimeout = -time.Second }, "--catchup-timeout -1s"},
+		{"zero max recv msg size", func(c *node.Config) { c.MaxRecvMsgSize = 0 }, "--max-recv-msg-size 0: must be positive"},
+		{"negative max recv msg size", func(c *node.Config) { c.MaxRecvMsgSize = -1 }, "--max-recv-msg-size -1"},
 		{"registerer not a gatherer", func(c *node.Config) {
 			c.Registerer = prometheus.WrapRegistererWith(prometheus.Labels{"replica": "a"}, prometheus.NewRegistry())
 		}, "Gatherer"},
@@ -76,16 +83,26 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+func TestDefaultConfigXDS(t *testing.T) {
+	cfg := node.DefaultConfig()
+	if cfg.CatchupTimeout != 5*time.Second || cfg.MaxRecvMsgSize != 4<<20 || cfg.SotwTrustVersion || cfg.DebugOpen {
+		t.Errorf("DefaultConfig: catchup %s, max recv %d, trust version %v, debug open %v; want 5s, 4 MiB, false, false",
+			cfg.CatchupTimeout, cfg.MaxRecvMsgSize, cfg.SotwTrustVersion, cfg.DebugOpen)
+	}
+}
+
 func TestValidateReportsEveryError(t *testing.T) {
 	cfg := node.DefaultConfig()
 	cfg.GroupBy = "x"
 	cfg.XDSAddr = "x"
 	cfg.EtcdPrefix = "x"
+	cfg.CatchupTimeout = 0
+	cfg.MaxRecvMsgSize = 0
 	err := cfg.Validate()
 	if err == nil {
 		t.Fatal("Validate() = nil")
 	}
-	for _, want := range []string{"--group-by", "--xds-addr", "--etcd-prefix"} {
+	for _, want := range []string{"--group-by", "--xds-addr", "--etcd-prefix", "--catchup-timeout", "--max-recv-msg-size"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate() = %v, want it to name %s", err, want)
 		}
