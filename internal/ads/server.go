@@ -22,9 +22,12 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/legation-io/legation/internal/resource"
+	"github.com/legation-io/legation/internal/scope"
 	"github.com/legation-io/legation/internal/store"
+	"github.com/legation-io/legation/internal/wire"
 )
 
 // Source is what the server reads resources from; *store.View is one.
@@ -45,7 +48,7 @@ type Config struct {
 	// Source is the view to serve. Required.
 	Source Source
 	// GroupBy derives a node's group; nil: by Node.cluster.
-	GroupBy GroupFunc
+	GroupBy scope.GroupFunc
 	// CatchupTimeout bounds the wait for the view to reach a version a
 	// client presents; after it the stream ends with UNAVAILABLE so the
 	// client retries elsewhere (promise 3). Zero: 5s.
@@ -81,7 +84,7 @@ func (c *Config) Validate() error {
 type Server struct {
 	cfg     Config
 	metrics *metrics
-	cache   bodyCache
+	cache   wire.Cache
 
 	nextID atomic.Uint64
 
@@ -92,7 +95,7 @@ type Server struct {
 // New returns a Server. It does no I/O.
 func New(cfg Config) (*Server, error) {
 	if cfg.GroupBy == nil {
-		cfg.GroupBy, _ = ParseGroupBy("cluster")
+		cfg.GroupBy, _ = scope.ParseGroupBy("cluster")
 	}
 	if cfg.CatchupTimeout == 0 {
 		cfg.CatchupTimeout = DefaultConfig().CatchupTimeout
@@ -104,14 +107,14 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, metrics: newMetrics(cfg.Registerer), streams: map[uint64]*stream{}}
-	s.cache.encodes = s.metrics.encodes.Inc
+	s.cache.Encoded = s.metrics.encodes.Inc
 	return s, nil
 }
 
 // ServerOptions are the options the gRPC server serving s needs: the codec
 // that sends shared, pre-encoded responses.
 func ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.ForceServerCodecV2(Codec{})}
+	return []grpc.ServerOption{grpc.ForceServerCodecV2(wire.Codec{})}
 }
 
 // Register registers ADS and the per-type SotW services on g. Delta
@@ -258,11 +261,11 @@ func (s *Server) Fetch(ctx context.Context, r *discoveryv3.DiscoveryRequest, t *
 	group := s.cfg.GroupBy(r.GetNode())
 	names := r.GetResourceNames()
 	wildcard := len(names) == 0 || contains(names, "*")
-	if presented >= 0 && unchangedSince(snap, t, group, names, wildcard, presented) {
+	if presented >= 0 && scope.UnchangedSince(snap, t, group, names, wildcard, presented) {
 		return nil, true, nil
 	}
-	entries := visibleEntries(snap, t, group, names, wildcard)
-	resp = &discoveryv3.DiscoveryResponse{VersionInfo: version(snap.Revision), TypeUrl: t.URL, Resources: anys(len(entries))}
+	entries := scope.Entries(snap, t, group, names, wildcard)
+	resp = &discoveryv3.DiscoveryResponse{VersionInfo: version(snap.Revision), TypeUrl: t.URL, Resources: make([]*anypb.Any, 0, len(entries))}
 	for _, e := range entries {
 		resp.Resources = append(resp.Resources, e.Body)
 	}

@@ -15,9 +15,13 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/legation-io/legation/internal/resource"
+	"github.com/legation-io/legation/internal/scope"
 	"github.com/legation-io/legation/internal/store"
+	"github.com/legation-io/legation/internal/wire"
 )
 
 // stream is one SotW stream. Its state is owned by the goroutine running
@@ -249,8 +253,8 @@ func (st *stream) subscribe(t *resource.Type, r *discoveryv3.DiscoveryRequest) e
 	// it would receive is unchanged since V. Named requests only when the
 	// clients are trusted to keep resources across streams.
 	if presented >= 0 && (ts.wildcard || st.s.cfg.TrustVersion) &&
-		unchangedSince(snap, t, st.group, names, ts.wildcard, presented) {
-		for _, e := range visibleEntries(snap, t, st.group, names, ts.wildcard) {
+		scope.UnchangedSince(snap, t, st.group, names, ts.wildcard, presented) {
+		for _, e := range scope.Entries(snap, t, st.group, names, ts.wildcard) {
 			ts.sent[e.Name] = e
 		}
 		ts.version, ts.acked = r.GetVersionInfo(), r.GetVersionInfo()
@@ -344,7 +348,7 @@ func (st *stream) flush() error {
 // any of it changed.
 func (st *stream) flushFullState(ts *typeState) error {
 	names := keys(ts.names)
-	entries := visibleEntries(st.snap, ts.t, st.group, names, ts.wildcard)
+	entries := scope.Entries(st.snap, ts.t, st.group, names, ts.wildcard)
 	force := ts.forceSend
 	ts.needAll, ts.forceSend, ts.dirty = false, false, map[string]bool{}
 	if !force && sameEntries(entries, ts.sent) {
@@ -368,7 +372,7 @@ func (st *stream) flushFullState(ts *typeState) error {
 			// interim set carries the previous version: a client that
 			// reconnects holding it is sent the final set.
 			entries = append(entries, removed...)
-			sortEntries(entries)
+			scope.SortEntries(entries)
 			version = ts.version
 			ts.holdRemovals = true
 			st.s.metrics.mbbHolds.Inc()
@@ -413,7 +417,7 @@ func (st *stream) flushNamed(ts *typeState) error {
 	var candidates []string
 	if ts.needAll {
 		if ts.wildcard {
-			for _, e := range visibleEntries(st.snap, ts.t, st.group, nil, true) {
+			for _, e := range scope.Entries(st.snap, ts.t, st.group, nil, true) {
 				candidates = append(candidates, e.Name)
 			}
 		}
@@ -432,7 +436,7 @@ func (st *stream) flushNamed(ts *typeState) error {
 			continue
 		}
 		seen[n] = true
-		e := visible(st.snap, ts.t, st.group, n)
+		e := scope.Visible(st.snap, ts.t, st.group, n)
 		if e == nil {
 			delete(ts.sent, n)
 			continue
@@ -445,14 +449,14 @@ func (st *stream) flushNamed(ts *typeState) error {
 	if len(out) == 0 && !force {
 		return nil
 	}
-	sortEntries(out)
+	scope.SortEntries(out)
 	return st.send(ts, out, version(st.snap.Revision), false)
 }
 
 // send encodes (or takes from the shared cache) and sends one response.
 func (st *stream) send(ts *typeState, entries []*store.Entry, ver string, shareable bool) error {
-	build := func() *discoveryv3.DiscoveryResponse {
-		r := &discoveryv3.DiscoveryResponse{VersionInfo: ver, TypeUrl: ts.t.URL, Resources: anys(len(entries))}
+	build := func() proto.Message {
+		r := &discoveryv3.DiscoveryResponse{VersionInfo: ver, TypeUrl: ts.t.URL, Resources: make([]*anypb.Any, 0, len(entries))}
 		for _, e := range entries {
 			r.Resources = append(r.Resources, e.Body)
 		}
@@ -470,16 +474,16 @@ func (st *stream) send(ts *typeState, entries []*store.Entry, ver string, sharea
 	var body []byte
 	var err error
 	if ver == version(st.snap.Revision) {
-		body, err = st.s.cache.get(st.snap.Revision, key.String(), build)
+		body, err = st.s.cache.Get(st.snap.Revision, key.String(), build)
 	} else {
-		body, err = st.s.cache.encodeUncached(build())
+		body, err = st.s.cache.Encode(build())
 	}
 	if err != nil {
 		return status.Errorf(codes.Internal, "encode response: %v", err)
 	}
 	st.nonces++
 	nonce := strconv.FormatUint(st.nonces, 10)
-	if err := st.gs.SendMsg(newWireResponse(body, nonce)); err != nil {
+	if err := st.gs.SendMsg(wire.NewResponse(body, nonce)); err != nil {
 		return err
 	}
 	ts.version, ts.nonce = ver, nonce
@@ -554,82 +558,6 @@ type TypeStatus struct {
 	Resources    int    `json:"resources"`
 }
 
-// visible returns the entry a node of group sees for name: the group's,
-// else the default scope's.
-func visible(snap *store.Snapshot, t *resource.Type, group, name string) *store.Entry {
-	if group != "" {
-		if e, ok := snap.Get(t, group, name); ok {
-			return e
-		}
-	}
-	e, _ := snap.Get(t, store.DefaultScope, name)
-	return e
-}
-
-// visibleEntries returns, sorted by name, what a node of group sees of type
-// t: everything (wildcard) or the named resources that exist.
-func visibleEntries(snap *store.Snapshot, t *resource.Type, group string, names []string, wildcard bool) []*store.Entry {
-	if !wildcard {
-		out := make([]*store.Entry, 0, len(names))
-		for _, n := range names {
-			if n == "*" {
-				continue
-			}
-			if e := visible(snap, t, group, n); e != nil {
-				out = append(out, e)
-			}
-		}
-		sortEntries(out)
-		return dedupe(out)
-	}
-	var out []*store.Entry
-	snap.Walk(t, store.DefaultScope, func(e *store.Entry) bool {
-		if group != "" {
-			if g, ok := snap.Get(t, group, e.Name); ok {
-				e = g
-			}
-		}
-		out = append(out, e)
-		return true
-	})
-	if group != "" {
-		snap.Walk(t, group, func(e *store.Entry) bool {
-			if _, ok := snap.Get(t, store.DefaultScope, e.Name); !ok {
-				out = append(out, e)
-			}
-			return true
-		})
-		sortEntries(out)
-	}
-	return out
-}
-
-// unchangedSince reports whether what a node of group would receive for
-// type t (the named resources, or all) is the same as at revision v.
-func unchangedSince(snap *store.Snapshot, t *resource.Type, group string, names []string, wildcard bool, v int64) bool {
-	if v > snap.Revision || v < snap.HistoryFrom-1 {
-		return false // changes before the view's history are unknown
-	}
-	setUnchanged := snap.LastChange(t, store.DefaultScope) <= v && (group == "" || snap.LastChange(t, group) <= v)
-	if wildcard || setUnchanged {
-		return setUnchanged
-	}
-	for _, n := range names {
-		for _, scope := range []string{group, store.DefaultScope} {
-			if scope == "" {
-				continue
-			}
-			if e, ok := snap.Get(t, scope, n); ok && e.ModRevision > v {
-				return false
-			}
-			if r, ok := snap.DeletedAt(t, scope, n); ok && r > v {
-				return false
-			}
-		}
-	}
-	return true
-}
-
 func sameEntries(entries []*store.Entry, sent map[string]*store.Entry) bool {
 	if len(entries) != len(sent) {
 		return false
@@ -641,21 +569,6 @@ func sameEntries(entries []*store.Entry, sent map[string]*store.Entry) bool {
 		}
 	}
 	return true
-}
-
-func sortEntries(es []*store.Entry) {
-	sort.Slice(es, func(i, j int) bool { return es[i].Name < es[j].Name })
-}
-
-func dedupe(es []*store.Entry) []*store.Entry {
-	out := es[:0]
-	for i, e := range es {
-		if i > 0 && es[i-1].Name == e.Name {
-			continue
-		}
-		out = append(out, e)
-	}
-	return out
 }
 
 func nameSet(names []string) map[string]bool {

@@ -23,6 +23,7 @@ import (
 	"github.com/legation-io/legation/internal/ads"
 	"github.com/legation-io/legation/internal/devetcd"
 	"github.com/legation-io/legation/internal/resource"
+	"github.com/legation-io/legation/internal/scope"
 	"github.com/legation-io/legation/internal/store"
 )
 
@@ -98,7 +99,7 @@ func New(cfg Config) (*Node, error) {
 		return nil, err
 	}
 
-	groupBy, err := ads.ParseGroupBy(cfg.GroupBy)
+	groupBy, err := scope.ParseGroupBy(cfg.GroupBy)
 	if err != nil {
 		n.xdsLis.Close()
 		n.httpLis.Close()

@@ -1,4 +1,4 @@
-package ads
+package scope
 
 import (
 	"errors"
@@ -26,7 +26,7 @@ func ParseGroupBy(s string) (GroupFunc, error) {
 	case strings.HasPrefix(s, "metadata:"):
 		key := strings.TrimPrefix(s, "metadata:")
 		if key == "" {
-			return nil, errors.New("ads: --group-by metadata:KEY needs a key")
+			return nil, errors.New("scope: --group-by metadata:KEY needs a key")
 		}
 		return func(n *corev3.Node) string {
 			v, ok := n.GetMetadata().GetFields()[key]
@@ -39,7 +39,7 @@ func ParseGroupBy(s string) (GroupFunc, error) {
 			return ""
 		}, nil
 	}
-	return nil, fmt.Errorf("ads: --group-by %q: want cluster, id or metadata:KEY", s)
+	return nil, fmt.Errorf("scope: --group-by %q: want cluster, id or metadata:KEY", s)
 }
 
 // clean maps a group that cannot be a scope (it would hold '/', or is the

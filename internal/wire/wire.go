@@ -1,0 +1,110 @@
+// Package wire sends xDS responses as bytes encoded once and shared: a
+// response body (everything but the nonce) is encoded once per distinct
+// content and sent by every stream that sends the same, each stream adding
+// only its nonce. It owns the gRPC codec that makes this possible and the
+// cache of encoded bodies; it knows nothing of the protocol's rules.
+package wire
+
+import (
+	"sync"
+
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+	protobuf "google.golang.org/protobuf/proto"
+)
+
+// Response is a (Delta)DiscoveryResponse already encoded: a body shared by
+// every stream that sends the same thing, and the stream's own nonce.
+// Protobuf fields may come in any order, so body+nonce is a valid message.
+type Response struct {
+	body []byte // everything but the nonce: shared, never modified
+	tail []byte // the nonce field: this stream's
+}
+
+// NonceField is the field number of the nonce in DiscoveryResponse and in
+// DeltaDiscoveryResponse.
+const NonceField = 5
+
+// NewResponse returns body with nonce appended as field NonceField.
+func NewResponse(body []byte, nonce string) *Response {
+	tail := protowire.AppendTag(make([]byte, 0, len(nonce)+2), NonceField, protowire.BytesType)
+	tail = protowire.AppendString(tail, nonce)
+	return &Response{body: body, tail: tail}
+}
+
+// Size is the number of bytes the response puts on the wire (before gRPC
+// framing).
+func (r *Response) Size() int { return len(r.body) + len(r.tail) }
+
+// Codec is the gRPC codec xds-node's server must use
+// (grpc.ForceServerCodecV2(wire.Codec{})): it sends a Response's bytes
+// as they are and hands every other message to the standard proto codec.
+type Codec struct{}
+
+var protoCodec = encoding.GetCodecV2(proto.Name)
+
+// Marshal implements encoding.CodecV2.
+func (Codec) Marshal(v any) (mem.BufferSlice, error) {
+	if w, ok := v.(*Response); ok {
+		return mem.BufferSlice{mem.SliceBuffer(w.body), mem.SliceBuffer(w.tail)}, nil
+	}
+	return protoCodec.Marshal(v)
+}
+
+// Unmarshal implements encoding.CodecV2.
+func (Codec) Unmarshal(data mem.BufferSlice, v any) error { return protoCodec.Unmarshal(data, v) }
+
+// Name implements encoding.CodecV2.
+func (Codec) Name() string { return proto.Name }
+
+// Cache shares encoded response bodies among streams. It holds the bodies
+// of one view revision; a newer revision replaces them. Its methods may be
+// called concurrently.
+type Cache struct {
+	mu  sync.Mutex // guards rev, m
+	rev int64
+	m   map[string]*cachedBody
+
+	// Encoded, if set, is called once per body encoded (a metric). Set it
+	// before first use.
+	Encoded func()
+}
+
+type cachedBody struct {
+	once sync.Once
+	body []byte
+	err  error
+}
+
+// Get returns the body for key at rev, encoding the message build returns
+// the first time. Bodies of older revisions are encoded without caching.
+// Concurrent callers for one key wait for one encoding.
+func (c *Cache) Get(rev int64, key string, build func() protobuf.Message) ([]byte, error) {
+	c.mu.Lock()
+	if rev > c.rev {
+		c.rev, c.m = rev, map[string]*cachedBody{}
+	}
+	var cb *cachedBody
+	if rev == c.rev {
+		cb = c.m[key]
+		if cb == nil {
+			cb = &cachedBody{}
+			c.m[key] = cb
+		}
+	} else {
+		cb = &cachedBody{}
+	}
+	c.mu.Unlock()
+	cb.once.Do(func() { cb.body, cb.err = c.Encode(build()) })
+	return cb.body, cb.err
+}
+
+// Encode encodes a body that no other stream shares.
+func (c *Cache) Encode(m protobuf.Message) ([]byte, error) {
+	if c.Encoded != nil {
+		c.Encoded()
+	}
+	return protobuf.Marshal(m)
+}
