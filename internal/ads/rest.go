@@ -1,8 +1,6 @@
 package ads
 
 import (
-	"encoding/json"
-	"errors"
 	"io"
 	"net/http"
 	"strings"
@@ -86,15 +84,3 @@ func (s *Server) RESTHandler() http.Handler {
 
 // RESTPattern is the ServeMux pattern RESTHandler answers under.
 const RESTPattern = "/v3/"
-
-// StreamsHandler serves /debug/streams: every open stream as JSON.
-func (s *Server) StreamsHandler() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(map[string]any{"streams": s.Streams()}); err != nil && !errors.Is(err, http.ErrHandlerTimeout) {
-			return
-		}
-	})
-}

@@ -58,6 +58,9 @@ type Config struct {
 	// do. Safe only when every SotW client is Envoy, which keeps resources
 	// across streams (grpc-go issue #7013). Default false.
 	TrustVersion bool
+	// Delta serves the delta methods of ADS and of the per-type services;
+	// nil answers them Unimplemented.
+	Delta DeltaServer
 	// Logger gets NACKs and stream errors; nil discards.
 	Logger *slog.Logger
 	// Registerer gets the server's metrics; nil registers none.
@@ -78,6 +81,13 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("ads: CatchupTimeout %s is negative", c.CatchupTimeout)
 	}
 	return nil
+}
+
+// DeltaServer serves delta xDS streams (package delta's *Server is one).
+// Serve blocks until the stream ends; t is the type of a per-type service,
+// nil on ADS. It is called concurrently, once per stream.
+type DeltaServer interface {
+	Serve(st grpc.BidiStreamingServer[discoveryv3.DeltaDiscoveryRequest, discoveryv3.DeltaDiscoveryResponse], t *resource.Type) error
 }
 
 // Server serves SotW xDS. Its methods may be called concurrently.
@@ -129,6 +139,26 @@ func (s *Server) Register(g grpc.ServiceRegistrar) {
 	secretv3.RegisterSecretDiscoveryServiceServer(g, sdsService{s: s})
 	runtimev3.RegisterRuntimeDiscoveryServiceServer(g, rtdsService{s: s})
 	extensionv3.RegisterExtensionConfigDiscoveryServiceServer(g, ecdsService{s: s})
+	routev3.RegisterVirtualHostDiscoveryServiceServer(g, vhdsService{s: s})
+}
+
+type deltaStream = grpc.BidiStreamingServer[discoveryv3.DeltaDiscoveryRequest, discoveryv3.DeltaDiscoveryResponse]
+
+// delta hands a delta stream to the delta server.
+func (s *Server) delta(st deltaStream, t *resource.Type) error {
+	if s.cfg.Delta == nil {
+		return status.Error(codes.Unimplemented, "delta xDS is not served by this replica")
+	}
+	return s.cfg.Delta.Serve(st, t)
+}
+
+type vhdsService struct {
+	routev3.UnimplementedVirtualHostDiscoveryServiceServer
+	s *Server
+}
+
+func (x vhdsService) DeltaVirtualHosts(st deltaStream) error {
+	return x.s.delta(st, resource.VirtualHost)
 }
 
 type sotwStream = grpc.BidiStreamingServer[discoveryv3.DiscoveryRequest, discoveryv3.DiscoveryResponse]
@@ -142,10 +172,14 @@ func (a adsService) StreamAggregatedResources(st sotwStream) error {
 	return a.s.serve(st, nil)
 }
 
+func (a adsService) DeltaAggregatedResources(st deltaStream) error { return a.s.delta(st, nil) }
+
 type cdsService struct {
 	clusterv3.UnimplementedClusterDiscoveryServiceServer
 	s *Server
 }
+
+func (x cdsService) DeltaClusters(st deltaStream) error { return x.s.delta(st, resource.Cluster) }
 
 func (x cdsService) StreamClusters(st sotwStream) error { return x.s.serve(st, resource.Cluster) }
 func (x cdsService) FetchClusters(ctx context.Context, r *discoveryv3.DiscoveryRequest) (*discoveryv3.DiscoveryResponse, error) {
@@ -157,6 +191,8 @@ type edsService struct {
 	s *Server
 }
 
+func (x edsService) DeltaEndpoints(st deltaStream) error { return x.s.delta(st, resource.Endpoint) }
+
 func (x edsService) StreamEndpoints(st sotwStream) error { return x.s.serve(st, resource.Endpoint) }
 func (x edsService) FetchEndpoints(ctx context.Context, r *discoveryv3.DiscoveryRequest) (*discoveryv3.DiscoveryResponse, error) {
 	return x.s.fetchRPC(ctx, r, resource.Endpoint)
@@ -166,6 +202,8 @@ type ldsService struct {
 	listenerv3.UnimplementedListenerDiscoveryServiceServer
 	s *Server
 }
+
+func (x ldsService) DeltaListeners(st deltaStream) error { return x.s.delta(st, resource.Listener) }
 
 func (x ldsService) StreamListeners(st sotwStream) error { return x.s.serve(st, resource.Listener) }
 func (x ldsService) FetchListeners(ctx context.Context, r *discoveryv3.DiscoveryRequest) (*discoveryv3.DiscoveryResponse, error) {
@@ -177,6 +215,8 @@ type rdsService struct {
 	s *Server
 }
 
+func (x rdsService) DeltaRoutes(st deltaStream) error { return x.s.delta(st, resource.Route) }
+
 func (x rdsService) StreamRoutes(st sotwStream) error { return x.s.serve(st, resource.Route) }
 func (x rdsService) FetchRoutes(ctx context.Context, r *discoveryv3.DiscoveryRequest) (*discoveryv3.DiscoveryResponse, error) {
 	return x.s.fetchRPC(ctx, r, resource.Route)
@@ -185,6 +225,10 @@ func (x rdsService) FetchRoutes(ctx context.Context, r *discoveryv3.DiscoveryReq
 type srdsService struct {
 	routev3.UnimplementedScopedRoutesDiscoveryServiceServer
 	s *Server
+}
+
+func (x srdsService) DeltaScopedRoutes(st deltaStream) error {
+	return x.s.delta(st, resource.ScopedRoute)
 }
 
 func (x srdsService) StreamScopedRoutes(st sotwStream) error {
@@ -199,6 +243,8 @@ type sdsService struct {
 	s *Server
 }
 
+func (x sdsService) DeltaSecrets(st deltaStream) error { return x.s.delta(st, resource.Secret) }
+
 func (x sdsService) StreamSecrets(st sotwStream) error { return x.s.serve(st, resource.Secret) }
 func (x sdsService) FetchSecrets(ctx context.Context, r *discoveryv3.DiscoveryRequest) (*discoveryv3.DiscoveryResponse, error) {
 	return x.s.fetchRPC(ctx, r, resource.Secret)
@@ -209,6 +255,8 @@ type rtdsService struct {
 	s *Server
 }
 
+func (x rtdsService) DeltaRuntime(st deltaStream) error { return x.s.delta(st, resource.Runtime) }
+
 func (x rtdsService) StreamRuntime(st sotwStream) error { return x.s.serve(st, resource.Runtime) }
 func (x rtdsService) FetchRuntime(ctx context.Context, r *discoveryv3.DiscoveryRequest) (*discoveryv3.DiscoveryResponse, error) {
 	return x.s.fetchRPC(ctx, r, resource.Runtime)
@@ -217,6 +265,10 @@ func (x rtdsService) FetchRuntime(ctx context.Context, r *discoveryv3.DiscoveryR
 type ecdsService struct {
 	extensionv3.UnimplementedExtensionConfigDiscoveryServiceServer
 	s *Server
+}
+
+func (x ecdsService) DeltaExtensionConfigs(st deltaStream) error {
+	return x.s.delta(st, resource.ExtensionConfig)
 }
 
 func (x ecdsService) StreamExtensionConfigs(st sotwStream) error {

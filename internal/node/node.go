@@ -21,6 +21,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/legation-io/legation/internal/ads"
+	"github.com/legation-io/legation/internal/delta"
 	"github.com/legation-io/legation/internal/devetcd"
 	"github.com/legation-io/legation/internal/resource"
 	"github.com/legation-io/legation/internal/scope"
@@ -41,8 +42,9 @@ type Node struct {
 	started  atomic.Bool // set by the first Run or Close
 	stopping atomic.Bool // set when Run's ctx ends: no longer ready
 	// view is nil until Run has connected to etcd.
-	view atomic.Pointer[store.View]
-	sotw *ads.Server
+	view  atomic.Pointer[store.View]
+	sotw  *ads.Server
+	delta *delta.Server
 }
 
 // viewSource is the ads.Source of a node: its view once Run made it.
@@ -105,7 +107,20 @@ func New(cfg Config) (*Node, error) {
 		n.httpLis.Close()
 		return nil, err
 	}
+	n.delta, err = delta.New(delta.Config{
+		Source:         viewSource{n},
+		GroupBy:        groupBy,
+		CatchupTimeout: cfg.CatchupTimeout,
+		Logger:         n.log,
+		Registerer:     n.reg,
+	})
+	if err != nil {
+		n.xdsLis.Close()
+		n.httpLis.Close()
+		return nil, fmt.Errorf("node: %w", err)
+	}
 	n.sotw, err = ads.New(ads.Config{
+		Delta:          n.delta,
 		Source:         viewSource{n},
 		GroupBy:        groupBy,
 		CatchupTimeout: cfg.CatchupTimeout,
@@ -131,7 +146,7 @@ func New(cfg Config) (*Node, error) {
 	mux.HandleFunc("GET /readyz", n.serveReadyz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 	mux.Handle("GET /debug/view", n.debugOnly(http.HandlerFunc(n.serveDebugView)))
-	mux.Handle("GET /debug/streams", n.debugOnly(n.sotw.StreamsHandler()))
+	mux.Handle("GET /debug/streams", n.debugOnly(http.HandlerFunc(n.serveDebugStreams)))
 	mux.Handle(ads.RESTPattern, n.sotw.RESTHandler())
 	n.httpSrv = &http.Server{
 		Handler:           mux,
@@ -403,6 +418,17 @@ type viewStatus struct {
 	// HistoryFrom is the oldest revision from which the view knows every
 	// change.
 	HistoryFrom int64 `json:"history_from"`
+}
+
+// serveDebugStreams lists every open xDS stream, SotW and delta, as JSON.
+func (n *Node) serveDebugStreams(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(struct { //nolint:errcheck // the client went away
+		Streams      []ads.StreamStatus   `json:"streams"`
+		DeltaStreams []delta.StreamStatus `json:"delta_streams"`
+	}{n.sotw.Streams(), n.delta.Streams()})
 }
 
 // debugOnly lets only loopback clients reach h, unless DebugOpen.
