@@ -350,7 +350,8 @@ func (st *stream) flushFullState(ts *typeState) error {
 	names := keys(ts.names)
 	entries := scope.Entries(st.snap, ts.t, st.group, names, ts.wildcard)
 	force := ts.forceSend
-	ts.needAll, ts.forceSend, ts.dirty = false, false, map[string]bool{}
+	ts.needAll, ts.forceSend = false, false
+	clear(ts.dirty) // reused: a push allocates no new map
 	if !force && sameEntries(entries, ts.sent) {
 		return nil
 	}
@@ -428,7 +429,8 @@ func (st *stream) flushNamed(ts *typeState) error {
 		candidates = keys(ts.dirty)
 	}
 	force := ts.forceSend
-	ts.needAll, ts.forceSend, ts.dirty = false, false, map[string]bool{}
+	ts.needAll, ts.forceSend = false, false
+	clear(ts.dirty) // reused: a push allocates no new map
 	var out []*store.Entry
 	seen := map[string]bool{}
 	for _, n := range candidates {
@@ -512,7 +514,14 @@ func (st *stream) updateStatus(ts *typeState) {
 	if st.stat.Types == nil {
 		st.stat.Types = map[string]*TypeStatus{}
 	}
-	st.stat.Types[ts.t.Name] = &TypeStatus{
+	s := st.stat.Types[ts.t.Name]
+	if s == nil {
+		s = &TypeStatus{}
+		st.stat.Types[ts.t.Name] = s
+	}
+	// Updated in place (status copies under the lock): a push allocates
+	// no status.
+	*s = TypeStatus{
 		VersionSent:  ts.version,
 		VersionAcked: ts.acked,
 		Nonce:        ts.nonce,
