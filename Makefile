@@ -5,7 +5,7 @@ GO           ?= go
 # race detector (it needs cgo and a C compiler).
 RACE         ?= -race
 # Fuzz targets run briefly by `test`, each as PKG:FuzzName.
-FUZZ_TARGETS ?= ./internal/resource:FuzzDecode ./internal/store:FuzzDecodeValue ./internal/ads:FuzzRESTRequest ./internal/ads:FuzzStreamRequests
+FUZZ_TARGETS ?= ./internal/resource:FuzzDecode ./internal/store:FuzzDecodeValue ./internal/ads:FuzzRESTRequest ./internal/ads:FuzzStreamRequests ./internal/delta:FuzzDeltaEquivalence
 FUZZTIME     ?= 10s
 
 # Debian packages `setup` installs when what they provide is missing.
@@ -47,7 +47,7 @@ fuzz: setup
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; fn=$${t#*:}; \
 		echo "fuzz $$pkg $$fn for $(FUZZTIME)"; \
-		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) "$$pkg"; \
+		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 1x "$$pkg"; \
 	done
 
 e2e: setup

@@ -173,7 +173,8 @@ func (st *stream) handle(r *discoveryv3.DeltaDiscoveryRequest) error {
 	}
 	st.advance()
 	ts := st.types[t]
-	if ts == nil {
+	first := ts == nil
+	if first {
 		ts = &typeState{t: t, names: map[string]bool{}, have: map[string]held{}, toldAbsent: map[string]bool{},
 			force: map[string]bool{}, dirty: map[string]bool{}, settled: true, needAll: true}
 		st.types[t] = ts
@@ -226,8 +227,14 @@ func (st *stream) handle(r *discoveryv3.DeltaDiscoveryRequest) error {
 			continue
 		}
 		ts.names[n] = true
-		ts.force[n] = true // always sent: the client may have forgotten it
 		ts.dirty[n] = true
+		// Always sent, since the client may have forgotten it, unless the
+		// type's first request presents it in initial_resource_versions:
+		// those say exactly what the client holds (promise 4), and Envoy
+		// resubscribes every name it holds when it reconnects.
+		if _, presented := r.GetInitialResourceVersions()[n]; !first || !presented {
+			ts.force[n] = true
+		}
 		delete(ts.toldAbsent, n)
 	}
 	for _, n := range r.GetResourceNamesUnsubscribe() {
@@ -281,6 +288,13 @@ func (st *stream) flush() error {
 		if err := st.flushType(ts); err != nil {
 			return err
 		}
+	}
+	// Referrers may settle without an ACK, when their change sends this
+	// client nothing (a default listener its group overrides): held
+	// cluster removals go then, or they would wait for an unrelated ACK.
+	st.releaseHold()
+	if cds := st.types[resource.Cluster]; cds != nil && cds.needAll && cds.outstanding == "" {
+		return st.flushType(cds)
 	}
 	return nil
 }
