@@ -272,6 +272,9 @@ func (st *stream) advance() {
 			if _, held := ts.have[c.Name]; ts.wildcard || ts.names[c.Name] || held {
 				ts.dirty[c.Name] = true
 			}
+			if c.Type == resource.VirtualHost {
+				markAliases(ts, c.Name)
+			}
 		}
 		st.snap = x
 	}
@@ -321,7 +324,7 @@ func (st *stream) flushType(ts *typeState) error {
 	ts.needAll, ts.respond, ts.dirty = false, false, map[string]bool{}
 
 	holdRemovals := ts.t == resource.Cluster && st.fixed == nil && st.referrersPending()
-	var out []*store.Entry
+	var out []item
 	var removed []string
 	for _, n := range sortedKeys(candidates) {
 		_, isHeld := ts.have[n]
@@ -330,6 +333,16 @@ func (st *stream) flushType(ts *typeState) error {
 			continue
 		}
 		e := scope.Visible(st.snap, ts.t, st.group, n)
+		source := ""
+		alias := ""
+		if e != nil {
+			source = e.Scope
+		} else if ts.t == resource.VirtualHost {
+			// VHDS: n may be an alias "<route configuration>/<host>".
+			if e = resolveAlias(st.snap, st.group, n); e != nil {
+				alias, source = n, e.Scope+"/"+e.Name
+			}
+		}
 		if e == nil {
 			switch {
 			case isHeld && holdRemovals:
@@ -346,17 +359,17 @@ func (st *stream) flushType(ts *typeState) error {
 		}
 		v := strconv.FormatInt(e.ModRevision, 10)
 		h := ts.have[n]
-		if isHeld && h.version == v && (h.scope == "" || h.scope == e.Scope) && !ts.force[n] {
+		if isHeld && h.version == v && (h.scope == "" || h.scope == source) && !ts.force[n] {
 			if h.scope == "" {
 				st.s.metrics.notResent.Inc()
-				h.scope = e.Scope
+				h.scope = source
 				ts.have[n] = h
 			}
 			continue
 		}
 		delete(ts.force, n)
 		delete(ts.toldAbsent, n)
-		out = append(out, e)
+		out = append(out, item{e: e, alias: alias, source: source})
 	}
 	if !holdRemovals && ts.t == resource.Cluster {
 		ts.holdRemoval = false
@@ -391,12 +404,28 @@ func (st *stream) releaseHold() {
 	}
 }
 
-func (st *stream) send(ts *typeState, out []*store.Entry, removed []string) error {
+// item is one resource to send: an entry, and the VHDS alias it was
+// asked by, if any.
+type item struct {
+	e      *store.Entry
+	alias  string
+	source string // what held.scope records: the scope, or scope/name for an alias
+}
+
+// key is the name the client subscribed by: the alias, else the name.
+func (it item) key() string {
+	if it.alias != "" {
+		return it.alias
+	}
+	return it.e.Name
+}
+
+func (st *stream) send(ts *typeState, out []item, removed []string) error {
 	sysVersion := strconv.FormatInt(st.snap.Revision, 10)
 	var key strings.Builder
 	key.WriteString("D\x00" + ts.t.Name + "\x00" + sysVersion)
-	for _, e := range out {
-		key.WriteString("\x00" + e.Scope + "/" + e.Name + "@" + strconv.FormatInt(e.ModRevision, 10))
+	for _, it := range out {
+		key.WriteString("\x00" + it.e.Scope + "/" + it.e.Name + "@" + strconv.FormatInt(it.e.ModRevision, 10) + "~" + it.alias)
 	}
 	key.WriteString("\x00-")
 	for _, n := range removed {
@@ -405,8 +434,12 @@ func (st *stream) send(ts *typeState, out []*store.Entry, removed []string) erro
 	build := func() proto.Message {
 		r := &discoveryv3.DeltaDiscoveryResponse{SystemVersionInfo: sysVersion, TypeUrl: ts.t.URL, RemovedResources: removed,
 			Resources: make([]*discoveryv3.Resource, 0, len(out))}
-		for _, e := range out {
-			r.Resources = append(r.Resources, &discoveryv3.Resource{Name: e.Name, Version: strconv.FormatInt(e.ModRevision, 10), Resource: e.Body})
+		for _, it := range out {
+			res := &discoveryv3.Resource{Name: it.e.Name, Version: strconv.FormatInt(it.e.ModRevision, 10), Resource: it.e.Body}
+			if it.alias != "" {
+				res.Aliases = []string{it.alias}
+			}
+			r.Resources = append(r.Resources, res)
 		}
 		return r
 	}
@@ -422,9 +455,9 @@ func (st *stream) send(ts *typeState, out []*store.Entry, removed []string) erro
 	}
 	ts.outstanding, ts.sentVersion, ts.settled = nonce, sysVersion, false
 	ts.inFlight = ts.inFlight[:0]
-	for _, e := range out {
-		ts.have[e.Name] = held{version: strconv.FormatInt(e.ModRevision, 10), scope: e.Scope}
-		ts.inFlight = append(ts.inFlight, e.Name)
+	for _, it := range out {
+		ts.have[it.key()] = held{version: strconv.FormatInt(it.e.ModRevision, 10), scope: it.source}
+		ts.inFlight = append(ts.inFlight, it.key())
 	}
 	m := st.s.metrics
 	m.responses.WithLabelValues(ts.t.Name).Inc()
