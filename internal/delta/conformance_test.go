@@ -691,7 +691,7 @@ func TestDeltaMakeBeforeBreak(t *testing.T) {
 		put(t, resource.Cluster, store.DefaultScope, cluster("c2", 1)),
 		put(t, resource.Endpoint, store.DefaultScope, endpoints("c2", 1)),
 		put(t, resource.Route, store.DefaultScope, routeConfig("r1", "c2")),
-	}, key(resource.Cluster, "c1"))
+	}, key(resource.Cluster, "c1"), key(resource.Endpoint, "c1"))
 	cds := s.expectType(resource.Cluster)
 	checkResp(t, "CDS first, c1 kept", cds, map[string]string{"c2": v(r2)})
 	eds := s.expectType(resource.Endpoint)
@@ -702,8 +702,12 @@ func TestDeltaMakeBeforeBreak(t *testing.T) {
 	s.ack(eds)
 	s.expectNone() // c1 stays until r1 is ACKed
 	s.ack(rds)
+	// The cluster and its endpoints go once r1 is ACKed, in push order.
 	resp = s.expectType(resource.Cluster)
 	checkResp(t, "c1 removed after the RDS ACK", resp, nil, "c1")
+	s.ack(resp)
+	resp = s.expectType(resource.Endpoint)
+	checkResp(t, "c1's endpoints removed after the RDS ACK", resp, nil, "c1")
 	s.ack(resp)
 	s.expectNone()
 }

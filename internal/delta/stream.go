@@ -71,7 +71,7 @@ type typeState struct {
 	acked       string   // system_version_info of the last ACKed response
 	nacked      string   // system_version_info of the last NACKed one
 	nackMsg     string
-	holdRemoval bool // CDS removals wait for LDS/RDS ACKs (make before break)
+	holdRemoval bool // CDS/EDS removals wait for LDS/RDS ACKs (make before break)
 }
 
 func (s *Server) serve(gs Stream, fixed *resource.Type) error {
@@ -296,8 +296,12 @@ func (st *stream) flush() error {
 	// client nothing (a default listener its group overrides): held
 	// cluster removals go then, or they would wait for an unrelated ACK.
 	st.releaseHold()
-	if cds := st.types[resource.Cluster]; cds != nil && cds.needAll && cds.outstanding == "" {
-		return st.flushType(cds)
+	for _, t := range []*resource.Type{resource.Cluster, resource.Endpoint} {
+		if ts := st.types[t]; ts != nil && ts.needAll && ts.outstanding == "" {
+			if err := st.flushType(ts); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
@@ -323,7 +327,7 @@ func (st *stream) flushType(ts *typeState) error {
 	respond := ts.respond
 	ts.needAll, ts.respond, ts.dirty = false, false, map[string]bool{}
 
-	holdRemovals := ts.t == resource.Cluster && st.fixed == nil && st.referrersPending()
+	holdRemovals := breaks(ts.t) && st.fixed == nil && st.referrersPending()
 	var out []item
 	var removed []string
 	for _, n := range sortedKeys(candidates) {
@@ -371,7 +375,7 @@ func (st *stream) flushType(ts *typeState) error {
 		delete(ts.toldAbsent, n)
 		out = append(out, item{e: e, alias: alias, source: source})
 	}
-	if !holdRemovals && ts.t == resource.Cluster {
+	if !holdRemovals && breaks(ts.t) {
 		ts.holdRemoval = false
 	}
 	if len(out) == 0 && len(removed) == 0 && !respond {
@@ -397,10 +401,20 @@ func (st *stream) referrersPending() bool {
 	return false
 }
 
+// breaks reports whether removals of type t wait for the listeners and
+// routes that dropped them (promise 6: clusters and their endpoints).
+func breaks(t *resource.Type) bool { return t == resource.Cluster || t == resource.Endpoint }
+
+// releaseHold marks held cluster and endpoint removals for sending once
+// listeners and routes are settled.
 func (st *stream) releaseHold() {
-	cds := st.types[resource.Cluster]
-	if cds != nil && cds.holdRemoval && !st.referrersPending() {
-		cds.needAll = true
+	if st.referrersPending() {
+		return
+	}
+	for _, t := range []*resource.Type{resource.Cluster, resource.Endpoint} {
+		if ts := st.types[t]; ts != nil && ts.holdRemoval {
+			ts.needAll = true
+		}
 	}
 }
 
