@@ -401,7 +401,12 @@ func waitFor(t *testing.T, what string, cond func() (bool, string)) {
 var httpClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
 
 func (e *env) httpGet(path string) (int, string, error) {
-	resp, err := httpClient.Get("http://" + e.node.HTTPAddr() + path)
+	return httpGet(e.node.HTTPAddr(), path)
+}
+
+// httpGet GETs path from the HTTP server on addr (host:port).
+func httpGet(addr, path string) (int, string, error) {
+	resp, err := httpClient.Get("http://" + addr + path)
 	if err != nil {
 		return 0, "", err
 	}
@@ -416,7 +421,13 @@ func (e *env) httpGet(path string) (int, string, error) {
 // incremented.
 func (e *env) metric(t *testing.T, name, labels string) float64 {
 	t.Helper()
-	code, body, err := e.httpGet("/metrics")
+	return metricAt(t, e.node.HTTPAddr(), name, labels)
+}
+
+// metricAt is metric for the replica whose HTTP server is on addr.
+func metricAt(t *testing.T, addr, name, labels string) float64 {
+	t.Helper()
+	code, body, err := httpGet(addr, "/metrics")
 	if err != nil || code != http.StatusOK {
 		t.Fatalf("GET /metrics: %d %v", code, err)
 	}

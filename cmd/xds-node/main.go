@@ -68,7 +68,7 @@ func parseFlags(args []string) (node.Config, error) {
 	fs.StringVar(&cfg.DevEtcdAddr, "dev-etcd-addr", cfg.DevEtcdAddr,
 		"client address of the embedded etcd (dev mode only; xdsadmin's default endpoint)")
 	fs.StringVar(&cfg.EtcdPrefix, "etcd-prefix", cfg.EtcdPrefix, "etcd key prefix; starts and ends with '/'")
-	fs.StringVar(&cfg.XDSAddr, "xds-addr", cfg.XDSAddr, "gRPC listen address: ADS, per-type SotW xDS services, gRPC health")
+	fs.StringVar(&cfg.XDSAddr, "xds-addr", cfg.XDSAddr, "gRPC listen address: ADS (SotW and delta), the per-type xDS services, gRPC health")
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "HTTP listen address: REST-JSON /v3/discovery:*, /healthz, /readyz, /metrics, /debug/view, /debug/streams")
 	fs.StringVar(&cfg.GossipAddr, "gossip-addr", cfg.GossipAddr,
 		"memberlist bind address (checked, not used yet: membership comes in a later release)")

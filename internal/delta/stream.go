@@ -363,7 +363,14 @@ func (st *stream) flushType(ts *typeState) error {
 		}
 		v := strconv.FormatInt(e.ModRevision, 10)
 		h := ts.have[n]
-		if isHeld && h.version == v && (h.scope == "" || h.scope == source) && !ts.force[n] {
+		// A version presented in initial_resource_versions names a
+		// mod_revision, not a key: it is trusted unless another resource
+		// the client may have held shares it (an alias that may have
+		// resolved elsewhere, or a group override deleted since).
+		unconfirmed := h.scope == ""
+		ambiguous := unconfirmed && (alias != "" ||
+			(st.group != "" && e.Scope == store.DefaultScope && st.snap.LastChange(ts.t, st.group) > e.ModRevision))
+		if isHeld && h.version == v && (unconfirmed || h.scope == source) && !ambiguous && !ts.force[n] {
 			if h.scope == "" {
 				st.s.metrics.notResent.Inc()
 				h.scope = source

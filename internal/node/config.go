@@ -31,8 +31,9 @@ type Config struct {
 	// EtcdPrefix is the etcd key prefix (--etcd-prefix); it starts and
 	// ends with '/'.
 	EtcdPrefix string
-	// XDSAddr is the gRPC listen address (--xds-addr): ADS, the per-type
-	// SotW xDS services and the standard gRPC health service.
+	// XDSAddr is the gRPC listen address (--xds-addr): ADS (SotW and
+	// delta), the per-type xDS services and the standard gRPC health
+	// service.
 	XDSAddr string
 	// HTTPAddr is the HTTP listen address (--http-addr): REST-JSON
 	// /v3/discovery:*, /healthz, /readyz, /metrics, /debug/view and
