@@ -208,7 +208,7 @@ func FuzzStreamRequests(f *testing.F) {
 			seq = append(seq, m)
 		}
 		if len(seq) == 0 {
-			t.Skip("no input decodes as a DiscoveryRequest")
+			return // nothing decodes as a request: nothing to send
 		}
 		fuzzSequence(t, client, seq)
 		fuzzFreshStream(t, client, rev)
