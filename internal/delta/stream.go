@@ -307,6 +307,13 @@ func (st *stream) flush() error {
 }
 
 func (st *stream) flushType(ts *typeState) error {
+	// A fresh wildcard subscription gets every visible resource: the same
+	// response for every stream of the group at this revision, shared
+	// under a short key.
+	shareKey := ""
+	if ts.needAll && ts.wildcard && len(ts.names) == 0 && len(ts.have) == 0 && len(ts.dirty) == 0 {
+		shareKey = "DA\x00" + ts.t.Name + "\x00" + st.group + "\x00" + strconv.FormatInt(st.snap.Revision, 10)
+	}
 	candidates := map[string]bool{}
 	if ts.needAll {
 		for n := range ts.names {
@@ -325,7 +332,8 @@ func (st *stream) flushType(ts *typeState) error {
 		candidates[n] = true
 	}
 	respond := ts.respond
-	ts.needAll, ts.respond, ts.dirty = false, false, map[string]bool{}
+	ts.needAll, ts.respond = false, false
+	clear(ts.dirty) // reused: a push allocates no new map
 
 	holdRemovals := breaks(ts.t) && st.fixed == nil && st.referrersPending()
 	var out []item
@@ -389,7 +397,7 @@ func (st *stream) flushType(ts *typeState) error {
 		st.updateStatus(ts)
 		return nil
 	}
-	return st.send(ts, out, removed)
+	return st.send(ts, out, removed, shareKey)
 }
 
 // referrersPending reports whether LDS or RDS have updates to send or a
@@ -441,16 +449,21 @@ func (it item) key() string {
 	return it.e.Name
 }
 
-func (st *stream) send(ts *typeState, out []item, removed []string) error {
+// send sends one response. shareKey, if set, names its content for the
+// shared body cache; otherwise the key is built from the content.
+func (st *stream) send(ts *typeState, out []item, removed []string, shareKey string) error {
 	sysVersion := strconv.FormatInt(st.snap.Revision, 10)
-	var key strings.Builder
-	key.WriteString("D\x00" + ts.t.Name + "\x00" + sysVersion)
-	for _, it := range out {
-		key.WriteString("\x00" + it.e.Scope + "/" + it.e.Name + "@" + strconv.FormatInt(it.e.ModRevision, 10) + "~" + it.alias)
-	}
-	key.WriteString("\x00-")
-	for _, n := range removed {
-		key.WriteString("\x00" + n)
+	if shareKey == "" {
+		var key strings.Builder
+		key.WriteString("D\x00" + ts.t.Name + "\x00" + sysVersion)
+		for _, it := range out {
+			key.WriteString("\x00" + it.e.Scope + "/" + it.e.Name + "@" + strconv.FormatInt(it.e.ModRevision, 10) + "~" + it.alias)
+		}
+		key.WriteString("\x00-")
+		for _, n := range removed {
+			key.WriteString("\x00" + n)
+		}
+		shareKey = key.String()
 	}
 	build := func() proto.Message {
 		r := &discoveryv3.DeltaDiscoveryResponse{SystemVersionInfo: sysVersion, TypeUrl: ts.t.URL, RemovedResources: removed,
@@ -464,7 +477,7 @@ func (st *stream) send(ts *typeState, out []item, removed []string) error {
 		}
 		return r
 	}
-	body, err := st.s.cache.Get(st.snap.Revision, key.String(), build)
+	body, err := st.s.cache.Get(st.snap.Revision, shareKey, build)
 	if err != nil {
 		return status.Errorf(codes.Internal, "encode delta response: %v", err)
 	}
