@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -28,6 +26,7 @@ import (
 	"github.com/legation-io/legation/internal/scope"
 	"github.com/legation-io/legation/internal/store"
 	"github.com/legation-io/legation/internal/wire"
+	"github.com/legation-io/legation/internal/xdsstream"
 )
 
 // Source is what the server reads resources from; *store.View is one.
@@ -98,8 +97,7 @@ type Server struct {
 
 	nextID atomic.Uint64
 
-	mu      sync.Mutex // guards streams
-	streams map[uint64]*stream
+	streams xdsstream.Registry[*stream]
 }
 
 // New returns a Server. It does no I/O.
@@ -116,7 +114,8 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, metrics: newMetrics(cfg.Registerer), streams: map[uint64]*stream{}}
+	s := &Server{cfg: cfg, metrics: newMetrics(cfg.Registerer)}
+	s.streams.Open = s.metrics.streams
 	s.cache.Encoded = s.metrics.encodes.Inc
 	return s, nil
 }
@@ -349,18 +348,7 @@ func (s *Server) catchUp(ctx context.Context, v string) (*store.Snapshot, int64,
 
 // Streams returns the status of every open stream, by id.
 func (s *Server) Streams() []StreamStatus {
-	s.mu.Lock()
-	list := make([]*stream, 0, len(s.streams))
-	for _, st := range s.streams {
-		list = append(list, st)
-	}
-	s.mu.Unlock()
-	out := make([]StreamStatus, 0, len(list))
-	for _, st := range list {
-		out = append(out, st.status())
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
-	return out
+	return xdsstream.Each(&s.streams, (*stream).status)
 }
 
 func contains(names []string, n string) bool {

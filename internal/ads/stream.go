@@ -2,8 +2,6 @@ package ads
 
 import (
 	"context"
-	"errors"
-	"io"
 	"log/slog"
 	"sort"
 	"strconv"
@@ -22,6 +20,7 @@ import (
 	"github.com/legation-io/legation/internal/scope"
 	"github.com/legation-io/legation/internal/store"
 	"github.com/legation-io/legation/internal/wire"
+	"github.com/legation-io/legation/internal/xdsstream"
 )
 
 // stream is one SotW stream. Its state is owned by the goroutine running
@@ -82,33 +81,10 @@ func (s *Server) serve(gs sotwStream, fixed *resource.Type) error {
 	}
 	st.log = s.cfg.Logger.With("stream", st.id, "protocol", "sotw-"+proto)
 	st.stat = StreamStatus{ID: st.id, Protocol: "sotw-" + proto, ConnectedAt: time.Now().UTC()}
-	s.mu.Lock()
-	s.streams[st.id] = st
-	s.mu.Unlock()
-	s.metrics.streams.Inc()
-	defer func() {
-		s.mu.Lock()
-		delete(s.streams, st.id)
-		s.mu.Unlock()
-		s.metrics.streams.Dec()
-	}()
+	defer s.streams.Add(st.id, st)()
 
-	reqc := make(chan *discoveryv3.DiscoveryRequest, 1)
-	errc := make(chan error, 1)
-	go func() { // ends when the stream does: RecvMsg fails once serve returns
-		for {
-			r := new(discoveryv3.DiscoveryRequest)
-			if err := gs.RecvMsg(r); err != nil {
-				errc <- err
-				return
-			}
-			select {
-			case reqc <- r:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
+	// One receive goroutine feeds this loop, the only sender.
+	reqc, errc := xdsstream.Receive[discoveryv3.DiscoveryRequest](ctx, gs.RecvMsg)
 
 	for {
 		var wake <-chan struct{}
@@ -134,10 +110,7 @@ func (s *Server) serve(gs sotwStream, fixed *resource.Type) error {
 		case <-wake:
 			st.advance()
 		case err := <-errc:
-			if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
-				return nil
-			}
-			return err
+			return xdsstream.EndErr(err)
 		case <-ctx.Done():
 			return nil
 		}

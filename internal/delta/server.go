@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -20,6 +18,7 @@ import (
 	"github.com/legation-io/legation/internal/scope"
 	"github.com/legation-io/legation/internal/store"
 	"github.com/legation-io/legation/internal/wire"
+	"github.com/legation-io/legation/internal/xdsstream"
 )
 
 // Source is what the server reads resources from; *store.View is one.
@@ -68,8 +67,7 @@ type Server struct {
 	cache   wire.Cache
 	nextID  atomic.Uint64
 
-	mu      sync.Mutex // guards streams
-	streams map[uint64]*stream
+	streams xdsstream.Registry[*stream]
 }
 
 // New returns a Server. It does no I/O.
@@ -86,7 +84,8 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, metrics: newMetrics(cfg.Registerer), streams: map[uint64]*stream{}}
+	s := &Server{cfg: cfg, metrics: newMetrics(cfg.Registerer)}
+	s.streams.Open = s.metrics.streams
 	s.cache.Encoded = s.metrics.encodes.Inc
 	return s, nil
 }
@@ -124,16 +123,5 @@ func (s *Server) catchUp(ctx context.Context, rev int64) (*store.Snapshot, error
 
 // Streams returns the status of every open delta stream, by id.
 func (s *Server) Streams() []StreamStatus {
-	s.mu.Lock()
-	list := make([]*stream, 0, len(s.streams))
-	for _, st := range s.streams {
-		list = append(list, st)
-	}
-	s.mu.Unlock()
-	out := make([]StreamStatus, 0, len(list))
-	for _, st := range list {
-		out = append(out, st.status())
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
-	return out
+	return xdsstream.Each(&s.streams, (*stream).status)
 }

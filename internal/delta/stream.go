@@ -2,8 +2,6 @@ package delta
 
 import (
 	"context"
-	"errors"
-	"io"
 	"log/slog"
 	"sort"
 	"strconv"
@@ -21,6 +19,7 @@ import (
 	"github.com/legation-io/legation/internal/scope"
 	"github.com/legation-io/legation/internal/store"
 	"github.com/legation-io/legation/internal/wire"
+	"github.com/legation-io/legation/internal/xdsstream"
 )
 
 // stream is one delta stream. Its state is owned by the goroutine running
@@ -86,33 +85,10 @@ func (s *Server) serve(gs Stream, fixed *resource.Type) error {
 	}
 	st.log = s.cfg.Logger.With("stream", st.id, "protocol", proto)
 	st.stat = StreamStatus{ID: st.id, Protocol: proto, ConnectedAt: time.Now().UTC()}
-	s.mu.Lock()
-	s.streams[st.id] = st
-	s.mu.Unlock()
-	s.metrics.streams.Inc()
-	defer func() {
-		s.mu.Lock()
-		delete(s.streams, st.id)
-		s.mu.Unlock()
-		s.metrics.streams.Dec()
-	}()
+	defer s.streams.Add(st.id, st)()
 
-	reqc := make(chan *discoveryv3.DeltaDiscoveryRequest, 1)
-	errc := make(chan error, 1)
-	go func() { // ends when the stream does: RecvMsg fails once serve returns
-		for {
-			r := new(discoveryv3.DeltaDiscoveryRequest)
-			if err := gs.RecvMsg(r); err != nil {
-				errc <- err
-				return
-			}
-			select {
-			case reqc <- r:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
+	// One receive goroutine feeds this loop, the only sender.
+	reqc, errc := xdsstream.Receive[discoveryv3.DeltaDiscoveryRequest](ctx, gs.RecvMsg)
 	st.snap = s.cfg.Source.Snapshot()
 	for {
 		select {
@@ -123,10 +99,7 @@ func (s *Server) serve(gs Stream, fixed *resource.Type) error {
 		case <-st.snap.Done():
 			st.advance()
 		case err := <-errc:
-			if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
-				return nil
-			}
-			return err
+			return xdsstream.EndErr(err)
 		case <-ctx.Done():
 			return nil
 		}

@@ -1,0 +1,102 @@
+// Package xdsstream is the stream plumbing the SotW (ads) and delta
+// servers share: the one receive goroutine of a stream, how a stream's end
+// is reported, and the registry of open streams behind /debug/streams. It
+// knows nothing of the protocol's rules.
+package xdsstream
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sort"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Receive starts a stream's receive goroutine: it reads messages with recv
+// into new *T values and hands them over one at a time on the first
+// channel, so the stream's loop, the only sender, reads them when ready
+// (gRPC's flow control holds the client back meanwhile). The first receive
+// error goes to the second channel. The goroutine ends with that error, or
+// when ctx ends; for a gRPC stream, recv fails once the handler returns.
+func Receive[T any](ctx context.Context, recv func(any) error) (<-chan *T, <-chan error) {
+	reqc := make(chan *T, 1)
+	errc := make(chan error, 1)
+	go func() {
+		for {
+			r := new(T)
+			if err := recv(r); err != nil {
+				errc <- err
+				return
+			}
+			select {
+			case reqc <- r:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return reqc, errc
+}
+
+// EndErr is what a stream handler returns for a receive error: nil when
+// the client closed or cancelled the stream, else the error.
+func EndErr(err error) error {
+	if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
+		return nil
+	}
+	return err
+}
+
+// Registry tracks the open streams of a server. Its methods may be called
+// concurrently.
+type Registry[S any] struct {
+	// Open, if set, counts the open streams (a metric).
+	Open prometheus.Gauge
+
+	mu      sync.Mutex // guards streams
+	streams map[uint64]S
+}
+
+// Add registers stream s under id and returns the func that removes it.
+func (r *Registry[S]) Add(id uint64, s S) (remove func()) {
+	r.mu.Lock()
+	if r.streams == nil {
+		r.streams = map[uint64]S{}
+	}
+	r.streams[id] = s
+	r.mu.Unlock()
+	if r.Open != nil {
+		r.Open.Inc()
+	}
+	return func() {
+		r.mu.Lock()
+		delete(r.streams, id)
+		r.mu.Unlock()
+		if r.Open != nil {
+			r.Open.Dec()
+		}
+	}
+}
+
+// Each returns f of every open stream, in id order. f is called without
+// the registry's lock held.
+func Each[S, V any](r *Registry[S], f func(S) V) []V {
+	r.mu.Lock()
+	ids := make([]uint64, 0, len(r.streams))
+	list := make(map[uint64]S, len(r.streams))
+	for id, s := range r.streams {
+		ids = append(ids, id)
+		list[id] = s
+	}
+	r.mu.Unlock()
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	out := make([]V, 0, len(ids))
+	for _, id := range ids {
+		out = append(out, f(list[id]))
+	}
+	return out
+}
