@@ -38,23 +38,46 @@ func NewResponse(body []byte, nonce string) *Response {
 // framing).
 func (r *Response) Size() int { return len(r.body) + len(r.tail) }
 
+// Frame is one encoded protobuf message of any type, passed through
+// without decoding: what a replica relays between a client and the
+// client's home replica. Once sent, a Frame must not be modified (gRPC
+// may write its bytes after SendMsg returns).
+type Frame struct {
+	// Bytes is the encoded message.
+	Bytes []byte
+}
+
 // Codec is the gRPC codec xds-node's server must use
 // (grpc.ForceServerCodecV2(wire.Codec{})): it sends a Response's bytes
 // as they are and hands every other message to the standard proto codec.
+// A *Frame goes both ways undecoded: Marshal sends its bytes as they are
+// and Unmarshal into a *Frame copies the message's bytes into it. The same
+// codec serves a client stream that relays Frames
+// (grpc.ForceCodecV2(wire.Codec{})).
 type Codec struct{}
 
 var protoCodec = encoding.GetCodecV2(proto.Name)
 
 // Marshal implements encoding.CodecV2.
 func (Codec) Marshal(v any) (mem.BufferSlice, error) {
-	if w, ok := v.(*Response); ok {
+	switch w := v.(type) {
+	case *Response:
 		return mem.BufferSlice{mem.SliceBuffer(w.body), mem.SliceBuffer(w.tail)}, nil
+	case *Frame:
+		return mem.BufferSlice{mem.SliceBuffer(w.Bytes)}, nil
 	}
 	return protoCodec.Marshal(v)
 }
 
 // Unmarshal implements encoding.CodecV2.
-func (Codec) Unmarshal(data mem.BufferSlice, v any) error { return protoCodec.Unmarshal(data, v) }
+func (Codec) Unmarshal(data mem.BufferSlice, v any) error {
+	if f, ok := v.(*Frame); ok {
+		// A copy: gRPC reuses data's buffers once Unmarshal returns.
+		f.Bytes = data.Materialize()
+		return nil
+	}
+	return protoCodec.Unmarshal(data, v)
+}
 
 // Name implements encoding.CodecV2.
 func (Codec) Name() string { return proto.Name }
