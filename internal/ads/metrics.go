@@ -15,6 +15,8 @@ type metrics struct {
 	catchups        prometheus.Counter
 	catchupFailures prometheus.Counter
 	mbbHolds        prometheus.Counter
+	heartbeats      *prometheus.CounterVec
+	ttlResources    prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -43,10 +45,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "legation_sotw_catchup_failures_total", Help: "Requests ended with UNAVAILABLE because the view did not catch up in time."}),
 		mbbHolds: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "legation_sotw_mbb_holds_total", Help: "CDS responses that kept removed clusters until listeners and routes were ACKed."}),
+		heartbeats: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "legation_sotw_ttl_heartbeats_total", Help: "SotW TTL heartbeats sent after a lease extension, by type."}, []string{"type"}),
+		ttlResources: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "legation_sotw_ttl_resources", Help: "TTL'd resources held with their TTL by SotW clients, summed over streams."}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.streams, m.responses, m.resourcesSent, m.nacks, m.bytesSent, m.encodes,
-			m.staleNonces, m.badRequests, m.noResend, m.catchups, m.catchupFailures, m.mbbHolds)
+			m.staleNonces, m.badRequests, m.noResend, m.catchups, m.catchupFailures, m.mbbHolds, m.heartbeats, m.ttlResources)
 	}
 	return m
 }

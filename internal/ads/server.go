@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/legation-io/legation/internal/lease"
 	"github.com/legation-io/legation/internal/resource"
 	"github.com/legation-io/legation/internal/scope"
 	"github.com/legation-io/legation/internal/store"
@@ -42,6 +43,20 @@ type Source interface {
 
 var _ Source = (*store.View)(nil)
 
+// Leases is what the server needs of the lease tracker (*lease.Tracker is
+// one). Its methods may be called from many goroutines at once; Expiry may
+// block for one etcd query.
+type Leases interface {
+	// Expiry returns when e's lease expires (a lower bound of etcd's).
+	Expiry(ctx context.Context, e *store.Entry) time.Time
+	// Notice returns the current notice of lease extensions.
+	Notice() *lease.Notice
+	// NextCheck returns when the lease is next checked for an extension.
+	NextCheck(id int64) time.Time
+}
+
+var _ Leases = (*lease.Tracker)(nil)
+
 // Config configures a Server.
 type Config struct {
 	// Source is the view to serve. Required.
@@ -57,6 +72,10 @@ type Config struct {
 	// do. Safe only when every SotW client is Envoy, which keeps resources
 	// across streams (grpc-go issue #7013). Default false.
 	TrustVersion bool
+	// Leases gives the expiry of TTL'd resources' leases and announces
+	// their extensions (promise 8); nil: no TTL is put on the wire and no
+	// heartbeat is sent, whatever the clients advertise.
+	Leases Leases
 	// Delta serves the delta methods of ADS and of the per-type services;
 	// nil answers them Unimplemented.
 	Delta DeltaServer

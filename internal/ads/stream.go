@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/legation-io/legation/internal/lease"
 	"github.com/legation-io/legation/internal/resource"
 	"github.com/legation-io/legation/internal/scope"
 	"github.com/legation-io/legation/internal/store"
@@ -38,6 +39,14 @@ type stream struct {
 	snap   *store.Snapshot
 	types  map[*resource.Type]*typeState
 	nonces uint64
+	// ttlOn: the client advertised TTL support and reading TTLs in SotW
+	// (promise 8), and the server tracks leases. Otherwise TTL'd resources
+	// go out plain and are never heartbeated.
+	ttlOn bool
+	// notice is the lease-extension notice the stream waits on, from its
+	// first TTL'd resource on; nil before.
+	notice   *lease.Notice
+	ttlCount int // the stream's share of metrics.ttlResources
 
 	statusMu sync.Mutex // guards stat
 	stat     StreamStatus
@@ -64,6 +73,12 @@ type typeState struct {
 	// removed clusters; the final set waits for LDS and RDS ACKs.
 	holdRemovals bool
 	resources    int
+	// ttl: the resources the client holds with a TTL (only when ttlOn),
+	// pruned lazily (an entry no longer in sent is dropped when seen).
+	ttl map[string]ttlHeld
+	// beat: TTL'd resources whose lease was extended, to heartbeat once
+	// the client has ACKed the type's latest response.
+	beat map[string]bool
 }
 
 func (s *Server) serve(gs sotwStream, fixed *resource.Type) error {
@@ -82,14 +97,18 @@ func (s *Server) serve(gs sotwStream, fixed *resource.Type) error {
 	st.log = s.cfg.Logger.With("stream", st.id, "protocol", "sotw-"+proto)
 	st.stat = StreamStatus{ID: st.id, Protocol: "sotw-" + proto, ConnectedAt: time.Now().UTC()}
 	defer s.streams.Add(st.id, st)()
+	defer func() { s.metrics.ttlResources.Sub(float64(st.ttlCount)) }()
 
 	// One receive goroutine feeds this loop, the only sender.
 	reqc, errc := xdsstream.Receive[discoveryv3.DiscoveryRequest](ctx, gs.RecvMsg)
 
 	for {
-		var wake <-chan struct{}
+		var wake, extended <-chan struct{}
 		if st.snap != nil {
 			wake = st.snap.Done()
+		}
+		if st.notice != nil {
+			extended = st.notice.Done()
 		}
 		select {
 		case r := <-reqc:
@@ -109,6 +128,8 @@ func (s *Server) serve(gs sotwStream, fixed *resource.Type) error {
 			}
 		case <-wake:
 			st.advance()
+		case <-extended:
+			st.leasesExtended()
 		case err := <-errc:
 			return xdsstream.EndErr(err)
 		case <-ctx.Done():
@@ -134,6 +155,8 @@ func (st *stream) handle(r *discoveryv3.DiscoveryRequest) error {
 			st.node = &corev3.Node{}
 		}
 		st.group = st.s.cfg.GroupBy(st.node)
+		_, wrap := lease.Features(st.node)
+		st.ttlOn = wrap && st.s.cfg.Leases != nil
 		st.log = st.log.With("node", st.node.GetId(), "group", st.group)
 		st.statusMu.Lock()
 		st.stat.NodeID, st.stat.Group = st.node.GetId(), st.group
@@ -314,7 +337,7 @@ func (st *stream) flush() error {
 			return err
 		}
 	}
-	return nil
+	return st.heartbeat()
 }
 
 // flushFullState sends the whole subscribed set of a LDS/CDS-like type when
@@ -429,10 +452,20 @@ func (st *stream) flushNamed(ts *typeState) error {
 }
 
 // send encodes (or takes from the shared cache) and sends one response.
+// For a client that reads TTLs, TTL'd resources go wrapped in a
+// discovery.v3.Resource with the time their lease has left (promise 8).
 func (st *stream) send(ts *typeState, entries []*store.Entry, ver string, shareable bool) error {
+	var ttls []time.Duration // per entry when any is TTL'd; 0: none
+	if st.ttlOn {
+		ttls = st.wireTTLs(entries)
+	}
 	build := func() proto.Message {
 		r := &discoveryv3.DiscoveryResponse{VersionInfo: ver, TypeUrl: ts.t.URL, Resources: make([]*anypb.Any, 0, len(entries))}
-		for _, e := range entries {
+		for i, e := range entries {
+			if ttls != nil && ttls[i] > 0 {
+				r.Resources = append(r.Resources, wrapTTL(e, ver, ttls[i], true))
+				continue
+			}
 			r.Resources = append(r.Resources, e.Body)
 		}
 		return r
@@ -444,6 +477,14 @@ func (st *stream) send(ts *typeState, entries []*store.Entry, ver string, sharea
 		key.WriteString("N\x00" + ts.t.Name + "\x00" + ver)
 		for _, e := range entries {
 			key.WriteString("\x00" + e.Scope + "/" + e.Name + "@" + strconv.FormatInt(e.ModRevision, 10))
+		}
+	}
+	if ttls != nil {
+		// The same content with the same TTLs: streams sending within
+		// one lease.Quantum share the encoding.
+		key.WriteString("\x00T")
+		for _, d := range ttls {
+			key.WriteString("\x00" + strconv.FormatInt(int64(d), 10))
 		}
 	}
 	var body []byte
@@ -472,6 +513,9 @@ func (st *stream) send(ts *typeState, entries []*store.Entry, ver string, sharea
 			now[e.Name] = e
 		}
 		ts.sent = now
+	}
+	if ttls != nil || len(ts.ttl) > 0 {
+		st.sentTTLs(ts, entries, ttls)
 	}
 	ts.resources = len(ts.sent)
 	st.s.metrics.responses.WithLabelValues(ts.t.Name).Inc()
@@ -504,6 +548,12 @@ func (st *stream) updateStatus(ts *typeState) {
 		Subscribed:   len(ts.names),
 		Resources:    ts.resources,
 	}
+	if ts.ttl != nil {
+		if st.stat.TTL == nil {
+			st.stat.TTL = map[string][]TTLStatus{}
+		}
+		st.stat.TTL[ts.t.Name] = ttlStatus(ts)
+	}
 }
 
 func (st *stream) status() StreamStatus {
@@ -514,6 +564,15 @@ func (st *stream) status() StreamStatus {
 	for k, v := range st.stat.Types {
 		c := *v
 		out.Types[k] = &c
+	}
+	out.TTL = nil
+	for _, l := range st.stat.TTL {
+		for _, x := range l {
+			if id, err := strconv.ParseUint(x.Lease, 16, 64); err == nil && st.s.cfg.Leases != nil {
+				x.NextHeartbeat = st.s.cfg.Leases.NextCheck(int64(id)).UTC()
+			}
+			out.TTLResources = append(out.TTLResources, x)
+		}
 	}
 	return out
 }
@@ -526,6 +585,10 @@ type StreamStatus struct {
 	Protocol    string                 `json:"protocol"`
 	ConnectedAt time.Time              `json:"connected_at"`
 	Types       map[string]*TypeStatus `json:"types"`
+	// TTLResources lists the resources the client holds with a TTL.
+	TTLResources []TTLStatus `json:"ttl_resources,omitempty"`
+	// TTL: per type, what TTLResources is built from.
+	TTL map[string][]TTLStatus `json:"-"`
 }
 
 // TypeStatus is a stream's state for one type.

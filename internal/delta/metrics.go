@@ -15,6 +15,8 @@ type metrics struct {
 	notResent       prometheus.Counter
 	catchups        prometheus.Counter
 	catchupFailures prometheus.Counter
+	heartbeats      *prometheus.CounterVec
+	ttlResources    prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -43,10 +45,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "legation_delta_catchup_waits_total", Help: "Streams presenting versions newer than the view, waited for."}),
 		catchupFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "legation_delta_catchup_failures_total", Help: "Streams ended with UNAVAILABLE because the view did not catch up in time."}),
+		heartbeats: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "legation_delta_ttl_heartbeats_total", Help: "Delta TTL heartbeats sent after a lease extension, by type."}, []string{"type"}),
+		ttlResources: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "legation_delta_ttl_resources", Help: "TTL'd resources held with their TTL by delta clients, summed over streams."}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.streams, m.responses, m.resourcesSent, m.removalsSent, m.nacks, m.bytesSent, m.encodes,
-			m.staleNonces, m.badRequests, m.notResent, m.catchups, m.catchupFailures)
+			m.staleNonces, m.badRequests, m.notResent, m.catchups, m.catchupFailures, m.heartbeats, m.ttlResources)
 	}
 	return m
 }

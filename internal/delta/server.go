@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/legation-io/legation/internal/lease"
 	"github.com/legation-io/legation/internal/resource"
 	"github.com/legation-io/legation/internal/scope"
 	"github.com/legation-io/legation/internal/store"
@@ -33,6 +34,20 @@ type Source interface {
 
 var _ Source = (*store.View)(nil)
 
+// Leases is what the server needs of the lease tracker (*lease.Tracker is
+// one). Its methods may be called from many goroutines at once; Expiry may
+// block for one etcd query.
+type Leases interface {
+	// Expiry returns when e's lease expires (a lower bound of etcd's).
+	Expiry(ctx context.Context, e *store.Entry) time.Time
+	// Notice returns the current notice of lease extensions.
+	Notice() *lease.Notice
+	// NextCheck returns when the lease is next checked for an extension.
+	NextCheck(id int64) time.Time
+}
+
+var _ Leases = (*lease.Tracker)(nil)
+
 // Config configures a Server.
 type Config struct {
 	// Source is the view to serve. Required.
@@ -43,6 +58,10 @@ type Config struct {
 	// client presents in initial_resource_versions; after it the stream
 	// ends with UNAVAILABLE (promise 3). Zero: 5s.
 	CatchupTimeout time.Duration
+	// Leases gives the expiry of TTL'd resources' leases and announces
+	// their extensions (promise 8); nil: no TTL is put on the wire and no
+	// heartbeat is sent, whatever the clients advertise.
+	Leases Leases
 	// Logger gets NACKs; nil discards.
 	Logger *slog.Logger
 	// Registerer gets the server's metrics; nil registers none.

@@ -14,7 +14,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/legation-io/legation/internal/lease"
 	"github.com/legation-io/legation/internal/resource"
 	"github.com/legation-io/legation/internal/scope"
 	"github.com/legation-io/legation/internal/store"
@@ -37,6 +39,14 @@ type stream struct {
 	snap   *store.Snapshot
 	types  map[*resource.Type]*typeState
 	nonces uint64
+	// ttlOn: the client advertised TTL support (promise 8) and the server
+	// tracks leases. Otherwise TTL'd resources go out without a TTL and
+	// are never heartbeated.
+	ttlOn bool
+	// notice is the lease-extension notice the stream waits on, from its
+	// first TTL'd resource on; nil before.
+	notice   *lease.Notice
+	ttlCount int // the stream's share of metrics.ttlResources
 
 	statusMu sync.Mutex // guards stat
 	stat     StreamStatus
@@ -71,6 +81,12 @@ type typeState struct {
 	nacked      string   // system_version_info of the last NACKed one
 	nackMsg     string
 	holdRemoval bool // CDS/EDS removals wait for LDS/RDS ACKs (make before break)
+	// ttl: the resources the client holds with a TTL, by the name it
+	// subscribed with (only when ttlOn), pruned lazily against have.
+	ttl map[string]ttlHeld
+	// beat: TTL'd resources whose lease was extended, to heartbeat when
+	// no response of the type is outstanding.
+	beat map[string]bool
 }
 
 func (s *Server) serve(gs Stream, fixed *resource.Type) error {
@@ -86,11 +102,16 @@ func (s *Server) serve(gs Stream, fixed *resource.Type) error {
 	st.log = s.cfg.Logger.With("stream", st.id, "protocol", proto)
 	st.stat = StreamStatus{ID: st.id, Protocol: proto, ConnectedAt: time.Now().UTC()}
 	defer s.streams.Add(st.id, st)()
+	defer func() { s.metrics.ttlResources.Sub(float64(st.ttlCount)) }()
 
 	// One receive goroutine feeds this loop, the only sender.
 	reqc, errc := xdsstream.Receive[discoveryv3.DeltaDiscoveryRequest](ctx, gs.RecvMsg)
 	st.snap = s.cfg.Source.Snapshot()
 	for {
+		var extended <-chan struct{}
+		if st.notice != nil {
+			extended = st.notice.Done()
+		}
 		select {
 		case r := <-reqc:
 			if err := st.handle(r); err != nil {
@@ -98,6 +119,8 @@ func (s *Server) serve(gs Stream, fixed *resource.Type) error {
 			}
 		case <-st.snap.Done():
 			st.advance()
+		case <-extended:
+			st.leasesExtended()
 		case err := <-errc:
 			return xdsstream.EndErr(err)
 		case <-ctx.Done():
@@ -139,6 +162,8 @@ func (st *stream) handle(r *discoveryv3.DeltaDiscoveryRequest) error {
 			st.node = &corev3.Node{}
 		}
 		st.group = st.s.cfg.GroupBy(st.node)
+		ttl, _ := lease.Features(st.node)
+		st.ttlOn = ttl && st.s.cfg.Leases != nil
 		st.log = st.log.With("node", st.node.GetId(), "group", st.group)
 		st.statusMu.Lock()
 		st.stat.NodeID, st.stat.Group = st.node.GetId(), st.group
@@ -276,7 +301,7 @@ func (st *stream) flush() error {
 			}
 		}
 	}
-	return nil
+	return st.heartbeat()
 }
 
 func (st *stream) flushType(ts *typeState) error {
@@ -426,6 +451,10 @@ func (it item) key() string {
 // shared body cache; otherwise the key is built from the content.
 func (st *stream) send(ts *typeState, out []item, removed []string, shareKey string) error {
 	sysVersion := strconv.FormatInt(st.snap.Revision, 10)
+	var ttls []time.Duration // per item when any is TTL'd; 0: none
+	if st.ttlOn {
+		ttls = st.wireTTLs(out)
+	}
 	if shareKey == "" {
 		var key strings.Builder
 		key.WriteString("D\x00" + ts.t.Name + "\x00" + sysVersion)
@@ -438,11 +467,24 @@ func (st *stream) send(ts *typeState, out []item, removed []string, shareKey str
 		}
 		shareKey = key.String()
 	}
+	if ttls != nil {
+		// The same content with the same TTLs: streams sending within
+		// one lease.Quantum share the encoding.
+		var key strings.Builder
+		key.WriteString(shareKey + "\x00T")
+		for _, d := range ttls {
+			key.WriteString("\x00" + strconv.FormatInt(int64(d), 10))
+		}
+		shareKey = key.String()
+	}
 	build := func() proto.Message {
 		r := &discoveryv3.DeltaDiscoveryResponse{SystemVersionInfo: sysVersion, TypeUrl: ts.t.URL, RemovedResources: removed,
 			Resources: make([]*discoveryv3.Resource, 0, len(out))}
-		for _, it := range out {
+		for i, it := range out {
 			res := &discoveryv3.Resource{Name: it.e.Name, Version: strconv.FormatInt(it.e.ModRevision, 10), Resource: it.e.Body}
+			if ttls != nil && ttls[i] > 0 {
+				res.Ttl = durationpb.New(ttls[i])
+			}
 			if it.alias != "" {
 				res.Aliases = []string{it.alias}
 			}
@@ -465,6 +507,9 @@ func (st *stream) send(ts *typeState, out []item, removed []string, shareKey str
 	for _, it := range out {
 		ts.have[it.key()] = held{version: strconv.FormatInt(it.e.ModRevision, 10), scope: it.source}
 		ts.inFlight = append(ts.inFlight, it.key())
+	}
+	if ttls != nil || len(ts.ttl) > 0 {
+		st.sentTTLs(ts, out, ttls)
 	}
 	m := st.s.metrics
 	m.responses.WithLabelValues(ts.t.Name).Inc()
@@ -499,12 +544,22 @@ func (st *stream) updateStatus(ts *typeState) {
 			s.Resources[n] = rs
 		}
 	}
+	var ttl []TTLStatus
+	if ts.ttl != nil {
+		ttl = ttlStatus(ts)
+	}
 	st.statusMu.Lock()
 	defer st.statusMu.Unlock()
 	if st.stat.Types == nil {
 		st.stat.Types = map[string]*TypeStatus{}
 	}
 	st.stat.Types[ts.t.Name] = s
+	if ts.ttl != nil {
+		if st.stat.TTL == nil {
+			st.stat.TTL = map[string][]TTLStatus{}
+		}
+		st.stat.TTL[ts.t.Name] = ttl
+	}
 }
 
 func (st *stream) status() StreamStatus {
@@ -514,6 +569,15 @@ func (st *stream) status() StreamStatus {
 	out.Types = make(map[string]*TypeStatus, len(st.stat.Types))
 	for k, v := range st.stat.Types {
 		out.Types[k] = v // immutable once stored
+	}
+	out.TTL = nil
+	for _, l := range st.stat.TTL {
+		for _, x := range l {
+			if id, err := strconv.ParseUint(x.Lease, 16, 64); err == nil && st.s.cfg.Leases != nil {
+				x.NextHeartbeat = st.s.cfg.Leases.NextCheck(int64(id)).UTC()
+			}
+			out.TTLResources = append(out.TTLResources, x)
+		}
 	}
 	return out
 }
@@ -526,6 +590,10 @@ type StreamStatus struct {
 	Protocol    string                 `json:"protocol"`
 	ConnectedAt time.Time              `json:"connected_at"`
 	Types       map[string]*TypeStatus `json:"types"`
+	// TTLResources lists the resources the client holds with a TTL.
+	TTLResources []TTLStatus `json:"ttl_resources,omitempty"`
+	// TTL: per type, what TTLResources is built from.
+	TTL map[string][]TTLStatus `json:"-"`
 }
 
 // TypeStatus is a delta stream's state for one type.

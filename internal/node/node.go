@@ -23,6 +23,7 @@ import (
 	"github.com/legation-io/legation/internal/ads"
 	"github.com/legation-io/legation/internal/delta"
 	"github.com/legation-io/legation/internal/devetcd"
+	"github.com/legation-io/legation/internal/lease"
 	"github.com/legation-io/legation/internal/resource"
 	"github.com/legation-io/legation/internal/scope"
 	"github.com/legation-io/legation/internal/store"
@@ -43,6 +44,9 @@ type Node struct {
 	stopping atomic.Bool // set when Run's ctx ends: no longer ready
 	// view is nil until Run has connected to etcd.
 	view  atomic.Pointer[store.View]
+	// leases is nil until Run has connected to etcd; it is set before
+	// view, and streams are served only once the view is ready.
+	leases atomic.Pointer[lease.Tracker]
 	sotw  *ads.Server
 	delta *delta.Server
 }
@@ -63,6 +67,34 @@ func (v viewSource) WaitRevision(ctx context.Context, rev int64) (*store.Snapsho
 		return nil, errors.New("node: no view yet")
 	}
 	return view.WaitRevision(ctx, rev)
+}
+
+// leaseSource is the ads.Leases and delta.Leases of a node: its lease
+// tracker once Run made it.
+type leaseSource struct{ n *Node }
+
+// never is the notice of a node without a tracker: never done.
+var never = lease.Notice{}
+
+func (l leaseSource) Expiry(ctx context.Context, e *store.Entry) time.Time {
+	if t := l.n.leases.Load(); t != nil {
+		return t.Expiry(ctx, e)
+	}
+	return time.Now() // unreachable while serving: the shortest TTL
+}
+
+func (l leaseSource) Notice() *lease.Notice {
+	if t := l.n.leases.Load(); t != nil {
+		return t.Notice()
+	}
+	return &never
+}
+
+func (l leaseSource) NextCheck(id int64) time.Time {
+	if t := l.n.leases.Load(); t != nil {
+		return t.NextCheck(id)
+	}
+	return time.Time{}
 }
 
 // New checks cfg and binds the xDS and HTTP listeners; it does no other
@@ -111,6 +143,7 @@ func New(cfg Config) (*Node, error) {
 		Source:         viewSource{n},
 		GroupBy:        groupBy,
 		CatchupTimeout: cfg.CatchupTimeout,
+		Leases:         leaseSource{n},
 		Logger:         n.log,
 		Registerer:     n.reg,
 	})
@@ -125,6 +158,7 @@ func New(cfg Config) (*Node, error) {
 		GroupBy:        groupBy,
 		CatchupTimeout: cfg.CatchupTimeout,
 		TrustVersion:   cfg.SotwTrustVersion,
+		Leases:         leaseSource{n},
 		Logger:         n.log,
 		Registerer:     n.reg,
 	})
@@ -284,14 +318,28 @@ func (n *Node) startBackend(ctx context.Context, b *backend) error {
 	if err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
+	tracker, err := lease.New(lease.Config{
+		Client:     client,
+		Prefix:     n.cfg.EtcdPrefix,
+		Logger:     n.log,
+		Registerer: n.reg,
+	})
+	if err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	n.leases.Store(tracker)
 	n.view.Store(view)
 
 	vctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	b.cancel = cancel
-	b.wg.Add(2)
+	b.wg.Add(3)
 	go func() {
 		defer b.wg.Done()
 		view.Run(vctx) //nolint:errcheck // it returns nil once vctx ends
+	}()
+	go func() {
+		defer b.wg.Done()
+		tracker.Run(vctx) //nolint:errcheck // it returns nil once vctx ends
 	}()
 	go func() {
 		defer b.wg.Done()
@@ -425,10 +473,15 @@ func (n *Node) serveDebugStreams(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
+	var leases []lease.Info
+	if t := n.leases.Load(); t != nil {
+		leases = t.Tracked()
+	}
 	enc.Encode(struct { //nolint:errcheck // the client went away
 		Streams      []ads.StreamStatus   `json:"streams"`
 		DeltaStreams []delta.StreamStatus `json:"delta_streams"`
-	}{n.sotw.Streams(), n.delta.Streams()})
+		Leases       []lease.Info         `json:"leases,omitempty"`
+	}{n.sotw.Streams(), n.delta.Streams(), leases})
 }
 
 // debugOnly lets only loopback clients reach h, unless DebugOpen.

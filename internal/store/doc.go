@@ -6,6 +6,8 @@
 // Key layout, under the configured prefix (default "/legation/"):
 //
 //	<prefix>resources/<type>/<scope>/<name>  ->  legation.v1.Envelope
+//	<prefix>leases/<lease id in 16 hex digits> ->  LeaseMarker (JSON),
+//	    written by RefreshLease under the lease it names
 //
 // <type> is a short type name (resource.Type.Name), <scope> is "default"
 // or a node group and never holds '/', and <name> is the resource name,

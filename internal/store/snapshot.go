@@ -21,6 +21,11 @@ type Entry struct {
 	Lease int64
 	// TTL is the time to live asked for when written, 0 for none.
 	TTL time.Duration
+	// WrittenAt is when the writer started the write (the envelope's
+	// written_at), zero if unknown. For a TTL'd resource it was taken
+	// before the lease was granted, so WrittenAt plus the lease's TTL is
+	// no later than the lease's expiry (clocks agreeing).
+	WrittenAt time.Time
 	// Body is the resource exactly as stored: its Value is the marshaled
 	// resource, sent to clients as is. It is never re-marshaled.
 	Body *anypb.Any

@@ -500,15 +500,18 @@ func (s *Store) Apply(ctx context.Context, plan *Plan, opts ApplyOptions) (*Appl
 	if err != nil {
 		return nil, err
 	}
+	// Taken before the lease is granted: written_at + the lease's TTL is
+	// then never later than the lease's expiry, which is what TTLs on the
+	// wire are computed from.
+	now := timestamppb.Now()
 	if plan.TTL > 0 {
-		secs := int64((plan.TTL + time.Second - 1) / time.Second)
+		secs := LeaseSeconds(plan.TTL)
 		lease, err := s.cfg.Client.Grant(ctx, secs)
 		if err != nil {
 			return nil, s.wrapErr("grant lease", err)
 		}
 		res.Lease = int64(lease.ID)
 	}
-	now := timestamppb.Now()
 	for i, ch := range chunks {
 		rev, err := s.commit(ctx, plan, ch, clientv3.LeaseID(res.Lease), now)
 		if err != nil {

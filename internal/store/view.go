@@ -518,6 +518,9 @@ func (b *builder) put(v *View, kv *mvccpb.KeyValue, p string) {
 	if env.GetTtl() != nil {
 		e.TTL = env.GetTtl().AsDuration()
 	}
+	if env.GetWrittenAt() != nil {
+		e.WrittenAt = env.GetWrittenAt().AsTime()
+	}
 	b.entries.Insert([]byte(p), e)
 	b.tombs.Delete([]byte(p))
 	b.bumpSet(p, kv.ModRevision)
