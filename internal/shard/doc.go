@@ -1,0 +1,24 @@
+// Package shard owns the xds-node cluster: who the replicas are and which of
+// them is the home of an Envoy node id.
+//
+// Membership has two sources that play different parts:
+//
+//   - an etcd registry, <prefix>members/<name> -> Member as JSON, each key
+//     under a lease of the replica kept alive while it runs. It is how
+//     replicas find each other without --join, and what `xdsadmin members`
+//     reads. It is never used for liveness decisions on the serving path.
+//   - memberlist (SWIM gossip) for liveness: a replica that stops answering
+//     probes leaves the alive set within seconds; one that leaves gracefully
+//     leaves it at once. Each member's gossip meta carries its record, so
+//     every replica knows the others' xDS addresses and readiness.
+//
+// The Ring is a consistent hash with virtual nodes over the alive members
+// that are Ready (all alive members when none is), built the same way on
+// every replica from the same members: the same node id has the same home
+// everywhere once gossip has converged. It is immutable and swapped
+// atomically; Changed tells when a new one is in place.
+//
+// The package does not relay streams, move them, or serve anything: it only
+// answers "who is alive" and "whose is this node". It never writes under
+// <prefix>resources/.
+package shard

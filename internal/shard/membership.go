@@ -1,0 +1,665 @@
+package shard
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Membership is this replica's place in the cluster: its memberlist
+// instance, its registry record under a lease, and the current Ring. Its
+// methods may be called concurrently.
+type Membership struct {
+	cfg     Config
+	log     *slog.Logger
+	metrics *metrics
+	ml      *memberlist.Memberlist
+	ring    atomic.Pointer[Ring]
+	lease   atomic.Int64 // clientv3.LeaseID of the registry record; 0: none
+
+	mu      sync.Mutex // guards self and changed; never held while calling out
+	self    Member
+	changed chan struct{} // closed when ring next changes
+
+	nodesMu sync.Mutex // guards nodes and badMeta; taken inside memberlist's callbacks
+	nodes   map[string]gossipNode
+	badMeta map[string]string // name -> bad meta already warned about
+
+	buildMu sync.Mutex // serializes rebuild (the builder goroutine and Start)
+
+	buildKick  chan struct{} // cap 1: gossip membership changed
+	metaKick   chan struct{} // cap 1: self's meta changed, broadcast it
+	recordKick chan struct{} // cap 1: self's record changed, write it
+	joined     chan struct{} // closed after the first join attempt
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	stopOnce sync.Once
+}
+
+// gossipNode is what memberlist told us about an alive node, copied out of
+// its callbacks.
+type gossipNode struct {
+	addr string
+	meta []byte
+}
+
+// Start joins this replica to the cluster: it binds memberlist, registers
+// this replica in etcd under a lease kept alive, joins the seeds in
+// cfg.Join or else the registered peers, and returns once the first join
+// attempt is done (an unreachable or absent peer is not an error: a
+// replica alone is a cluster of one). The member starts not Ready; call
+// SetReady when its view is current.
+//
+// ctx bounds start-up only: if it ends first, Start undoes what it did and
+// returns ctx's error. The Membership lives until Leave or Close.
+func Start(ctx context.Context, cfg Config) (*Membership, error) {
+	cfg.fill()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	m := &Membership{
+		cfg:        cfg,
+		log:        cfg.Logger.With("member", cfg.Name),
+		metrics:    newMetrics(cfg.Registerer),
+		changed:    make(chan struct{}),
+		nodes:      make(map[string]gossipNode),
+		badMeta:    make(map[string]string),
+		buildKick:  make(chan struct{}, 1),
+		metaKick:   make(chan struct{}, 1),
+		recordKick: make(chan struct{}, 1),
+		joined:     make(chan struct{}),
+		self: Member{
+			Name:     cfg.Name,
+			XDSAddr:  cfg.XDSAddr,
+			HTTPAddr: cfg.HTTPAddr,
+			// Milliseconds: what the gossip meta carries, so that Self and
+			// the ring's copy of this member are equal.
+			Started: time.Now().UTC().Truncate(time.Millisecond),
+		},
+	}
+	m.ring.Store(NewRing(nil, cfg.VNodes))
+
+	mlc, err := m.memberlistConfig()
+	if err != nil {
+		return nil, err
+	}
+	m.ml, err = memberlist.Create(mlc)
+	if err != nil {
+		return nil, fmt.Errorf("shard: start memberlist on %s: %w", cfg.BindAddr, err)
+	}
+	m.mu.Lock()
+	m.self.GossipAddr = m.ml.LocalNode().Address()
+	m.mu.Unlock()
+
+	root, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	m.cancel = cancel
+	ka, err := m.register(ctx, root)
+	if err != nil {
+		cancel()
+		m.ml.Shutdown() //nolint:errcheck // the registration error is the one to report
+		return nil, err
+	}
+	m.rebuild()
+
+	m.wg.Add(4)
+	go m.buildLoop(root)
+	go m.announceLoop(root)
+	go m.registryLoop(root, ka)
+	go m.discoveryLoop(root)
+
+	select {
+	case <-m.joined:
+	case <-ctx.Done():
+		// Undo: leave what was joined and delete the record now.
+		m.Leave(m.cfg.TCPTimeout) //nolint:errcheck // ctx's error is the one to report
+		return nil, fmt.Errorf("shard: start: %w", ctx.Err())
+	}
+	m.rebuild()
+	m.log.Info("shard: joined the cluster", "gossip_addr", m.Self().GossipAddr, "members", m.Ring().Len())
+	return m, nil
+}
+
+func (m *Membership) memberlistConfig() (*memberlist.Config, error) {
+	c := memberlist.DefaultLANConfig()
+	c.Name = m.cfg.Name
+	host, port, err := splitBind(m.cfg.BindAddr)
+	if err != nil {
+		return nil, err
+	}
+	c.BindAddr, c.BindPort = host, port
+	c.AdvertisePort = port
+	if m.cfg.AdvertiseAddr != "" {
+		host, port, err := splitAdvertise(m.cfg.AdvertiseAddr)
+		if err != nil {
+			return nil, err
+		}
+		c.AdvertiseAddr = host
+		if port != 0 {
+			c.AdvertisePort = port
+		}
+	}
+	c.ProbeInterval = m.cfg.ProbeInterval
+	c.ProbeTimeout = m.cfg.ProbeTimeout
+	c.SuspicionMult = m.cfg.SuspicionMult
+	c.GossipInterval = m.cfg.GossipInterval
+	c.TCPTimeout = m.cfg.TCPTimeout
+	// A replica restarted under its old name at a new address (a
+	// Kubernetes pod) takes the name back once the old one is dead,
+	// instead of being refused until the dead entry is reaped (30s).
+	c.DeadNodeReclaimTime = m.cfg.ProbeInterval
+	c.Delegate = (*delegate)(m)
+	c.Events = (*events)(m)
+	c.Logger = log.New(&logWriter{log: m.log}, "", 0)
+	return c, nil
+}
+
+// Self returns this replica's record as it is now.
+func (m *Membership) Self() Member {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.self
+}
+
+// Ring returns the current ring. It is cheap (an atomic load), and the
+// ring is immutable.
+func (m *Membership) Ring() *Ring { return m.ring.Load() }
+
+// Home returns the home of nodeID on the current ring; false when the
+// ring is empty.
+func (m *Membership) Home(nodeID string) (Member, bool) { return m.Ring().Home(nodeID) }
+
+// Changed returns a channel closed when the ring changes after this call.
+// Take a new one after each change. To follow the ring without missing a
+// change, call Changed before Ring:
+//
+//	for {
+//		ch := m.Changed()
+//		use(m.Ring())
+//		<-ch
+//	}
+//
+// After Leave or Close the ring no longer changes.
+func (m *Membership) Changed() <-chan struct{} {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.changed
+}
+
+// SetReady sets whether this replica's view is current. It does not block:
+// the new record is put in this replica's gossip meta and broadcast
+// (memberlist UpdateNode), and written to the etcd registry, in the
+// background; Self reflects it at once, the rings of this replica and its
+// peers as soon as the update has gone round (a gossip round or two). After
+// Leave or Close only Self changes.
+func (m *Membership) SetReady(ready bool) {
+	m.mu.Lock()
+	same := m.self.Ready == ready
+	m.self.Ready = ready
+	m.mu.Unlock()
+	if same {
+		return
+	}
+	kick(m.metaKick)
+	kick(m.recordKick)
+}
+
+// Leave leaves the cluster gracefully: it stops the background work,
+// broadcasts a leave so peers drop this replica from their rings at once
+// (waiting up to timeout for the broadcast; 0: no limit when peers exist),
+// shuts memberlist down and revokes the registry lease (bounded by timeout,
+// 0: 5s), so the record disappears at once. It is idempotent, and after
+// Close it does nothing.
+func (m *Membership) Leave(timeout time.Duration) error {
+	var err error
+	m.stopOnce.Do(func() {
+		m.stop()
+		if e := m.ml.Leave(timeout); e != nil {
+			err = fmt.Errorf("shard: leave: %w", e)
+		}
+		m.ml.Shutdown() //nolint:errcheck // shutting down the transport; nothing to do about a failure
+		if e := m.revoke(timeout); e != nil {
+			err = errors.Join(err, e)
+		}
+		m.log.Info("shard: left the cluster")
+	})
+	return err
+}
+
+// Close stops everything, as a crash would but with every goroutine
+// waited for: no leave is broadcast, so peers notice this replica is gone
+// only when it stops answering probes, and the registry lease is not
+// revoked, only no longer kept alive, so the record expires after LeaseTTL.
+// Call Leave first for a graceful exit. Close is idempotent and returns
+// nil.
+func (m *Membership) Close() error {
+	m.stopOnce.Do(func() {
+		m.stop()
+		m.ml.Shutdown() //nolint:errcheck // shutting down the transport; nothing to do about a failure
+		m.log.Info("shard: closed")
+	})
+	return nil
+}
+
+// stop ends the goroutines and waits for them. The registry keep-alive
+// stops with them.
+func (m *Membership) stop() {
+	m.cancel()
+	m.wg.Wait()
+}
+
+func kick(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// --- the ring ---
+
+// buildLoop rebuilds the ring when memberlist reports a change.
+func (m *Membership) buildLoop(ctx context.Context) {
+	defer m.wg.Done()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.buildKick:
+			m.rebuild()
+		}
+	}
+}
+
+// rebuild builds the ring from the alive members and, if it differs from
+// the current one, swaps it in and closes the Changed channel.
+func (m *Membership) rebuild() {
+	m.buildMu.Lock()
+	defer m.buildMu.Unlock()
+
+	type bad struct{ name, meta string }
+	var (
+		alive  []Member
+		newBad []bad
+	)
+	m.nodesMu.Lock()
+	for name, n := range m.nodes {
+		mem, err := decodeMeta(name, n.addr, n.meta)
+		if err != nil {
+			if m.badMeta[name] != string(n.meta) {
+				m.badMeta[name] = string(n.meta)
+				newBad = append(newBad, bad{name, string(n.meta)})
+			}
+			continue
+		}
+		delete(m.badMeta, name)
+		alive = append(alive, mem)
+	}
+	m.nodesMu.Unlock()
+	for _, b := range newBad {
+		m.metrics.badMeta.Inc()
+		m.log.Warn("shard: gossip member with unreadable meta left off the ring", "peer", b.name, "meta", b.meta)
+	}
+
+	onRing := make([]Member, 0, len(alive))
+	for _, mem := range alive {
+		if mem.Ready {
+			onRing = append(onRing, mem)
+		}
+	}
+	if len(onRing) == 0 {
+		// No member can say its view is current (etcd lost everywhere?):
+		// homes on possibly stale views beat no homes at all.
+		onRing = alive
+	}
+	r := NewRing(onRing, m.cfg.VNodes)
+	m.metrics.alive.Set(float64(len(alive)))
+	m.metrics.ringMembers.Set(float64(r.Len()))
+
+	m.mu.Lock()
+	if r.equal(m.ring.Load()) {
+		m.mu.Unlock()
+		return
+	}
+	// Stored under mu with the channel swap, so that a Changed taken
+	// before a Ring is always closed if that ring is replaced.
+	m.ring.Store(r)
+	ch := m.changed
+	m.changed = make(chan struct{})
+	m.mu.Unlock()
+	close(ch)
+
+	m.metrics.ringChanges.Inc()
+	names := make([]string, 0, r.Len())
+	for _, mem := range r.members {
+		names = append(names, mem.Name)
+	}
+	m.log.Info("shard: ring changed", "alive", len(alive), "ring", strings.Join(names, ","))
+}
+
+// delegate is memberlist's Delegate for a Membership. memberlist calls its
+// methods from its own goroutines; they must be thread-safe and must not
+// block.
+type delegate Membership
+
+// NodeMeta returns this replica's record in meta form. Config.Validate
+// checked that it fits limit.
+func (d *delegate) NodeMeta(limit int) []byte {
+	m := (*Membership)(d)
+	b := encodeMeta(m.Self())
+	if len(b) > limit {
+		// Unreachable after Validate; memberlist would panic on it.
+		return nil
+	}
+	return b
+}
+
+func (d *delegate) NotifyMsg([]byte)                           {}
+func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
+func (d *delegate) LocalState(join bool) []byte                { return nil }
+func (d *delegate) MergeRemoteState(buf []byte, join bool)     {}
+
+var _ memberlist.Delegate = (*delegate)(nil)
+
+// events is memberlist's EventDelegate for a Membership. memberlist calls
+// it with its node lock held, from several goroutines but never two at a
+// time: it only copies the node and wakes the builder.
+type events Membership
+
+func (e *events) NotifyJoin(n *memberlist.Node)   { e.set(n) }
+func (e *events) NotifyUpdate(n *memberlist.Node) { e.set(n) }
+func (e *events) NotifyLeave(n *memberlist.Node) {
+	m := (*Membership)(e)
+	m.nodesMu.Lock()
+	delete(m.nodes, n.Name)
+	m.nodesMu.Unlock()
+	kick(m.buildKick)
+}
+
+func (e *events) set(n *memberlist.Node) {
+	m := (*Membership)(e)
+	g := gossipNode{addr: n.Address(), meta: bytes.Clone(n.Meta)}
+	m.nodesMu.Lock()
+	m.nodes[n.Name] = g
+	m.nodesMu.Unlock()
+	kick(m.buildKick)
+}
+
+var _ memberlist.EventDelegate = (*events)(nil)
+
+// announceLoop broadcasts this replica's meta after SetReady changed it.
+func (m *Membership) announceLoop(ctx context.Context) {
+	defer m.wg.Done()
+	// UpdateNode waits for the broadcast to go out to a peer; a few gossip
+	// rounds is plenty, and bounds how long Close waits for this loop.
+	timeout := max(time.Second, 5*m.cfg.GossipInterval)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.metaKick:
+			if err := m.ml.UpdateNode(timeout); err != nil {
+				m.log.Debug("shard: meta update not yet broadcast", "err", err)
+			}
+		}
+	}
+}
+
+// --- the registry ---
+
+// register grants a lease, writes this replica's record under it and
+// starts keeping it alive until root ends. ctx bounds the grant and write.
+func (m *Membership) register(ctx, root context.Context) (<-chan *clientv3.LeaseKeepAliveResponse, error) {
+	ttl := int64((m.cfg.LeaseTTL + time.Second - 1) / time.Second)
+	g, err := m.cfg.Client.Grant(ctx, ttl)
+	if err != nil {
+		return nil, fmt.Errorf("shard: grant registry lease: %w", err)
+	}
+	key := RegistryKey(m.cfg.Prefix, m.cfg.Name)
+	self := m.Self()
+	prev, err := m.cfg.Client.Put(ctx, key, string(encodeRecord(self)), clientv3.WithLease(g.ID), clientv3.WithPrevKV())
+	if err != nil {
+		m.revokeLease(g.ID, m.cfg.TCPTimeout)
+		return nil, fmt.Errorf("shard: register %s: %w", key, err)
+	}
+	if prev.PrevKv != nil && prev.PrevKv.Lease != int64(m.lease.Load()) {
+		if old, err := decodeRecord(key, m.cfg.Name, prev.PrevKv.Value); err == nil && old.GossipAddr != self.GossipAddr {
+			// Usually this replica's previous life, not yet expired; if it
+			// is alive, two replicas share a name, which memberlist reports
+			// as a conflict.
+			m.log.Info("shard: replaced the registry record of an earlier replica of this name",
+				"key", key, "old_gossip_addr", old.GossipAddr, "old_started", old.Started)
+		}
+	}
+	ka, err := m.cfg.Client.KeepAlive(root, g.ID)
+	if err != nil {
+		m.revokeLease(g.ID, m.cfg.TCPTimeout)
+		return nil, fmt.Errorf("shard: keep registry lease alive: %w", err)
+	}
+	m.lease.Store(int64(g.ID))
+	return ka, nil
+}
+
+// registryLoop keeps the record current: it drains the keep-alive
+// responses, writes the record again after SetReady, and registers again
+// with a new lease when the lease is lost (etcd unreachable for longer than
+// the TTL).
+func (m *Membership) registryLoop(ctx context.Context, ka <-chan *clientv3.LeaseKeepAliveResponse) {
+	defer m.wg.Done()
+	retry := time.NewTimer(0)
+	if !retry.Stop() {
+		<-retry.C
+	}
+	defer retry.Stop()
+	const minBackoff, maxBackoff = 200 * time.Millisecond, 5 * time.Second
+	backoff := minBackoff
+	lost := func() {
+		ka = nil
+		m.lease.Store(0)
+		m.metrics.leaseLost.Inc()
+		retry.Reset(backoff)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case _, ok := <-ka:
+			if !ok {
+				if ctx.Err() != nil {
+					return
+				}
+				m.log.Warn("shard: registry lease lost; registering again")
+				backoff = minBackoff
+				lost()
+			}
+		case <-m.recordKick:
+			id := clientv3.LeaseID(m.lease.Load())
+			if id == 0 {
+				continue // registering again writes the current record
+			}
+			err := m.putRecord(ctx, id)
+			switch {
+			case errors.Is(err, rpctypes.ErrLeaseNotFound):
+				m.log.Warn("shard: registry lease expired; registering again")
+				backoff = minBackoff
+				lost()
+			case err != nil && ctx.Err() == nil:
+				// Retried with the next kick or registration; the gossip
+				// meta, which the ring uses, is already updated.
+				m.log.Warn("shard: update registry record", "err", err)
+				kickAfter(ctx, &m.wg, m.recordKick, time.Second)
+			}
+		case <-retry.C:
+			rctx, cancel := context.WithTimeout(ctx, m.cfg.LeaseTTL)
+			newKA, err := m.register(rctx, ctx)
+			cancel()
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				m.log.Warn("shard: register again", "err", err, "retry_in", backoff)
+				retry.Reset(backoff)
+				backoff = min(2*backoff, maxBackoff)
+				continue
+			}
+			ka = newKA
+			m.log.Info("shard: registered again")
+		}
+	}
+}
+
+// kickAfter kicks ch after d unless ctx ends first, on a goroutine counted
+// in wg.
+func kickAfter(ctx context.Context, wg *sync.WaitGroup, ch chan struct{}, d time.Duration) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+			kick(ch)
+		}
+	}()
+}
+
+func (m *Membership) putRecord(ctx context.Context, id clientv3.LeaseID) error {
+	pctx, cancel := context.WithTimeout(ctx, m.cfg.LeaseTTL)
+	defer cancel()
+	key := RegistryKey(m.cfg.Prefix, m.cfg.Name)
+	if _, err := m.cfg.Client.Put(pctx, key, string(encodeRecord(m.Self())), clientv3.WithLease(id)); err != nil {
+		return fmt.Errorf("shard: write %s: %w", key, err)
+	}
+	return nil
+}
+
+// revoke revokes the registry lease, deleting the record.
+func (m *Membership) revoke(timeout time.Duration) error {
+	id := clientv3.LeaseID(m.lease.Swap(0))
+	if id == 0 {
+		return nil
+	}
+	if timeout <= 0 {
+		timeout = 5 * time.Second
+	}
+	return m.revokeLease(id, timeout)
+}
+
+func (m *Membership) revokeLease(id clientv3.LeaseID, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if _, err := m.cfg.Client.Revoke(ctx, id); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return fmt.Errorf("shard: revoke registry lease: %w", err)
+	}
+	return nil
+}
+
+// --- discovery ---
+
+// discoveryLoop joins the seeds or the registered peers at once, then
+// every RefreshInterval joins registered members that gossip does not
+// know as alive: replicas that registered at the same moment as this one,
+// or that were partitioned away and came back.
+func (m *Membership) discoveryLoop(ctx context.Context) {
+	defer m.wg.Done()
+	if len(m.cfg.Join) > 0 {
+		m.join(m.cfg.Join, true)
+	} else {
+		m.joinRegistered(ctx, true)
+	}
+	close(m.joined)
+	t := time.NewTicker(m.cfg.RefreshInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			m.joinRegistered(ctx, false)
+		}
+	}
+}
+
+func (m *Membership) joinRegistered(ctx context.Context, first bool) {
+	rctx, cancel := context.WithTimeout(ctx, m.cfg.LeaseTTL)
+	members, bad, err := ReadRegistry(rctx, m.cfg.Client, m.cfg.Prefix)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			m.log.Warn("shard: read the registry to find peers", "err", err)
+		}
+		return
+	}
+	if first {
+		for _, b := range bad {
+			m.log.Warn("shard: skipping a malformed registry record", "key", b.Key, "err", b.Err)
+		}
+	}
+	m.nodesMu.Lock()
+	var addrs []string
+	for _, mem := range members {
+		if _, ok := m.nodes[mem.Name]; ok || mem.Name == m.cfg.Name || mem.GossipAddr == "" {
+			continue
+		}
+		addrs = append(addrs, mem.GossipAddr)
+	}
+	m.nodesMu.Unlock()
+	if len(addrs) > 0 && ctx.Err() == nil {
+		m.join(addrs, first)
+	}
+}
+
+// join joins the gossip cluster through addrs. Failing to reach them is
+// normal (a peer that crashed is registered until its lease expires): it
+// is logged, at Warn only for the first attempt.
+func (m *Membership) join(addrs []string, first bool) {
+	n, err := m.ml.Join(addrs)
+	switch {
+	case err != nil && first:
+		m.log.Warn("shard: no peer reachable; alone until one is", "peers", addrs, "err", err)
+	case err != nil:
+		m.log.Debug("shard: join registered peers", "peers", addrs, "err", err)
+	default:
+		m.log.Debug("shard: joined peers", "peers", addrs, "reached", n)
+	}
+}
+
+// --- logs ---
+
+// logWriter turns memberlist's log lines ("[WARN] memberlist: ...") into
+// slog records at the matching level.
+type logWriter struct{ log *slog.Logger }
+
+func (w *logWriter) Write(p []byte) (int, error) {
+	s := strings.TrimSpace(string(p))
+	level := slog.LevelInfo
+	for _, l := range []struct {
+		prefix string
+		level  slog.Level
+	}{
+		{"[DEBUG]", slog.LevelDebug},
+		{"[INFO]", slog.LevelInfo},
+		{"[WARN]", slog.LevelWarn},
+		{"[ERR]", slog.LevelError},
+		{"[ERROR]", slog.LevelError},
+	} {
+		if rest, ok := strings.CutPrefix(s, l.prefix); ok {
+			s, level = strings.TrimSpace(rest), l.level
+			break
+		}
+	}
+	w.log.Log(context.Background(), level, s)
+	return len(p), nil
+}
