@@ -1,0 +1,32 @@
+package relay
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	relayed         prometheus.Gauge
+	fallbacks       prometheus.Counter
+	rebalanceCloses prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		relayed: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "legation_relay_streams_relayed", Help: "xDS streams being relayed from this replica to their home replica."}),
+		fallbacks: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "legation_relay_fallbacks_total", Help: "Streams served locally because their home replica could not be reached."}),
+		rebalanceCloses: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "legation_relay_rebalance_closes_total", Help: "Streams closed because their home replica moved."}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.relayed, m.fallbacks, m.rebalanceCloses} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("relay: metrics: %w", err)
+			}
+		}
+	}
+	return m, nil
+}
