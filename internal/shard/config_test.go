@@ -61,7 +61,10 @@ func TestConfigValidate(t *testing.T) {
 		}, "below ProbeInterval"},
 		{"negative suspicion", func(c *shard.Config) { c.SuspicionMult = -1 }, "SuspicionMult"},
 		{"negative gossip interval", func(c *shard.Config) { c.GossipInterval = -time.Second }, "GossipInterval"},
-		{"meta too large", func(c *shard.Config) { c.XDSAddr = strings.Repeat("x", 300) + ":1"; c.HTTPAddr = strings.Repeat("h", 300) + ":1" }, "over the 512-byte limit"},
+		{"meta too large", func(c *shard.Config) {
+			c.XDSAddr = strings.Repeat("x", 300) + ":1"
+			c.HTTPAddr = strings.Repeat("h", 300) + ":1"
+		}, "over the 512-byte limit"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
