@@ -28,15 +28,20 @@ type Membership struct {
 	ring    atomic.Pointer[Ring]
 	lease   atomic.Int64 // clientv3.LeaseID of the registry record; 0: none
 
-	mu      sync.Mutex // guards self and changed; never held while calling out
+	// Lock order: buildMu, then nodesMu or mu (never both). memberlist's
+	// own node lock is held when it calls events, which take nodesMu, and
+	// may be taken by NodeMeta's caller, which takes mu: so no memberlist
+	// method is ever called with nodesMu or mu held.
+
+	buildMu sync.Mutex // serializes rebuild (the builder goroutine and Start)
+
+	mu      sync.Mutex // guards self, changed, and swaps of ring
 	self    Member
 	changed chan struct{} // closed when ring next changes
 
-	nodesMu sync.Mutex // guards nodes and badMeta; taken inside memberlist's callbacks
-	nodes   map[string]gossipNode
-	badMeta map[string]string // name -> bad meta already warned about
-
-	buildMu sync.Mutex // serializes rebuild (the builder goroutine and Start)
+	nodesMu sync.Mutex            // guards nodes and badMeta
+	nodes   map[string]gossipNode // alive (or suspect) members by name, this one included
+	badMeta map[string]string     // name -> unreadable meta already warned about
 
 	buildKick  chan struct{} // cap 1: gossip membership changed
 	metaKick   chan struct{} // cap 1: self's meta changed, broadcast it
@@ -218,11 +223,14 @@ func (m *Membership) SetReady(ready bool) {
 
 // Leave leaves the cluster gracefully: it stops the background work,
 // broadcasts a leave so peers drop this replica from their rings at once
-// (waiting up to timeout for the broadcast; 0: no limit when peers exist),
-// shuts memberlist down and revokes the registry lease (bounded by timeout,
-// 0: 5s), so the record disappears at once. It is idempotent, and after
-// Close it does nothing.
+// (waiting up to timeout for the broadcast to go out), shuts memberlist
+// down and revokes the registry lease (again bounded by timeout), so the
+// record disappears at once. timeout <= 0 means 5s. It is idempotent, and
+// after Close it does nothing.
 func (m *Membership) Leave(timeout time.Duration) error {
+	if timeout <= 0 {
+		timeout = 5 * time.Second
+	}
 	var err error
 	m.stopOnce.Do(func() {
 		m.stop()
@@ -457,50 +465,52 @@ func (m *Membership) register(ctx, root context.Context) (<-chan *clientv3.Lease
 // the TTL).
 func (m *Membership) registryLoop(ctx context.Context, ka <-chan *clientv3.LeaseKeepAliveResponse) {
 	defer m.wg.Done()
-	retry := time.NewTimer(0)
-	if !retry.Stop() {
-		<-retry.C
-	}
-	defer retry.Stop()
 	const minBackoff, maxBackoff = 200 * time.Millisecond, 5 * time.Second
 	backoff := minBackoff
+	register := stoppedTimer() // registering again, after the lease was lost
+	defer register.Stop()
+	rewrite := stoppedTimer() // writing the record again, after a failed write
+	defer rewrite.Stop()
+
 	lost := func() {
 		ka = nil
 		m.lease.Store(0)
 		m.metrics.leaseLost.Inc()
-		retry.Reset(backoff)
+		backoff = minBackoff
+		register.Reset(backoff)
+	}
+	write := func() {
+		rewrite.Stop()
+		id := clientv3.LeaseID(m.lease.Load())
+		if id == 0 {
+			return // registering again writes the current record
+		}
+		err := m.putRecord(ctx, id)
+		switch {
+		case errors.Is(err, rpctypes.ErrLeaseNotFound):
+			m.log.Warn("shard: registry lease expired; registering again")
+			lost()
+		case err != nil && ctx.Err() == nil:
+			// The gossip meta, which the rings use, is already updated:
+			// only `xdsadmin members` is behind until the retry.
+			m.log.Warn("shard: update registry record; retrying", "err", err, "retry_in", time.Second)
+			rewrite.Reset(time.Second)
+		}
 	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case _, ok := <-ka:
-			if !ok {
-				if ctx.Err() != nil {
-					return
-				}
+			if !ok && ctx.Err() == nil {
 				m.log.Warn("shard: registry lease lost; registering again")
-				backoff = minBackoff
 				lost()
 			}
 		case <-m.recordKick:
-			id := clientv3.LeaseID(m.lease.Load())
-			if id == 0 {
-				continue // registering again writes the current record
-			}
-			err := m.putRecord(ctx, id)
-			switch {
-			case errors.Is(err, rpctypes.ErrLeaseNotFound):
-				m.log.Warn("shard: registry lease expired; registering again")
-				backoff = minBackoff
-				lost()
-			case err != nil && ctx.Err() == nil:
-				// Retried with the next kick or registration; the gossip
-				// meta, which the ring uses, is already updated.
-				m.log.Warn("shard: update registry record", "err", err)
-				kickAfter(ctx, &m.wg, m.recordKick, time.Second)
-			}
-		case <-retry.C:
+			write()
+		case <-rewrite.C:
+			write()
+		case <-register.C:
 			rctx, cancel := context.WithTimeout(ctx, m.cfg.LeaseTTL)
 			newKA, err := m.register(rctx, ctx)
 			cancel()
@@ -508,9 +518,9 @@ func (m *Membership) registryLoop(ctx context.Context, ka <-chan *clientv3.Lease
 				if ctx.Err() != nil {
 					return
 				}
-				m.log.Warn("shard: register again", "err", err, "retry_in", backoff)
-				retry.Reset(backoff)
 				backoff = min(2*backoff, maxBackoff)
+				m.log.Warn("shard: register again", "err", err, "retry_in", backoff)
+				register.Reset(backoff)
 				continue
 			}
 			ka = newKA
@@ -519,20 +529,11 @@ func (m *Membership) registryLoop(ctx context.Context, ka <-chan *clientv3.Lease
 	}
 }
 
-// kickAfter kicks ch after d unless ctx ends first, on a goroutine counted
-// in wg.
-func kickAfter(ctx context.Context, wg *sync.WaitGroup, ch chan struct{}, d time.Duration) {
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-ctx.Done():
-		case <-t.C:
-			kick(ch)
-		}
-	}()
+// stoppedTimer returns a timer that has not started.
+func stoppedTimer() *time.Timer {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
 }
 
 func (m *Membership) putRecord(ctx context.Context, id clientv3.LeaseID) error {
@@ -550,9 +551,6 @@ func (m *Membership) revoke(timeout time.Duration) error {
 	id := clientv3.LeaseID(m.lease.Swap(0))
 	if id == 0 {
 		return nil
-	}
-	if timeout <= 0 {
-		timeout = 5 * time.Second
 	}
 	return m.revokeLease(id, timeout)
 }
