@@ -43,12 +43,12 @@ type Node struct {
 	started  atomic.Bool // set by the first Run or Close
 	stopping atomic.Bool // set when Run's ctx ends: no longer ready
 	// view is nil until Run has connected to etcd.
-	view  atomic.Pointer[store.View]
+	view atomic.Pointer[store.View]
 	// leases is nil until Run has connected to etcd; it is set before
 	// view, and streams are served only once the view is ready.
 	leases atomic.Pointer[lease.Tracker]
-	sotw  *ads.Server
-	delta *delta.Server
+	sotw   *ads.Server
+	delta  *delta.Server
 }
 
 // viewSource is the ads.Source of a node: its view once Run made it.

@@ -292,20 +292,31 @@ func (r *Relay) intercept(srv any, ss grpc.ServerStream, method string, k kind, 
 		e.servedBy.Store(name)
 	}
 	defer r.streams.Add(e.id, e)()
-	log := r.log.With("stream", e.id, "node", nodeID, "method", method)
+	// Per-stream events at Debug; the attributes cost, so only if on.
+	debug := r.log.Enabled(ctx, slog.LevelDebug)
+	log := r.log
+	if debug {
+		log = log.With("stream", e.id, "node", nodeID, "method", method)
+	}
 
 	if doRelay {
 		done, err := r.relay(sctx, ss, method, first, addr)
 		if done {
-			log.Debug("relayed stream ended", "home", name, "addr", addr, "err", err)
+			if debug {
+				log.Debug("relayed stream ended", "home", name, "addr", addr, "err", err)
+			}
 			return endErr(sctx, err)
 		}
 		r.metrics.fallbacks.Inc()
 		r.warn("home replica unreachable; serving its streams locally", "home", name, "addr", addr, "err", err)
-		log.Debug("relay failed; serving locally", "home", name, "addr", addr, "err", err)
+		if debug {
+			log.Debug("relay failed; serving locally", "home", name, "addr", addr, "err", err)
+		}
 		e.servedBy.Store(Local)
 	}
-	log.Debug("serving locally", "relayed_by", relayedBy)
+	if debug {
+		log.Debug("serving locally", "relayed_by", relayedBy)
+	}
 	err = handler(srv, &replayStream{ServerStream: ss, ctx: sctx, first: first.Bytes})
 	return endErr(sctx, err)
 }
