@@ -66,6 +66,9 @@ func TestDecodeExamples(t *testing.T) {
 			{1, 0, "route", "ingress-routes"},
 			{2, 0, "route", "echo-route"},
 		}},
+		{"ttl/incident-override.yaml", []docID{
+			{1, 0, "runtime", "incident-override"},
+		}},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			docs, err := resource.Decode(tc.file, readFile(t, filepath.Join("../../examples", tc.file)))
@@ -90,6 +93,9 @@ func TestDecodeExamples(t *testing.T) {
 	files, err := filepath.Glob("../../examples/*.yaml")
 	if err != nil || len(files) != 4 {
 		t.Errorf("examples/*.yaml = %v, %v; want the 4 files tested", files, err)
+	}
+	if files, err = filepath.Glob("../../examples/ttl/*.yaml"); err != nil || len(files) != 1 {
+		t.Errorf("examples/ttl/*.yaml = %v, %v; want the file tested", files, err)
 	}
 }
 
