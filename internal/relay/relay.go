@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
@@ -37,6 +38,9 @@ const ServedByKey = "x-legation-served-by"
 // Local is StreamInfo.ServedBy of a stream served by this replica.
 const Local = "local"
 
+// errClosed is why a Relay that was closed serves streams locally.
+var errClosed = errors.New("relay: closed")
+
 // Config configures a Relay.
 type Config struct {
 	// Self is this replica's name, sent in the marker of the streams it
@@ -49,8 +53,9 @@ type Config struct {
 	// atomically swapped ring).
 	Home func(nodeID string) (name, addr string, self bool)
 	// DialOptions are appended to the options of the connections to home
-	// replicas, after the default of insecure transport credentials: put
-	// TLS credentials here.
+	// replicas, after the defaults (insecure transport credentials, and
+	// reconnection backoff capped at 5s so that a home that comes back is
+	// used again soon): put TLS credentials here.
 	DialOptions []grpc.DialOption
 	// ConnectTimeout bounds how long opening a relay stream may wait for
 	// the home to accept it; after it the stream is served locally. Zero:
@@ -61,7 +66,8 @@ type Config struct {
 	// 1m.
 	ConnIdleTimeout time.Duration
 	// Rate is how many streams per second Rebalance closes at most, and
-	// Burst how many it may close at once. Zero: 50 and 10.
+	// Burst how many it may close at once. Set both, or neither for 50
+	// and 10.
 	Rate  float64
 	Burst int
 	// Logger gets relay failures (at Warn, at most one every few seconds)
@@ -307,8 +313,10 @@ func (r *Relay) intercept(srv any, ss grpc.ServerStream, method string, k kind, 
 			}
 			return endErr(sctx, err)
 		}
-		r.metrics.fallbacks.Inc()
-		r.warn("home replica unreachable; serving its streams locally", "home", name, "addr", addr, "err", err)
+		if !errors.Is(err, errClosed) {
+			r.metrics.fallbacks.Inc()
+			r.warn("home replica unreachable; serving its streams locally", "home", name, "addr", addr, "err", err)
+		}
 		if debug {
 			log.Debug("relay failed; serving locally", "home", name, "addr", addr, "err", err)
 		}
@@ -463,12 +471,17 @@ func (r *Relay) conn(addr string) (*grpc.ClientConn, func(), error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
-		return nil, nil, errors.New("relay: closed")
+		return nil, nil, errClosed
 	}
 	pc := r.conns[addr]
 	if pc == nil {
 		// NewClient does no I/O: it connects on first use.
-		opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, r.cfg.DialOptions...)
+		bo := backoff.DefaultConfig
+		bo.MaxDelay = 5 * time.Second
+		opts := append([]grpc.DialOption{
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: r.cfg.ConnectTimeout}),
+		}, r.cfg.DialOptions...)
 		cc, err := grpc.NewClient(addr, opts...)
 		if err != nil {
 			return nil, nil, fmt.Errorf("relay: client for %s: %w", addr, err)

@@ -387,3 +387,33 @@ func TestConfig(t *testing.T) {
 }
 
 func ver(rev int64) string { return strconv.FormatInt(rev, 10) }
+
+// Relayed streams to one home share one connection, kept ConnIdleTimeout
+// after the last one ends, then closed; the next stream dials again.
+func TestConnPool(t *testing.T) {
+	c := newCluster(t)
+	a := c.addReplica(t, "a", func(cfg *relay.Config) { cfg.ConnIdleTimeout = 100 * time.Millisecond })
+	c.addReplica(t, "b")
+	c.apply(t, clusters(1)...)
+	a.setHomes(map[string]string{"n1": "b", "n2": "b"})
+
+	for round := range 2 {
+		var open []*sotwStream
+		for _, id := range []string{"n1", "n2"} {
+			s := adsStream(t, a.addr)
+			s.send(cdsRequest(id))
+			s.expect()
+			open = append(open, s)
+		}
+		if n := relay.PooledConns(a.relay); n != 1 {
+			t.Errorf("round %d: %d pooled connections for two streams to one home, want 1", round, n)
+		}
+		for _, s := range open {
+			s.cancel()
+		}
+		waitFor(t, "the idle connection to close", func() bool { return relay.PooledConns(a.relay) == 0 })
+	}
+	if n := metric(t, a.reg, "legation_relay_fallbacks_total"); n != 0 {
+		t.Errorf("legation_relay_fallbacks_total = %v, want 0", n)
+	}
+}
