@@ -84,7 +84,8 @@ type Config struct {
 
 	// Logger receives the package's and memberlist's logs; nil discards.
 	Logger *slog.Logger
-	// Registerer registers this Membership's metrics; nil: no metrics.
+	// Registerer registers this Membership's metrics from Start until
+	// Leave or Close; nil: no metrics.
 	Registerer prometheus.Registerer
 }
 

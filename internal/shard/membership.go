@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,10 +29,10 @@ type Membership struct {
 	ring    atomic.Pointer[Ring]
 	lease   atomic.Int64 // clientv3.LeaseID of the registry record; 0: none
 
-	// Lock order: buildMu, then nodesMu or mu (never both). memberlist's
-	// own node lock is held when it calls events, which take nodesMu, and
-	// may be taken by NodeMeta's caller, which takes mu: so no memberlist
-	// method is ever called with nodesMu or mu held.
+	// Lock order: buildMu, then nodesMu or mu, never both. memberlist
+	// holds its node lock while it calls events, which take nodesMu, and
+	// NodeMeta takes mu: so no memberlist method is ever called with
+	// nodesMu or mu held.
 
 	buildMu sync.Mutex // serializes rebuild (the builder goroutine and Start)
 
@@ -78,7 +79,7 @@ func Start(ctx context.Context, cfg Config) (*Membership, error) {
 	m := &Membership{
 		cfg:        cfg,
 		log:        cfg.Logger.With("member", cfg.Name),
-		metrics:    newMetrics(cfg.Registerer),
+		metrics:    newMetrics(),
 		changed:    make(chan struct{}),
 		nodes:      make(map[string]gossipNode),
 		badMeta:    make(map[string]string),
@@ -133,6 +134,10 @@ func Start(ctx context.Context, cfg Config) (*Membership, error) {
 		return nil, fmt.Errorf("shard: start: %w", ctx.Err())
 	}
 	m.rebuild()
+	if err := m.metrics.register(cfg.Registerer); err != nil {
+		m.Leave(m.cfg.TCPTimeout) //nolint:errcheck // the registration error is the one to report
+		return nil, err
+	}
 	m.log.Info("shard: joined the cluster", "gossip_addr", m.Self().GossipAddr, "members", m.Ring().Len())
 	return m, nil
 }
@@ -185,6 +190,22 @@ func (m *Membership) Ring() *Ring { return m.ring.Load() }
 // Home returns the home of nodeID on the current ring; false when the
 // ring is empty.
 func (m *Membership) Home(nodeID string) (Member, bool) { return m.Ring().Home(nodeID) }
+
+// Members returns the members gossip knows as alive (suspected ones
+// included), ready or not, this one included, sorted by name. Members
+// whose meta cannot be read are left out, as they are from the ring.
+func (m *Membership) Members() []Member {
+	m.nodesMu.Lock()
+	out := make([]Member, 0, len(m.nodes))
+	for name, n := range m.nodes {
+		if mem, err := decodeMeta(name, n.addr, n.meta); err == nil {
+			out = append(out, mem)
+		}
+	}
+	m.nodesMu.Unlock()
+	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
 
 // Changed returns a channel closed when the ring changes after this call.
 // Take a new one after each change. To follow the ring without missing a
@@ -266,6 +287,7 @@ func (m *Membership) Close() error {
 func (m *Membership) stop() {
 	m.cancel()
 	m.wg.Wait()
+	m.metrics.unregister()
 }
 
 func kick(ch chan struct{}) {
@@ -320,18 +342,7 @@ func (m *Membership) rebuild() {
 		m.log.Warn("shard: gossip member with unreadable meta left off the ring", "peer", b.name, "meta", b.meta)
 	}
 
-	onRing := make([]Member, 0, len(alive))
-	for _, mem := range alive {
-		if mem.Ready {
-			onRing = append(onRing, mem)
-		}
-	}
-	if len(onRing) == 0 {
-		// No member can say its view is current (etcd lost everywhere?):
-		// homes on possibly stale views beat no homes at all.
-		onRing = alive
-	}
-	r := NewRing(onRing, m.cfg.VNodes)
+	r := ReadyRing(alive, m.cfg.VNodes)
 	m.metrics.alive.Set(float64(len(alive)))
 	m.metrics.ringMembers.Set(float64(r.Len()))
 

@@ -300,6 +300,9 @@ func TestReadiness(t *testing.T) {
 		t.Errorf("Self().Ready after SetReady(false) = true")
 	}
 	waitFor(t, shardTestTimeout, "xds-1 not ready is still on the rings", ringIs(ms, "xds-0", "xds-2"))
+	if got := ms[0].Members(); len(got) != 3 || got[1].Name != "xds-1" || got[1].Ready {
+		t.Errorf("Members() = %+v, want all three alive with xds-1 not ready", got)
+	}
 	for _, id := range nodeIDs(1000) {
 		if h, _ := ms[0].Home(id); h.Name == "xds-1" {
 			t.Fatalf("Home(%q) = xds-1, which is not ready", id)
@@ -441,6 +444,23 @@ func TestMetrics(t *testing.T) {
 	}
 	if got := metricValue(t, reg, "legation_shard_ring_changes_total"); got < 2 {
 		t.Errorf("legation_shard_ring_changes_total = %v, want >= 2 (a alone, then a and b)", got)
+	}
+
+	// A second membership on the same registry fails to start, cleanly.
+	dup := c.config("c")
+	dup.Registerer = reg
+	if m, err := shard.Start(testCtx(t), dup); err == nil {
+		m.Close()
+		t.Errorf("Start with the metrics already registered: no error")
+	}
+	// Once a is closed, its metrics are gone and another can register.
+	a.Close()
+	if mfs, _ := reg.Gather(); len(mfs) != 0 {
+		t.Errorf("after Close, the registry still has %d metric families", len(mfs))
+	}
+	c.start(dup)
+	if got := metricValue(t, reg, "legation_shard_members_alive"); got < 1 {
+		t.Errorf("legation_shard_members_alive of c = %v, want >= 1", got)
 	}
 }
 

@@ -1,8 +1,13 @@
 package shard
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 type metrics struct {
+	reg         prometheus.Registerer // nil: not registered
 	alive       prometheus.Gauge
 	ringMembers prometheus.Gauge
 	ringChanges prometheus.Counter
@@ -10,8 +15,8 @@ type metrics struct {
 	badMeta     prometheus.Counter
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
-	m := &metrics{
+func newMetrics() *metrics {
+	return &metrics{
 		alive: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "legation_shard_members_alive", Help: "Members memberlist considers alive, this replica included."}),
 		ringMembers: prometheus.NewGauge(prometheus.GaugeOpts{
@@ -23,8 +28,38 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		badMeta: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "legation_shard_bad_meta_total", Help: "Gossip members left off the ring because their meta did not decode."}),
 	}
-	if reg != nil {
-		reg.MustRegister(m.alive, m.ringMembers, m.ringChanges, m.leaseLost, m.badMeta)
-	}
-	return m
 }
+
+func (m *metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.alive, m.ringMembers, m.ringChanges, m.leaseLost, m.badMeta}
+}
+
+// register registers the collectors on reg (nil: nothing), all or none.
+func (m *metrics) register(reg prometheus.Registerer) error {
+	if reg == nil {
+		return nil
+	}
+	for i, c := range m.collectors() {
+		if err := reg.Register(c); err != nil {
+			for _, done := range m.collectors()[:i] {
+				reg.Unregister(done)
+			}
+			return fmt.Errorf("shard: register metrics: %w", err)
+		}
+	}
+	m.reg = reg
+	return nil
+}
+
+// unregister undoes register, so that a later Membership can register on
+// the same registry.
+func (m *metrics) unregister() {
+	if m.reg == nil {
+		return
+	}
+	for _, c := range m.collectors() {
+		m.reg.Unregister(c)
+	}
+	m.reg = nil
+}
+

@@ -27,16 +27,19 @@ func TestListRegistry(t *testing.T) {
 			t.Fatalf("Put %s: %v", key, err)
 		}
 	}
-	put("/legation/members/xds-1", `{"name":"xds-1","xds_addr":"10.0.0.2:18000","http_addr":"10.0.0.2:18001","gossip_addr":"10.0.0.2:7946","started":"2026-05-06T07:08:09Z","ready":true}`)
-	put("/legation/members/xds-0", `{"name":"xds-0","xds_addr":"10.0.0.1:18000","gossip_addr":"10.0.0.1:7946","started":"2026-05-06T07:08:09Z"}`)
+	// Gossip addresses nothing listens on: a membership started below
+	// tries them and carries on alone.
+	g0, g1 := unreachable(t), unreachable(t)
+	put("/legation/members/xds-1", `{"name":"xds-1","xds_addr":"10.0.0.2:18000","http_addr":"10.0.0.2:18001","gossip_addr":"`+g1+`","started":"2026-05-06T07:08:09Z","ready":true}`)
+	put("/legation/members/xds-0", `{"name":"xds-0","xds_addr":"10.0.0.1:18000","gossip_addr":"`+g0+`","started":"2026-05-06T07:08:09Z"}`)
 	put("/legation/members/garbage", `not json`)
 	put("/legation/members/liar", `{"name":"xds-9","xds_addr":"10.0.0.9:18000"}`)
 	put("/legation/membersx/not-a-member", `{"name":"not-a-member"}`)
 	put("/other/members/xds-7", `{"name":"xds-7"}`)
 
 	want := []shard.Member{
-		{Name: "xds-0", XDSAddr: "10.0.0.1:18000", GossipAddr: "10.0.0.1:7946", Started: started},
-		{Name: "xds-1", XDSAddr: "10.0.0.2:18000", HTTPAddr: "10.0.0.2:18001", GossipAddr: "10.0.0.2:7946", Started: started, Ready: true},
+		{Name: "xds-0", XDSAddr: "10.0.0.1:18000", GossipAddr: g0, Started: started},
+		{Name: "xds-1", XDSAddr: "10.0.0.2:18000", HTTPAddr: "10.0.0.2:18001", GossipAddr: g1, Started: started, Ready: true},
 	}
 	got, err := shard.ListRegistry(ctx, client, "/legation/")
 	if err != nil {

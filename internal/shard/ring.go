@@ -71,6 +71,23 @@ func NewRing(members []Member, vnodes int) *Ring {
 	return r
 }
 
+// ReadyRing returns the ring replicas build from these alive members: over
+// the Ready ones, or over all of them when none is Ready (a cluster that
+// lost etcd still has homes, on views that may be stale). `xdsadmin
+// members` can use it on the registry to show the replicas' ring.
+func ReadyRing(alive []Member, vnodes int) *Ring {
+	ready := make([]Member, 0, len(alive))
+	for _, m := range alive {
+		if m.Ready {
+			ready = append(ready, m)
+		}
+	}
+	if len(ready) == 0 {
+		return NewRing(alive, vnodes)
+	}
+	return NewRing(ready, vnodes)
+}
+
 // vnodeKey is the hashed identity of virtual node v of the member called
 // name: the name, a zero byte (names hold none), v as 4 big-endian bytes.
 func vnodeKey(buf []byte, name string, v int) []byte {

@@ -268,3 +268,31 @@ func TestRingRemoveMovesOnlyItsOwn(t *testing.T) {
 		}
 	}
 }
+
+func TestReadyRing(t *testing.T) {
+	ready := func(names ...string) []shard.Member {
+		ms := members("a", "b", "c")
+		for i := range ms {
+			ms[i].Ready = slices.Contains(names, ms[i].Name)
+		}
+		return ms
+	}
+	tests := []struct {
+		name  string
+		alive []shard.Member
+		want  []string
+	}{
+		{"all ready", ready("a", "b", "c"), []string{"a", "b", "c"}},
+		{"one not ready", ready("a", "c"), []string{"a", "c"}},
+		{"one ready", ready("b"), []string{"b"}},
+		{"none ready: all alive", ready(), []string{"a", "b", "c"}},
+		{"none alive", nil, []string{}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, names(shard.ReadyRing(tc.alive, 64).Members())); diff != "" {
+				t.Errorf("ReadyRing members (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
