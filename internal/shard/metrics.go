@@ -62,4 +62,3 @@ func (m *metrics) unregister() {
 	}
 	m.reg = nil
 }
-
