@@ -71,11 +71,13 @@ func parseFlags(args []string) (node.Config, error) {
 	fs.StringVar(&cfg.XDSAddr, "xds-addr", cfg.XDSAddr, "gRPC listen address: ADS (SotW and delta), the per-type xDS services, gRPC health")
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "HTTP listen address: REST-JSON /v3/discovery:*, /healthz, /readyz, /metrics, /debug/view, /debug/streams")
 	fs.StringVar(&cfg.GossipAddr, "gossip-addr", cfg.GossipAddr,
-		"memberlist bind address (checked, not used yet: membership comes in a later release)")
+		"memberlist bind address, ip:port (UDP and TCP; etcd mode)")
 	fs.StringVar(&cfg.AdvertiseAddr, "advertise-addr", cfg.AdvertiseAddr,
-		"host[:port] other replicas use for gossip and forwarding; empty: derived (checked, not used yet)")
+		"ip[:port] other replicas use for gossip and relaying xDS streams; empty: derived")
 	fs.StringSliceVar(&cfg.Join, "join", cfg.Join,
-		"seed replicas, comma separated host[:port]; empty: discover peers through etcd (checked, not used yet)")
+		"seed replicas' gossip addresses, comma separated host[:port]; empty: discover peers through etcd")
+	fs.BoolVar(&cfg.Standalone, "standalone", cfg.Standalone,
+		"in etcd mode, stay out of any cluster: no gossip, no relaying; serve every node here")
 	fs.StringVar(&cfg.Name, "name", cfg.Name, "replica name")
 	fs.StringVar(&cfg.GroupBy, "group-by", cfg.GroupBy, "how a node's group is derived: cluster, id or metadata:KEY")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
@@ -88,6 +90,10 @@ func parseFlags(args []string) (node.Config, error) {
 		"on a new SotW stream, send named resources (EDS, RDS) only if changed since the version presented; only for fleets whose SotW clients are all Envoy")
 	fs.IntVar(&cfg.MaxRecvMsgSize, "max-recv-msg-size", cfg.MaxRecvMsgSize,
 		"largest xDS request message accepted, in bytes")
+	fs.Float64Var(&cfg.RebalanceRate, "rebalance-rate", cfg.RebalanceRate,
+		"streams closed per second (with jitter) when a membership change moves their node's home")
+	fs.DurationVar(&cfg.EtcdStaleAfter, "etcd-stale-after", cfg.EtcdStaleAfter,
+		"not ready after hearing nothing from etcd for this long (the last view is still served)")
 	fs.BoolVar(&cfg.DebugOpen, "debug-open", cfg.DebugOpen,
 		"let /debug/ endpoints answer clients that are not on loopback")
 	fs.Usage = func() {

@@ -39,16 +39,34 @@ type Config struct {
 	// /v3/discovery:*, /healthz, /readyz, /metrics, /debug/view and
 	// /debug/streams.
 	HTTPAddr string
-	// GossipAddr is the memberlist bind address (--gossip-addr). Checked
-	// but not yet used: membership comes in a later issue.
+	// GossipAddr is the memberlist bind address (--gossip-addr), UDP and
+	// TCP; its host must be an IP address or empty. Etcd mode only: in dev
+	// mode the replica is alone.
 	GossipAddr string
 	// AdvertiseAddr is the address other replicas use for gossip and
-	// forwarding (--advertise-addr), as host or host:port. Empty: derived.
-	// Checked but not yet used.
+	// relaying xDS streams (--advertise-addr), as ip or ip:port (the
+	// gossip port). Empty: the host of --xds-addr or --gossip-addr when
+	// not a wildcard, else the machine's first private address.
 	AdvertiseAddr string
-	// Join lists seed replicas as host or host:port (--join). Empty:
-	// discover peers through etcd. Checked but not yet used.
+	// Join lists seed replicas' gossip addresses as host or host:port
+	// (--join; the port defaults to --gossip-addr's, or 7946). Empty:
+	// discover peers through the etcd registry.
 	Join []string
+	// Standalone (--standalone) keeps a replica in etcd mode out of any
+	// cluster: no gossip, no registry, no relaying; it serves every node
+	// that connects. Dev mode is always standalone.
+	Standalone bool
+	// RebalanceRate bounds how many streams per second are closed, with
+	// jitter, when a membership change moved their node's home
+	// (--rebalance-rate); their clients reconnect to the new home. Must
+	// be positive.
+	RebalanceRate float64
+	// EtcdStaleAfter (--etcd-stale-after): a replica that heard nothing
+	// from etcd for longer (not even a progress notification, asked for
+	// every second) reports not ready, and leaves the ring's homes to
+	// ready replicas, while it keeps serving its last view. Must be
+	// positive.
+	EtcdStaleAfter time.Duration
 	// Name is the replica's name (--name). DefaultConfig uses the
 	// hostname.
 	Name string
@@ -111,6 +129,8 @@ func DefaultConfig() Config {
 		ShutdownTimeout: 10 * time.Second,  // drain budget
 		CatchupTimeout:  5 * time.Second,   // DESIGN.md, promise 3
 		MaxRecvMsgSize:  4 << 20,           // gRPC's default
+		RebalanceRate:   50,                // streams closed per second after a membership change
+		EtcdStaleAfter:  3 * time.Second,   // three missed progress notifications
 	}
 }
 
@@ -161,6 +181,12 @@ func (c *Config) Validate() error {
 	}
 	if c.CatchupTimeout <= 0 {
 		add(fmt.Errorf("--catchup-timeout %s: must be positive", c.CatchupTimeout))
+	}
+	if !(c.RebalanceRate > 0) || c.RebalanceRate > 1e6 {
+		add(fmt.Errorf("--rebalance-rate %v: must be positive (streams per second)", c.RebalanceRate))
+	}
+	if c.EtcdStaleAfter <= 0 {
+		add(fmt.Errorf("--etcd-stale-after %s: must be positive", c.EtcdStaleAfter))
 	}
 	if c.MaxRecvMsgSize <= 0 {
 		add(fmt.Errorf("--max-recv-msg-size %d: must be positive", c.MaxRecvMsgSize))

@@ -24,6 +24,8 @@ import (
 	"github.com/legation-io/legation/internal/delta"
 	"github.com/legation-io/legation/internal/devetcd"
 	"github.com/legation-io/legation/internal/lease"
+	"github.com/legation-io/legation/internal/relay"
+	"github.com/legation-io/legation/internal/shard"
 	"github.com/legation-io/legation/internal/resource"
 	"github.com/legation-io/legation/internal/scope"
 	"github.com/legation-io/legation/internal/store"
@@ -47,6 +49,9 @@ type Node struct {
 	// leases is nil until Run has connected to etcd; it is set before
 	// view, and streams are served only once the view is ready.
 	leases atomic.Pointer[lease.Tracker]
+	// member is nil until Run has joined the cluster (and in dev mode).
+	member atomic.Pointer[shard.Membership]
+	relay  *relay.Relay
 	sotw   *ads.Server
 	delta  *delta.Server
 }
@@ -167,7 +172,21 @@ func New(cfg Config) (*Node, error) {
 		n.httpLis.Close()
 		return nil, fmt.Errorf("node: %w", err)
 	}
-	n.grpcSrv = grpc.NewServer(append(ads.ServerOptions(), grpc.MaxRecvMsgSize(cfg.MaxRecvMsgSize))...)
+	rcfg := relay.DefaultConfig()
+	rcfg.Self = cfg.Name
+	rcfg.Home = n.home
+	rcfg.Rate = cfg.RebalanceRate
+	rcfg.Burst = max(1, int(cfg.RebalanceRate/5))
+	rcfg.Logger = n.log
+	rcfg.Registerer = n.reg
+	if n.relay, err = relay.New(rcfg); err != nil {
+		n.xdsLis.Close()
+		n.httpLis.Close()
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	n.grpcSrv = grpc.NewServer(append(ads.ServerOptions(),
+		grpc.MaxRecvMsgSize(cfg.MaxRecvMsgSize),
+		grpc.StreamInterceptor(n.relay.StreamInterceptor()))...)
 	n.sotw.Register(n.grpcSrv)
 	n.health = health.NewServer()
 	// health.NewServer reports the server ("") SERVING; it is not until
@@ -273,9 +292,12 @@ func (n *Node) Run(ctx context.Context) error {
 
 	n.stopping.Store(true)
 	n.health.Shutdown() // NOT_SERVING now, and SERVING is never set again
+	// Peers re-home this replica's nodes at once; its streams drain.
+	n.leave()
 	n.drain()
 	servers.Wait()
 	b.close(n.log)
+	n.relay.Close() //nolint:errcheck // always nil
 	n.log.Info("xds-node stopped")
 	return err
 }
@@ -303,7 +325,11 @@ func (n *Node) startBackend(ctx context.Context, b *backend) error {
 	client, err := clientv3.New(clientv3.Config{
 		Endpoints:   b.endpoint,
 		DialTimeout: n.cfg.DialTimeout,
-		Logger:      zap.NewNop(),
+		// Keepalive pings find a member that stopped answering (frozen,
+		// or cut off): the client then uses the others.
+		DialKeepAliveTime:    2 * time.Second,
+		DialKeepAliveTimeout: 2 * time.Second,
+		Logger:               zap.NewNop(),
 	})
 	if err != nil {
 		return fmt.Errorf("node: etcd client for %v: %w", b.endpoint, err)
@@ -332,7 +358,20 @@ func (n *Node) startBackend(ctx context.Context, b *backend) error {
 
 	vctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	b.cancel = cancel
+	if n.clustered() {
+		// A bad cluster setting fails the start, not a retry loop.
+		if err := n.shardConfig(client).Validate(); err != nil {
+			return fmt.Errorf("node: cluster membership (--gossip-addr, --advertise-addr, --join, --name): %w", err)
+		}
+	}
 	b.wg.Add(3)
+	if n.clustered() {
+		b.wg.Add(1)
+		go func() {
+			defer b.wg.Done()
+			n.runCluster(vctx, client)
+		}()
+	}
 	go func() {
 		defer b.wg.Done()
 		view.Run(vctx) //nolint:errcheck // it returns nil once vctx ends
@@ -349,11 +388,10 @@ func (n *Node) startBackend(ctx context.Context, b *backend) error {
 		case <-vctx.Done():
 			return
 		}
-		// After a shutdown began this is ignored (health.Shutdown).
-		n.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 		s := view.Snapshot()
-		n.log.Info("xds-node ready", "revision", s.Revision, "resources", s.Len(),
+		n.log.Info("xds-node loaded the view", "revision", s.Revision, "resources", s.Len(),
 			"etcd", b.endpoint, "load_time", time.Since(start).Round(time.Millisecond).String())
+		n.watchReadiness(vctx)
 	}()
 	return nil
 }
@@ -420,10 +458,14 @@ func (n *Node) readiness() (bool, string) {
 	}
 	select {
 	case <-v.Ready():
-		return true, ""
 	default:
 		return false, "loading the view from etcd"
 	}
+	if quiet := time.Since(v.LastHeard()); quiet > n.cfg.EtcdStaleAfter {
+		return false, fmt.Sprintf("etcd unreachable: nothing heard from it for %s; serving the view at revision %d meanwhile",
+			quiet.Round(time.Second), v.Snapshot().Revision)
+	}
+	return true, ""
 }
 
 func (n *Node) ready() bool {
@@ -481,7 +523,8 @@ func (n *Node) serveDebugStreams(w http.ResponseWriter, _ *http.Request) {
 		Streams      []ads.StreamStatus   `json:"streams"`
 		DeltaStreams []delta.StreamStatus `json:"delta_streams"`
 		Leases       []lease.Info         `json:"leases,omitempty"`
-	}{n.sotw.Streams(), n.delta.Streams(), leases})
+		Relay        []relay.StreamInfo   `json:"relay"`
+	}{n.sotw.Streams(), n.delta.Streams(), leases, n.relayStreams()})
 }
 
 // debugOnly lets only loopback clients reach h, unless DebugOpen.

@@ -676,8 +676,13 @@ func TestSotwOptions(t *testing.T) {
 	ea := putOf(t, resource.Endpoint, store.DefaultScope, loadAssignment("a", 8001))
 	rev := e.apply(t, []store.Put{a, ea})
 
-	plain := startXDS(t, e.config(t), rev)
+	// Two replicas of different options on one etcd: standalone, so that
+	// each serves its own streams instead of relaying to the node's home.
+	pcfg := e.config(t)
+	pcfg.Standalone = true
+	plain := startXDS(t, pcfg, rev)
 	cfg := e.config(t)
+	cfg.Standalone = true
 	cfg.SotwTrustVersion = true
 	cfg.CatchupTimeout = 200 * time.Millisecond
 	cfg.MaxRecvMsgSize = 4096

@@ -11,6 +11,7 @@ type viewMetrics struct {
 	malformed  prometheus.Counter
 	skipped    prometheus.Gauge
 	watchLosts prometheus.Counter
+	stalls     prometheus.Counter
 }
 
 func newViewMetrics(reg prometheus.Registerer) *viewMetrics {
@@ -29,11 +30,13 @@ func newViewMetrics(reg prometheus.Registerer) *viewMetrics {
 			Name: "legation_view_malformed_values_total", Help: "Values found in etcd that did not decode and were skipped."}),
 		skipped: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "legation_view_malformed_keys", Help: "Keys currently skipped because their values do not decode."}),
+		stalls: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "legation_view_watch_stalls_total", Help: "Watches restarted because etcd sent nothing, not even progress, for the stall timeout."}),
 		watchLosts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "legation_view_watch_restarts_total", Help: "Times the view's etcd watch ended and was started again."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.revision, m.resources, m.events, m.snapshots, m.reloads, m.malformed, m.skipped, m.watchLosts)
+		reg.MustRegister(m.revision, m.resources, m.events, m.snapshots, m.reloads, m.malformed, m.skipped, m.watchLosts, m.stalls)
 	}
 	return m
 }

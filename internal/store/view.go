@@ -36,6 +36,14 @@ type ViewConfig struct {
 	// RetryInterval is the pause between attempts when etcd fails. Zero:
 	// 500ms.
 	RetryInterval time.Duration
+	// ProgressInterval is how long the watch may be quiet before the view
+	// asks etcd for a progress notification, so that LastHeard stays
+	// fresh while etcd answers. Zero: 1s.
+	ProgressInterval time.Duration
+	// StallTimeout ends a watch that heard nothing (not even progress) for
+	// that long, and starts another: the etcd client may then reach a
+	// member that answers. Zero: 5s.
+	StallTimeout time.Duration
 	// Logger gets warnings (malformed values, lost watches); nil discards.
 	Logger *slog.Logger
 	// Registerer gets the view's metrics; nil registers nothing.
@@ -51,6 +59,9 @@ func DefaultViewConfig() ViewConfig {
 		HistoryWindow: 10000,
 		MaxTombstones: 100000,
 		RetryInterval: 500 * time.Millisecond,
+
+		ProgressInterval: time.Second,
+		StallTimeout:     5 * time.Second,
 	}
 }
 
@@ -65,6 +76,10 @@ func (c *ViewConfig) Validate() error {
 		return fmt.Errorf("store: view: PageSize %d must be positive", c.PageSize)
 	case c.MaxTombstones < 1:
 		return fmt.Errorf("store: view: MaxTombstones %d must be positive", c.MaxTombstones)
+	case c.ProgressInterval < 0 || c.StallTimeout < 0:
+		return fmt.Errorf("store: view: ProgressInterval %s and StallTimeout %s must not be negative", c.ProgressInterval, c.StallTimeout)
+	case c.StallTimeout > 0 && c.StallTimeout <= c.ProgressInterval:
+		return fmt.Errorf("store: view: StallTimeout %s must be longer than ProgressInterval %s", c.StallTimeout, c.ProgressInterval)
 	}
 	return nil
 }
@@ -85,6 +100,12 @@ func (c *ViewConfig) fill() {
 	}
 	if c.RetryInterval == 0 {
 		c.RetryInterval = d.RetryInterval
+	}
+	if c.ProgressInterval == 0 {
+		c.ProgressInterval = d.ProgressInterval
+	}
+	if c.StallTimeout == 0 {
+		c.StallTimeout = d.StallTimeout
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -108,6 +129,9 @@ type View struct {
 
 	progressMu   sync.Mutex // guards lastProgress
 	lastProgress time.Time
+	// heard is when etcd last answered the view (a load, a watch
+	// response or progress notification), in Unix nanoseconds.
+	heard atomic.Int64
 
 	// Owned by the Run goroutine.
 	malformed map[string]int64 // etcd key -> mod revision of its bad value
@@ -172,6 +196,16 @@ func (v *View) WaitRevision(ctx context.Context, rev int64) (*Snapshot, error) {
 		}
 	}
 	return s, nil
+}
+
+// LastHeard returns when etcd last answered the view: the view is etcd's
+// state as of then at least. Zero before the first load.
+func (v *View) LastHeard() time.Time {
+	n := v.heard.Load()
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
 }
 
 // requestProgress asks etcd to tell the view's watch the current revision,
@@ -271,10 +305,20 @@ func (v *View) follow(ctx context.Context, from int64) error {
 	// catching up, hence the repeats.
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
+	started := time.Now()
 	for {
 		select {
 		case <-tick.C:
-			if v.historyTo != 0 {
+			last := v.LastHeard()
+			if last.Before(started) {
+				last = started
+			}
+			quiet := time.Since(last)
+			switch {
+			case quiet > v.cfg.StallTimeout:
+				v.metrics.stalls.Inc()
+				return fmt.Errorf("watch stalled: nothing from etcd for %s", quiet.Round(time.Millisecond))
+			case v.historyTo != 0 || quiet > v.cfg.ProgressInterval:
 				v.requestProgress(ctx)
 			}
 		case wr, ok := <-wch:
@@ -288,6 +332,7 @@ func (v *View) follow(ctx context.Context, from int64) error {
 				return err
 			}
 			v.cfg.Logger.Debug("view: watch response", "header", wr.Header.Revision, "events", len(wr.Events), "progress", wr.IsProgressNotify())
+			v.heard.Store(time.Now().UnixNano())
 			v.handle(wr)
 		}
 	}
@@ -395,6 +440,7 @@ func (v *View) load(ctx context.Context) error {
 	b.reloaded = true
 	v.metrics.reloads.Inc()
 	v.publish(b.build(v))
+	v.heard.Store(time.Now().UnixNano())
 	return nil
 }
 
