@@ -25,9 +25,9 @@ import (
 	"github.com/legation-io/legation/internal/devetcd"
 	"github.com/legation-io/legation/internal/lease"
 	"github.com/legation-io/legation/internal/relay"
-	"github.com/legation-io/legation/internal/shard"
 	"github.com/legation-io/legation/internal/resource"
 	"github.com/legation-io/legation/internal/scope"
+	"github.com/legation-io/legation/internal/shard"
 	"github.com/legation-io/legation/internal/store"
 )
 
