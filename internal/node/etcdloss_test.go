@@ -1,0 +1,59 @@
+package node_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+
+	"github.com/legation-io/legation/internal/resource"
+	"github.com/legation-io/legation/internal/store"
+	"github.com/legation-io/legation/internal/store/storetest"
+)
+
+// TestEtcdLoss: a replica that loses etcd keeps serving its last view
+// (streams stay open, new ones are answered at that revision, never
+// older) but reports not ready; when etcd returns it catches up, with no
+// restart, and is ready again.
+func TestEtcdLoss(t *testing.T) {
+	checkLeaks(t)
+	e := newXDSEnv(t)
+	a := putOf(t, resource.Cluster, store.DefaultScope, edsCluster("a", 100))
+	rev := e.apply(t, []store.Put{a})
+	proxy := storetest.NewProxy(t, e.etcd.Endpoint)
+	cfg := e.config(t)
+	cfg.EtcdEndpoints = []string{proxy.Addr}
+	cfg.Standalone = true
+	r := startXDS(t, cfg, rev)
+
+	s, _ := openADS(t, dial(t, r))
+	s.request(&discoveryv3.DiscoveryRequest{Node: xdsNode("n1", "c1"), TypeUrl: resource.Cluster.URL})
+	first := s.expect()
+	s.ack(first)
+
+	proxy.Cut()
+	waitFor(t, "/readyz 503 naming etcd", func() (bool, string) {
+		code, body := get(t, r, "/readyz")
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "etcd unreachable"), body
+	})
+	// Still served: a new stream gets the last view, at its revision.
+	s2, _ := openADS(t, dial(t, r))
+	s2.request(&discoveryv3.DiscoveryRequest{Node: xdsNode("n2", "c1"), TypeUrl: resource.Cluster.URL})
+	got := s2.expect()
+	if got.GetVersionInfo() != first.GetVersionInfo() || len(got.GetResources()) != 1 {
+		t.Errorf("while etcd is away: version %s with %d clusters, want the last view's %s with 1", got.GetVersionInfo(), len(got.GetResources()), first.GetVersionInfo())
+	}
+	s2.ack(got)
+	// A change made meanwhile reaches the clients once etcd is back.
+	b := putOf(t, resource.Cluster, store.DefaultScope, edsCluster("b", 100))
+	rev2 := e.apply(t, []store.Put{b})
+	s.expectNone()
+
+	proxy.Restore()
+	waitReady(t, r)
+	for _, c := range []*xdsStream{s, s2} {
+		resp := c.expect()
+		checkResponse(t, "after etcd returned", resp, ver(rev2), resource.Cluster, a, b)
+	}
+}
