@@ -297,6 +297,9 @@ func tryStartReplica(t *testing.T, bin, name, etcdEndpoint string) (*replica, er
 		"--xds-addr", r.xdsAddr,
 		"--http-addr", r.httpAddr,
 		"--gossip-addr", freeAddr(t),
+		// Each replica serves the streams that land on it: this test is
+		// about global versions across replicas, not node affinity.
+		"--standalone",
 		"--name", name,
 		"--shutdown-timeout", "2s",
 	)
