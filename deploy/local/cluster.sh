@@ -449,18 +449,12 @@ wait_etcd() {
 
 # ---------------------------------------------------------------- replicas
 
-# gossip_flags: --gossip-addr and --advertise-addr for replica I, only if
-# this xds-node knows them.
+# gossip_flags: --gossip-addr and --advertise-addr for replica I. Peers
+# are found through the etcd registry (no --join).
 gossip_flags() {
-	local ip help
+	local ip
 	ip=$(replica_ip "$1")
-	help=$("$BIN/xds-node" --help 2>&1 || true)
-	if grep -q -- '--gossip-addr' <<<"$help"; then
-		printf '%s\n' --gossip-addr "$ip:$GOSSIP_PORT"
-	fi
-	if grep -q -- '--advertise-addr' <<<"$help"; then
-		printf '%s\n' --advertise-addr "$ip"
-	fi
+	printf '%s\n' --gossip-addr "$ip:$GOSSIP_PORT" --advertise-addr "$ip"
 }
 
 start_replica() {

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -297,6 +298,39 @@ func (c *Cluster) WaitRevision(rev int64) {
 				return false, err.Error()
 			}
 			return v.Revision >= rev, fmt.Sprintf("at revision %d", v.Revision)
+		})
+	}
+}
+
+// WaitRing waits until every running replica's ring (its /debug/cluster)
+// is exactly the running replicas: after a kill, a stop, a start or an
+// add, the moment from which streams land on their settled homes.
+func (c *Cluster) WaitRing() {
+	c.t.Helper()
+	var want []string
+	for _, r := range c.Replicas {
+		if r.Running {
+			want = append(want, r.Name)
+		}
+	}
+	sort.Strings(want)
+	for _, r := range c.Replicas {
+		if !r.Running {
+			continue
+		}
+		c.waitFor(fmt.Sprintf("%s's ring of %v", r.Name, want), r.Log, func() (bool, string) {
+			code, body, err := httpGet(r.HTTPAddr, "/debug/cluster")
+			if err != nil || code != http.StatusOK {
+				return false, fmt.Sprintf("GET /debug/cluster: %d %v %s", code, err, body)
+			}
+			var v struct {
+				Ring []string `json:"ring"`
+			}
+			if err := json.Unmarshal([]byte(body), &v); err != nil {
+				return false, err.Error()
+			}
+			sort.Strings(v.Ring)
+			return slices.Equal(v.Ring, want), fmt.Sprintf("ring %v", v.Ring)
 		})
 	}
 }

@@ -61,6 +61,9 @@ func TestCluster(t *testing.T) {
 	t.Logf("killed %s (kill -9), which served n1; HAProxy marked it down in %s",
 		c.Replicas[victim].Name, time.Since(step).Round(time.Millisecond))
 	first.close()
+	// Streams opened before the survivors agree on the ring could be
+	// moved by the rebalance that follows: wait for it.
+	c.WaitRing()
 	var streams []*adsClient
 	for _, id := range []string{"n1", "n2", "n3"} {
 		s := dialADS(t, c.LBAddr, id)

@@ -2,7 +2,9 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"net"
+	"net/http"
 	"strconv"
 	"sync"
 	"time"
@@ -156,6 +158,41 @@ func (n *Node) leave() {
 			n.log.Warn("leaving the cluster", "err", err)
 		}
 	}
+}
+
+// clusterStatus is what /debug/cluster shows.
+type clusterStatus struct {
+	Self      string             `json:"self"`
+	Clustered bool               `json:"clustered"`
+	Ready     bool               `json:"ready"`
+	Members   []shard.Member     `json:"members"`
+	Ring      []string           `json:"ring"`
+	Shares    map[string]float64 `json:"ring_shares"`
+	Relayed   int                `json:"streams_relayed"`
+	Local     int                `json:"streams_local"`
+}
+
+func (n *Node) serveDebugCluster(w http.ResponseWriter, _ *http.Request) {
+	cs := clusterStatus{Self: n.cfg.Name, Clustered: n.clustered(), Ready: n.ready()}
+	if m := n.member.Load(); m != nil {
+		cs.Members = m.Members()
+		r := m.Ring()
+		for _, mem := range r.Members() {
+			cs.Ring = append(cs.Ring, mem.Name)
+		}
+		cs.Shares = r.Shares()
+	}
+	for _, s := range n.relay.Streams() {
+		if s.ServedBy == relay.Local {
+			cs.Local++
+		} else {
+			cs.Relayed++
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(cs) //nolint:errcheck // the client went away
 }
 
 // relayStreams is what /debug/streams shows of the relay.

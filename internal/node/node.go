@@ -200,6 +200,7 @@ func New(cfg Config) (*Node, error) {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 	mux.Handle("GET /debug/view", n.debugOnly(http.HandlerFunc(n.serveDebugView)))
 	mux.Handle("GET /debug/streams", n.debugOnly(http.HandlerFunc(n.serveDebugStreams)))
+	mux.Handle("GET /debug/cluster", n.debugOnly(http.HandlerFunc(n.serveDebugCluster)))
 	mux.Handle(ads.RESTPattern, n.sotw.RESTHandler())
 	n.httpSrv = &http.Server{
 		Handler:           mux,
