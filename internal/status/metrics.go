@@ -1,0 +1,62 @@
+package status
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	written     prometheus.Counter
+	bytes       prometheus.Counter
+	deleted     prometheus.Counter
+	txns        prometheus.Counter
+	errors      prometheus.Counter
+	leaseLost   prometheus.Counter
+	held        prometheus.Gauge
+	takenOver   prometheus.Counter
+	skippedLong prometheus.Counter
+}
+
+func newMetrics() *metrics {
+	return &metrics{
+		written: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "legation_status_records_written_total", Help: "Node status records written to etcd (only changed ones are)."}),
+		bytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "legation_status_written_bytes_total", Help: "Bytes of keys and values of the status records written."}),
+		deleted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "legation_status_records_deleted_total", Help: "Status records deleted because their node left this replica."}),
+		txns: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "legation_status_txns_total", Help: "etcd transactions that wrote or deleted status records."}),
+		errors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "legation_status_write_errors_total", Help: "Failed status writes, deletes, lease grants and checks (retried on the next round)."}),
+		leaseLost: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "legation_status_lease_lost_total", Help: "Times the status lease was lost and every record written again under a new one."}),
+		held: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "legation_status_records", Help: "Status records this replica holds in etcd."}),
+		takenOver: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "legation_status_records_taken_over_total", Help: "Records this replica wrote that another replica (or tool) wrote over or deleted since: left alone, or written again while the node is still here."}),
+		skippedLong: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "legation_status_long_node_ids_total", Help: "Status records not written because the node id is over 1024 bytes."}),
+	}
+}
+
+func (m *metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.written, m.bytes, m.deleted, m.txns, m.errors, m.leaseLost, m.held, m.takenOver, m.skippedLong}
+}
+
+// register registers the collectors on reg (nil: nothing), all or none.
+func (m *metrics) register(reg prometheus.Registerer) error {
+	if reg == nil {
+		return nil
+	}
+	for i, c := range m.collectors() {
+		if err := reg.Register(c); err != nil {
+			for _, done := range m.collectors()[:i] {
+				reg.Unregister(done)
+			}
+			return fmt.Errorf("status: register metrics: %w", err)
+		}
+	}
+	return nil
+}

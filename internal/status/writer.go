@@ -1,0 +1,513 @@
+package status
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Config configures a Writer.
+type Config struct {
+	// Client is the etcd client the records are written with. Required.
+	Client *clientv3.Client
+	// Prefix is the etcd key prefix; it starts and ends with '/'. The
+	// records are at "<Prefix>status/<node id>".
+	Prefix string
+	// Replica is this replica's name: every record written has it as its
+	// home. Required.
+	Replica string
+	// Source returns the records of the nodes this replica serves now,
+	// e.g. FromStreams over the xDS servers' Streams(). It is called from
+	// Run's goroutine only, once per Interval and per Sync, so it must be
+	// safe to call concurrently with the streams it reads, must not block
+	// (the servers' Streams() copy each stream's status under a short
+	// per-stream lock and never wait for a stream's loop), and must return
+	// a slice the caller does not modify afterwards. Records without a node
+	// id are skipped; of two with the same id, the first is kept. Required.
+	Source func() []NodeStatus
+	// Interval is how often Source is read and what changed is written:
+	// changes within one interval (a push and its ACK) coalesce into one
+	// write. Zero: 1s.
+	Interval time.Duration
+	// ResyncInterval is how often the writer checks, with one keys-only
+	// read of the status directory, that the records it wrote are still
+	// there under its lease, and writes again those that are not (another
+	// replica served the node for a while, then deleted its record). Zero:
+	// 30s. At least Interval.
+	ResyncInterval time.Duration
+	// MaxOps bounds the operations of one etcd transaction. It must not be
+	// over the etcd servers' --max-txn-ops. Deletes go at most MaxOps-1 to
+	// a transaction: each is conditional (a nested transaction), and etcd
+	// counts those against what the outer one leaves. Zero: 64.
+	MaxOps int
+	// LeaseTTL is the TTL of the lease the records are written under: how
+	// long the records of a replica that crashed remain. It also bounds
+	// each etcd request. etcd rounds it up to whole seconds and to its
+	// minimum TTL. Zero: 10s.
+	LeaseTTL time.Duration
+	// Logger gets the writer's logs. Nil: discard.
+	Logger *slog.Logger
+	// Registerer gets the writer's metrics (legation_status_*). Nil: none.
+	Registerer prometheus.Registerer
+}
+
+// DefaultConfig returns a Config with the default values; the required
+// fields (Client, Prefix, Replica, Source) are left to fill.
+func DefaultConfig() Config {
+	return Config{
+		Interval:       time.Second,      // a push and its ACK, usually in one write
+		ResyncInterval: 30 * time.Second, // one keys-only read of the directory
+		MaxOps:         64,               // half of etcd's default --max-txn-ops (128)
+		LeaseTTL:       10 * time.Second, // as shard's registry lease
+	}
+}
+
+// fill sets the zero fields to their defaults.
+func (c *Config) fill() {
+	d := DefaultConfig()
+	if c.Interval == 0 {
+		c.Interval = d.Interval
+	}
+	if c.ResyncInterval == 0 {
+		c.ResyncInterval = max(d.ResyncInterval, c.Interval)
+	}
+	if c.MaxOps == 0 {
+		c.MaxOps = d.MaxOps
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = d.LeaseTTL
+	}
+}
+
+// Validate checks the config, zero fields standing for their defaults.
+func (c Config) Validate() error {
+	c.fill()
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf("status: "+format, args...)) }
+	if c.Client == nil {
+		add("Client is required")
+	}
+	if !strings.HasPrefix(c.Prefix, "/") || !strings.HasSuffix(c.Prefix, "/") {
+		add("Prefix %q must start and end with '/'", c.Prefix)
+	}
+	if c.Replica == "" {
+		add("Replica is required")
+	}
+	if c.Source == nil {
+		add("Source is required")
+	}
+	if c.Interval < 0 {
+		add("Interval %s must be positive", c.Interval)
+	}
+	if c.ResyncInterval < c.Interval {
+		add("ResyncInterval %s must be at least Interval %s", c.ResyncInterval, c.Interval)
+	}
+	if c.MaxOps < 1 {
+		add("MaxOps %d must be positive", c.MaxOps)
+	}
+	if c.LeaseTTL < time.Second {
+		add("LeaseTTL %s must be at least 1s", c.LeaseTTL)
+	}
+	return errors.Join(errs...)
+}
+
+// maxTxnBytes bounds the keys and values of one transaction, below etcd's
+// default --max-request-bytes (1.5 MiB). A record is at most a few KiB.
+const maxTxnBytes = 1 << 20
+
+// keysPage is how many keys a resync reads at a time.
+const keysPage = 10000
+
+// Writer writes the status records of the nodes one replica serves. Create
+// it with NewWriter, then call Run once.
+type Writer struct {
+	cfg     Config
+	log     *slog.Logger
+	metrics *metrics
+	syncs   chan chan error // Sync's requests, served by Run
+	started atomic.Bool
+	done    chan struct{} // closed when Run returns
+
+	// Owned by Run's goroutine.
+	lease   clientv3.LeaseID // 0: none yet, or lost
+	ka      <-chan *clientv3.LeaseKeepAliveResponse
+	kaStop  context.CancelFunc
+	written map[string]held // node id -> what it has in etcd under lease
+	failing bool            // the last round failed: log again only on recovery
+}
+
+// NewWriter returns a writer for cfg, its zero fields set to the defaults.
+// It does no I/O; it registers the metrics on cfg.Registerer.
+func NewWriter(cfg Config) (*Writer, error) {
+	cfg.fill()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	m := newMetrics()
+	if err := m.register(cfg.Registerer); err != nil {
+		return nil, err
+	}
+	return &Writer{
+		cfg:     cfg,
+		log:     log.With("component", "status", "replica", cfg.Replica),
+		metrics: m,
+		syncs:   make(chan chan error),
+		done:    make(chan struct{}),
+		written: map[string]held{},
+	}, nil
+}
+
+// Run writes the records until ctx ends. It grants a lease and keeps it
+// alive; every Interval it reads Source and writes the records that
+// changed since it last wrote them, in transactions of at most MaxOps
+// operations, all under the lease; and it deletes the records of the
+// nodes that left, each only if it is still under this writer's lease (a
+// node that moved to another replica keeps the record the other wrote).
+// If the lease is lost (etcd out of reach for longer than LeaseTTL), it
+// grants another and writes every record again. Failed writes are logged,
+// counted and retried on the next round; they do not end Run.
+//
+// When ctx ends, Run revokes the lease, which deletes every record it
+// wrote, and returns the error of the revocation, if any (the records then
+// expire with the lease). A process that dies without Run returning leaves
+// the records until the lease expires. Run may be called once.
+func (w *Writer) Run(ctx context.Context) error {
+	if !w.started.CompareAndSwap(false, true) {
+		return errors.New("status: Run called twice")
+	}
+	defer close(w.done)
+	tick := time.NewTicker(w.cfg.Interval)
+	defer tick.Stop()
+	resync := time.NewTicker(w.cfg.ResyncInterval)
+	defer resync.Stop()
+
+	w.round(ctx) //nolint:errcheck // logged and counted; retried on the next tick
+	for {
+		select {
+		case <-ctx.Done():
+			return w.stop()
+		case _, ok := <-w.ka:
+			if !ok && ctx.Err() == nil {
+				w.lost("its keep-alive ended")
+			}
+		case <-tick.C:
+			w.round(ctx) //nolint:errcheck // as above
+		case <-resync.C:
+			w.check(ctx) //nolint:errcheck // as above
+		case reply := <-w.syncs:
+			err := w.round(ctx)
+			if err == nil {
+				err = w.check(ctx)
+			}
+			reply <- err
+		}
+	}
+}
+
+// Sync writes now what changed, then checks that the records the writer
+// holds are still there and writes again those that are not, as Run does
+// every Interval and ResyncInterval.
+// It returns the first error of that work, or ctx's if ctx ends first, or
+// an error if Run has returned. It blocks until Run serves it.
+func (w *Writer) Sync(ctx context.Context) error {
+	reply := make(chan error, 1)
+	select {
+	case w.syncs <- reply:
+	case <-w.done:
+		return errors.New("status: writer stopped")
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-reply:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// held is a record the writer has in etcd.
+type held struct {
+	hash uint64 // xxhash of the value
+	rev  int64  // mod revision of the key
+}
+
+// pending is a record to write.
+type pending struct {
+	id, key string
+	value   []byte
+	hash    uint64
+}
+
+// round writes what changed since the last round.
+func (w *Writer) round(ctx context.Context) error {
+	if w.lease == 0 {
+		if err := w.grant(ctx); err != nil {
+			return w.fail(ctx, err)
+		}
+	}
+	recs := w.cfg.Source()
+	now := make(map[string]bool, len(recs))
+	var puts []pending
+	for _, r := range recs {
+		if r.NodeID == "" || now[r.NodeID] {
+			continue
+		}
+		if len(r.NodeID) > maxNodeIDLen || !utf8.ValidString(r.NodeID) {
+			// Node ids are proto strings, so UTF-8; a key that long
+			// would fail its whole batch.
+			w.log.Debug("status: no record for a node id too long or not UTF-8", "len", len(r.NodeID), "limit", maxNodeIDLen)
+			continue
+		}
+		now[r.NodeID] = true
+		r.Home = w.cfg.Replica
+		v := encode(r)
+		h := xxhash.Sum64(v)
+		if old, ok := w.written[r.NodeID]; ok && old.hash == h {
+			continue
+		}
+		puts = append(puts, pending{id: r.NodeID, key: Key(w.cfg.Prefix, r.NodeID), value: v, hash: h})
+	}
+	var gone []string
+	for id := range w.written {
+		if !now[id] {
+			gone = append(gone, id)
+		}
+	}
+	slices.SortFunc(puts, func(a, b pending) int { return strings.Compare(a.id, b.id) })
+	slices.Sort(gone)
+
+	err := w.put(ctx, puts)
+	if err == nil {
+		err = w.delete(ctx, gone)
+	}
+	w.metrics.held.Set(float64(len(w.written)))
+	if err != nil {
+		return w.fail(ctx, err)
+	}
+	if w.failing {
+		w.failing = false
+		w.log.Info("status: writing node status records again")
+	}
+	return nil
+}
+
+// put writes the records in transactions of at most MaxOps puts and
+// maxTxnBytes.
+func (w *Writer) put(ctx context.Context, puts []pending) error {
+	for len(puts) > 0 {
+		n, size := 0, 0
+		for n < len(puts) && n < w.cfg.MaxOps {
+			s := len(puts[n].key) + len(puts[n].value)
+			if n > 0 && size+s > maxTxnBytes {
+				break
+			}
+			size += s
+			n++
+		}
+		batch := puts[:n]
+		puts = puts[n:]
+		ops := make([]clientv3.Op, len(batch))
+		for i, p := range batch {
+			ops[i] = clientv3.OpPut(p.key, string(p.value), clientv3.WithLease(w.lease))
+		}
+		tctx, cancel := context.WithTimeout(ctx, w.cfg.LeaseTTL)
+		resp, err := w.cfg.Client.Txn(tctx).Then(ops...).Commit()
+		cancel()
+		if err != nil {
+			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+				w.lost("etcd no longer knows it")
+			}
+			return fmt.Errorf("status: write %d records: %w", len(batch), err)
+		}
+		w.metrics.txns.Inc()
+		w.metrics.written.Add(float64(len(batch)))
+		w.metrics.bytes.Add(float64(size))
+		for _, p := range batch {
+			w.written[p.id] = held{hash: p.hash, rev: resp.Header.Revision}
+		}
+	}
+	return nil
+}
+
+// delete deletes the records of the nodes that left, each only if it is
+// still under this writer's lease: if another replica wrote it since, the
+// node is connected there and the record is the other's.
+func (w *Writer) delete(ctx context.Context, gone []string) error {
+	per := max(w.cfg.MaxOps-1, 1)
+	for len(gone) > 0 {
+		batch := gone[:min(per, len(gone))]
+		gone = gone[len(batch):]
+		ops := make([]clientv3.Op, len(batch))
+		for i, id := range batch {
+			key := Key(w.cfg.Prefix, id)
+			ops[i] = clientv3.OpTxn(
+				[]clientv3.Cmp{clientv3.Compare(clientv3.LeaseValue(key), "=", int64(w.lease))},
+				[]clientv3.Op{clientv3.OpDelete(key)}, nil)
+		}
+		tctx, cancel := context.WithTimeout(ctx, w.cfg.LeaseTTL)
+		resp, err := w.cfg.Client.Txn(tctx).Then(ops...).Commit()
+		cancel()
+		if err != nil {
+			return fmt.Errorf("status: delete %d records: %w", len(batch), err)
+		}
+		w.metrics.txns.Inc()
+		for i, id := range batch {
+			// Ours or not, the key is no longer this writer's to track.
+			delete(w.written, id)
+			if i < len(resp.Responses) && resp.Responses[i].GetResponseTxn().GetSucceeded() {
+				w.metrics.deleted.Inc()
+			} else {
+				w.metrics.takenOver.Inc()
+			}
+		}
+	}
+	return nil
+}
+
+// check runs resync, and a round at once if it forgot records.
+func (w *Writer) check(ctx context.Context) error {
+	n, err := w.resync(ctx)
+	if err != nil || n == 0 {
+		return err
+	}
+	return w.round(ctx)
+}
+
+// resync forgets the records that are no longer in etcd as this writer
+// wrote them (deleted, or written since by another replica), so that the
+// next round writes them again if their node is still here. It compares
+// mod revisions: etcd serves keys-only ranges from its index, without the
+// keys' leases. It returns how many it forgot.
+func (w *Writer) resync(ctx context.Context) (int, error) {
+	if w.lease == 0 || len(w.written) == 0 {
+		return 0, nil
+	}
+	dir := Dir(w.cfg.Prefix)
+	end := clientv3.GetPrefixRangeEnd(dir)
+	revs := make(map[string]int64, len(w.written))
+	for from := dir; ; {
+		tctx, cancel := context.WithTimeout(ctx, w.cfg.LeaseTTL)
+		resp, err := w.cfg.Client.Get(tctx, from, clientv3.WithRange(end), clientv3.WithKeysOnly(), clientv3.WithLimit(keysPage))
+		cancel()
+		if err != nil {
+			return 0, w.fail(ctx, fmt.Errorf("status: check records: %w", err))
+		}
+		for _, kv := range resp.Kvs {
+			revs[strings.TrimPrefix(string(kv.Key), dir)] = kv.ModRevision
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			break
+		}
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+	lost := 0
+	for id, h := range w.written {
+		if revs[id] != h.rev {
+			delete(w.written, id)
+			lost++
+		}
+	}
+	if lost > 0 {
+		w.log.Info("status: records were overwritten or deleted by others; writing those of nodes still here again", "records", lost)
+		w.metrics.held.Set(float64(len(w.written)))
+		w.metrics.takenOver.Add(float64(lost))
+	}
+	return lost, nil
+}
+
+// grant grants a new lease and starts keeping it alive until Run ends or
+// the lease is lost.
+func (w *Writer) grant(ctx context.Context) error {
+	ttl := int64((w.cfg.LeaseTTL + time.Second - 1) / time.Second)
+	tctx, cancel := context.WithTimeout(ctx, w.cfg.LeaseTTL)
+	g, err := w.cfg.Client.Grant(tctx, ttl)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("status: grant lease: %w", err)
+	}
+	kctx, stop := context.WithCancel(ctx)
+	ka, err := w.cfg.Client.KeepAlive(kctx, g.ID)
+	if err != nil {
+		stop()
+		w.revoke(g.ID) //nolint:errcheck // unused; it expires anyway
+		return fmt.Errorf("status: keep lease alive: %w", err)
+	}
+	w.lease, w.ka, w.kaStop = g.ID, ka, stop
+	clear(w.written) // nothing is under the new lease yet
+	w.log.Debug("status: lease granted", "lease", fmt.Sprintf("%016x", int64(g.ID)), "ttl_seconds", g.TTL)
+	return nil
+}
+
+// lost drops a lease that etcd lost (it expired while out of reach), so
+// that the next round grants another and writes every record again. The
+// records under the old lease are gone or expire with it.
+func (w *Writer) lost(why string) {
+	if w.lease == 0 {
+		return
+	}
+	w.log.Warn("status: lease lost; writing every record again under a new one", "why", why,
+		"lease", fmt.Sprintf("%016x", int64(w.lease)))
+	w.kaStop()
+	w.lease, w.ka, w.kaStop = 0, nil, nil
+	clear(w.written)
+	w.metrics.leaseLost.Inc()
+	w.metrics.held.Set(0)
+}
+
+// stop revokes the lease, deleting every record written under it.
+func (w *Writer) stop() error {
+	if w.lease == 0 {
+		return nil
+	}
+	w.kaStop()
+	id := w.lease
+	w.lease, w.ka, w.kaStop = 0, nil, nil
+	clear(w.written)
+	w.metrics.held.Set(0)
+	if err := w.revoke(id); err != nil {
+		return err
+	}
+	w.log.Debug("status: lease revoked; records deleted")
+	return nil
+}
+
+func (w *Writer) revoke(id clientv3.LeaseID) error {
+	ctx, cancel := context.WithTimeout(context.Background(), min(w.cfg.LeaseTTL, 5*time.Second))
+	defer cancel()
+	if _, err := w.cfg.Client.Revoke(ctx, id); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return fmt.Errorf("status: revoke lease %016x: %w", int64(id), err)
+	}
+	return nil
+}
+
+// fail counts err and logs it: at Warn for the first of a run of failures,
+// then at Debug until a round succeeds. It returns err.
+func (w *Writer) fail(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return err // stopping: not a failure of etcd
+	}
+	w.metrics.errors.Inc()
+	if w.failing {
+		w.log.Debug("status: writing records", "err", err)
+	} else {
+		w.failing = true
+		w.log.Warn("status: writing records failed; retrying every interval", "err", err, "interval", w.cfg.Interval)
+	}
+	return err
+}

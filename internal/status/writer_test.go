@@ -1,0 +1,268 @@
+package status_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/legation-io/legation/internal/status"
+	"github.com/legation-io/legation/internal/store/storetest"
+)
+
+func TestConfigValidate(t *testing.T) {
+	e := storetest.Start(t, storetest.Options{})
+	good := func() status.Config {
+		c := status.DefaultConfig()
+		c.Client = e.Client(t)
+		c.Prefix = "/legation/"
+		c.Replica = "a"
+		c.Source = func() []status.NodeStatus { return nil }
+		return c
+	}
+	if err := good().Validate(); err != nil {
+		t.Fatalf("good config: %v", err)
+	}
+	zero := good()
+	zero.Interval, zero.ResyncInterval, zero.MaxOps, zero.LeaseTTL = 0, 0, 0, 0
+	if err := zero.Validate(); err != nil {
+		t.Fatalf("zero fields stand for the defaults: %v", err)
+	}
+	for _, tc := range []struct {
+		name string
+		mod  func(*status.Config)
+		want string
+	}{
+		{"no client", func(c *status.Config) { c.Client = nil }, "Client"},
+		{"prefix", func(c *status.Config) { c.Prefix = "legation" }, "Prefix"},
+		{"no replica", func(c *status.Config) { c.Replica = "" }, "Replica"},
+		{"no source", func(c *status.Config) { c.Source = nil }, "Source"},
+		{"negative interval", func(c *status.Config) { c.Interval = -time.Second }, "Interval"},
+		{"resync below interval", func(c *status.Config) { c.Interval, c.ResyncInterval = time.Minute, time.Second }, "ResyncInterval"},
+		{"max ops", func(c *status.Config) { c.MaxOps = -1 }, "MaxOps"},
+		{"lease ttl", func(c *status.Config) { c.LeaseTTL = 100 * time.Millisecond }, "LeaseTTL"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := good()
+			tc.mod(&c)
+			err := c.Validate()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Validate() = %v, want an error naming %s", err, tc.want)
+			}
+			if _, err := status.NewWriter(c); err == nil {
+				t.Fatal("NewWriter accepted the config")
+			}
+		})
+	}
+}
+
+func TestWriter(t *testing.T) {
+	e := storetest.Start(t, storetest.Options{})
+	c := e.Client(t)
+	seq := 0
+	newPrefix := func() string { seq++; return fmt.Sprintf("/w%d/", seq) }
+
+	t.Run("writes only what changed", func(t *testing.T) {
+		prefix := newPrefix()
+		w := startWriter(t, c, prefix, "a", nil)
+		a, b, slash := node("a", "5"), node("b", "5"), node("ns/pod-1", "5")
+		w.src.set(a, b, slash)
+		w.sync()
+		got := readStored(t, c, prefix)
+		if len(got) != 3 {
+			t.Fatalf("stored %d records, want 3: %v", len(got), got)
+		}
+		for _, want := range []status.NodeStatus{a, b, slash} {
+			want.Home = "a"
+			if diff := cmp.Diff(want, got[want.NodeID].rec); diff != "" {
+				t.Errorf("record of %s (-want +got):\n%s", want.NodeID, diff)
+			}
+			if got[want.NodeID].lease == 0 {
+				t.Errorf("record of %s has no lease", want.NodeID)
+			}
+		}
+		if n := w.metric("legation_status_records_written_total"); n != 3 {
+			t.Errorf("written = %v, want 3", n)
+		}
+		if n := w.metric("legation_status_records"); n != 3 {
+			t.Errorf("held = %v, want 3", n)
+		}
+
+		w.sync() // nothing changed
+		if n := w.metric("legation_status_records_written_total"); n != 3 {
+			t.Errorf("written after an unchanged round = %v, want 3", n)
+		}
+
+		b2 := node("b", "6")
+		b2.Types["cluster"] = status.TypeStatus{VersionSent: "6", VersionAcked: "5", Resources: 3}
+		w.src.set(a, b2, slash)
+		w.sync()
+		if n := w.metric("legation_status_records_written_total"); n != 4 {
+			t.Errorf("written after one change = %v, want 4", n)
+		}
+		if got := readStored(t, c, prefix)["b"].rec.Types["cluster"].VersionSent; got != "6" {
+			t.Errorf("b's cluster version_sent = %q, want 6", got)
+		}
+		if n := w.metric("legation_status_written_bytes_total"); n <= 0 {
+			t.Errorf("written bytes = %v", n)
+		}
+	})
+
+	t.Run("deletes the records of nodes that left", func(t *testing.T) {
+		prefix := newPrefix()
+		w := startWriter(t, c, prefix, "a", nil)
+		w.src.set(node("a", "1"), node("b", "1"))
+		w.sync()
+		w.src.set(node("b", "1"))
+		w.sync()
+		got := readStored(t, c, prefix)
+		if _, ok := got["a"]; ok || len(got) != 1 {
+			t.Fatalf("records after a left: %v", got)
+		}
+		if n := w.metric("legation_status_records_deleted_total"); n != 1 {
+			t.Errorf("deleted = %v, want 1", n)
+		}
+		if n := w.metric("legation_status_records"); n != 1 {
+			t.Errorf("held = %v, want 1", n)
+		}
+	})
+
+	t.Run("leaves a record another replica took over", func(t *testing.T) {
+		prefix := newPrefix()
+		wa := startWriter(t, c, prefix, "a", nil)
+		wb := startWriter(t, c, prefix, "b", nil)
+		wa.src.set(node("n1", "1"))
+		wa.sync()
+		// n1 moves to b; a has not noticed yet.
+		wb.src.set(node("n1", "1"))
+		wb.sync()
+		wa.src.set()
+		wa.sync()
+		if got := readStored(t, c, prefix)["n1"].rec.Home; got != "b" {
+			t.Fatalf("n1's home after a let go = %q, want b", got)
+		}
+		if n := wa.metric("legation_status_records_taken_over_total"); n != 1 {
+			t.Errorf("a's taken over = %v, want 1", n)
+		}
+		if n := wa.metric("legation_status_records_deleted_total"); n != 0 {
+			t.Errorf("a's deleted = %v, want 0", n)
+		}
+
+		// a still holds a stream of n1 for a moment, writes over b's record,
+		// then deletes it: b's check finds its record gone and writes it
+		// again.
+		wa.src.set(node("n1", "2"))
+		wa.sync()
+		wa.src.set()
+		wa.sync()
+		if _, ok := readStored(t, c, prefix)["n1"]; ok {
+			t.Fatal("a did not delete its own record")
+		}
+		wb.sync()
+		if got := readStored(t, c, prefix)["n1"].rec.Home; got != "b" {
+			t.Fatalf("n1's home after b's check = %q, want b", got)
+		}
+		if n := wb.metric("legation_status_records_taken_over_total"); n != 1 {
+			t.Errorf("b's taken over = %v, want 1", n)
+		}
+	})
+
+	t.Run("graceful stop deletes the records", func(t *testing.T) {
+		prefix := newPrefix()
+		w := startWriter(t, c, prefix, "a", nil)
+		w.src.set(node("a", "1"), node("b", "1"))
+		w.sync()
+		if err := w.halt(); err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		if got := readStored(t, c, prefix); len(got) != 0 {
+			t.Fatalf("records after a graceful stop: %v", got)
+		}
+		if err := w.w.Sync(testCtx(t)); err == nil {
+			t.Error("Sync on a stopped writer succeeded")
+		}
+	})
+
+	t.Run("a crash leaves the records until the lease expires", func(t *testing.T) {
+		prefix := newPrefix()
+		own := e.Client(t) // the crashed process's connection
+		w := startWriter(t, own, prefix, "a", nil)
+		w.src.set(node("a", "1"))
+		w.sync()
+		// A crash: the connection goes, nothing is revoked.
+		own.Close()
+		w.halt() //nolint:errcheck // it may or may not notice the lost connection first
+		if got := readStored(t, c, prefix); len(got) != 1 {
+			t.Fatalf("records right after the crash: %v", got)
+		}
+		crashed := time.Now()
+		eventually(t, "the record to expire with the lease", func() bool {
+			return len(readStored(t, c, prefix)) == 0
+		})
+		if d := time.Since(crashed); d > testLeaseTTL+3*time.Second {
+			t.Errorf("the record lasted %s after the crash, lease TTL %s", d, testLeaseTTL)
+		}
+	})
+
+	t.Run("transactions of at most MaxOps", func(t *testing.T) {
+		prefix := newPrefix()
+		w := startWriter(t, c, prefix, "a", func(c *status.Config) { c.MaxOps = 64 })
+		var recs []status.NodeStatus
+		for i := range 200 {
+			recs = append(recs, node(fmt.Sprintf("node-%03d", i), "1"))
+		}
+		w.src.set(recs...)
+		w.sync()
+		if n := w.metric("legation_status_txns_total"); n != 4 {
+			t.Errorf("transactions for 200 puts = %v, want 4", n)
+		}
+		if n := len(readStored(t, c, prefix)); n != 200 {
+			t.Errorf("stored %d records, want 200", n)
+		}
+		w.src.set()
+		w.sync()
+		// Deletes go 63 to a transaction (see Config.MaxOps): 4 more.
+		if n := w.metric("legation_status_txns_total"); n != 8 {
+			t.Errorf("transactions after 200 deletes = %v, want 8", n)
+		}
+		if n := len(readStored(t, c, prefix)); n != 0 {
+			t.Errorf("stored %d records after the deletes, want 0", n)
+		}
+	})
+
+	t.Run("a lost lease is replaced and every record written again", func(t *testing.T) {
+		prefix := newPrefix()
+		// A real interval: no Sync drives this one.
+		w := startWriter(t, c, prefix, "a", func(c *status.Config) { c.Interval = 50 * time.Millisecond })
+		w.src.set(node("a", "1"), node("b", "1"))
+		eventually(t, "the records", func() bool { return len(readStored(t, c, prefix)) == 2 })
+		old := readStored(t, c, prefix)["a"].lease
+		if _, err := c.Revoke(testCtx(t), clientv3.LeaseID(old)); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the records under a new lease", func() bool {
+			got := readStored(t, c, prefix)
+			return len(got) == 2 && got["a"].lease != old && got["a"].lease == got["b"].lease
+		})
+		if n := w.metric("legation_status_lease_lost_total"); n != 1 {
+			t.Errorf("lease lost = %v, want 1", n)
+		}
+	})
+
+	t.Run("never writes outside its directory", func(t *testing.T) {
+		prefix := newPrefix()
+		w := startWriter(t, c, prefix, "a", nil)
+		w.src.set(node("../resources/cluster/default/x", "1"), node("", "1"))
+		w.sync()
+		resp, err := c.Get(testCtx(t), prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Kvs) != 1 || !strings.HasPrefix(string(resp.Kvs[0].Key), prefix+"status/") {
+			t.Fatalf("keys written: %v", resp.Kvs)
+		}
+	})
+}
