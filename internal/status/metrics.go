@@ -7,15 +7,14 @@ import (
 )
 
 type metrics struct {
-	written     prometheus.Counter
-	bytes       prometheus.Counter
-	deleted     prometheus.Counter
-	txns        prometheus.Counter
-	errors      prometheus.Counter
-	leaseLost   prometheus.Counter
-	held        prometheus.Gauge
-	takenOver   prometheus.Counter
-	skippedLong prometheus.Counter
+	written   prometheus.Counter
+	bytes     prometheus.Counter
+	deleted   prometheus.Counter
+	txns      prometheus.Counter
+	errors    prometheus.Counter
+	leaseLost prometheus.Counter
+	held      prometheus.Gauge
+	takenOver prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -36,13 +35,11 @@ func newMetrics() *metrics {
 			Name: "legation_status_records", Help: "Status records this replica holds in etcd."}),
 		takenOver: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "legation_status_records_taken_over_total", Help: "Records this replica wrote that another replica (or tool) wrote over or deleted since: left alone, or written again while the node is still here."}),
-		skippedLong: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "legation_status_long_node_ids_total", Help: "Status records not written because the node id is over 1024 bytes."}),
 	}
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.written, m.bytes, m.deleted, m.txns, m.errors, m.leaseLost, m.held, m.takenOver, m.skippedLong}
+	return []prometheus.Collector{m.written, m.bytes, m.deleted, m.txns, m.errors, m.leaseLost, m.held, m.takenOver}
 }
 
 // register registers the collectors on reg (nil: nothing), all or none.
