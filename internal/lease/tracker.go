@@ -231,8 +231,9 @@ func (t *Tracker) query(ctx context.Context, ls *leaseState) bool {
 		t.schedule(ls, start.Add(time.Second))
 		return false
 	}
-	if resp.TTL <= 0 {
-		// Expired or revoked: etcd deletes (or deleted) its keys.
+	if resp.TTL < 0 {
+		// Expired or revoked: etcd deletes (or deleted) its keys. (0 is a
+		// live lease with under a second left: etcd rounds down.)
 		ls.gone = true
 		ls.lower = start
 		t.stop(ls)

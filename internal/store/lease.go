@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -55,6 +56,9 @@ func ParseLeaseMarker(prefix, k string, value []byte) (int64, LeaseMarker, error
 	id, err := strconv.ParseUint(hex, 16, 64)
 	if err != nil || len(hex) != 16 {
 		return 0, LeaseMarker{}, fmt.Errorf("%w: lease marker key %q: not 16 hex digits", ErrMalformed, k)
+	}
+	if id > math.MaxInt64 {
+		return 0, LeaseMarker{}, fmt.Errorf("%w: lease marker key %q: lease id out of range", ErrMalformed, k)
 	}
 	var m LeaseMarker
 	if err := json.Unmarshal(value, &m); err != nil {
