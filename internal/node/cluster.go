@@ -9,11 +9,16 @@ import (
 	"sync"
 	"time"
 
+	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	grpcstatus "google.golang.org/grpc/status"
 
 	"github.com/legation-io/legation/internal/relay"
 	"github.com/legation-io/legation/internal/shard"
+	"github.com/legation-io/legation/internal/status"
 )
 
 // A replica in etcd mode is a member of the cluster of replicas sharing
@@ -273,4 +278,34 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	case <-t.C:
 		return true
 	}
+}
+
+// csdsService is the CSDS service of a node: its status.CSDS once Run has
+// connected to etcd, UNAVAILABLE before.
+type csdsService struct {
+	statusv3.UnimplementedClientStatusDiscoveryServiceServer
+	n *Node
+}
+
+var errNoCSDS = grpcstatus.Error(codes.Unavailable, "not ready: not connected to etcd yet")
+
+func (c csdsService) FetchClientStatus(ctx context.Context, req *statusv3.ClientStatusRequest) (*statusv3.ClientStatusResponse, error) {
+	s := c.n.csds.Load()
+	if s == nil {
+		return nil, errNoCSDS
+	}
+	return s.FetchClientStatus(ctx, req)
+}
+
+func (c csdsService) StreamClientStatus(stream grpc.BidiStreamingServer[statusv3.ClientStatusRequest, statusv3.ClientStatusResponse]) error {
+	s := c.n.csds.Load()
+	if s == nil {
+		return errNoCSDS
+	}
+	return s.StreamClientStatus(stream)
+}
+
+// nodeStatus is the status writer's source: the nodes this replica serves.
+func (n *Node) nodeStatus() []status.NodeStatus {
+	return status.FromStreams(n.cfg.Name, n.sotw.Streams(), n.delta.Streams())
 }

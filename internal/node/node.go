@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -28,6 +29,7 @@ import (
 	"github.com/legation-io/legation/internal/resource"
 	"github.com/legation-io/legation/internal/scope"
 	"github.com/legation-io/legation/internal/shard"
+	"github.com/legation-io/legation/internal/status"
 	"github.com/legation-io/legation/internal/store"
 )
 
@@ -51,9 +53,11 @@ type Node struct {
 	leases atomic.Pointer[lease.Tracker]
 	// member is nil until Run has joined the cluster (and in dev mode).
 	member atomic.Pointer[shard.Membership]
-	relay  *relay.Relay
-	sotw   *ads.Server
-	delta  *delta.Server
+	// csds is nil until Run has connected to etcd.
+	csds  atomic.Pointer[status.CSDS]
+	relay *relay.Relay
+	sotw  *ads.Server
+	delta *delta.Server
 }
 
 // viewSource is the ads.Source of a node: its view once Run made it.
@@ -188,6 +192,7 @@ func New(cfg Config) (*Node, error) {
 		grpc.MaxRecvMsgSize(cfg.MaxRecvMsgSize),
 		grpc.StreamInterceptor(n.relay.StreamInterceptor()))...)
 	n.sotw.Register(n.grpcSrv)
+	statusv3.RegisterClientStatusDiscoveryServiceServer(n.grpcSrv, csdsService{n: n})
 	n.health = health.NewServer()
 	// health.NewServer reports the server ("") SERVING; it is not until
 	// the view is loaded.
@@ -354,6 +359,22 @@ func (n *Node) startBackend(ctx context.Context, b *backend) error {
 	if err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
+	writer, err := status.NewWriter(status.Config{
+		Client:     client,
+		Prefix:     n.cfg.EtcdPrefix,
+		Replica:    n.cfg.Name,
+		Source:     n.nodeStatus,
+		Logger:     n.log,
+		Registerer: n.reg,
+	})
+	if err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	csds, err := status.NewCSDS(status.CSDSConfig{Client: client, Prefix: n.cfg.EtcdPrefix, Logger: n.log})
+	if err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	n.csds.Store(csds)
 	n.leases.Store(tracker)
 	n.view.Store(view)
 
@@ -365,7 +386,12 @@ func (n *Node) startBackend(ctx context.Context, b *backend) error {
 			return fmt.Errorf("node: cluster membership (--gossip-addr, --advertise-addr, --join, --name): %w", err)
 		}
 	}
-	b.wg.Add(3)
+	b.wg.Add(4)
+	go func() {
+		defer b.wg.Done()
+		// Records of the nodes served here; revoked when vctx ends.
+		writer.Run(vctx) //nolint:errcheck // it returns nil once vctx ends
+	}()
 	if n.clustered() {
 		b.wg.Add(1)
 		go func() {
