@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -94,6 +95,11 @@ func (e *entry) moved(self string, home func(string) (string, bool)) (string, bo
 func (r *Relay) Rebalance(ctx context.Context, home func(nodeID string) (name string, self bool)) int {
 	ctx, end := r.startRebalance(ctx)
 	defer end()
+	// A membership change may bring back a home that was unreachable: a
+	// connection to it waiting out its reconnection backoff would make
+	// the streams closed here fall back to being served locally again,
+	// off their home, until the next membership change.
+	r.resetBackoff()
 	type candidate struct {
 		e  *entry
 		to string
@@ -126,6 +132,20 @@ func (r *Relay) Rebalance(ctx context.Context, home func(nodeID string) (name st
 		r.log.Info("rebalance: closed streams whose home moved", "closed", closed, "moved", len(moved))
 	}
 	return closed
+}
+
+// resetBackoff has every pooled connection that waits out a
+// reconnection backoff try to connect at once.
+func (r *Relay) resetBackoff() {
+	r.mu.Lock()
+	ccs := make([]*grpc.ClientConn, 0, len(r.conns))
+	for _, pc := range r.conns {
+		ccs = append(ccs, pc.cc)
+	}
+	r.mu.Unlock()
+	for _, cc := range ccs {
+		cc.ResetConnectBackoff()
+	}
 }
 
 // startRebalance stops the running Rebalance, waiting for it to end, and
