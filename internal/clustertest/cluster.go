@@ -203,7 +203,9 @@ func Start(t testing.TB, opts Options) *Cluster {
 // marked it down.
 func (c *Cluster) KillReplica(i int) {
 	c.t.Helper()
+	pid := c.Replicas[i].PID
 	c.run("kill-replica", c.replicaNum(i))
+	c.waitExited(c.Replicas[i].Name, pid, c.Replicas[i].Log)
 	c.refresh()
 	c.waitLB(c.Replicas[i], false)
 }
@@ -213,7 +215,9 @@ func (c *Cluster) KillReplica(i int) {
 // marked it down.
 func (c *Cluster) StopReplica(i int) {
 	c.t.Helper()
+	pid := c.Replicas[i].PID
 	c.run("stop-replica", c.replicaNum(i))
+	c.waitExited(c.Replicas[i].Name, pid, c.Replicas[i].Log)
 	c.refresh()
 	c.waitLB(c.Replicas[i], false)
 }
@@ -263,8 +267,28 @@ func (c *Cluster) etcdVerb(verb string, i int) {
 	if i < 0 || i >= len(c.Etcd) {
 		c.t.Fatalf("clustertest: %s: no etcd member at index %d (there are %d)", verb, i, len(c.Etcd))
 	}
+	pid := c.Etcd[i].PID
 	c.run(verb, strconv.Itoa(i+1))
+	if verb == "kill-etcd" || verb == "stop-etcd" {
+		c.waitExited(c.Etcd[i].Name, pid, c.Etcd[i].Log)
+	}
 	c.refresh()
+}
+
+// waitExited waits until process pid, which the script reported gone, is
+// gone for processAlive too. The script goes by the command line, which a
+// process loses as it starts to exit; its state turns Z only once it has
+// released its memory, which takes a while for a big process (a
+// race-enabled one maps terabytes of shadow memory). Until then refresh
+// would still count it running.
+func (c *Cluster) waitExited(name string, pid int, log string) {
+	c.t.Helper()
+	if pid == 0 {
+		return
+	}
+	c.waitFor(fmt.Sprintf("%s (pid %d) exited", name, pid), log, func() (bool, string) {
+		return !processAlive(pid), "still exiting"
+	})
 }
 
 // replicaNum is the script's number of c.Replicas[i], failing the test if
