@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/metadata"
 )
 
 // ViewConfig configures a View.
@@ -129,6 +131,10 @@ type View struct {
 
 	progressMu   sync.Mutex // guards lastProgress
 	lastProgress time.Time
+	// stream names the etcd client's gRPC watch stream of the current
+	// watch (see streamCtx); nil before the first.
+	stream  atomic.Pointer[string]
+	streams uint64 // owned by the Run goroutine: streams made so far
 	// heard is when etcd last answered the view (a load, a watch
 	// response or progress notification), in Unix nanoseconds.
 	heard atomic.Int64
@@ -218,8 +224,24 @@ func (v *View) requestProgress(ctx context.Context) {
 	}
 	v.lastProgress = time.Now()
 	v.progressMu.Unlock()
-	// The watch uses the same client, so the request goes to its stream.
-	_ = v.cfg.Client.RequestProgress(clientv3.WithRequireLeader(ctx)) // an error only delays the wait
+	id := v.stream.Load()
+	if id == nil {
+		return // no watch yet
+	}
+	// The request goes to the current watch's stream.
+	_ = v.cfg.Client.RequestProgress(streamCtx(ctx, *id)) // an error only delays the wait
+}
+
+// streamKey is the outgoing metadata key that gives each watch of the view
+// a gRPC stream of its own: the etcd client shares one stream between the
+// watches whose contexts carry the same metadata, so without it a watch
+// restarted after a stall would land on the very stream that stalled, kept
+// open by other watches of the same client (the lease tracker's).
+const streamKey = "legation-view-watch"
+
+// streamCtx is ctx for the view's watch stream id, requiring a leader.
+func streamCtx(ctx context.Context, id string) context.Context {
+	return clientv3.WithRequireLeader(metadata.AppendToOutgoingContext(ctx, streamKey, id))
 }
 
 // Run loads the state and follows etcd until ctx ends; then it returns nil.
@@ -293,7 +315,10 @@ func (e *compactedError) Error() string { return fmt.Sprintf("compacted at revis
 
 // follow runs one watch from revision from until it fails or ctx ends.
 func (v *View) follow(ctx context.Context, from int64) error {
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	v.streams++
+	id := strconv.FormatUint(v.streams, 10)
+	v.stream.Store(&id)
+	wctx, cancel := context.WithCancel(streamCtx(ctx, id))
 	defer cancel()
 	wch := v.cfg.Client.Watch(wctx, v.root, clientv3.WithPrefix(), clientv3.WithRev(from), clientv3.WithProgressNotify())
 	if v.historyTo != 0 {
