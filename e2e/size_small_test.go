@@ -1,0 +1,23 @@
+//go:build !e2e
+
+package e2e
+
+// The scale of the cluster tests (cluster_test.go) for `go test ./...`
+// (make test): small enough that all of them together stay within about
+// four minutes on two cores with race-built replicas. `make e2e` (-tags
+// e2e) runs them at the sizes of size_full_test.go.
+
+var (
+	// TestClusterAffinity: 300 nodes on 3 replicas.
+	affinityMix = clientMix{GRPC: 40, SotW: 130, Delta: 130}
+	// TestClusterFailover: the busiest of 3 replicas holds about 100.
+	failoverMix = clientMix{GRPC: 20, SotW: 90, Delta: 90}
+	// TestClusterAddReplica: about 50 of 200 nodes move to a 4th replica.
+	addReplicaMix = clientMix{GRPC: 10, SotW: 95, Delta: 95}
+	// TestClusterEtcdLoss.
+	etcdLossMix = clientMix{GRPC: 4, SotW: 20, Delta: 20}
+)
+
+// addReplicaRate is --rebalance-rate in TestClusterAddReplica: streams
+// closed per second per replica, low enough that the pacing shows.
+const addReplicaRate = 10
