@@ -728,7 +728,7 @@ func viewRevision(t *testing.T, addr string) int64 {
 // by node id.
 func replicaStreams(addr string) (map[string]served, error) {
 	var st struct {
-		Streams      []ads.StreamStatus  `json:"streams"`
+		Streams      []ads.StreamStatus   `json:"streams"`
 		DeltaStreams []delta.StreamStatus `json:"delta_streams"`
 	}
 	if err := getJSON(addr, "/debug/streams", &st); err != nil {
