@@ -744,7 +744,7 @@ func (g *grpcClient) close() {
 	g.cc.Close()
 }
 
-// rpcStats sums the RPCs made at or after from: successes, failures (the
+// rpcStats sums a client's RPCs over a period: successes, failures (the
 // first one's error), and the longest time without a success.
 type rpcStats struct {
 	OK, Failed int
@@ -753,6 +753,7 @@ type rpcStats struct {
 	MaxGap     time.Duration
 }
 
+// stats sums the RPCs made from from to to.
 func (g *grpcClient) stats(from, to time.Time) rpcStats {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -895,9 +896,9 @@ func (f *fleet) checkHistories(t testing.TB) {
 	}
 }
 
-// rpcFailures checks the grpc-go clients' RPCs between from and to:
-// it returns the number of failures, one of them, and the longest gap
-// without a success over all clients.
+// rpcStats sums the grpc-go clients' RPCs from from to to: failures,
+// successes, one failure's account, and the longest time any client went
+// without a success.
 func (f *fleet) rpcStats(from, to time.Time) (failed, ok int, example string, maxGap time.Duration) {
 	for _, g := range f.grpc {
 		s := g.stats(from, to)
