@@ -46,7 +46,7 @@ func TestNodeStatus(t *testing.T) {
 		}
 		return ns.Home == "replica-s" && ns.Types["cluster"].LastNack != "", jsonString(ns)
 	})
-	if ts := ns.Types["cluster"]; ts.VersionSent != ver(rev) || ts.NackVersion != ver(rev) || !strings.Contains(ts.LastNack, "bad thing") || ns.Group != "c1" {
+	if ts := ns.Types["cluster"]; ts.VersionSent != cds.GetVersionInfo() || ts.NackVersion != cds.GetVersionInfo() || !strings.Contains(ts.LastNack, "bad thing") || ns.Group != "c1" {
 		t.Errorf("status record: %s", jsonString(ns))
 	}
 
