@@ -91,7 +91,7 @@ func parseFlags(args []string) (node.Config, error) {
 	fs.IntVar(&cfg.MaxRecvMsgSize, "max-recv-msg-size", cfg.MaxRecvMsgSize,
 		"largest xDS request message accepted, in bytes")
 	fs.Float64Var(&cfg.RebalanceRate, "rebalance-rate", cfg.RebalanceRate,
-		"streams closed per second (with jitter) when a membership change moves their node's home")
+		"streams each replica closes per second (with jitter) when a membership change moves their node's home")
 	fs.DurationVar(&cfg.EtcdStaleAfter, "etcd-stale-after", cfg.EtcdStaleAfter,
 		"not ready after hearing nothing from etcd for this long (the last view is still served)")
 	fs.BoolVar(&cfg.DebugOpen, "debug-open", cfg.DebugOpen,

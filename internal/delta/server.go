@@ -135,7 +135,7 @@ func (s *Server) catchUp(ctx context.Context, rev int64) (*store.Snapshot, error
 	snap, err := s.cfg.Source.WaitRevision(wctx, rev)
 	if err != nil {
 		s.metrics.catchupFailures.Inc()
-		return nil, status.Errorf(codes.Unavailable, "this replica is behind version %d the client holds; retry elsewhere", rev)
+		return nil, status.Errorf(codes.Unavailable, "delta: this replica is behind version %d the client holds; retry elsewhere", rev)
 	}
 	return snap, nil
 }

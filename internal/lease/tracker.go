@@ -16,12 +16,14 @@ import (
 	"errors"
 	"log/slog"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/legation-io/legation/internal/store"
 )
@@ -60,6 +62,7 @@ type Tracker struct {
 	head   *Notice
 
 	recheck chan int64 // leases whose check timer fired; buffered
+	watches uint64     // owned by Run: watches started so far
 }
 
 // leaseState is what the tracker knows of one lease. Its fields are
@@ -342,7 +345,12 @@ func (t *Tracker) load(ctx context.Context, prefix string) (int64, error) {
 // watch follows the markers from rev+1 and serves the check timers until
 // the watch ends or ctx does.
 func (t *Tracker) watch(ctx context.Context, prefix string, rev int64) {
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	// A gRPC stream of its own for each watch (the etcd client shares one
+	// among watches of the same metadata): a watch restarted after its
+	// stream wedged (etcd lost its quorum) does not land on it again.
+	t.watches++
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(
+		metadata.AppendToOutgoingContext(ctx, "legation-lease-watch", strconv.FormatUint(t.watches, 10))))
 	defer cancel()
 	wch := t.cfg.Client.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
 	for {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -34,6 +35,20 @@ func (n *Node) home(nodeID string) (name, addr string, self bool) {
 		return n.cfg.Name, "", true
 	}
 	h, ok := m.Home(nodeID)
+	if !ok || h.Name == n.cfg.Name {
+		return n.cfg.Name, "", true
+	}
+	return h.Name, h.XDSAddr, false
+}
+
+// next is relay.Config.Next: the home of nodeID on the current ring
+// without the replicas that could not be reached.
+func (n *Node) next(nodeID string, unreachable []string) (name, addr string, self bool) {
+	m := n.member.Load()
+	if m == nil {
+		return n.cfg.Name, "", true
+	}
+	h, ok := m.Ring().HomeExcluding(nodeID, func(name string) bool { return slices.Contains(unreachable, name) })
 	if !ok || h.Name == n.cfg.Name {
 		return n.cfg.Name, "", true
 	}
@@ -108,6 +123,12 @@ func (n *Node) runCluster(ctx context.Context, client *clientv3.Client) {
 	changed := m.Changed()
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
+	// Rebalancing waits for the ring to settle: replicas that lose etcd
+	// together flip to not ready one tick apart, and a ring that changes
+	// and changes back within settleDelay moves nobody.
+	settle := time.NewTimer(time.Hour)
+	settle.Stop()
+	defer settle.Stop()
 	for {
 		m.SetReady(n.ready())
 		select {
@@ -116,7 +137,9 @@ func (n *Node) runCluster(ctx context.Context, client *clientv3.Client) {
 		case <-tick.C:
 		case <-changed:
 			changed = m.Changed()
-			// A later change supersedes this rebalance.
+			settle.Reset(settleDelay)
+		case <-settle.C:
+			// A later rebalance supersedes this one.
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -127,6 +150,10 @@ func (n *Node) runCluster(ctx context.Context, client *clientv3.Client) {
 		}
 	}
 }
+
+// settleDelay is how long the ring must stay unchanged before streams
+// whose home moved are closed.
+const settleDelay = time.Second
 
 // watchReadiness keeps the gRPC health status in step with readiness
 // (the view current, etcd heard from lately) until ctx ends.

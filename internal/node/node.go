@@ -179,6 +179,7 @@ func New(cfg Config) (*Node, error) {
 	rcfg := relay.DefaultConfig()
 	rcfg.Self = cfg.Name
 	rcfg.Home = n.home
+	rcfg.Next = n.next
 	rcfg.Rate = cfg.RebalanceRate
 	rcfg.Burst = max(1, int(cfg.RebalanceRate/5))
 	rcfg.Logger = n.log

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -52,6 +53,12 @@ type Config struct {
 	// stream's goroutine, so concurrently; it must not block (read an
 	// atomically swapped ring).
 	Home func(nodeID string) (name, addr string, self bool)
+	// Next, if set, returns the home of nodeID once the replicas named in
+	// unreachable are gone from the ring (the next one clockwise). A
+	// stream whose home cannot be reached goes there, where it will be
+	// once the home is declared dead, rather than being served here and
+	// moved again then. Same rules as Home. Nil: served here.
+	Next func(nodeID string, unreachable []string) (name, addr string, self bool)
 	// DialOptions are appended to the options of the connections to home
 	// replicas, after the defaults (insecure transport credentials, and
 	// reconnection backoff capped at 5s so that a home that comes back is
@@ -305,7 +312,8 @@ func (r *Relay) intercept(srv any, ss grpc.ServerStream, method string, k kind, 
 		log = log.With("stream", e.id, "node", nodeID, "method", method)
 	}
 
-	if doRelay {
+	var tried []string
+	for doRelay {
 		done, err := r.relay(sctx, ss, method, first, addr)
 		if done {
 			if debug {
@@ -313,14 +321,25 @@ func (r *Relay) intercept(srv any, ss grpc.ServerStream, method string, k kind, 
 			}
 			return endErr(sctx, err)
 		}
-		if !errors.Is(err, errClosed) {
-			r.metrics.fallbacks.Inc()
-			r.warn("home replica unreachable; serving its streams locally", "home", name, "addr", addr, "err", err)
+		if errors.Is(err, errClosed) {
+			e.servedBy.Store(Local)
+			break
 		}
+		r.metrics.fallbacks.Inc()
+		r.warn("home replica unreachable; trying the next one on the ring", "home", name, "addr", addr, "err", err)
 		if debug {
-			log.Debug("relay failed; serving locally", "home", name, "addr", addr, "err", err)
+			log.Debug("relay failed", "home", name, "addr", addr, "err", err)
 		}
 		e.servedBy.Store(Local)
+		tried = append(tried, name)
+		doRelay = false
+		if r.cfg.Next != nil && len(tried) < maxRelayTries {
+			var self bool
+			name, addr, self = r.cfg.Next(nodeID, tried)
+			if doRelay = !self && name != r.cfg.Self && addr != "" && !slices.Contains(tried, name); doRelay {
+				e.servedBy.Store(name)
+			}
+		}
 	}
 	if debug {
 		log.Debug("serving locally", "relayed_by", relayedBy)
@@ -328,6 +347,10 @@ func (r *Relay) intercept(srv any, ss grpc.ServerStream, method string, k kind, 
 	err = handler(srv, &replayStream{ServerStream: ss, ctx: sctx, first: first.Bytes})
 	return endErr(sctx, err)
 }
+
+// maxRelayTries bounds the replicas a stream is relayed to before it is
+// served here: its home, then the next ones on the ring.
+const maxRelayTries = 2
 
 // endErr is what a stream ends with: the rebalance's status if Rebalance
 // closed it, else err.

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -415,5 +416,60 @@ func TestConnPool(t *testing.T) {
 	}
 	if n := metric(t, a.reg, "legation_relay_fallbacks_total"); n != 0 {
 		t.Errorf("legation_relay_fallbacks_total = %v, want 0", n)
+	}
+}
+
+// TestUnreachableHomeNext: a stream whose home cannot be reached goes to
+// the next replica Next names (where it will be once the home is declared
+// dead), and is served here only if that one is unreachable too or is
+// this replica.
+func TestUnreachableHomeNext(t *testing.T) {
+	c := newCluster(t)
+	var asked [][]string
+	var mu sync.Mutex
+	b := c.addReplica(t, "b")
+	a := c.addReplica(t, "a", func(cfg *relay.Config) {
+		cfg.Next = func(id string, unreachable []string) (string, string, bool) {
+			mu.Lock()
+			asked = append(asked, slices.Clone(unreachable))
+			mu.Unlock()
+			switch id {
+			case "n-to-b":
+				return "b", b.addr, false
+			case "n-to-self":
+				return "a", "", true
+			}
+			return "gone2", gone, false
+		}
+	})
+	rev := c.apply(t, clusters(2)...)
+	a.setHomes(map[string]string{"n-to-b": "gone", "n-to-self": "gone", "n-twice": "gone"})
+
+	s := adsStream(t, a.addr)
+	s.send(cdsRequest("n-to-b"))
+	if got := s.expect(); got.GetVersionInfo() != ver(rev) || len(got.GetResources()) != 2 {
+		t.Errorf("n-to-b: response version %s with %d resources, want %d with 2", got.GetVersionInfo(), len(got.GetResources()), rev)
+	}
+	if infos := streamsOf(a, "n-to-b"); len(infos) != 1 || infos[0].ServedBy != "b" {
+		t.Errorf("n-to-b: A's streams %+v, want one relayed to b", infos)
+	}
+	waitFor(t, "b to serve n-to-b", func() bool { return len(streamsOf(b, "n-to-b")) == 1 })
+
+	for _, id := range []string{"n-to-self", "n-twice"} {
+		s := adsStream(t, a.addr)
+		s.send(cdsRequest(id))
+		s.expect()
+		if infos := streamsOf(a, id); len(infos) != 1 || infos[0].ServedBy != relay.Local {
+			t.Errorf("%s: A's streams %+v, want one served locally", id, infos)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := [][]string{{"gone"}, {"gone"}, {"gone"}}
+	if !slices.EqualFunc(asked, want, slices.Equal) {
+		t.Errorf("Next asked with %v, want %v (one Next per stream: at most two tries)", asked, want)
+	}
+	if f := metric(t, a.reg, "legation_relay_fallbacks_total"); f != 4 {
+		t.Errorf("legation_relay_fallbacks_total = %v, want 4 (three homes and one next unreachable)", f)
 	}
 }

@@ -72,9 +72,12 @@ func NewRing(members []Member, vnodes int) *Ring {
 }
 
 // ReadyRing returns the ring replicas build from these alive members: over
-// the Ready ones, or over all of them when none is Ready (a cluster that
-// lost etcd still has homes, on views that may be stale). `xdsadmin
-// members` can use it on the registry to show the replicas' ring.
+// the Ready ones when they are a strict majority, else over all of them.
+// A replica that alone lost etcd hands its nodes over; when most lost it
+// (etcd itself is down) the homes stay where they are, on views that may
+// be stale, instead of moving to whichever replica flips last (and back
+// when etcd returns). `xdsadmin members` uses it on the registry to show
+// the replicas' ring.
 func ReadyRing(alive []Member, vnodes int) *Ring {
 	ready := make([]Member, 0, len(alive))
 	for _, m := range alive {
@@ -82,7 +85,7 @@ func ReadyRing(alive []Member, vnodes int) *Ring {
 			ready = append(ready, m)
 		}
 	}
-	if len(ready) == 0 {
+	if 2*len(ready) <= len(alive) {
 		return NewRing(alive, vnodes)
 	}
 	return NewRing(ready, vnodes)
@@ -119,6 +122,26 @@ func (r *Ring) Home(nodeID string) (Member, bool) {
 		i = 0
 	}
 	return r.members[r.points[i].member], true
+}
+
+// HomeExcluding returns the home of nodeID on this ring without the
+// members skip says to leave out: the next member clockwise. It is the
+// home the node would have on the ring rebuilt without them, so a stream
+// whose home is unreachable can go where it will end up once the home is
+// declared dead. False when every member is skipped.
+func (r *Ring) HomeExcluding(nodeID string, skip func(name string) bool) (Member, bool) {
+	if len(r.points) == 0 {
+		return Member{}, false
+	}
+	h := xxhash.Sum64String(nodeID)
+	i, _ := slices.BinarySearchFunc(r.points, h, func(p point, h uint64) int { return cmp.Compare(p.hash, h) })
+	for n := 0; n < len(r.points); n++ {
+		m := r.members[r.points[(i+n)%len(r.points)].member]
+		if !skip(m.Name) {
+			return m, true
+		}
+	}
+	return Member{}, false
 }
 
 // Members returns the ring's members sorted by name. The slice is a copy.

@@ -284,7 +284,7 @@ func TestReadyRing(t *testing.T) {
 	}{
 		{"all ready", ready("a", "b", "c"), []string{"a", "b", "c"}},
 		{"one not ready", ready("a", "c"), []string{"a", "c"}},
-		{"one ready", ready("b"), []string{"b"}},
+		{"one ready of three: all alive", ready("b"), []string{"a", "b", "c"}},
 		{"none ready: all alive", ready(), []string{"a", "b", "c"}},
 		{"none alive", nil, []string{}},
 	}
@@ -294,5 +294,32 @@ func TestReadyRing(t *testing.T) {
 				t.Errorf("ReadyRing members (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestRingHomeExcluding: the home of a node without some members is its
+// home on the ring rebuilt without them.
+func TestRingHomeExcluding(t *testing.T) {
+	all := members("a", "b", "c", "d")
+	full := shard.NewRing(all, 0)
+	for _, gone := range [][]string{{"a"}, {"c"}, {"a", "d"}} {
+		var rest []shard.Member
+		for _, m := range all {
+			if !slices.Contains(gone, m.Name) {
+				rest = append(rest, m)
+			}
+		}
+		without := shard.NewRing(rest, 0)
+		skip := func(name string) bool { return slices.Contains(gone, name) }
+		for _, id := range nodeIDs(2000) {
+			got, ok := full.HomeExcluding(id, skip)
+			want, _ := without.Home(id)
+			if !ok || got.Name != want.Name {
+				t.Fatalf("without %v: HomeExcluding(%q) = %q, %v; the ring without them says %q", gone, id, got.Name, ok, want.Name)
+			}
+		}
+	}
+	if _, ok := full.HomeExcluding("x", func(string) bool { return true }); ok {
+		t.Error("HomeExcluding with every member skipped found a home")
 	}
 }
