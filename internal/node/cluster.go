@@ -129,8 +129,23 @@ func (n *Node) runCluster(ctx context.Context, client *clientv3.Client) {
 	settle := time.NewTimer(time.Hour)
 	settle.Stop()
 	defer settle.Stop()
+	var notReadySince time.Time
 	for {
-		m.SetReady(n.ready())
+		// The ring hears of a replica not ready only once it has been so
+		// for ringGrace: replicas that lose etcd together (it lost its
+		// quorum) notice seconds apart, and would otherwise move their
+		// nodes to each other in turn.
+		if n.ready() {
+			notReadySince = time.Time{}
+			m.SetReady(true)
+		} else {
+			if notReadySince.IsZero() {
+				notReadySince = time.Now()
+			}
+			if time.Since(notReadySince) >= ringGrace {
+				m.SetReady(false)
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -154,6 +169,11 @@ func (n *Node) runCluster(ctx context.Context, client *clientv3.Client) {
 // settleDelay is how long the ring must stay unchanged before streams
 // whose home moved are closed.
 const settleDelay = time.Second
+
+// ringGrace is how long a replica stays not ready before the ring stops
+// giving it homes (unless most replicas are not ready: see
+// shard.ReadyRing).
+const ringGrace = 10 * time.Second
 
 // watchReadiness keeps the gRPC health status in step with readiness
 // (the view current, etcd heard from lately) until ctx ends.
