@@ -34,13 +34,6 @@ const failoverBound = 10 * time.Second
 // stopped at the end drains for 2s at most.
 var clusterFlags = []string{"--shutdown-timeout", "2s"}
 
-func skipShortCluster(t *testing.T) {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("starts etcd, xds-node and HAProxy processes and hundreds of clients")
-	}
-}
-
 // startFleetCluster starts a cluster with opts, applies the fleet's
 // resources at generation 1 (svc-cluster's endpoint on a backend of its
 // own) and starts mix's clients through HAProxy, returning once every
@@ -74,7 +67,6 @@ func startFleetCluster(t *testing.T, opts clustertest.Options, prefix string, mi
 // twice, replicas disagreeing on the ring, and a ring or hash that
 // spreads nodes unevenly.
 func TestClusterAffinity(t *testing.T) {
-	skipShortCluster(t)
 	checkLeaks(t)
 	c, f, rev := startFleetCluster(t, clustertest.Options{XDSNodeFlags: clusterFlags}, "aff", affinityMix)
 
@@ -145,7 +137,6 @@ func TestClusterAffinity(t *testing.T) {
 // ignored), a replica answering with older config than a client holds,
 // applies seen in halves, and RPC outages caused by the control plane.
 func TestClusterFailover(t *testing.T) {
-	skipShortCluster(t)
 	checkLeaks(t)
 	c, f, rev1 := startFleetCluster(t, clustertest.Options{XDSNodeFlags: clusterFlags}, "fo", failoverMix)
 	want := f.expect(rev1, rev1)
@@ -310,7 +301,6 @@ func percentiles(d map[string]time.Duration) (p50, p99, pmax time.Duration) {
 // consistent) or the wrong ones, closes streams in one burst, or costs
 // the moved clients a resend.
 func TestClusterAddReplica(t *testing.T) {
-	skipShortCluster(t)
 	checkLeaks(t)
 	flags := append(slices.Clone(clusterFlags), "--rebalance-rate", strconv.Itoa(addReplicaRate))
 	c, f, rev := startFleetCluster(t, clustertest.Options{XDSNodeFlags: flags}, "add", addReplicaMix)
@@ -448,7 +438,6 @@ func placement(views []replicaDebug) map[string]string {
 // stays not ready or stuck at an old revision once etcd is back, and an
 // apply that hangs or fails without saying why.
 func TestClusterEtcdLoss(t *testing.T) {
-	skipShortCluster(t)
 	checkLeaks(t)
 	c, f, _ := startFleetCluster(t, clustertest.Options{XDSNodeFlags: clusterFlags}, "etcd", etcdLossMix)
 	pids := map[string]int{}
@@ -571,7 +560,6 @@ func TestClusterEtcdLoss(t *testing.T) {
 // It catches a replica that answers a client from a view older than what
 // the client holds, or holds it forever.
 func TestClusterFrozenEtcd(t *testing.T) {
-	skipShortCluster(t)
 	checkLeaks(t)
 	const catchup = 2 * time.Second
 	c := clustertest.Start(t, clustertest.Options{Replicas: 1, XDSNodeFlags: clusterFlags})

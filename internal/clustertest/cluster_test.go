@@ -35,9 +35,6 @@ const (
 // are served by the others; with an etcd member stopped, an apply still
 // succeeds and reaches every stream.
 func TestCluster(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts etcd, xds-node and HAProxy processes")
-	}
 	start := time.Now()
 	c := clustertest.Start(t, clustertest.Options{
 		// Killed or stopped, a replica's streams end at once.
