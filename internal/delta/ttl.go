@@ -95,28 +95,18 @@ func (st *stream) pruneTTL(ts *typeState) {
 // leasesExtended takes the lease extensions announced since the stream
 // last looked and marks the TTL'd resources they cover for a heartbeat.
 func (st *stream) leasesExtended() {
-	ext := map[int64]bool{}
-	for {
-		select {
-		case <-st.notice.Done():
-		default:
-			for _, ts := range st.types {
-				if len(ts.ttl) == 0 {
-					continue
-				}
-				st.pruneTTL(ts)
-				for n, h := range ts.ttl {
-					if ext[h.e.Lease] {
-						ts.beat[n] = true
-					}
-				}
+	var ext map[int64]bool
+	ext, st.notice = lease.Extended(st.notice)
+	for _, ts := range st.types {
+		if len(ts.ttl) == 0 {
+			continue
+		}
+		st.pruneTTL(ts)
+		for n, h := range ts.ttl {
+			if ext[h.e.Lease] {
+				ts.beat[n] = true
 			}
-			return
 		}
-		for _, id := range st.notice.Leases() {
-			ext[id] = true
-		}
-		st.notice = st.notice.Next()
 	}
 }
 
@@ -199,17 +189,8 @@ func (st *stream) sendHeartbeat(ts *typeState) error {
 	return nil
 }
 
-// TTLStatus is one resource a client holds with a TTL, for /debug/streams.
-type TTLStatus struct {
-	Type    string    `json:"type"`
-	Name    string    `json:"name"`
-	Lease   string    `json:"lease"`
-	Expires time.Time `json:"client_expires"`
-	// NextHeartbeat is when the lease is next checked: a heartbeat goes
-	// out then if it was extended (and at once after a refresh).
-	NextHeartbeat time.Time `json:"next_heartbeat,omitzero"`
-	Pending       bool      `json:"heartbeat_pending,omitempty"`
-}
+// TTLStatus is one resource a client holds with a TTL.
+type TTLStatus = lease.TTLStatus
 
 // ttlStatus lists ts's TTL'd resources; NextHeartbeat is filled when read.
 func ttlStatus(ts *typeState) []TTLStatus {

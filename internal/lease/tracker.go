@@ -104,6 +104,37 @@ func (n *Notice) Leases() []int64 { return n.leases }
 // Next is the notice after this one; valid once Done is closed.
 func (n *Notice) Next() *Notice { return n.next }
 
+// Extended returns the leases announced by n and the filled notices after
+// it, and the first notice not yet filled, to wait on next. It does not
+// block.
+func Extended(n *Notice) (map[int64]bool, *Notice) {
+	ext := map[int64]bool{}
+	for {
+		select {
+		case <-n.done:
+			for _, id := range n.leases {
+				ext[id] = true
+			}
+			n = n.next
+		default:
+			return ext, n
+		}
+	}
+}
+
+// TTLStatus is one resource a client holds with a TTL, for
+// /debug/streams.
+type TTLStatus struct {
+	Type    string    `json:"type"`
+	Name    string    `json:"name"`
+	Lease   string    `json:"lease"`
+	Expires time.Time `json:"client_expires"`
+	// NextHeartbeat is when the lease is next checked: a heartbeat goes
+	// out then if it was extended (and at once after a refresh).
+	NextHeartbeat time.Time `json:"next_heartbeat,omitzero"`
+	Pending       bool      `json:"heartbeat_pending,omitempty"`
+}
+
 // New returns a Tracker; Run must run for refresh markers and checks
 // before expiry to be seen.
 func New(cfg Config) (*Tracker, error) {
