@@ -566,14 +566,11 @@ func (st *stream) status() StreamStatus {
 		out.Types[k] = &c
 	}
 	out.TTL = nil
-	for _, l := range st.stat.TTL {
-		for _, x := range l {
-			if id, err := strconv.ParseUint(x.Lease, 16, 64); err == nil && st.s.cfg.Leases != nil {
-				x.NextHeartbeat = st.s.cfg.Leases.NextCheck(int64(id)).UTC()
-			}
-			out.TTLResources = append(out.TTLResources, x)
-		}
+	var next func(int64) time.Time
+	if st.s.cfg.Leases != nil {
+		next = st.s.cfg.Leases.NextCheck
 	}
+	out.TTLResources = lease.StatusList(st.stat.TTL, next)
 	return out
 }
 

@@ -135,6 +135,26 @@ type TTLStatus struct {
 	Pending       bool      `json:"heartbeat_pending,omitempty"`
 }
 
+// StatusList flattens a stream's TTL'd resources per type, in type-name
+// order, filling in NextHeartbeat from next (nil: left zero).
+func StatusList(byType map[string][]TTLStatus, next func(id int64) time.Time) []TTLStatus {
+	types := make([]string, 0, len(byType))
+	for t := range byType {
+		types = append(types, t)
+	}
+	sort.Strings(types)
+	var out []TTLStatus
+	for _, t := range types {
+		for _, x := range byType[t] {
+			if id, err := strconv.ParseUint(x.Lease, 16, 64); err == nil && next != nil {
+				x.NextHeartbeat = next(int64(id)).UTC()
+			}
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
 // New returns a Tracker; Run must run for refresh markers and checks
 // before expiry to be seen.
 func New(cfg Config) (*Tracker, error) {
