@@ -26,6 +26,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/legation-io/legation/internal/ads"
+	"github.com/legation-io/legation/internal/grpcapi"
 	"github.com/legation-io/legation/internal/resource"
 	"github.com/legation-io/legation/internal/store"
 	"github.com/legation-io/legation/internal/store/storetest"
@@ -84,8 +85,8 @@ func newEnv(t *testing.T, opts ...envOption) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := grpc.NewServer(append(ads.ServerOptions(), grpc.MaxRecvMsgSize(1<<20))...)
-	e.srv.Register(g)
+	g := grpc.NewServer(append(grpcapi.ServerOptions(), grpc.MaxRecvMsgSize(1<<20))...)
+	grpcapi.Register(g, grpcapi.Services{SotW: e.srv})
 	go g.Serve(lis) //nolint:errcheck // ends with Stop
 	t.Cleanup(g.Stop)
 	e.addr = lis.Addr().String()

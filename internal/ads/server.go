@@ -8,14 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/service/cluster/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/service/endpoint/v3"
-	extensionv3 "github.com/envoyproxy/go-control-plane/envoy/service/extension/v3"
-	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/service/listener/v3"
-	routev3 "github.com/envoyproxy/go-control-plane/envoy/service/route/v3"
-	runtimev3 "github.com/envoyproxy/go-control-plane/envoy/service/runtime/v3"
-	secretv3 "github.com/envoyproxy/go-control-plane/envoy/service/secret/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -76,9 +69,6 @@ type Config struct {
 	// their extensions (promise 8); nil: no TTL is put on the wire and no
 	// heartbeat is sent, whatever the clients advertise.
 	Leases Leases
-	// Delta serves the delta methods of ADS and of the per-type services;
-	// nil answers them Unimplemented.
-	Delta DeltaServer
 	// Logger gets NACKs and stream errors; nil discards.
 	Logger *slog.Logger
 	// Registerer gets the server's metrics; nil registers none.
@@ -99,13 +89,6 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("ads: CatchupTimeout %s is negative", c.CatchupTimeout)
 	}
 	return nil
-}
-
-// DeltaServer serves delta xDS streams (package delta's *Server is one).
-// Serve blocks until the stream ends; t is the type of a per-type service,
-// nil on ADS. It is called concurrently, once per stream.
-type DeltaServer interface {
-	Serve(st grpc.BidiStreamingServer[discoveryv3.DeltaDiscoveryRequest, discoveryv3.DeltaDiscoveryResponse], t *resource.Type) error
 }
 
 // Server serves SotW xDS. Its methods may be called concurrently.
@@ -139,174 +122,15 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// ServerOptions are the options the gRPC server serving s needs: the codec
-// that sends shared, pre-encoded responses.
-func ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.ForceServerCodecV2(wire.Codec{})}
+// Serve serves one SotW stream until it ends: of type t for a per-type
+// service, or of any type (t nil) for ADS. It blocks; gRPC calls it from
+// the service method (package grpcapi registers it).
+func (s *Server) Serve(gs Stream, t *resource.Type) error {
+	return s.serve(gs, t)
 }
 
-// Register registers ADS and the per-type SotW services on g. Delta
-// methods answer Unimplemented until package delta registers its own.
-func (s *Server) Register(g grpc.ServiceRegistrar) {
-	discoveryv3.RegisterAggregatedDiscoveryServiceServer(g, adsService{s: s})
-	clusterv3.RegisterClusterDiscoveryServiceServer(g, cdsService{s: s})
-	endpointv3.RegisterEndpointDiscoveryServiceServer(g, edsService{s: s})
-	listenerv3.RegisterListenerDiscoveryServiceServer(g, ldsService{s: s})
-	routev3.RegisterRouteDiscoveryServiceServer(g, rdsService{s: s})
-	routev3.RegisterScopedRoutesDiscoveryServiceServer(g, srdsService{s: s})
-	secretv3.RegisterSecretDiscoveryServiceServer(g, sdsService{s: s})
-	runtimev3.RegisterRuntimeDiscoveryServiceServer(g, rtdsService{s: s})
-	extensionv3.RegisterExtensionConfigDiscoveryServiceServer(g, ecdsService{s: s})
-	routev3.RegisterVirtualHostDiscoveryServiceServer(g, vhdsService{s: s})
-}
-
-type deltaStream = grpc.BidiStreamingServer[discoveryv3.DeltaDiscoveryRequest, discoveryv3.DeltaDiscoveryResponse]
-
-// delta hands a delta stream to the delta server.
-func (s *Server) delta(st deltaStream, t *resource.Type) error {
-	if s.cfg.Delta == nil {
-		return status.Error(codes.Unimplemented, "delta xDS is not served by this replica")
-	}
-	return s.cfg.Delta.Serve(st, t)
-}
-
-type vhdsService struct {
-	routev3.UnimplementedVirtualHostDiscoveryServiceServer
-	s *Server
-}
-
-func (x vhdsService) DeltaVirtualHosts(st deltaStream) error {
-	return x.s.delta(st, resource.VirtualHost)
-}
-
-type sotwStream = grpc.BidiStreamingServer[discoveryv3.DiscoveryRequest, discoveryv3.DiscoveryResponse]
-
-type adsService struct {
-	discoveryv3.UnimplementedAggregatedDiscoveryServiceServer
-	s *Server
-}
-
-func (a adsService) StreamAggregatedResources(st sotwStream) error {
-	return a.s.serve(st, nil)
-}
-
-func (a adsService) DeltaAggregatedResources(st deltaStream) error { return a.s.delta(st, nil) }
-
-type cdsService struct {
-	clusterv3.UnimplementedClusterDiscoveryServiceServer
-	s *Server
-}
-
-func (x cdsService) DeltaClusters(st deltaStream) error { return x.s.delta(st, resource.Cluster) }
-
-func (x cdsService) StreamClusters(st sotwStream) error { return x.s.serve(st, resource.Cluster) }
-func (x cdsService) FetchClusters(ctx context.Context, r *discoveryv3.DiscoveryRequest) (*discoveryv3.DiscoveryResponse, error) {
-	return x.s.fetchRPC(ctx, r, resource.Cluster)
-}
-
-type edsService struct {
-	endpointv3.UnimplementedEndpointDiscoveryServiceServer
-	s *Server
-}
-
-func (x edsService) DeltaEndpoints(st deltaStream) error { return x.s.delta(st, resource.Endpoint) }
-
-func (x edsService) StreamEndpoints(st sotwStream) error { return x.s.serve(st, resource.Endpoint) }
-func (x edsService) FetchEndpoints(ctx context.Context, r *discoveryv3.DiscoveryRequest) (*discoveryv3.DiscoveryResponse, error) {
-	return x.s.fetchRPC(ctx, r, resource.Endpoint)
-}
-
-type ldsService struct {
-	listenerv3.UnimplementedListenerDiscoveryServiceServer
-	s *Server
-}
-
-func (x ldsService) DeltaListeners(st deltaStream) error { return x.s.delta(st, resource.Listener) }
-
-func (x ldsService) StreamListeners(st sotwStream) error { return x.s.serve(st, resource.Listener) }
-func (x ldsService) FetchListeners(ctx context.Context, r *discoveryv3.DiscoveryRequest) (*discoveryv3.DiscoveryResponse, error) {
-	return x.s.fetchRPC(ctx, r, resource.Listener)
-}
-
-type rdsService struct {
-	routev3.UnimplementedRouteDiscoveryServiceServer
-	s *Server
-}
-
-func (x rdsService) DeltaRoutes(st deltaStream) error { return x.s.delta(st, resource.Route) }
-
-func (x rdsService) StreamRoutes(st sotwStream) error { return x.s.serve(st, resource.Route) }
-func (x rdsService) FetchRoutes(ctx context.Context, r *discoveryv3.DiscoveryRequest) (*discoveryv3.DiscoveryResponse, error) {
-	return x.s.fetchRPC(ctx, r, resource.Route)
-}
-
-type srdsService struct {
-	routev3.UnimplementedScopedRoutesDiscoveryServiceServer
-	s *Server
-}
-
-func (x srdsService) DeltaScopedRoutes(st deltaStream) error {
-	return x.s.delta(st, resource.ScopedRoute)
-}
-
-func (x srdsService) StreamScopedRoutes(st sotwStream) error {
-	return x.s.serve(st, resource.ScopedRoute)
-}
-func (x srdsService) FetchScopedRoutes(ctx context.Context, r *discoveryv3.DiscoveryRequest) (*discoveryv3.DiscoveryResponse, error) {
-	return x.s.fetchRPC(ctx, r, resource.ScopedRoute)
-}
-
-type sdsService struct {
-	secretv3.UnimplementedSecretDiscoveryServiceServer
-	s *Server
-}
-
-func (x sdsService) DeltaSecrets(st deltaStream) error { return x.s.delta(st, resource.Secret) }
-
-func (x sdsService) StreamSecrets(st sotwStream) error { return x.s.serve(st, resource.Secret) }
-func (x sdsService) FetchSecrets(ctx context.Context, r *discoveryv3.DiscoveryRequest) (*discoveryv3.DiscoveryResponse, error) {
-	return x.s.fetchRPC(ctx, r, resource.Secret)
-}
-
-type rtdsService struct {
-	runtimev3.UnimplementedRuntimeDiscoveryServiceServer
-	s *Server
-}
-
-func (x rtdsService) DeltaRuntime(st deltaStream) error { return x.s.delta(st, resource.Runtime) }
-
-func (x rtdsService) StreamRuntime(st sotwStream) error { return x.s.serve(st, resource.Runtime) }
-func (x rtdsService) FetchRuntime(ctx context.Context, r *discoveryv3.DiscoveryRequest) (*discoveryv3.DiscoveryResponse, error) {
-	return x.s.fetchRPC(ctx, r, resource.Runtime)
-}
-
-type ecdsService struct {
-	extensionv3.UnimplementedExtensionConfigDiscoveryServiceServer
-	s *Server
-}
-
-func (x ecdsService) DeltaExtensionConfigs(st deltaStream) error {
-	return x.s.delta(st, resource.ExtensionConfig)
-}
-
-func (x ecdsService) StreamExtensionConfigs(st sotwStream) error {
-	return x.s.serve(st, resource.ExtensionConfig)
-}
-func (x ecdsService) FetchExtensionConfigs(ctx context.Context, r *discoveryv3.DiscoveryRequest) (*discoveryv3.DiscoveryResponse, error) {
-	return x.s.fetchRPC(ctx, r, resource.ExtensionConfig)
-}
-
-// fetchRPC answers a unary Fetch: like a REST-JSON poll.
-func (s *Server) fetchRPC(ctx context.Context, r *discoveryv3.DiscoveryRequest, t *resource.Type) (*discoveryv3.DiscoveryResponse, error) {
-	resp, notModified, err := s.Fetch(ctx, r, t)
-	if err != nil {
-		return nil, err
-	}
-	if notModified {
-		return nil, status.Error(codes.Unavailable, "not modified: version_info is current")
-	}
-	return resp, nil
-}
+// Stream is a SotW xDS stream, as gRPC hands it to a service.
+type Stream = grpc.BidiStreamingServer[discoveryv3.DiscoveryRequest, discoveryv3.DiscoveryResponse]
 
 // ErrBadRequest is wrapped by Fetch errors caused by the request.
 var ErrBadRequest = errors.New("ads: bad request")

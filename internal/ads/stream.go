@@ -29,7 +29,7 @@ import (
 type stream struct {
 	s     *Server
 	id    uint64
-	gs    sotwStream
+	gs    Stream
 	fixed *resource.Type // the type of a per-type service; nil on ADS
 	ctx   context.Context
 	log   *slog.Logger
@@ -81,7 +81,7 @@ type typeState struct {
 	beat map[string]bool
 }
 
-func (s *Server) serve(gs sotwStream, fixed *resource.Type) error {
+func (s *Server) serve(gs Stream, fixed *resource.Type) error {
 	if s.cfg.Source.Snapshot() == nil {
 		return status.Error(codes.Unavailable, "not ready: the view has not loaded etcd's state yet")
 	}

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/legation-io/legation/internal/ads"
+	"github.com/legation-io/legation/internal/grpcapi"
 	"github.com/legation-io/legation/internal/store"
 	"github.com/legation-io/legation/internal/store/storetest"
 )
@@ -50,8 +51,8 @@ func tbEnv(tb testing.TB, opts ...envOption) *env {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	g := grpc.NewServer(append(ads.ServerOptions(), grpc.MaxRecvMsgSize(1<<20))...)
-	e.srv.Register(g)
+	g := grpc.NewServer(append(grpcapi.ServerOptions(), grpc.MaxRecvMsgSize(1<<20))...)
+	grpcapi.Register(g, grpcapi.Services{SotW: e.srv})
 	served := make(chan struct{})
 	go func() { defer close(served); g.Serve(lis) }() //nolint:errcheck // ends with Stop
 	tb.Cleanup(func() { g.Stop(); <-served })

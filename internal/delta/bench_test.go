@@ -34,6 +34,7 @@ import (
 
 	"github.com/legation-io/legation/internal/ads"
 	"github.com/legation-io/legation/internal/delta"
+	"github.com/legation-io/legation/internal/grpcapi"
 	"github.com/legation-io/legation/internal/resource"
 	"github.com/legation-io/legation/internal/store"
 	"github.com/legation-io/legation/internal/store/storetest"
@@ -139,15 +140,15 @@ func newPushEnv(tb testing.TB) *pushEnv {
 	if e.srv, err = delta.New(delta.Config{Source: e.view, Registerer: e.reg, CatchupTimeout: time.Second}); err != nil {
 		tb.Fatal(err)
 	}
-	if e.sotw, err = ads.New(ads.Config{Source: e.view, Delta: e.srv}); err != nil {
+	if e.sotw, err = ads.New(ads.Config{Source: e.view}); err != nil {
 		tb.Fatal(err)
 	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
 	}
-	g := grpc.NewServer(ads.ServerOptions()...)
-	e.sotw.Register(g)
+	g := grpc.NewServer(grpcapi.ServerOptions()...)
+	grpcapi.Register(g, grpcapi.Services{SotW: e.sotw, Delta: e.srv})
 	served := make(chan struct{})
 	go func() { defer close(served); g.Serve(lis) }() //nolint:errcheck // ends with Stop
 	tb.Cleanup(func() { g.Stop(); <-served })

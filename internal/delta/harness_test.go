@@ -25,6 +25,7 @@ import (
 
 	"github.com/legation-io/legation/internal/ads"
 	"github.com/legation-io/legation/internal/delta"
+	"github.com/legation-io/legation/internal/grpcapi"
 	"github.com/legation-io/legation/internal/resource"
 	"github.com/legation-io/legation/internal/store"
 	"github.com/legation-io/legation/internal/store/storetest"
@@ -70,16 +71,17 @@ func newEnv(t *testing.T) *env {
 	if e.srv, err = delta.New(delta.Config{Source: e.view, Registerer: e.reg, CatchupTimeout: time.Second}); err != nil {
 		t.Fatal(err)
 	}
-	sotw, err := ads.New(ads.Config{Source: e.view, Delta: e.srv})
-	if err != nil {
-		t.Fatal(err)
-	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := grpc.NewServer(ads.ServerOptions()...)
-	sotw.Register(g)
+	// SotW too, for the equivalence of the two protocols.
+	sotw, err := ads.New(ads.Config{Source: e.view})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer(grpcapi.ServerOptions()...)
+	grpcapi.Register(g, grpcapi.Services{SotW: sotw, Delta: e.srv})
 	go g.Serve(lis) //nolint:errcheck // ends with Stop
 	t.Cleanup(g.Stop)
 	e.addr = lis.Addr().String()
@@ -253,16 +255,17 @@ func newEnvTB(tb testing.TB, catchup time.Duration) *env {
 	if e.srv, err = delta.New(delta.Config{Source: e.view, Registerer: e.reg, CatchupTimeout: catchup}); err != nil {
 		tb.Fatal(err)
 	}
-	sotw, err := ads.New(ads.Config{Source: e.view, Delta: e.srv})
-	if err != nil {
-		tb.Fatal(err)
-	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
 	}
-	g := grpc.NewServer(ads.ServerOptions()...)
-	sotw.Register(g)
+	// SotW too, for the equivalence of the two protocols.
+	sotw, err := ads.New(ads.Config{Source: e.view})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	g := grpc.NewServer(grpcapi.ServerOptions()...)
+	grpcapi.Register(g, grpcapi.Services{SotW: sotw, Delta: e.srv})
 	served := make(chan struct{})
 	go func() { defer close(served); g.Serve(lis) }() //nolint:errcheck // ends with Stop
 	tb.Cleanup(func() { g.Stop(); <-served })

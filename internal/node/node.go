@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -24,6 +23,7 @@ import (
 	"github.com/legation-io/legation/internal/ads"
 	"github.com/legation-io/legation/internal/delta"
 	"github.com/legation-io/legation/internal/devetcd"
+	"github.com/legation-io/legation/internal/grpcapi"
 	"github.com/legation-io/legation/internal/lease"
 	"github.com/legation-io/legation/internal/relay"
 	"github.com/legation-io/legation/internal/resource"
@@ -162,7 +162,6 @@ func New(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("node: %w", err)
 	}
 	n.sotw, err = ads.New(ads.Config{
-		Delta:          n.delta,
 		Source:         viewSource{n},
 		GroupBy:        groupBy,
 		CatchupTimeout: cfg.CatchupTimeout,
@@ -189,16 +188,14 @@ func New(cfg Config) (*Node, error) {
 		n.httpLis.Close()
 		return nil, fmt.Errorf("node: %w", err)
 	}
-	n.grpcSrv = grpc.NewServer(append(ads.ServerOptions(),
+	n.grpcSrv = grpc.NewServer(append(grpcapi.ServerOptions(),
 		grpc.MaxRecvMsgSize(cfg.MaxRecvMsgSize),
 		grpc.StreamInterceptor(n.relay.StreamInterceptor()))...)
-	n.sotw.Register(n.grpcSrv)
-	statusv3.RegisterClientStatusDiscoveryServiceServer(n.grpcSrv, csdsService{n: n})
 	n.health = health.NewServer()
 	// health.NewServer reports the server ("") SERVING; it is not until
 	// the view is loaded.
 	n.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
-	healthpb.RegisterHealthServer(n.grpcSrv, n.health)
+	grpcapi.Register(n.grpcSrv, grpcapi.Services{SotW: n.sotw, Delta: n.delta, CSDS: csdsService{n: n}, Health: n.health})
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", n.serveHealthz)

@@ -22,6 +22,7 @@ import (
 
 	"github.com/legation-io/legation/internal/ads"
 	"github.com/legation-io/legation/internal/delta"
+	"github.com/legation-io/legation/internal/grpcapi"
 	"github.com/legation-io/legation/internal/relay"
 	"github.com/legation-io/legation/internal/resource"
 	"github.com/legation-io/legation/internal/store"
@@ -107,7 +108,7 @@ func (c *cluster) addReplica(tb testing.TB, name string, opts ...replicaOption) 
 	if r.delta, err = delta.New(delta.Config{Source: r.view, Registerer: r.reg}); err != nil {
 		tb.Fatal(err)
 	}
-	if r.sotw, err = ads.New(ads.Config{Source: r.view, Delta: r.delta, Registerer: r.reg}); err != nil {
+	if r.sotw, err = ads.New(ads.Config{Source: r.view, Registerer: r.reg}); err != nil {
 		tb.Fatal(err)
 	}
 	cfg := relay.Config{
@@ -128,8 +129,8 @@ func (c *cluster) addReplica(tb testing.TB, name string, opts ...replicaOption) 
 		tb.Fatal(err)
 	}
 	r.addr = lis.Addr().String()
-	r.grpc = grpc.NewServer(append(ads.ServerOptions(), grpc.StreamInterceptor(r.relay.StreamInterceptor()))...)
-	r.sotw.Register(r.grpc)
+	r.grpc = grpc.NewServer(append(grpcapi.ServerOptions(), grpc.StreamInterceptor(r.relay.StreamInterceptor()))...)
+	grpcapi.Register(r.grpc, grpcapi.Services{SotW: r.sotw, Delta: r.delta})
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(r.grpc, hs)
 	served := make(chan struct{})

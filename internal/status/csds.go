@@ -67,10 +67,7 @@ func NewCSDS(cfg CSDSConfig) (*CSDS, error) {
 	return &CSDS{cfg: cfg, log: log.With("component", "csds")}, nil
 }
 
-// Register registers the service on s.
-func (c *CSDS) Register(s grpc.ServiceRegistrar) {
-	statusv3.RegisterClientStatusDiscoveryServiceServer(s, c)
-}
+var _ statusv3.ClientStatusDiscoveryServiceServer = (*CSDS)(nil)
 
 // FetchClientStatus answers one request.
 func (c *CSDS) FetchClientStatus(ctx context.Context, req *statusv3.ClientStatusRequest) (*statusv3.ClientStatusResponse, error) {

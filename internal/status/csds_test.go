@@ -18,6 +18,7 @@ import (
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/testing/protocmp"
 
+	"github.com/legation-io/legation/internal/grpcapi"
 	"github.com/legation-io/legation/internal/resource"
 	"github.com/legation-io/legation/internal/status"
 	"github.com/legation-io/legation/internal/store/storetest"
@@ -58,7 +59,7 @@ func startCSDS(t *testing.T) *csdsEnv {
 		t.Fatal(err)
 	}
 	g := grpc.NewServer()
-	srv.Register(g)
+	grpcapi.Register(g, grpcapi.Services{CSDS: srv})
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
