@@ -1,8 +1,8 @@
 // Package lease tracks when the etcd leases of TTL'd resources expire, so
-// that xDS streams can put the time left on the wire (promise 8) and
-// heartbeat a resource when its lease is extended. It owns the replica's
-// watch of the lease refresh markers and its lease TimeToLive queries; it
-// does not serve xDS and never writes to etcd.
+// that xDS streams can put the time left on the wire (promise 8 of
+// docs/design.md) and heartbeat a resource when its lease is extended. It
+// owns the replica's watch of the lease refresh markers and its lease
+// TimeToLive queries; it does not serve xDS and never writes to etcd.
 //
 // The expiry it gives is a lower bound of etcd's: each source of it
 // (written_at plus the TTL, a refresh marker's refreshed_at plus the TTL,

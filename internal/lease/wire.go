@@ -6,7 +6,8 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 )
 
-// The client features of promise 8, from the Node message.
+// The client features of promise 8 (docs/design.md), from the Node
+// message.
 const (
 	// FeatureTTL: the client reads Resource.ttl and heartbeats.
 	FeatureTTL = "xds.config.supports-resource-ttl"

@@ -24,7 +24,8 @@ type Type struct {
 	// "type.googleapis.com/envoy.config.cluster.v3.Cluster".
 	URL string
 	// Order is the position of the type in a make-before-break push:
-	// CDS, EDS, LDS, RDS, SRDS, VHDS, then the rest (DESIGN.md, promise 6).
+	// CDS, EDS, LDS, RDS, SRDS, VHDS, then the rest (promise 6,
+	// docs/design.md).
 	Order int
 	// Wildcard is true for the types whose SotW responses carry the full
 	// set (LDS, CDS and the like): omission means removal.

@@ -87,7 +87,8 @@ func TestTypeRoundTrip(t *testing.T) {
 }
 
 func TestTypeOrder(t *testing.T) {
-	// DESIGN.md promise 6: CDS, EDS, LDS, RDS, SRDS, VHDS, then the rest.
+	// Promise 6 (docs/design.md): CDS, EDS, LDS, RDS, SRDS, VHDS, then the
+	// rest.
 	want := []string{"cluster", "endpoint", "listener", "route", "scoped-route", "virtual-host"}
 	all := resource.All()
 	for i, typ := range all {

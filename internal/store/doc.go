@@ -12,4 +12,7 @@
 // <type> is a short type name (resource.Type.Name), <scope> is "default"
 // or a node group and never holds '/', and <name> is the resource name,
 // which may. The package does not serve xDS and knows nothing of streams.
+//
+// The promises its comments cite by number (promise 1, etcd is the truth;
+// promise 5, atomic applies) are those of docs/design.md.
 package store
