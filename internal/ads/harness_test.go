@@ -30,6 +30,7 @@ import (
 	"github.com/legation-io/legation/internal/resource"
 	"github.com/legation-io/legation/internal/store"
 	"github.com/legation-io/legation/internal/store/storetest"
+	"github.com/legation-io/legation/internal/xdsstream"
 )
 
 // Two timeouts: a long one for what must happen, a short one for what must
@@ -74,7 +75,7 @@ func newEnv(t *testing.T, opts ...envOption) *env {
 	case <-time.After(defaultTestTimeout):
 		t.Fatal("view not ready")
 	}
-	cfg := ads.Config{Source: e.view, Registerer: e.reg, CatchupTimeout: time.Second}
+	cfg := ads.Config{Config: xdsstream.Config{Source: e.view, Registerer: e.reg, CatchupTimeout: time.Second}}
 	for _, o := range opts {
 		o(&cfg)
 	}

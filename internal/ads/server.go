@@ -3,13 +3,9 @@ package ads
 import (
 	"context"
 	"errors"
-	"fmt"
-	"log/slog"
-	"sync/atomic"
-	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -18,119 +14,59 @@ import (
 	"github.com/legation-io/legation/internal/lease"
 	"github.com/legation-io/legation/internal/resource"
 	"github.com/legation-io/legation/internal/scope"
-	"github.com/legation-io/legation/internal/store"
-	"github.com/legation-io/legation/internal/wire"
 	"github.com/legation-io/legation/internal/xdsstream"
 )
 
-// Source is what the server reads resources from; *store.View is one.
-// Both methods may be called from many goroutines at once.
-type Source interface {
-	// Snapshot returns the latest snapshot; never nil once the server
-	// serves (callers wait for readiness first).
-	Snapshot() *store.Snapshot
-	// WaitRevision blocks until a snapshot at rev or later exists, or ctx
-	// ends.
-	WaitRevision(ctx context.Context, rev int64) (*store.Snapshot, error)
-}
-
-var _ Source = (*store.View)(nil)
-
-// Leases is what the server needs of the lease tracker (*lease.Tracker is
-// one). Its methods may be called from many goroutines at once; Expiry may
-// block for one etcd query.
-type Leases interface {
-	// Expiry returns when e's lease expires (a lower bound of etcd's).
-	Expiry(ctx context.Context, e *store.Entry) time.Time
-	// Notice returns the current notice of lease extensions.
-	Notice() *lease.Notice
-	// NextCheck returns when the lease is next checked for an extension.
-	NextCheck(id int64) time.Time
-}
-
-var _ Leases = (*lease.Tracker)(nil)
-
 // Config configures a Server.
 type Config struct {
-	// Source is the view to serve. Required.
-	Source Source
-	// GroupBy derives a node's group; nil: by Node.cluster.
-	GroupBy scope.GroupFunc
-	// CatchupTimeout bounds the wait for the view to reach a version a
-	// client presents; after it the stream ends with UNAVAILABLE so the
-	// client retries elsewhere (promise 3). Zero: 5s.
-	CatchupTimeout time.Duration
+	// Config is what every xDS server takes: the view, groups, catch-up
+	// bound, leases, logger and metrics registry.
+	xdsstream.Config
 	// TrustVersion: on a new SotW stream, named requests (EDS, RDS, ...)
 	// presenting version V get only what changed since V, as wildcard ones
 	// do. Safe only when every SotW client is Envoy, which keeps resources
 	// across streams (grpc-go issue #7013). Default false.
 	TrustVersion bool
-	// Leases gives the expiry of TTL'd resources' leases and announces
-	// their extensions (promise 8); nil: no TTL is put on the wire and no
-	// heartbeat is sent, whatever the clients advertise.
-	Leases Leases
-	// Logger gets NACKs and stream errors; nil discards.
-	Logger *slog.Logger
-	// Registerer gets the server's metrics; nil registers none.
-	Registerer prometheus.Registerer
 }
 
-// DefaultConfig returns the defaults, without a Source.
-func DefaultConfig() Config {
-	return Config{CatchupTimeout: 5 * time.Second}
-}
-
-// Validate checks the config.
-func (c *Config) Validate() error {
-	if c.Source == nil {
-		return errors.New("ads: Source is required")
-	}
-	if c.CatchupTimeout < 0 {
-		return fmt.Errorf("ads: CatchupTimeout %s is negative", c.CatchupTimeout)
-	}
-	return nil
+// protocol is SotW for the stream core: a client reads TTLs in SotW when
+// it advertises both TTL support and discovery.v3.Resource in SotW.
+var protocol = xdsstream.Protocol{
+	Name:  "sotw",
+	Title: "SotW",
+	ReadsTTL: func(n *corev3.Node) bool {
+		_, wrap := lease.Features(n)
+		return wrap
+	},
 }
 
 // Server serves SotW xDS. Its methods may be called concurrently.
 type Server struct {
-	cfg     Config
-	metrics *metrics
-	cache   wire.Cache
-
-	nextID atomic.Uint64
-
-	streams xdsstream.Registry[*stream]
+	core         *xdsstream.Core[TypeStatus]
+	m            *metrics
+	trustVersion bool
 }
 
 // New returns a Server. It does no I/O.
 func New(cfg Config) (*Server, error) {
-	if cfg.GroupBy == nil {
-		cfg.GroupBy, _ = scope.ParseGroupBy("cluster")
-	}
-	if cfg.CatchupTimeout == 0 {
-		cfg.CatchupTimeout = DefaultConfig().CatchupTimeout
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if err := cfg.Validate(); err != nil {
+	core, err := xdsstream.NewCore[TypeStatus](protocol, cfg.Config)
+	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, metrics: newMetrics(cfg.Registerer)}
-	s.streams.Open = s.metrics.streams
-	s.cache.Encoded = s.metrics.encodes.Inc
-	return s, nil
+	return &Server{core: core, m: newMetrics(cfg.Registerer), trustVersion: cfg.TrustVersion}, nil
 }
+
+// Stream is a SotW xDS stream, as gRPC hands it to a service.
+type Stream = grpc.BidiStreamingServer[discoveryv3.DiscoveryRequest, discoveryv3.DiscoveryResponse]
 
 // Serve serves one SotW stream until it ends: of type t for a per-type
 // service, or of any type (t nil) for ADS. It blocks; gRPC calls it from
 // the service method (package grpcapi registers it).
 func (s *Server) Serve(gs Stream, t *resource.Type) error {
-	return s.serve(gs, t)
+	return xdsstream.Serve[discoveryv3.DiscoveryRequest](s.core, gs, t, func(x *xdsstream.Stream[TypeStatus]) xdsstream.Rules[*discoveryv3.DiscoveryRequest] {
+		return &stream{Stream: x, s: s, types: map[*resource.Type]*typeState{}}
+	})
 }
-
-// Stream is a SotW xDS stream, as gRPC hands it to a service.
-type Stream = grpc.BidiStreamingServer[discoveryv3.DiscoveryRequest, discoveryv3.DiscoveryResponse]
 
 // ErrBadRequest is wrapped by Fetch errors caused by the request.
 var ErrBadRequest = errors.New("ads: bad request")
@@ -148,11 +84,12 @@ func (s *Server) Fetch(ctx context.Context, r *discoveryv3.DiscoveryRequest, t *
 	} else if r.GetTypeUrl() != "" && r.GetTypeUrl() != t.URL {
 		return nil, false, status.Errorf(codes.InvalidArgument, "%v: type_url %q on the %s endpoint", ErrBadRequest, r.GetTypeUrl(), t.Name)
 	}
-	snap, presented, err := s.catchUp(ctx, r.GetVersionInfo())
+	presented := parseVersion(r.GetVersionInfo())
+	snap, err := s.core.CatchUp(ctx, presented)
 	if err != nil {
 		return nil, false, err
 	}
-	group := s.cfg.GroupBy(r.GetNode())
+	group := s.core.Config.GroupBy(r.GetNode())
 	names := r.GetResourceNames()
 	wildcard := len(names) == 0 || contains(names, "*")
 	if presented >= 0 && scope.UnchangedSince(snap, t, group, names, wildcard, presented) {
@@ -166,32 +103,28 @@ func (s *Server) Fetch(ctx context.Context, r *discoveryv3.DiscoveryRequest, t *
 	return resp, false, nil
 }
 
-// catchUp returns the latest snapshot, waiting up to CatchupTimeout for it
-// to reach a version the client presents. presented is the parsed version,
-// -1 when none or not one of ours.
-func (s *Server) catchUp(ctx context.Context, v string) (*store.Snapshot, int64, error) {
-	presented := parseVersion(v)
-	snap := s.cfg.Source.Snapshot()
-	if snap == nil {
-		return nil, -1, status.Error(codes.Unavailable, "ads: not ready: the view has not loaded yet")
-	}
-	if presented > snap.Revision {
-		s.metrics.catchups.Inc()
-		wctx, cancel := context.WithTimeout(ctx, s.cfg.CatchupTimeout)
-		defer cancel()
-		var err error
-		snap, err = s.cfg.Source.WaitRevision(wctx, presented)
-		if err != nil {
-			s.metrics.catchupFailures.Inc()
-			return nil, -1, status.Errorf(codes.Unavailable, "ads: this replica is behind version %d the client presented; retry elsewhere", presented)
-		}
-	}
-	return snap, presented, nil
-}
+// StreamStatus describes one SotW stream for /debug/streams.
+type StreamStatus = xdsstream.Status[TypeStatus]
 
 // Streams returns the status of every open stream, by id.
-func (s *Server) Streams() []StreamStatus {
-	return xdsstream.Each(&s.streams, (*stream).status)
+func (s *Server) Streams() []StreamStatus { return s.core.Streams() }
+
+// TypeStatus is a SotW stream's state for one type.
+type TypeStatus struct {
+	VersionSent  string `json:"version_sent"`
+	VersionAcked string `json:"version_acked"`
+	Nonce        string `json:"nonce"`
+	NackVersion  string `json:"nack_version,omitempty"`
+	LastNack     string `json:"last_nack,omitempty"`
+	Wildcard     bool   `json:"wildcard"`
+	Subscribed   int    `json:"subscribed_names"`
+	Resources    int    `json:"resources"`
+}
+
+// Summary implements xdsstream.Reporter.
+func (t TypeStatus) Summary() xdsstream.TypeSummary {
+	return xdsstream.TypeSummary{VersionSent: t.VersionSent, VersionAcked: t.VersionAcked,
+		NackVersion: t.NackVersion, LastNack: t.LastNack, Resources: t.Resources}
 }
 
 func contains(names []string, n string) bool {

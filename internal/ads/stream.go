@@ -1,55 +1,26 @@
 package ads
 
 import (
-	"context"
-	"log/slog"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
-	"time"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
-	"github.com/legation-io/legation/internal/lease"
 	"github.com/legation-io/legation/internal/resource"
 	"github.com/legation-io/legation/internal/scope"
 	"github.com/legation-io/legation/internal/store"
-	"github.com/legation-io/legation/internal/wire"
 	"github.com/legation-io/legation/internal/xdsstream"
 )
 
-// stream is one SotW stream. Its state is owned by the goroutine running
-// serve; only the status copy is shared (under statusMu).
+// stream is one SotW stream: the core's stream state, and the SotW
+// state of each type. It is owned by the stream's goroutine.
 type stream struct {
+	*xdsstream.Stream[TypeStatus]
 	s     *Server
-	id    uint64
-	gs    Stream
-	fixed *resource.Type // the type of a per-type service; nil on ADS
-	ctx   context.Context
-	log   *slog.Logger
-
-	node   *corev3.Node
-	group  string
-	snap   *store.Snapshot
-	types  map[*resource.Type]*typeState
-	nonces uint64
-	// ttlOn: the client advertised TTL support and reading TTLs in SotW
-	// (promise 8), and the server tracks leases. Otherwise TTL'd resources
-	// go out plain and are never heartbeated.
-	ttlOn bool
-	// notice is the lease-extension notice the stream waits on, from its
-	// first TTL'd resource on; nil before.
-	notice   *lease.Notice
-	ttlCount int // the stream's share of metrics.ttlResources
-
-	statusMu sync.Mutex // guards stat
-	stat     StreamStatus
+	types map[*resource.Type]*typeState
 }
 
 // typeState is a stream's protocol state for one resource type.
@@ -59,12 +30,10 @@ type typeState struct {
 	names    map[string]bool
 	// sent is what the client holds, as far as the server knows: the
 	// entries of the responses it sent (or that it presented on connect).
-	sent    map[string]*store.Entry
-	version string // version_info of the last response, or presented
-	nonce   string // nonce of the last response
-	acked   string // version_info of the last ACK
-	nacked  string // version the client NACKed, "" when none pending
-	nackMsg string
+	sent map[string]*store.Entry
+	// rec: the version_info and nonce of the last response (Version is
+	// the one presented, when nothing was sent), the last ACK and NACK.
+	rec xdsstream.Record
 
 	needAll   bool            // send everything subscribed
 	forceSend bool            // answer even if nothing changed (a first request)
@@ -73,98 +42,13 @@ type typeState struct {
 	// removed clusters; the final set waits for LDS and RDS ACKs.
 	holdRemovals bool
 	resources    int
-	// ttl: the resources the client holds with a TTL (only when ttlOn),
-	// pruned lazily (an entry no longer in sent is dropped when seen).
-	ttl map[string]ttlHeld
-	// beat: TTL'd resources whose lease was extended, to heartbeat once
-	// the client has ACKed the type's latest response.
-	beat map[string]bool
 }
 
-func (s *Server) serve(gs Stream, fixed *resource.Type) error {
-	if s.cfg.Source.Snapshot() == nil {
-		return status.Error(codes.Unavailable, "not ready: the view has not loaded etcd's state yet")
-	}
-	ctx := gs.Context()
-	st := &stream{
-		s: s, id: s.nextID.Add(1), gs: gs, fixed: fixed, ctx: ctx,
-		types: map[*resource.Type]*typeState{},
-	}
-	proto := "ads"
-	if fixed != nil {
-		proto = fixed.Name
-	}
-	st.log = s.cfg.Logger.With("stream", st.id, "protocol", "sotw-"+proto)
-	st.stat = StreamStatus{ID: st.id, Protocol: "sotw-" + proto, ConnectedAt: time.Now().UTC()}
-	defer s.streams.Add(st.id, st)()
-	defer func() { s.metrics.ttlResources.Sub(float64(st.ttlCount)) }()
-
-	// One receive goroutine feeds this loop, the only sender.
-	reqc, errc := xdsstream.Receive[discoveryv3.DiscoveryRequest](ctx, gs.RecvMsg)
-
-	for {
-		var wake, extended <-chan struct{}
-		if st.snap != nil {
-			wake = st.snap.Done()
-		}
-		if st.notice != nil {
-			extended = st.notice.Done()
-		}
-		select {
-		case r := <-reqc:
-			if err := st.handle(r); err != nil {
-				return err
-			}
-		drain: // answer the latest request: take all that are queued first
-			for {
-				select {
-				case r := <-reqc:
-					if err := st.handle(r); err != nil {
-						return err
-					}
-				default:
-					break drain
-				}
-			}
-		case <-wake:
-			st.advance()
-		case <-extended:
-			st.leasesExtended()
-		case err := <-errc:
-			return xdsstream.EndErr(err)
-		case <-ctx.Done():
-			return nil
-		}
-		if err := st.flush(); err != nil {
-			return err
-		}
-	}
-}
-
-// handle takes one request into the stream's state. Responses go out in
-// flush.
-func (st *stream) handle(r *discoveryv3.DiscoveryRequest) error {
-	t, err := st.typeOf(r)
-	if err != nil {
-		st.s.metrics.badRequests.Inc()
-		return err
-	}
-	if st.node == nil {
-		st.node = r.GetNode()
-		if st.node == nil {
-			st.node = &corev3.Node{}
-		}
-		st.group = st.s.cfg.GroupBy(st.node)
-		_, wrap := lease.Features(st.node)
-		st.ttlOn = wrap && st.s.cfg.Leases != nil
-		st.log = st.log.With("node", st.node.GetId(), "group", st.group)
-		st.statusMu.Lock()
-		st.stat.NodeID, st.stat.Group = st.node.GetId(), st.group
-		st.statusMu.Unlock()
-	}
-	st.advance()
+// Handle takes one request into the stream's state. Responses go out in
+// Flush.
+func (st *stream) Handle(t *resource.Type, r *discoveryv3.DiscoveryRequest) error {
 	ts := st.types[t]
-	if ts == nil || (r.GetResponseNonce() == "" && ts.nonce != "") {
+	if ts == nil || (r.GetResponseNonce() == "" && ts.rec.Nonce != "") {
 		return st.subscribe(t, r)
 	}
 	if r.GetResponseNonce() == "" {
@@ -176,19 +60,14 @@ func (st *stream) handle(r *discoveryv3.DiscoveryRequest) error {
 		st.updateStatus(ts)
 		return nil
 	}
-	if r.GetResponseNonce() != ts.nonce {
+	if r.GetResponseNonce() != ts.rec.Nonce {
 		// A response the client has not seen yet supersedes this request
 		// (the protocol's stale nonce rule): ignore it.
-		st.s.metrics.staleNonces.Inc()
-		st.log.Debug("ignoring a request with a stale nonce", "type", t.Name, "nonce", r.GetResponseNonce(), "want", ts.nonce)
+		st.StaleNonce(t, r.GetResponseNonce())
 		return nil
 	}
 	if d := r.GetErrorDetail(); d != nil {
-		if ts.nacked != ts.version {
-			st.s.metrics.nacks.WithLabelValues(t.Name).Inc()
-			st.log.Warn("client rejected a response (NACK)", "type", t.Name, "version", ts.version, "error", d.GetMessage())
-		}
-		ts.nacked, ts.nackMsg = ts.version, d.GetMessage()
+		st.Nack(t, &ts.rec, d.GetMessage())
 		st.updateStatus(ts)
 		// Promise 7: nothing more for this type until what the stream
 		// would receive changes. Name changes in a NACK are taken; they
@@ -199,32 +78,14 @@ func (st *stream) handle(r *discoveryv3.DiscoveryRequest) error {
 		st.setNames(ts, r.GetResourceNames(), false)
 		return nil
 	}
-	ts.acked = r.GetVersionInfo()
-	if ts.acked == ts.version {
-		ts.nacked, ts.nackMsg = "", ""
+	ts.rec.Acked = r.GetVersionInfo()
+	if ts.rec.Acked == ts.rec.Version {
+		ts.rec.ClearNack()
 	}
 	st.setNames(ts, r.GetResourceNames(), true)
 	st.releaseHold()
 	st.updateStatus(ts)
 	return nil
-}
-
-func (st *stream) typeOf(r *discoveryv3.DiscoveryRequest) (*resource.Type, error) {
-	u := r.GetTypeUrl()
-	if st.fixed != nil {
-		if u != "" && u != st.fixed.URL {
-			return nil, status.Errorf(codes.InvalidArgument, "type_url %q on the %s service, which serves %s", u, st.fixed.Name, st.fixed.URL)
-		}
-		return st.fixed, nil
-	}
-	if u == "" {
-		return nil, status.Error(codes.InvalidArgument, "a request on ADS needs a type_url")
-	}
-	t, ok := resource.ByURL(u)
-	if !ok {
-		return nil, status.Errorf(codes.InvalidArgument, "unknown type_url %q", u)
-	}
-	return t, nil
 }
 
 // subscribe handles a type's first request on the stream (or a request
@@ -235,27 +96,22 @@ func (st *stream) subscribe(t *resource.Type, r *discoveryv3.DiscoveryRequest) e
 	names := r.GetResourceNames()
 	ts.wildcard = (t.Wildcard && len(names) == 0) || contains(names, "*")
 	ts.names = nameSet(names)
-	snap, presented, err := st.s.catchUp(st.ctx, r.GetVersionInfo())
-	if err != nil {
+	presented := parseVersion(r.GetVersionInfo())
+	if err := st.CatchUp(presented); err != nil {
 		return err
 	}
-	if snap.Revision > st.snap.Revision {
-		// catchUp waited: take the changes made meanwhile, following
-		// every snapshot so that none of other types' changes is lost.
-		st.advance()
-	}
-	snap = st.snap
+	snap := st.Snap
 	// Promise 4: a new stream presenting version V gets nothing when what
 	// it would receive is unchanged since V. Named requests only when the
 	// clients are trusted to keep resources across streams.
-	if presented >= 0 && (ts.wildcard || st.s.cfg.TrustVersion) &&
-		scope.UnchangedSince(snap, t, st.group, names, ts.wildcard, presented) {
-		for _, e := range scope.Entries(snap, t, st.group, names, ts.wildcard) {
+	if presented >= 0 && (ts.wildcard || st.s.trustVersion) &&
+		scope.UnchangedSince(snap, t, st.Group, names, ts.wildcard, presented) {
+		for _, e := range scope.Entries(snap, t, st.Group, names, ts.wildcard) {
 			ts.sent[e.Name] = e
 		}
-		ts.version, ts.acked = r.GetVersionInfo(), r.GetVersionInfo()
+		ts.rec.Version, ts.rec.Acked = r.GetVersionInfo(), r.GetVersionInfo()
 		ts.resources = len(ts.sent)
-		st.s.metrics.noResend.Inc()
+		st.s.m.noResend.Inc()
 		st.updateStatus(ts)
 		return nil
 	}
@@ -298,30 +154,18 @@ func (st *stream) setNames(ts *typeState, names []string, answer bool) {
 	}
 }
 
-// advance moves the stream to the latest snapshot, marking the names that
-// changed on the way.
-func (st *stream) advance() {
-	if st.snap == nil {
-		st.snap = st.s.cfg.Source.Snapshot()
-		return
-	}
-	for x := st.snap.Next(); x != nil; x = x.Next() {
-		for _, c := range x.Changes {
-			ts := st.types[c.Type]
-			if ts == nil || (c.Scope != store.DefaultScope && c.Scope != st.group) {
-				continue
-			}
-			if ts.wildcard || ts.names[c.Name] {
-				ts.dirty[c.Name] = true
-			}
-		}
-		st.snap = x
+// Changed marks the subscribed names a change may concern.
+func (st *stream) Changed(c store.EntryChange) {
+	ts := st.types[c.Type]
+	if ts != nil && (ts.wildcard || ts.names[c.Name]) {
+		ts.dirty[c.Name] = true
 	}
 }
 
-// flush sends what changed, type by type in make-before-break order: CDS,
-// EDS, LDS, RDS, SRDS, VHDS, then the rest (promise 6).
-func (st *stream) flush() error {
+// Flush sends what changed, type by type in make-before-break order: CDS,
+// EDS, LDS, RDS, SRDS, VHDS, then the rest (promise 6); then the
+// heartbeats due.
+func (st *stream) Flush() error {
 	for _, t := range resource.All() {
 		ts := st.types[t]
 		if ts == nil || (!ts.needAll && len(ts.dirty) == 0) {
@@ -337,22 +181,22 @@ func (st *stream) flush() error {
 			return err
 		}
 	}
-	return st.heartbeat()
+	return st.heartbeats()
 }
 
 // flushFullState sends the whole subscribed set of a LDS/CDS-like type when
 // any of it changed.
 func (st *stream) flushFullState(ts *typeState) error {
 	names := keys(ts.names)
-	entries := scope.Entries(st.snap, ts.t, st.group, names, ts.wildcard)
+	entries := scope.Entries(st.Snap, ts.t, st.Group, names, ts.wildcard)
 	force := ts.forceSend
 	ts.needAll, ts.forceSend = false, false
 	clear(ts.dirty) // reused: a push allocates no new map
 	if !force && sameEntries(entries, ts.sent) {
 		return nil
 	}
-	version := version(st.snap.Revision)
-	if ts.t == resource.Cluster && st.fixed == nil {
+	version := version(st.Snap.Revision)
+	if ts.t == resource.Cluster && st.Fixed == nil {
 		var removed []*store.Entry
 		now := make(map[string]bool, len(entries))
 		for _, e := range entries {
@@ -370,9 +214,9 @@ func (st *stream) flushFullState(ts *typeState) error {
 			// reconnects holding it is sent the final set.
 			entries = append(entries, removed...)
 			scope.SortEntries(entries)
-			version = ts.version
+			version = ts.rec.Version
 			ts.holdRemovals = true
-			st.s.metrics.mbbHolds.Inc()
+			st.s.m.mbbHolds.Inc()
 			return st.send(ts, entries, version, false)
 		}
 		ts.holdRemovals = false
@@ -392,7 +236,7 @@ func (st *stream) referrersPending() bool {
 		if ts.needAll || len(ts.dirty) > 0 {
 			return true
 		}
-		if ts.nonce != "" && ts.acked != ts.version {
+		if ts.rec.Nonce != "" && ts.rec.Acked != ts.rec.Version {
 			return true
 		}
 	}
@@ -414,7 +258,7 @@ func (st *stream) flushNamed(ts *typeState) error {
 	var candidates []string
 	if ts.needAll {
 		if ts.wildcard {
-			for _, e := range scope.Entries(st.snap, ts.t, st.group, nil, true) {
+			for _, e := range scope.Entries(st.Snap, ts.t, st.Group, nil, true) {
 				candidates = append(candidates, e.Name)
 			}
 		}
@@ -434,7 +278,7 @@ func (st *stream) flushNamed(ts *typeState) error {
 			continue
 		}
 		seen[n] = true
-		e := scope.Visible(st.snap, ts.t, st.group, n)
+		e := scope.Visible(st.Snap, ts.t, st.Group, n)
 		if e == nil {
 			delete(ts.sent, n)
 			continue
@@ -448,17 +292,14 @@ func (st *stream) flushNamed(ts *typeState) error {
 		return nil
 	}
 	scope.SortEntries(out)
-	return st.send(ts, out, version(st.snap.Revision), false)
+	return st.send(ts, out, version(st.Snap.Revision), false)
 }
 
 // send encodes (or takes from the shared cache) and sends one response.
 // For a client that reads TTLs, TTL'd resources go wrapped in a
 // discovery.v3.Resource with the time their lease has left (promise 8).
 func (st *stream) send(ts *typeState, entries []*store.Entry, ver string, shareable bool) error {
-	var ttls []time.Duration // per entry when any is TTL'd; 0: none
-	if st.ttlOn {
-		ttls = st.wireTTLs(entries)
-	}
+	ttls := st.WireTTLs(len(entries), func(i int) *store.Entry { return entries[i] })
 	build := func() proto.Message {
 		r := &discoveryv3.DiscoveryResponse{VersionInfo: ver, TypeUrl: ts.t.URL, Resources: make([]*anypb.Any, 0, len(entries))}
 		for i, e := range entries {
@@ -470,39 +311,24 @@ func (st *stream) send(ts *typeState, entries []*store.Entry, ver string, sharea
 		}
 		return r
 	}
-	var key strings.Builder
-	if shareable {
-		key.WriteString("W\x00" + ts.t.Name + "\x00" + st.group + "\x00" + ver)
-	} else {
-		key.WriteString("N\x00" + ts.t.Name + "\x00" + ver)
-		for _, e := range entries {
-			key.WriteString("\x00" + e.Scope + "/" + e.Name + "@" + strconv.FormatInt(e.ModRevision, 10))
+	key := "" // a body of an older version is this stream's own
+	if ver == version(st.Snap.Revision) {
+		var b strings.Builder
+		if shareable {
+			b.WriteString("W\x00" + ts.t.Name + "\x00" + st.Group + "\x00" + ver)
+		} else {
+			b.WriteString("N\x00" + ts.t.Name + "\x00" + ver)
+			for _, e := range entries {
+				b.WriteString("\x00" + e.Scope + "/" + e.Name + "@" + strconv.FormatInt(e.ModRevision, 10))
+			}
 		}
+		key = xdsstream.TTLKey(b.String(), ttls)
 	}
-	if ttls != nil {
-		// The same content with the same TTLs: streams sending within
-		// one lease.Quantum share the encoding.
-		key.WriteString("\x00T")
-		for _, d := range ttls {
-			key.WriteString("\x00" + strconv.FormatInt(int64(d), 10))
-		}
-	}
-	var body []byte
-	var err error
-	if ver == version(st.snap.Revision) {
-		body, err = st.s.cache.Get(st.snap.Revision, key.String(), build)
-	} else {
-		body, err = st.s.cache.Encode(build())
-	}
+	nonce, err := st.Send(ts.t, key, build, len(entries))
 	if err != nil {
-		return status.Errorf(codes.Internal, "encode response: %v", err)
-	}
-	st.nonces++
-	nonce := strconv.FormatUint(st.nonces, 10)
-	if err := st.gs.SendMsg(wire.NewResponse(body, nonce)); err != nil {
 		return err
 	}
-	ts.version, ts.nonce = ver, nonce
+	ts.rec.Sent(ver, nonce)
 	for _, e := range entries {
 		ts.sent[e.Name] = e
 	}
@@ -514,90 +340,23 @@ func (st *stream) send(ts *typeState, entries []*store.Entry, ver string, sharea
 		}
 		ts.sent = now
 	}
-	if ttls != nil || len(ts.ttl) > 0 {
-		st.sentTTLs(ts, entries, ttls)
-	}
+	st.RecordTTLs(ts.t, len(entries), func(i int) xdsstream.Item { return xdsstream.Item{Entry: entries[i]} }, ttls)
 	ts.resources = len(ts.sent)
-	st.s.metrics.responses.WithLabelValues(ts.t.Name).Inc()
-	st.s.metrics.resourcesSent.WithLabelValues(ts.t.Name).Add(float64(len(entries)))
-	st.s.metrics.bytesSent.Add(float64(len(body) + len(nonce) + 2))
 	st.updateStatus(ts)
 	return nil
 }
 
 func (st *stream) updateStatus(ts *typeState) {
-	st.statusMu.Lock()
-	defer st.statusMu.Unlock()
-	if st.stat.Types == nil {
-		st.stat.Types = map[string]*TypeStatus{}
-	}
-	s := st.stat.Types[ts.t.Name]
-	if s == nil {
-		s = &TypeStatus{}
-		st.stat.Types[ts.t.Name] = s
-	}
-	// Updated in place (status copies under the lock): a push allocates
-	// no status.
-	*s = TypeStatus{
-		VersionSent:  ts.version,
-		VersionAcked: ts.acked,
-		Nonce:        ts.nonce,
-		NackVersion:  ts.nacked,
-		LastNack:     ts.nackMsg,
+	st.SetStatus(ts.t, TypeStatus{
+		VersionSent:  ts.rec.Version,
+		VersionAcked: ts.rec.Acked,
+		Nonce:        ts.rec.Nonce,
+		NackVersion:  ts.rec.Nacked,
+		LastNack:     ts.rec.NackMsg,
 		Wildcard:     ts.wildcard,
 		Subscribed:   len(ts.names),
 		Resources:    ts.resources,
-	}
-	if ts.ttl != nil {
-		if st.stat.TTL == nil {
-			st.stat.TTL = map[string][]TTLStatus{}
-		}
-		st.stat.TTL[ts.t.Name] = ttlStatus(ts)
-	}
-}
-
-func (st *stream) status() StreamStatus {
-	st.statusMu.Lock()
-	defer st.statusMu.Unlock()
-	out := st.stat
-	out.Types = make(map[string]*TypeStatus, len(st.stat.Types))
-	for k, v := range st.stat.Types {
-		c := *v
-		out.Types[k] = &c
-	}
-	out.TTL = nil
-	var next func(int64) time.Time
-	if st.s.cfg.Leases != nil {
-		next = st.s.cfg.Leases.NextCheck
-	}
-	out.TTLResources = lease.StatusList(st.stat.TTL, next)
-	return out
-}
-
-// StreamStatus describes one stream for /debug/streams.
-type StreamStatus struct {
-	ID          uint64                 `json:"id"`
-	NodeID      string                 `json:"node_id"`
-	Group       string                 `json:"group"`
-	Protocol    string                 `json:"protocol"`
-	ConnectedAt time.Time              `json:"connected_at"`
-	Types       map[string]*TypeStatus `json:"types"`
-	// TTLResources lists the resources the client holds with a TTL.
-	TTLResources []TTLStatus `json:"ttl_resources,omitempty"`
-	// TTL: per type, what TTLResources is built from.
-	TTL map[string][]TTLStatus `json:"-"`
-}
-
-// TypeStatus is a stream's state for one type.
-type TypeStatus struct {
-	VersionSent  string `json:"version_sent"`
-	VersionAcked string `json:"version_acked"`
-	Nonce        string `json:"nonce"`
-	NackVersion  string `json:"nack_version,omitempty"`
-	LastNack     string `json:"last_nack,omitempty"`
-	Wildcard     bool   `json:"wildcard"`
-	Subscribed   int    `json:"subscribed_names"`
-	Resources    int    `json:"resources"`
+	})
 }
 
 func sameEntries(entries []*store.Entry, sent map[string]*store.Entry) bool {

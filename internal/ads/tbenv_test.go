@@ -14,6 +14,7 @@ import (
 	"github.com/legation-io/legation/internal/grpcapi"
 	"github.com/legation-io/legation/internal/store"
 	"github.com/legation-io/legation/internal/store/storetest"
+	"github.com/legation-io/legation/internal/xdsstream"
 )
 
 // tbEnv is newEnv for benchmarks and fuzz targets, which have a testing.B
@@ -40,7 +41,7 @@ func tbEnv(tb testing.TB, opts ...envOption) *env {
 	case <-time.After(defaultTestTimeout):
 		tb.Fatal("view not ready")
 	}
-	cfg := ads.Config{Source: e.view, Registerer: e.reg, CatchupTimeout: time.Second}
+	cfg := ads.Config{Config: xdsstream.Config{Source: e.view, Registerer: e.reg, CatchupTimeout: time.Second}}
 	for _, o := range opts {
 		o(&cfg)
 	}

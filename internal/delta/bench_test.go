@@ -38,6 +38,7 @@ import (
 	"github.com/legation-io/legation/internal/resource"
 	"github.com/legation-io/legation/internal/store"
 	"github.com/legation-io/legation/internal/store/storetest"
+	"github.com/legation-io/legation/internal/xdsstream"
 	legationv1 "github.com/legation-io/legation/proto/legation/v1"
 )
 
@@ -137,10 +138,10 @@ func newPushEnv(tb testing.TB) *pushEnv {
 	case <-time.After(defaultTestTimeout):
 		tb.Fatal("view not ready")
 	}
-	if e.srv, err = delta.New(delta.Config{Source: e.view, Registerer: e.reg, CatchupTimeout: time.Second}); err != nil {
+	if e.srv, err = delta.New(delta.Config{Config: xdsstream.Config{Source: e.view, Registerer: e.reg, CatchupTimeout: time.Second}}); err != nil {
 		tb.Fatal(err)
 	}
-	if e.sotw, err = ads.New(ads.Config{Source: e.view}); err != nil {
+	if e.sotw, err = ads.New(ads.Config{Config: xdsstream.Config{Source: e.view}}); err != nil {
 		tb.Fatal(err)
 	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")

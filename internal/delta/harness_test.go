@@ -29,6 +29,7 @@ import (
 	"github.com/legation-io/legation/internal/resource"
 	"github.com/legation-io/legation/internal/store"
 	"github.com/legation-io/legation/internal/store/storetest"
+	"github.com/legation-io/legation/internal/xdsstream"
 )
 
 const (
@@ -68,7 +69,7 @@ func newEnv(t *testing.T) *env {
 	case <-time.After(defaultTestTimeout):
 		t.Fatal("view not ready")
 	}
-	if e.srv, err = delta.New(delta.Config{Source: e.view, Registerer: e.reg, CatchupTimeout: time.Second}); err != nil {
+	if e.srv, err = delta.New(delta.Config{Config: xdsstream.Config{Source: e.view, Registerer: e.reg, CatchupTimeout: time.Second}}); err != nil {
 		t.Fatal(err)
 	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -76,7 +77,7 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	// SotW too, for the equivalence of the two protocols.
-	sotw, err := ads.New(ads.Config{Source: e.view})
+	sotw, err := ads.New(ads.Config{Config: xdsstream.Config{Source: e.view}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +253,7 @@ func newEnvTB(tb testing.TB, catchup time.Duration) *env {
 	case <-time.After(defaultTestTimeout):
 		tb.Fatal("view not ready")
 	}
-	if e.srv, err = delta.New(delta.Config{Source: e.view, Registerer: e.reg, CatchupTimeout: catchup}); err != nil {
+	if e.srv, err = delta.New(delta.Config{Config: xdsstream.Config{Source: e.view, Registerer: e.reg, CatchupTimeout: catchup}}); err != nil {
 		tb.Fatal(err)
 	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -260,7 +261,7 @@ func newEnvTB(tb testing.TB, catchup time.Duration) *env {
 		tb.Fatal(err)
 	}
 	// SotW too, for the equivalence of the two protocols.
-	sotw, err := ads.New(ads.Config{Source: e.view})
+	sotw, err := ads.New(ads.Config{Config: xdsstream.Config{Source: e.view}})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/legation-io/legation/internal/relay"
 	"github.com/legation-io/legation/internal/shard"
 	"github.com/legation-io/legation/internal/status"
+	"github.com/legation-io/legation/internal/xdsstream"
 )
 
 // A replica in etcd mode is a member of the cluster of replicas sharing
@@ -354,5 +355,5 @@ func (c csdsService) StreamClientStatus(stream grpc.BidiStreamingServer[statusv3
 
 // nodeStatus is the status writer's source: the nodes this replica serves.
 func (n *Node) nodeStatus() []status.NodeStatus {
-	return status.FromStreams(n.cfg.Name, n.sotw.Streams(), n.delta.Streams())
+	return status.FromStreams(n.cfg.Name, xdsstream.Summaries(n.sotw.Streams()), xdsstream.Summaries(n.delta.Streams()))
 }

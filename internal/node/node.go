@@ -31,6 +31,7 @@ import (
 	"github.com/legation-io/legation/internal/shard"
 	"github.com/legation-io/legation/internal/status"
 	"github.com/legation-io/legation/internal/store"
+	"github.com/legation-io/legation/internal/xdsstream"
 )
 
 // Node is one xds-node replica. New binds its listeners; Run does the rest.
@@ -148,28 +149,21 @@ func New(cfg Config) (*Node, error) {
 		n.httpLis.Close()
 		return nil, err
 	}
-	n.delta, err = delta.New(delta.Config{
+	xcfg := xdsstream.Config{
 		Source:         viewSource{n},
 		GroupBy:        groupBy,
 		CatchupTimeout: cfg.CatchupTimeout,
 		Leases:         leaseSource{n},
 		Logger:         n.log,
 		Registerer:     n.reg,
-	})
+	}
+	n.delta, err = delta.New(delta.Config{Config: xcfg})
 	if err != nil {
 		n.xdsLis.Close()
 		n.httpLis.Close()
 		return nil, fmt.Errorf("node: %w", err)
 	}
-	n.sotw, err = ads.New(ads.Config{
-		Source:         viewSource{n},
-		GroupBy:        groupBy,
-		CatchupTimeout: cfg.CatchupTimeout,
-		TrustVersion:   cfg.SotwTrustVersion,
-		Leases:         leaseSource{n},
-		Logger:         n.log,
-		Registerer:     n.reg,
-	})
+	n.sotw, err = ads.New(ads.Config{Config: xcfg, TrustVersion: cfg.SotwTrustVersion})
 	if err != nil {
 		n.xdsLis.Close()
 		n.httpLis.Close()

@@ -27,6 +27,7 @@ import (
 	"github.com/legation-io/legation/internal/resource"
 	"github.com/legation-io/legation/internal/store"
 	"github.com/legation-io/legation/internal/store/storetest"
+	"github.com/legation-io/legation/internal/xdsstream"
 )
 
 // Two timeouts: a long one for what must happen, a short one for what must
@@ -105,10 +106,10 @@ func (c *cluster) addReplica(tb testing.TB, name string, opts ...replicaOption) 
 	r.homes.Store(&map[string]string{})
 	r.view = startView(tb, c.client)
 	var err error
-	if r.delta, err = delta.New(delta.Config{Source: r.view, Registerer: r.reg}); err != nil {
+	if r.delta, err = delta.New(delta.Config{Config: xdsstream.Config{Source: r.view, Registerer: r.reg}}); err != nil {
 		tb.Fatal(err)
 	}
-	if r.sotw, err = ads.New(ads.Config{Source: r.view, Registerer: r.reg}); err != nil {
+	if r.sotw, err = ads.New(ads.Config{Config: xdsstream.Config{Source: r.view, Registerer: r.reg}}); err != nil {
 		tb.Fatal(err)
 	}
 	cfg := relay.Config{

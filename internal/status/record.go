@@ -11,8 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/legation-io/legation/internal/ads"
-	"github.com/legation-io/legation/internal/delta"
+	"github.com/legation-io/legation/internal/xdsstream"
 )
 
 // statusDir is the records' directory under the prefix.
@@ -88,42 +87,24 @@ type streamView struct {
 // request yet) are skipped. Where two streams of a node carry the same
 // type, the one connected last wins: the other is usually a stream the
 // client is abandoning. It only reads its arguments, which may be the
-// servers' Streams() copies.
-func FromStreams(replica string, sotw []ads.StreamStatus, dl []delta.StreamStatus) []NodeStatus {
+// servers' Summaries() copies.
+func FromStreams(replica string, servers ...[]xdsstream.Summary) []NodeStatus {
 	byNode := map[string][]streamView{}
-	for _, s := range sotw {
-		if s.NodeID == "" {
-			continue
-		}
-		v := streamView{connected: s.ConnectedAt, protocol: s.Protocol, id: s.ID, group: s.Group, types: make(map[string]TypeStatus, len(s.Types))}
-		for name, t := range s.Types {
-			if t == nil {
+	for _, streams := range servers {
+		for _, s := range streams {
+			if s.NodeID == "" {
 				continue
 			}
-			v.types[name] = TypeStatus{
-				VersionSent: t.VersionSent, VersionAcked: t.VersionAcked,
-				NackVersion: t.NackVersion, LastNack: truncate(t.LastNack, MaxNackBytes),
-				Resources: t.Resources,
+			v := streamView{connected: s.ConnectedAt, protocol: s.Protocol, id: s.ID, group: s.Group, types: make(map[string]TypeStatus, len(s.Types))}
+			for name, t := range s.Types {
+				v.types[name] = TypeStatus{
+					VersionSent: t.VersionSent, VersionAcked: t.VersionAcked,
+					NackVersion: t.NackVersion, LastNack: truncate(t.LastNack, MaxNackBytes),
+					Resources: t.Resources,
+				}
 			}
+			byNode[s.NodeID] = append(byNode[s.NodeID], v)
 		}
-		byNode[s.NodeID] = append(byNode[s.NodeID], v)
-	}
-	for _, s := range dl {
-		if s.NodeID == "" {
-			continue
-		}
-		v := streamView{connected: s.ConnectedAt, protocol: s.Protocol, id: s.ID, group: s.Group, types: make(map[string]TypeStatus, len(s.Types))}
-		for name, t := range s.Types {
-			if t == nil {
-				continue
-			}
-			v.types[name] = TypeStatus{
-				VersionSent: t.SystemVersionSent, VersionAcked: t.SystemVersionAcked,
-				NackVersion: t.NackVersion, LastNack: truncate(t.LastNack, MaxNackBytes),
-				Resources: t.Held,
-			}
-		}
-		byNode[s.NodeID] = append(byNode[s.NodeID], v)
 	}
 
 	out := make([]NodeStatus, 0, len(byNode))

@@ -8,36 +8,35 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/legation-io/legation/internal/ads"
-	"github.com/legation-io/legation/internal/delta"
 	"github.com/legation-io/legation/internal/status"
 	"github.com/legation-io/legation/internal/store/storetest"
+	"github.com/legation-io/legation/internal/xdsstream"
 )
 
 func TestFromStreams(t *testing.T) {
 	t0 := time.Date(2026, 3, 1, 10, 0, 0, 123456789, time.UTC)
 	long := strings.Repeat("é", status.MaxNackBytes) // 2 bytes each
-	sotw := []ads.StreamStatus{
-		{ID: 1, NodeID: "envoy-1", Group: "edge", Protocol: "sotw-ads", ConnectedAt: t0.Add(time.Minute), Types: map[string]*ads.TypeStatus{
-			"cluster":  {VersionSent: "10", VersionAcked: "10", Nonce: "4", Resources: 2},
+	sotw := []xdsstream.Summary{
+		{ID: 1, NodeID: "envoy-1", Group: "edge", Protocol: "sotw-ads", ConnectedAt: t0.Add(time.Minute), Types: map[string]xdsstream.TypeSummary{
+			"cluster":  {VersionSent: "10", VersionAcked: "10", Resources: 2},
 			"listener": {VersionSent: "10", VersionAcked: "9", NackVersion: "10", LastNack: long, Resources: 1},
 		}},
 		// An older stream of the same node, being abandoned: its cluster
 		// state loses to the newer stream's.
-		{ID: 2, NodeID: "envoy-1", Group: "edge", Protocol: "sotw-cluster", ConnectedAt: t0, Types: map[string]*ads.TypeStatus{
+		{ID: 2, NodeID: "envoy-1", Group: "edge", Protocol: "sotw-cluster", ConnectedAt: t0, Types: map[string]xdsstream.TypeSummary{
 			"cluster": {VersionSent: "8", VersionAcked: "8", Resources: 1},
 		}},
 		{ID: 3, Protocol: "sotw-ads", ConnectedAt: t0}, // no request yet: no node id
-		{ID: 4, NodeID: "grpc-1", Protocol: "sotw-listener", ConnectedAt: t0, Types: map[string]*ads.TypeStatus{
+		{ID: 4, NodeID: "grpc-1", Protocol: "sotw-listener", ConnectedAt: t0, Types: map[string]xdsstream.TypeSummary{
 			"listener": {},
 		}},
 	}
-	dl := []delta.StreamStatus{
-		{ID: 1, NodeID: "envoy-1", Group: "edge", Protocol: "delta-ads", ConnectedAt: t0.Add(2 * time.Minute), Types: map[string]*delta.TypeStatus{
-			"endpoint": {SystemVersionSent: "11", SystemVersionAcked: "11", Held: 5, Outstanding: "7"},
+	dl := []xdsstream.Summary{
+		{ID: 1, NodeID: "envoy-1", Group: "edge", Protocol: "delta-ads", ConnectedAt: t0.Add(2 * time.Minute), Types: map[string]xdsstream.TypeSummary{
+			"endpoint": {VersionSent: "11", VersionAcked: "11", Resources: 5},
 		}},
-		{ID: 2, NodeID: "envoy-2", Group: "mesh", Protocol: "delta-ads", ConnectedAt: t0, Types: map[string]*delta.TypeStatus{
-			"route": {SystemVersionSent: "12", SystemVersionAcked: "11", NackVersion: "12", LastNack: "bad route", Held: 3},
+		{ID: 2, NodeID: "envoy-2", Group: "mesh", Protocol: "delta-ads", ConnectedAt: t0, Types: map[string]xdsstream.TypeSummary{
+			"route": {VersionSent: "12", VersionAcked: "11", NackVersion: "12", LastNack: "bad route", Resources: 3},
 		}},
 	}
 	want := []status.NodeStatus{

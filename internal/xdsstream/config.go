@@ -1,0 +1,91 @@
+package xdsstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/legation-io/legation/internal/lease"
+	"github.com/legation-io/legation/internal/scope"
+	"github.com/legation-io/legation/internal/store"
+)
+
+// Source is what a server reads resources from; *store.View is one. Both
+// methods may be called from many goroutines at once.
+type Source interface {
+	// Snapshot returns the latest snapshot, nil before the first load.
+	Snapshot() *store.Snapshot
+	// WaitRevision blocks until a snapshot at rev or later exists, or ctx
+	// ends.
+	WaitRevision(ctx context.Context, rev int64) (*store.Snapshot, error)
+}
+
+var _ Source = (*store.View)(nil)
+
+// Leases is what a server needs of the lease tracker (*lease.Tracker is
+// one). Its methods may be called from many goroutines at once; Expiry may
+// block for one etcd query.
+type Leases interface {
+	// Expiry returns when e's lease expires (a lower bound of etcd's).
+	Expiry(ctx context.Context, e *store.Entry) time.Time
+	// Notice returns the current notice of lease extensions.
+	Notice() *lease.Notice
+	// NextCheck returns when the lease is next checked for an extension.
+	NextCheck(id int64) time.Time
+}
+
+var _ Leases = (*lease.Tracker)(nil)
+
+// Config is what a SotW or delta server is built from.
+type Config struct {
+	// Source is the view to serve. Required.
+	Source Source
+	// GroupBy derives a node's group; nil: by Node.cluster.
+	GroupBy scope.GroupFunc
+	// CatchupTimeout bounds the wait for the view to reach a version a
+	// client presents; after it the stream (or poll) ends with
+	// UNAVAILABLE so the client retries elsewhere (promise 3). Zero: 5s.
+	CatchupTimeout time.Duration
+	// Leases gives the expiry of TTL'd resources' leases and announces
+	// their extensions (promise 8); nil: no TTL is put on the wire and no
+	// heartbeat is sent, whatever the clients advertise.
+	Leases Leases
+	// Logger gets NACKs and stream errors; nil discards.
+	Logger *slog.Logger
+	// Registerer gets the server's metrics; nil registers none.
+	Registerer prometheus.Registerer
+}
+
+// DefaultConfig returns the defaults, without a Source.
+func DefaultConfig() Config {
+	return Config{CatchupTimeout: 5 * time.Second}
+}
+
+// Validate checks the config.
+func (c *Config) Validate() error {
+	if c.Source == nil {
+		return errors.New("xdsstream: Source is required")
+	}
+	if c.CatchupTimeout < 0 {
+		return fmt.Errorf("xdsstream: CatchupTimeout %s is negative", c.CatchupTimeout)
+	}
+	return nil
+}
+
+// withDefaults fills the zero fields that have a default.
+func (c Config) withDefaults() Config {
+	if c.GroupBy == nil {
+		c.GroupBy, _ = scope.ParseGroupBy("cluster") // cannot fail
+	}
+	if c.CatchupTimeout == 0 {
+		c.CatchupTimeout = DefaultConfig().CatchupTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}

@@ -1,0 +1,55 @@
+package xdsstream
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics are the metrics every xDS server has, named
+// legation_<protocol>_<name>. The protocol packages add their own.
+type Metrics struct {
+	Streams         prometheus.Gauge
+	Responses       *prometheus.CounterVec // by type
+	ResourcesSent   *prometheus.CounterVec // by type
+	Nacks           *prometheus.CounterVec // by type
+	BytesSent       prometheus.Counter
+	Encodes         prometheus.Counter
+	StaleNonces     prometheus.Counter
+	BadRequests     prometheus.Counter
+	Catchups        prometheus.Counter
+	CatchupFailures prometheus.Counter
+	Heartbeats      *prometheus.CounterVec // by type
+	TTLResources    prometheus.Gauge
+}
+
+func newMetrics(p Protocol, reg prometheus.Registerer) *Metrics {
+	name := func(n string) string { return "legation_" + p.Name + "_" + n }
+	m := &Metrics{
+		Streams: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: name("streams"), Help: "Open " + p.Title + " streams (ADS and per-type)."}),
+		Responses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: name("responses_total"), Help: "Responses sent on " + p.Title + " streams, by type."}, []string{"type"}),
+		ResourcesSent: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: name("resources_sent_total"), Help: "Resources sent in " + p.Title + " responses, by type."}, []string{"type"}),
+		Nacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: name("nacks_total"), Help: "Responses rejected by " + p.Title + " clients (NACKs), by type; each rejected response counts once."}, []string{"type"}),
+		BytesSent: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: name("sent_bytes_total"), Help: "Bytes of " + p.Title + " responses sent."}),
+		Encodes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: name("response_encodes_total"), Help: "Response bodies encoded for " + p.Title + " streams; each is shared by every stream sending the same."}),
+		StaleNonces: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: name("stale_nonce_requests_total"), Help: "Requests answering a response that is not the latest, ignored as ACK or NACK."}),
+		BadRequests: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: name("bad_requests_total"), Help: "Streams (" + p.Title + ") ended for a malformed request."}),
+		Catchups: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: name("catchup_waits_total"), Help: "Requests presenting a version newer than the view, waited for."}),
+		CatchupFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: name("catchup_failures_total"), Help: "Requests ended with UNAVAILABLE because the view did not catch up in time."}),
+		Heartbeats: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: name("ttl_heartbeats_total"), Help: "TTL heartbeats sent to " + p.Title + " clients after a lease extension, by type."}, []string{"type"}),
+		TTLResources: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: name("ttl_resources"), Help: "TTL'd resources held with their TTL by " + p.Title + " clients, summed over streams."}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.Streams, m.Responses, m.ResourcesSent, m.Nacks, m.BytesSent, m.Encodes,
+			m.StaleNonces, m.BadRequests, m.Catchups, m.CatchupFailures, m.Heartbeats, m.TTLResources)
+	}
+	return m
+}

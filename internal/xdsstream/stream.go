@@ -1,0 +1,309 @@
+package xdsstream
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/legation-io/legation/internal/lease"
+	"github.com/legation-io/legation/internal/resource"
+	"github.com/legation-io/legation/internal/store"
+	"github.com/legation-io/legation/internal/wire"
+)
+
+// Request is what the core reads of a request, SotW or delta.
+type Request interface {
+	GetNode() *corev3.Node
+	GetTypeUrl() string
+}
+
+// Rules are one protocol's rules for one stream: what a request means and
+// what a flush sends. The core calls every method from the stream's one
+// goroutine, never concurrently, and none may block but on sending.
+type Rules[R Request] interface {
+	// Handle takes request r, of type t, into the stream's state; the
+	// stream is at the latest snapshot and its node is known. Responses
+	// go out in Flush. An error ends the stream with it.
+	Handle(t *resource.Type, r R) error
+	// Changed is told of each change of a newer snapshot that the
+	// stream's node can see (its scope is the default one or the node's
+	// group), in revision order, before Stream.Snap moves on.
+	Changed(c store.EntryChange)
+	// Flush sends what is due, after every request handled and every move
+	// to a newer snapshot. An error ends the stream.
+	Flush() error
+	// Holds reports whether the client still holds the TTL'd resource h
+	// that it was sent under key (the TTL bookkeeping drops it if not).
+	Holds(t *resource.Type, key string, h TTLHeld) bool
+}
+
+// Stream is one xDS stream's state that does not depend on its protocol.
+// It is owned by the goroutine running Serve: the protocol's Rules may
+// read and use it; only Status may be called from other goroutines.
+type Stream[T Reporter] struct {
+	core *Core[T]
+	gs   grpc.ServerStream
+
+	// ID numbers the streams of a server.
+	ID uint64
+	// Ctx ends with the stream.
+	Ctx context.Context
+	// Log carries the stream's id and protocol, then its node and group.
+	Log *slog.Logger
+	// Fixed is the type of a per-type service; nil on ADS.
+	Fixed *resource.Type
+	// Node is the Node of the stream's first request (empty if it had
+	// none), and Group the node's group.
+	Node  *corev3.Node
+	Group string
+	// Snap is the snapshot the stream's state is at.
+	Snap *store.Snapshot
+	// TTLOn: the client reads TTLs on the wire and leases are tracked
+	// (promise 8). Otherwise TTL'd resources go out plain and are never
+	// heartbeated.
+	TTLOn bool
+
+	// changed and holds are the Rules' Changed and Holds.
+	changed func(store.EntryChange)
+	holds   func(t *resource.Type, key string, h TTLHeld) bool
+	nonces  uint64
+	// notice is the lease-extension notice the stream waits on, from its
+	// first TTL'd resource on; nil before.
+	notice   *lease.Notice
+	ttl      map[*resource.Type]*ttlSet
+	ttlCount int // the stream's share of Metrics.TTLResources
+
+	status statusBox[T]
+}
+
+// Serve serves one stream until it ends: of type fixed for a per-type
+// service, or of any type (fixed nil) for ADS. T is the request message
+// type; rules makes the protocol's rules for the stream. It blocks; a
+// gRPC service method calls it. It returns nil when the client ends the
+// stream, else the status the stream ends with.
+func Serve[Q any, R interface {
+	*Q
+	Request
+}, T Reporter](c *Core[T], gs grpc.ServerStream, fixed *resource.Type, rules func(*Stream[T]) Rules[R]) error {
+	snap, err := c.Snapshot()
+	if err != nil {
+		return err
+	}
+	ctx := gs.Context()
+	name := c.proto.Name + "-ads"
+	if fixed != nil {
+		name = c.proto.Name + "-" + fixed.Name
+	}
+	s := &Stream[T]{core: c, gs: gs, ID: c.nextID.Add(1), Ctx: ctx, Fixed: fixed, Snap: snap}
+	s.Log = c.Config.Logger.With("stream", s.ID, "protocol", name)
+	s.status.stat = Status[T]{ID: s.ID, Protocol: name, ConnectedAt: time.Now().UTC()}
+	r := rules(s)
+	s.changed, s.holds = r.Changed, r.Holds
+	defer c.streams.Add(s.ID, s)()
+	defer func() { c.Metrics.TTLResources.Sub(float64(s.ttlCount)) }()
+
+	// One receive goroutine feeds this loop, the only sender.
+	reqc, errc := Receive[Q](ctx, gs.RecvMsg)
+	for {
+		var extended <-chan struct{}
+		if s.notice != nil {
+			extended = s.notice.Done()
+		}
+		select {
+		case q := <-reqc:
+			if err := handle(s, r, R(q)); err != nil {
+				return err
+			}
+		drain: // answer the latest request: take all that are queued first
+			for {
+				select {
+				case q := <-reqc:
+					if err := handle(s, r, R(q)); err != nil {
+						return err
+					}
+				default:
+					break drain
+				}
+			}
+		case <-s.Snap.Done():
+			s.Advance()
+		case <-extended:
+			s.leasesExtended()
+		case err := <-errc:
+			return EndErr(err)
+		case <-ctx.Done():
+			return nil
+		}
+		if err := r.Flush(); err != nil {
+			return err
+		}
+	}
+}
+
+// handle takes one request: its type, the node on the first one, then the
+// protocol's rules at the latest snapshot.
+func handle[R Request, T Reporter](s *Stream[T], rules Rules[R], r R) error {
+	t, err := s.typeOf(r.GetTypeUrl())
+	if err != nil {
+		s.core.Metrics.BadRequests.Inc()
+		return err
+	}
+	if s.Node == nil {
+		s.setNode(r.GetNode())
+	}
+	s.Advance()
+	return rules.Handle(t, r)
+}
+
+// setNode takes the stream's node from its first request: a client sends
+// it only there (the protocol's rule), and it does not change.
+func (s *Stream[T]) setNode(n *corev3.Node) {
+	if n == nil {
+		n = &corev3.Node{}
+	}
+	s.Node = n
+	s.Group = s.core.Config.GroupBy(n)
+	s.TTLOn = s.core.Config.Leases != nil && s.core.proto.ReadsTTL(n)
+	s.Log = s.Log.With("node", n.GetId(), "group", s.Group)
+	s.status.setNode(n.GetId(), s.Group)
+}
+
+// typeOf is the resource type a request is for.
+func (s *Stream[T]) typeOf(u string) (*resource.Type, error) {
+	if s.Fixed != nil {
+		if u != "" && u != s.Fixed.URL {
+			return nil, status.Errorf(codes.InvalidArgument, "type_url %q on the %s %s service, which serves %s", u, s.core.proto.Title, s.Fixed.Name, s.Fixed.URL)
+		}
+		return s.Fixed, nil
+	}
+	if u == "" {
+		return nil, status.Errorf(codes.InvalidArgument, "a %s request on ADS needs a type_url", s.core.proto.Title)
+	}
+	t, ok := resource.ByURL(u)
+	if !ok {
+		return nil, status.Errorf(codes.InvalidArgument, "unknown type_url %q", u)
+	}
+	return t, nil
+}
+
+// Advance moves the stream to the latest snapshot, telling the rules of
+// every change on the way that the node can see, one snapshot after the
+// other so that none is missed.
+func (s *Stream[T]) Advance() {
+	for x := s.Snap.Next(); x != nil; x = x.Next() {
+		for _, c := range x.Changes {
+			if c.Scope == store.DefaultScope || c.Scope == s.Group {
+				s.changed(c)
+			}
+		}
+		s.Snap = x
+	}
+}
+
+// Send sends one response of type t carrying n resources: the body named
+// key in the server's shared cache at the stream's snapshot, built by
+// build the first time any stream asks for it (key "" encodes a body of
+// this stream's own), with the stream's next nonce. It returns the nonce.
+func (s *Stream[T]) Send(t *resource.Type, key string, build func() proto.Message, n int) (string, error) {
+	c := s.core
+	var body []byte
+	var err error
+	if key != "" {
+		body, err = c.Cache.Get(s.Snap.Revision, key, build)
+	} else {
+		body, err = c.Cache.Encode(build())
+	}
+	if err != nil {
+		return "", status.Errorf(codes.Internal, "encode %s response: %v", c.proto.Title, err)
+	}
+	s.nonces++
+	nonce := strconv.FormatUint(s.nonces, 10)
+	w := wire.NewResponse(body, nonce)
+	if err := s.gs.SendMsg(w); err != nil {
+		return "", err
+	}
+	c.Metrics.Responses.WithLabelValues(t.Name).Inc()
+	c.Metrics.ResourcesSent.WithLabelValues(t.Name).Add(float64(n))
+	c.Metrics.BytesSent.Add(float64(w.Size()))
+	return nonce, nil
+}
+
+// CatchUp waits, bounded, for the view to reach rev, a version the client
+// presents, then moves the stream to the latest snapshot (promise 3).
+func (s *Stream[T]) CatchUp(rev int64) error {
+	if rev <= s.Snap.Revision {
+		return nil
+	}
+	if _, err := s.core.CatchUp(s.Ctx, rev); err != nil {
+		return err
+	}
+	s.Advance()
+	return nil
+}
+
+// Metrics are the server's common metrics.
+func (s *Stream[T]) Metrics() *Metrics { return s.core.Metrics }
+
+// SetStatus records the status of type t that Status reports.
+func (s *Stream[T]) SetStatus(t *resource.Type, v T) {
+	ttl, tracked := s.ttlStatus(t)
+	s.status.set(t, v, ttl, tracked)
+}
+
+// Status returns a copy of the stream's status. It may be called from any
+// goroutine.
+func (s *Stream[T]) Status() Status[T] {
+	var next func(int64) time.Time
+	if l := s.core.Config.Leases; l != nil {
+		next = l.NextCheck
+	}
+	return s.status.get(next)
+}
+
+// Record is what a stream sent of one type and what the client answered
+// of it.
+type Record struct {
+	// Version and Nonce are those of the last response sent (SotW
+	// version_info, delta system_version_info).
+	Version string
+	Nonce   string
+	// Acked is the version of the last response ACKed.
+	Acked string
+	// Nacked is the version of the response the client rejected while no
+	// later one is ACKed, "" when none; NackMsg is the client's message.
+	Nacked  string
+	NackMsg string
+	// nackNonce is the nonce of the last response NACKed.
+	nackNonce string
+}
+
+// Sent records a response sent.
+func (r *Record) Sent(version, nonce string) { r.Version, r.Nonce = version, nonce }
+
+// ClearNack forgets a NACK, once a later response is ACKed.
+func (r *Record) ClearNack() { r.Nacked, r.NackMsg = "", "" }
+
+// Nack records that the client rejected the last response of type t with
+// msg. Each rejected response is counted and logged once, however often
+// the client repeats its NACK.
+func (s *Stream[T]) Nack(t *resource.Type, rec *Record, msg string) {
+	if rec.nackNonce != rec.Nonce {
+		s.core.Metrics.Nacks.WithLabelValues(t.Name).Inc()
+		s.Log.Warn("client rejected a response (NACK)", "type", t.Name, "version", rec.Version, "error", msg)
+	}
+	rec.Nacked, rec.NackMsg, rec.nackNonce = rec.Version, msg, rec.Nonce
+}
+
+// StaleNonce counts a request of type t answering nonce, which is not the
+// response it should answer: it is ignored as an ACK or NACK.
+func (s *Stream[T]) StaleNonce(t *resource.Type, nonce string) {
+	s.core.Metrics.StaleNonces.Inc()
+	s.Log.Debug("ignoring a request with a stale nonce", "type", t.Name, "nonce", nonce)
+}
