@@ -4,17 +4,29 @@ GO           ?= go
 # RACE is passed to `go test` in `test`; `make test RACE=` runs without the
 # race detector (it needs cgo and a C compiler).
 RACE         ?= -race
-# Fuzz targets run briefly by `test`, each as PKG:FuzzName.
-FUZZ_TARGETS ?= ./internal/resource:FuzzDecode ./internal/store:FuzzDecodeValue ./internal/store:FuzzParseLeaseMarker ./internal/ads:FuzzRESTRequest ./internal/ads:FuzzStreamRequests ./internal/delta:FuzzDeltaEquivalence
+# How long `fuzz` runs each fuzz target.
 FUZZTIME     ?= 10s
+# Every fuzz target, as fuzz/DIR/FuzzName: each func FuzzXxx of a _test.go
+# file, found anew at each run. `fuzz` runs them one after the other (or
+# side by side under make -j).
+FUZZ_FUNC := ^func Fuzz([^a-z(][^(]*)?\(
+FUZZ_RUN  := s|^\./(.*/)?[^/]*:func (Fuzz[^(]*)\(.*|fuzz/\1\2|p
+FUZZ_RUNS := $(shell grep -rE --include='*_test.go' '$(FUZZ_FUNC)' . | sed -nE '$(FUZZ_RUN)' | sort -u)
+# golangci-lint, pinned in hack/tools/go.mod apart from the product's go.mod;
+# .golangci.yml says which linters run.
+GOLANGCI_LINT := $(GO) tool -modfile=hack/tools/go.mod golangci-lint
+# Tracked shell scripts that `shellcheck` leaves out: cluster.sh is being
+# replaced by the Go command of deploy/local.
+SHELLCHECK_SKIP ?= deploy/local/cluster.sh
 
 # Debian packages `setup` installs when what they provide is missing.
-APT_PROTOC  := protobuf-compiler
-APT_HAPROXY := haproxy
-APT_CC      := gcc libc6-dev
+APT_PROTOC     := protobuf-compiler
+APT_HAPROXY    := haproxy
+APT_CC         := gcc libc6-dev
+APT_SHELLCHECK := shellcheck
 
-.PHONY: all build run test check-proto vet fmt-check unit fuzz e2e bench lint \
-	staticcheck proto tidy setup clean
+.PHONY: all build run test check-proto fmt-check golangci-lint shellcheck unit \
+	fuzz $(FUZZ_RUNS) e2e bench lint proto tidy setup clean
 
 all: build
 
@@ -25,14 +37,11 @@ build:
 run: build
 	./bin/xds-node
 
-test: setup tidy check-proto vet fmt-check staticcheck unit fuzz
+test: setup tidy check-proto fmt-check golangci-lint shellcheck unit fuzz
 
 # What needs setup depends on it, so `make -j test` keeps the order.
 check-proto: setup
 	./hack/check-proto.sh
-
-vet:
-	$(GO) vet ./...
 
 fmt-check:
 	@out=$$(gofmt -l .); \
@@ -43,12 +52,12 @@ fmt-check:
 unit: setup
 	$(GO) test $(RACE) -count=1 -timeout 20m ./...
 
-fuzz: setup
-	@set -e; for t in $(FUZZ_TARGETS); do \
-		pkg=$${t%%:*}; fn=$${t#*:}; \
-		echo "fuzz $$pkg $$fn for $(FUZZTIME)"; \
-		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 1x "$$pkg"; \
-	done
+fuzz: $(FUZZ_RUNS)
+	$(if $(FUZZ_RUNS),,$(error fuzz: no func FuzzXxx found in the _test.go files))
+	@echo "fuzz: $(words $(FUZZ_RUNS)) targets passed, $(FUZZTIME) each"
+
+$(FUZZ_RUNS): fuzz/%: setup
+	$(GO) test -run '^$$' -fuzz '^$(notdir $*)$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 1x ./$(dir $*)
 
 e2e: setup
 	$(GO) test -count=1 -timeout 60m -tags e2e ./e2e/...
@@ -56,26 +65,37 @@ e2e: setup
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
-lint: fmt-check vet staticcheck
+lint: fmt-check golangci-lint shellcheck
 
-staticcheck:
-	$(GO) tool staticcheck ./...
+# go vet's analyzers, staticcheck, errcheck, ineffassign, unused, and
+# nolintlint: every //nolint names a linter that runs, says why, and is
+# still needed.
+golangci-lint:
+	$(GOLANGCI_LINT) run ./...
+
+# Every tracked shell script (*.sh, or a sh/bash #! line).
+shellcheck: setup
+	./hack/shellcheck.sh $(SHELLCHECK_SKIP)
 
 # Regenerates proto/ in place; commit the result (check-proto fails otherwise).
 proto:
 	./proto/gen.sh
 
-# Fails, showing the diff, when go.mod or go.sum are not tidy.
+# Fails, showing the diff, when go.mod or go.sum are not tidy, the
+# product's or the tools module's (hack/tools).
 tidy:
 	$(GO) mod tidy -diff
+	$(GO) -C hack/tools mod tidy -diff
 
 # Installs what the tests need from Debian when it is missing: protoc (and
-# the well-known .proto files), haproxy, and a C compiler for -race.
+# the well-known .proto files), haproxy, shellcheck, and a C compiler for
+# -race.
 setup:
 	@set -e; need=""; \
 	command -v protoc >/dev/null 2>&1 || need="$$need $(APT_PROTOC)"; \
 	[ -f /usr/include/google/protobuf/any.proto ] || need="$$need libprotobuf-dev"; \
 	command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || need="$$need $(APT_HAPROXY)"; \
+	command -v shellcheck >/dev/null 2>&1 || need="$$need $(APT_SHELLCHECK)"; \
 	if [ -n "$(RACE)" ] && ! command -v gcc >/dev/null 2>&1; then need="$$need $(APT_CC)"; fi; \
 	if [ -z "$$need" ]; then echo "setup: nothing to install"; exit 0; fi; \
 	sudo=""; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \

@@ -8,6 +8,7 @@ bin=$(mktemp -d)
 trap 'rm -rf "$bin"' EXIT
 (cd "$root" && go build -o "$bin/protoc-gen-go" google.golang.org/protobuf/cmd/protoc-gen-go)
 cd "$root/proto"
+mapfile -t protos < <(find . -name '*.proto' | sort)
 PATH="$bin:$PATH" protoc -I . -I /usr/include \
   --go_out="$out" --go_opt=module=github.com/legation-io/legation \
-  $(find . -name '*.proto' | sort)
+  "${protos[@]}"

@@ -21,15 +21,19 @@ func newTable(w io.Writer) *tabwriter.Writer {
 	return tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 }
 
-// row writes one tab-separated line.
-func row(w io.Writer, cols ...any) {
+// row writes one tab-separated line to a table. A table buffers its lines
+// and writes them out in Flush, which reports a write error; every caller
+// returns it.
+func row(w *tabwriter.Writer, cols ...any) {
+	var line strings.Builder
 	for i, c := range cols {
 		if i > 0 {
-			io.WriteString(w, "\t")
+			line.WriteByte('\t')
 		}
-		fmt.Fprint(w, c)
+		fmt.Fprint(&line, c)
 	}
-	io.WriteString(w, "\n")
+	line.WriteByte('\n')
+	io.WriteString(w, line.String()) //nolint:errcheck // buffered; Flush reports a write error
 }
 
 // printStructured writes v as indented JSON or as YAML, per -o.

@@ -449,7 +449,7 @@ func (m *Membership) register(ctx, root context.Context) (<-chan *clientv3.Lease
 	self := m.Self()
 	prev, err := m.cfg.Client.Put(ctx, key, string(encodeRecord(self)), clientv3.WithLease(g.ID), clientv3.WithPrevKV())
 	if err != nil {
-		m.revokeLease(g.ID, m.cfg.TCPTimeout)
+		m.revokeLease(g.ID, m.cfg.TCPTimeout) //nolint:errcheck // the put's error is the one to report; the lease expires anyway
 		return nil, fmt.Errorf("shard: register %s: %w", key, err)
 	}
 	if prev.PrevKv != nil && prev.PrevKv.Lease != int64(m.lease.Load()) {
@@ -463,7 +463,7 @@ func (m *Membership) register(ctx, root context.Context) (<-chan *clientv3.Lease
 	}
 	ka, err := m.cfg.Client.KeepAlive(root, g.ID)
 	if err != nil {
-		m.revokeLease(g.ID, m.cfg.TCPTimeout)
+		m.revokeLease(g.ID, m.cfg.TCPTimeout) //nolint:errcheck // the keep-alive's error is the one to report; the lease expires anyway
 		return nil, fmt.Errorf("shard: keep registry lease alive: %w", err)
 	}
 	m.lease.Store(int64(g.ID))
