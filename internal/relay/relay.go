@@ -539,7 +539,7 @@ func (r *Relay) release(addr string, pc *pooledConn) {
 		}
 		delete(r.conns, addr)
 		r.mu.Unlock()
-		pc.cc.Close() //nolint:errcheck // only ErrClientConnClosing, impossible here
+		pc.cc.Close() // only ErrClientConnClosing, impossible here
 	})
 }
 

@@ -110,7 +110,9 @@ func startWriter(t *testing.T, c *clientv3.Client, prefix, replica string, mod f
 	go func() { r.done <- w.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		<-r.done
+		if err := <-r.done; err != nil {
+			t.Errorf("writer Run: %v", err)
+		}
 	})
 	return r
 }
