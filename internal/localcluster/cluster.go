@@ -213,24 +213,22 @@ func (c *Cluster) Down(ctx context.Context) error {
 func (c *Cluster) down(ctx context.Context) error {
 	var errs []error
 	c.mu.Lock()
-	var lb []*run
-	lbName := ""
+	var lb []target
 	if c.lb != nil {
-		lbName = c.lb.name
-		lb = append(slices.Clone(c.oldLB), c.lb.cur)
+		lb = c.lbTargetsLocked()
 	}
-	c.oldLB = nil
-	etcd, replicas := slices.Clone(c.etcd), slices.Clone(c.replicas)
+	replicas := targetsLocked(c.replicas)
+	etcd := targetsLocked(c.etcd)
 	c.mu.Unlock()
 	// Front to back: no client is left to drain on a replica, and no
-	// replica is left waiting on etcd.
-	errs = append(errs, c.stopRuns(ctx, lbName, lb...))
-	errs = append(errs, c.stopProcs(ctx, replicas...))
+	// replica is left waiting on etcd. The replicas together.
+	errs = append(errs, c.stopRuns(ctx, lb...))
+	errs = append(errs, c.stopRuns(ctx, replicas...))
 	// One member at a time: a leader stopped while its peers are going
 	// too spends etcd's request timeout (7s) on a leadership transfer
 	// that cannot succeed; with steady peers it takes a moment.
-	for _, p := range etcd {
-		errs = append(errs, c.stopProcs(ctx, p))
+	for _, m := range etcd {
+		errs = append(errs, c.stopRuns(ctx, m))
 	}
 	return errors.Join(errs...)
 }
@@ -320,14 +318,13 @@ func (c *Cluster) Stop(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	if p.kind != kindHAProxy {
-		return c.stopProcs(ctx, p)
-	}
 	c.mu.Lock()
-	runs := append(slices.Clone(c.oldLB), p.cur)
-	c.oldLB = nil
+	ts := targetsLocked([]*proc{p})
+	if p.kind == kindHAProxy {
+		ts = c.lbTargetsLocked()
+	}
 	c.mu.Unlock()
-	return c.stopRuns(ctx, p.name, runs...)
+	return c.stopRuns(ctx, ts...)
 }
 
 // Kill sends the process called name SIGKILL and returns once it has
@@ -492,7 +489,7 @@ func (c *Cluster) reap(p *proc, r *run) {
 	r.exit = e
 	r.frozen = false
 	c.exits = append(c.exits, *e)
-	if i := slices.Index(c.oldLB, r); i >= 0 && r.cause == causeReload {
+	if i := slices.Index(c.oldLB, r); i >= 0 {
 		c.oldLB = slices.Delete(c.oldLB, i, i+1)
 	}
 	close(r.done)
@@ -504,61 +501,70 @@ func (c *Cluster) reap(p *proc, r *run) {
 	}
 }
 
-// stopProcs stops each of ps that runs (stopRuns).
-func (c *Cluster) stopProcs(ctx context.Context, ps ...*proc) error {
-	var errs []error
-	c.mu.Lock()
-	runs := make([]*run, len(ps))
-	for i, p := range ps {
-		runs[i] = p.cur
-	}
-	c.mu.Unlock()
-	for i, p := range ps {
-		errs = append(errs, c.stopRuns(ctx, p.name, runs[i]))
-	}
-	return errors.Join(errs...)
+// target is a run to stop, and the name of its process.
+type target struct {
+	name string
+	r    *run
 }
 
-// stopRuns sends each live run SIGTERM and SIGCONT, waits Config.Grace
-// (less once ctx ends) for them all, sends SIGKILL to those left, and
-// waits for those up to Config.Timeout. Nil runs are skipped.
-func (c *Cluster) stopRuns(ctx context.Context, name string, runs ...*run) error {
-	var live []*run
+// targetsLocked returns the current runs of ps. The caller holds mu.
+func targetsLocked(ps []*proc) []target {
+	ts := make([]target, len(ps))
+	for i, p := range ps {
+		ts[i] = target{p.name, p.cur}
+	}
+	return ts
+}
+
+// lbTargetsLocked returns HAProxy's current run and those old reloads
+// left. The caller holds mu.
+func (c *Cluster) lbTargetsLocked() []target {
+	ts := targetsLocked([]*proc{c.lb})
+	for _, r := range c.oldLB {
+		ts = append(ts, target{c.lb.name, r})
+	}
+	return ts
+}
+
+// stopRuns sends each live run of ts SIGTERM and SIGCONT, waits
+// Config.Grace (less once ctx ends) for them all, sends SIGKILL to those
+// left, and waits for those up to Config.Timeout. Nil runs are skipped.
+func (c *Cluster) stopRuns(ctx context.Context, ts ...target) error {
+	var live []target
 	c.mu.Lock()
-	for _, r := range runs {
-		if !r.alive() {
+	for _, t := range ts {
+		if !t.r.alive() {
 			continue
 		}
-		r.cause = causeStop
-		r.frozen = false
+		t.r.cause = causeStop
+		t.r.frozen = false
 		// A frozen process takes SIGTERM only once it runs again.
-		r.cmd.Process.Signal(sigTerm) //nolint:errcheck // it may have just exited: done says
-		r.cmd.Process.Signal(sigCont) //nolint:errcheck // as above
-		live = append(live, r)
+		t.r.cmd.Process.Signal(sigTerm) //nolint:errcheck // it may have just exited: done says
+		t.r.cmd.Process.Signal(sigCont) //nolint:errcheck // as above
+		live = append(live, t)
 	}
 	c.mu.Unlock()
-	if len(live) == 0 {
-		return nil
+	for _, t := range live {
+		c.log.Info("stopping", "name", t.name, "pid", t.r.pid)
 	}
-	c.log.Info("stopping", "name", name, "processes", len(live))
 	grace, cancel := context.WithTimeout(ctx, c.cfg.Grace)
 	defer cancel()
 	var errs []error
-	for _, r := range live {
+	for _, t := range live {
 		select {
-		case <-r.done:
+		case <-t.r.done:
 			continue
 		case <-grace.Done():
 		}
 		c.mu.Lock()
-		if r.alive() {
-			r.cause = causeStopKill
-			r.cmd.Process.Signal(sigKill) //nolint:errcheck // it may have just exited: done says
+		if t.r.alive() {
+			t.r.cause = causeStopKill
+			t.r.cmd.Process.Signal(sigKill) //nolint:errcheck // it may have just exited: done says
 		}
 		c.mu.Unlock()
-		c.log.Warn("still running after SIGTERM: SIGKILL", "name", name, "pid", r.pid, "grace", c.cfg.Grace)
+		c.log.Warn("still running after SIGTERM: SIGKILL", "name", t.name, "pid", t.r.pid, "grace", c.cfg.Grace)
 		// ctx may have ended already: the SIGKILL wait has its own bound.
-		errs = append(errs, c.waitDone(context.WithoutCancel(ctx), name, r, "SIGKILL"))
+		errs = append(errs, c.waitDone(context.WithoutCancel(ctx), t.name, t.r, "SIGKILL"))
 	}
 	return errors.Join(errs...)
 }
