@@ -314,8 +314,12 @@ func StartForTest(t testing.TB, cfg Config) *TestCluster {
 			tc.waitLB(r.Name, true)
 		}
 	}
-	t.Logf("localcluster: %d etcd members, %d replicas, HAProxy on %q, up in %s (state in %s)",
-		len(st.Etcd), len(st.Replicas), tc.LBAddr, time.Since(start).Round(time.Millisecond), tc.Dir)
+	lb := "no HAProxy"
+	if tc.LBAddr != "" {
+		lb = "HAProxy on " + tc.LBAddr
+	}
+	t.Logf("localcluster: %d etcd members, %d replicas, %s; etcd at %s; up in %s (state in %s)",
+		len(st.Etcd), len(st.Replicas), lb, strings.Join(tc.EtcdEndpoints, ","), time.Since(start).Round(time.Millisecond), tc.Dir)
 	return tc
 }
 
