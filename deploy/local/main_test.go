@@ -181,7 +181,9 @@ func TestCommands(t *testing.T) {
 	must(t, 2, append([]string{"kill"}, dir...)...)
 	must(t, 2, "frobnicate")
 
-	out = must(t, 0, append([]string{"down"}, dir...)...)
+	if out := must(t, 0, append([]string{"down"}, dir...)...); !strings.Contains(out, "everything stopped") {
+		t.Errorf("down said %q", out)
+	}
 	if code := o.wait(t); code != 0 {
 		t.Errorf("up exited %d after down, want 0", code)
 	}

@@ -338,16 +338,17 @@ func (c *Cluster) Kill(ctx context.Context, name string) error {
 	}
 	c.mu.Lock()
 	r := p.cur
-	if r.alive() {
+	alive := r.alive()
+	if alive {
 		r.cause = causeKill
 		r.frozen = false
 		r.cmd.Process.Signal(sigKill) //nolint:errcheck // it may have just exited: done says
-		c.log.Info("killed", "name", p.name, "pid", r.pid)
 	}
 	c.mu.Unlock()
-	if r == nil {
+	if !alive {
 		return nil
 	}
+	c.log.Info("killed", "name", p.name, "pid", r.pid)
 	return c.waitDone(ctx, p.name, r, "SIGKILL")
 }
 
@@ -364,20 +365,24 @@ func (c *Cluster) signalFrozen(name string, freeze bool) error {
 	if err != nil {
 		return err
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	r := p.cur
-	if !r.alive() {
-		return fmt.Errorf("localcluster: %s is not running", name)
-	}
 	sig, verb := sigCont, "thawed"
 	if freeze {
 		sig, verb = sigStop, "froze"
 	}
-	if err := r.cmd.Process.Signal(sig); err != nil {
+	c.mu.Lock()
+	r := p.cur
+	if !r.alive() {
+		c.mu.Unlock()
+		return fmt.Errorf("localcluster: %s is not running", name)
+	}
+	err = r.cmd.Process.Signal(sig)
+	if err == nil {
+		r.frozen = freeze
+	}
+	c.mu.Unlock()
+	if err != nil {
 		return fmt.Errorf("localcluster: %s: %w", name, err)
 	}
-	r.frozen = freeze
 	c.log.Info(verb, "name", name, "pid", r.pid)
 	return nil
 }
@@ -784,7 +789,7 @@ func (c *Cluster) checkSaved() error {
 	}
 	var errs []error
 	if v := saved["NET"]; v != c.cfg.Net {
-		errs = append(errs, fmt.Errorf("Net %s, not %s", v, c.cfg.Net))
+		errs = append(errs, fmt.Errorf("the prefix %s, not %s", v, c.cfg.Net))
 	}
 	if v := saved["ETCD_MEMBERS"]; v != strconv.Itoa(c.cfg.EtcdMembers) {
 		errs = append(errs, fmt.Errorf("%s etcd members, not %d", v, c.cfg.EtcdMembers))
