@@ -41,8 +41,8 @@ import (
 
 	"github.com/legation-io/legation/internal/adminctl"
 	"github.com/legation-io/legation/internal/ads"
-	"github.com/legation-io/legation/internal/clustertest"
 	"github.com/legation-io/legation/internal/delta"
+	"github.com/legation-io/legation/internal/localcluster"
 	"github.com/legation-io/legation/internal/relay"
 	"github.com/legation-io/legation/internal/shard"
 	nodestatus "github.com/legation-io/legation/internal/status"
@@ -927,10 +927,10 @@ type replicaDebug struct {
 
 // readDebug reads /debug/cluster and /debug/streams of every running
 // replica.
-func readDebug(c *clustertest.Cluster) ([]replicaDebug, error) {
+func readDebug(c *localcluster.TestCluster) ([]replicaDebug, error) {
 	var out []replicaDebug
-	for _, r := range c.Replicas {
-		if !r.Running {
+	for _, r := range c.Replicas() {
+		if !r.Running() {
 			continue
 		}
 		d := replicaDebug{Name: r.Name}
@@ -968,10 +968,10 @@ func getJSON(addr, path string, v any) error {
 }
 
 // runningNames returns the names of the running replicas, sorted.
-func runningNames(c *clustertest.Cluster) []string {
+func runningNames(c *localcluster.TestCluster) []string {
 	var names []string
-	for _, r := range c.Replicas {
-		if r.Running {
+	for _, r := range c.Replicas() {
+		if r.Running() {
 			names = append(names, r.Name)
 		}
 	}
@@ -1104,7 +1104,7 @@ type homeCheck struct {
 // one replica, its home on the ring of the running replicas, with its
 // stream settled (served.settled); that every relayed stream goes to the
 // node's home; and that every replica's ring is the running set.
-func checkHomes(c *clustertest.Cluster, views []replicaDebug, want map[string]nodeExpect) homeCheck {
+func checkHomes(c *localcluster.TestCluster, views []replicaDebug, want map[string]nodeExpect) homeCheck {
 	names := runningNames(c)
 	home := ringHome(names)
 	hc := homeCheck{ringsAgree: true, bad: map[string]string{}, perReplica: map[string]int{}}
@@ -1177,14 +1177,14 @@ type homing struct {
 // failing the test after bound. Times count from start. For the raw
 // clients whose stream ended after start, it also notes when each was
 // first seen settled on its home on a later stream.
-func waitHomed(t testing.TB, c *clustertest.Cluster, f *fleet, want map[string]nodeExpect, start time.Time, bound time.Duration) homing {
+func waitHomed(t testing.TB, c *localcluster.TestCluster, f *fleet, want map[string]nodeExpect, start time.Time, bound time.Duration) homing {
 	t.Helper()
 	return waitHomedEvery(t, c, f, want, start, bound, pollInterval)
 }
 
 // waitHomedEvery is waitHomed polling every interval: with thousands of
 // streams a poll of /debug/streams costs the replicas CPU.
-func waitHomedEvery(t testing.TB, c *clustertest.Cluster, f *fleet, want map[string]nodeExpect, start time.Time, bound, interval time.Duration) homing {
+func waitHomedEvery(t testing.TB, c *localcluster.TestCluster, f *fleet, want map[string]nodeExpect, start time.Time, bound, interval time.Duration) homing {
 	t.Helper()
 	res := homing{PerNode: map[string]time.Duration{}}
 	deadline := start.Add(bound)
@@ -1219,7 +1219,7 @@ func waitHomedEvery(t testing.TB, c *clustertest.Cluster, f *fleet, want map[str
 
 // servingCounts returns, per running replica, how many of the fleet's
 // nodes it serves locally.
-func servingCounts(t testing.TB, c *clustertest.Cluster, want map[string]nodeExpect) map[string]int {
+func servingCounts(t testing.TB, c *localcluster.TestCluster, want map[string]nodeExpect) map[string]int {
 	t.Helper()
 	views, err := readDebug(c)
 	if err != nil {
@@ -1230,12 +1230,12 @@ func servingCounts(t testing.TB, c *clustertest.Cluster, want map[string]nodeExp
 
 // busiest returns the index in c.Replicas of the running replica serving
 // the most nodes, and how many.
-func busiest(t testing.TB, c *clustertest.Cluster, want map[string]nodeExpect) (int, int) {
+func busiest(t testing.TB, c *localcluster.TestCluster, want map[string]nodeExpect) (int, int) {
 	t.Helper()
 	counts := servingCounts(t, c, want)
 	best, n := -1, -1
-	for i, r := range c.Replicas {
-		if r.Running && counts[r.Name] > n {
+	for i, r := range c.Replicas() {
+		if r.Running() && counts[r.Name] > n {
 			best, n = i, counts[r.Name]
 		}
 	}
@@ -1246,7 +1246,7 @@ func busiest(t testing.TB, c *clustertest.Cluster, want map[string]nodeExpect) (
 // of want with its home on the ring of the running replicas (replicas
 // rewrite their records about once a second), failing the test after
 // clusterTimeout.
-func waitStatusHomes(t testing.TB, c *clustertest.Cluster, want map[string]nodeExpect) {
+func waitStatusHomes(t testing.TB, c *localcluster.TestCluster, want map[string]nodeExpect) {
 	t.Helper()
 	home := ringHome(runningNames(c))
 	deadline := time.Now().Add(clusterTimeout)
@@ -1287,7 +1287,7 @@ func waitStatusHomes(t testing.TB, c *clustertest.Cluster, want map[string]nodeE
 // ---------------------------------------------------------------- xdsadmin and etcd
 
 // clusterAdmin runs xdsadmin in-process against the cluster's etcd.
-func clusterAdmin(c *clustertest.Cluster, stdin string, args ...string) (stdout, stderr string, code int) {
+func clusterAdmin(c *localcluster.TestCluster, stdin string, args ...string) (stdout, stderr string, code int) {
 	return adminAt(c.EtcdEndpoints, stdin, args...)
 }
 
@@ -1304,7 +1304,7 @@ func adminAt(endpoints []string, stdin string, args ...string) (stdout, stderr s
 
 // clusterApplyErr is `xdsadmin -o json apply -f -` with doc; it returns
 // the revision the apply made. It may be called from any goroutine.
-func clusterApplyErr(c *clustertest.Cluster, doc string) (int64, error) {
+func clusterApplyErr(c *localcluster.TestCluster, doc string) (int64, error) {
 	return applyAt(c.EtcdEndpoints, doc)
 }
 
@@ -1323,7 +1323,7 @@ func applyAt(endpoints []string, doc string) (int64, error) {
 	return res.Revision, nil
 }
 
-func clusterApply(t testing.TB, c *clustertest.Cluster, doc string) int64 {
+func clusterApply(t testing.TB, c *localcluster.TestCluster, doc string) int64 {
 	t.Helper()
 	rev, err := clusterApplyErr(c, doc)
 	if err != nil {

@@ -1,7 +1,7 @@
 package e2e
 
 // Tests of the whole deployment: real etcd members, xds-node replicas and
-// HAProxy as processes (internal/clustertest), with hundreds of clients
+// HAProxy as processes (internal/localcluster), with hundreds of clients
 // through HAProxy (cluster_clients_test.go). Their sizes are in
 // size_small_test.go (go test ./...) and size_full_test.go (-tags e2e).
 
@@ -9,9 +9,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -22,8 +19,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/legation-io/legation/internal/ads"
-	"github.com/legation-io/legation/internal/clustertest"
 	"github.com/legation-io/legation/internal/delta"
+	"github.com/legation-io/legation/internal/localcluster"
 )
 
 // failoverBound is DESIGN.md's failover target: every client of a killed
@@ -34,14 +31,22 @@ const failoverBound = 10 * time.Second
 // stopped at the end drains for 2s at most.
 var clusterFlags = []string{"--shutdown-timeout", "2s"}
 
-// startFleetCluster starts a cluster with opts, applies the fleet's
+// clusterConfig is the cluster of the cluster tests: 3 etcd members, 3
+// replicas and HAProxy, each replica run with flags.
+func clusterConfig(flags []string) localcluster.Config {
+	cfg := localcluster.DefaultConfig()
+	cfg.XDSNodeFlags = flags
+	return cfg
+}
+
+// startFleetCluster starts a cluster of cfg, applies the fleet's
 // resources at generation 1 (svc-cluster's endpoint on a backend of its
 // own) and starts mix's clients through HAProxy, returning once every
 // client is synced and every node settled on its home. It returns the
 // revision of the apply.
-func startFleetCluster(t *testing.T, opts clustertest.Options, prefix string, mix clientMix) (*clustertest.Cluster, *fleet, int64) {
+func startFleetCluster(t *testing.T, cfg localcluster.Config, prefix string, mix clientMix) (*localcluster.TestCluster, *fleet, int64) {
 	t.Helper()
-	c := clustertest.Start(t, opts)
+	c := localcluster.StartForTest(t, cfg)
 	c.WaitRing()
 	a := startBackend(t)
 	rev := clusterApply(t, c, fleetYAML(a.port, 1))
@@ -68,7 +73,7 @@ func startFleetCluster(t *testing.T, opts clustertest.Options, prefix string, mi
 // spreads nodes unevenly.
 func TestClusterAffinity(t *testing.T) {
 	checkLeaks(t)
-	c, f, rev := startFleetCluster(t, clustertest.Options{XDSNodeFlags: clusterFlags}, "aff", affinityMix)
+	c, f, rev := startFleetCluster(t, clusterConfig(clusterFlags), "aff", affinityMix)
 
 	views, err := readDebug(c)
 	if err != nil {
@@ -138,15 +143,15 @@ func TestClusterAffinity(t *testing.T) {
 // applies seen in halves, and RPC outages caused by the control plane.
 func TestClusterFailover(t *testing.T) {
 	checkLeaks(t)
-	c, f, rev1 := startFleetCluster(t, clustertest.Options{XDSNodeFlags: clusterFlags}, "fo", failoverMix)
+	c, f, rev1 := startFleetCluster(t, clusterConfig(clusterFlags), "fo", failoverMix)
 	want := f.expect(rev1, rev1)
 
 	// Phase 1: kill the busiest replica; nothing changes in etcd.
 	victim, held := busiest(t, c, want)
-	name := c.Replicas[victim].Name
+	name := c.Replicas()[victim].Name
 	fallbacksBefore := map[string]float64{}
-	for _, r := range c.Replicas {
-		if r.Running && r.Name != name {
+	for _, r := range c.Replicas() {
+		if r.Running() && r.Name != name {
 			fallbacksBefore[r.Name] = metricAt(t, r.HTTPAddr, "legation_relay_fallbacks_total", "")
 		}
 	}
@@ -164,7 +169,7 @@ func TestClusterFailover(t *testing.T) {
 	}
 	var fallbacks []string
 	for n, before := range fallbacksBefore {
-		r := c.Replicas[slices.IndexFunc(c.Replicas, func(r clustertest.Replica) bool { return r.Name == n })]
+		r := c.Replicas()[slices.IndexFunc(c.Replicas(), func(r localcluster.Replica) bool { return r.Name == n })]
 		fallbacks = append(fallbacks, fmt.Sprintf("%s %v", n, metricAt(t, r.HTTPAddr, "legation_relay_fallbacks_total", "")-before))
 	}
 	sort.Strings(fallbacks)
@@ -241,7 +246,7 @@ func TestClusterFailover(t *testing.T) {
 		last = a.rev
 	}
 	t.Logf("killed %s, home of %d nodes, with three applies spread over its re-homing; the last made revision %d",
-		c.Replicas[victim2].Name, held2, last)
+		c.Replicas()[victim2].Name, held2, last)
 	f.waitSynced(t, 4, last)
 	want2 := f.expect(last, rev1)
 	h = waitHomed(t, c, f, want2, kill2, clusterTimeout)
@@ -303,7 +308,7 @@ func percentiles(d map[string]time.Duration) (p50, p99, pmax time.Duration) {
 func TestClusterAddReplica(t *testing.T) {
 	checkLeaks(t)
 	flags := append(slices.Clone(clusterFlags), "--rebalance-rate", strconv.Itoa(addReplicaRate))
-	c, f, rev := startFleetCluster(t, clustertest.Options{XDSNodeFlags: flags}, "add", addReplicaMix)
+	c, f, rev := startFleetCluster(t, clusterConfig(flags), "add", addReplicaMix)
 	want := f.expect(rev, rev)
 
 	views, err := readDebug(c)
@@ -313,13 +318,13 @@ func TestClusterAddReplica(t *testing.T) {
 	before := placement(views)
 	oldHome := ringHome(runningNames(c))
 	closesBefore := map[string]float64{}
-	for _, r := range c.Replicas {
+	for _, r := range c.Replicas() {
 		closesBefore[r.Name] = metricAt(t, r.HTTPAddr, "legation_relay_rebalance_closes_total", "")
 	}
 
 	add := time.Now()
 	i := c.AddReplica()
-	added := c.Replicas[i].Name
+	added := c.Replicas()[i].Name
 	t.Logf("added %s in %s", added, time.Since(add).Round(time.Millisecond))
 	c.WaitRing()
 	h := waitHomed(t, c, f, want, add, clusterTimeout)
@@ -397,7 +402,7 @@ func TestClusterAddReplica(t *testing.T) {
 	}
 	var closes []string
 	maxCloses := 0.0
-	for _, r := range c.Replicas {
+	for _, r := range c.Replicas() {
 		d := metricAt(t, r.HTTPAddr, "legation_relay_rebalance_closes_total", "") - closesBefore[r.Name]
 		maxCloses = max(maxCloses, d)
 		closes = append(closes, fmt.Sprintf("%s %v", r.Name, d))
@@ -439,9 +444,9 @@ func placement(views []replicaDebug) map[string]string {
 // apply that hangs or fails without saying why.
 func TestClusterEtcdLoss(t *testing.T) {
 	checkLeaks(t)
-	c, f, _ := startFleetCluster(t, clustertest.Options{XDSNodeFlags: clusterFlags}, "etcd", etcdLossMix)
+	c, f, _ := startFleetCluster(t, clusterConfig(clusterFlags), "etcd", etcdLossMix)
 	pids := map[string]int{}
-	for _, r := range c.Replicas {
+	for _, r := range c.Replicas() {
 		pids[r.Name] = r.PID
 	}
 
@@ -450,12 +455,12 @@ func TestClusterEtcdLoss(t *testing.T) {
 	rev2 := clusterApply(t, c, pairYAML(2))
 	took := f.waitSynced(t, 2, rev2)
 	t.Logf("stopped %s (%s); an apply (revision %d) reached every client in %s",
-		c.Etcd[0].Name, time.Since(step).Round(time.Millisecond), rev2, took.Round(time.Millisecond))
+		c.Etcd()[0].Name, time.Since(step).Round(time.Millisecond), rev2, took.Round(time.Millisecond))
 
 	loss := time.Now()
 	c.StopEtcd(1)
-	t.Logf("stopped %s in %s: no quorum", c.Etcd[1].Name, time.Since(loss).Round(time.Millisecond))
-	for _, r := range c.Replicas {
+	t.Logf("stopped %s in %s: no quorum", c.Etcd()[1].Name, time.Since(loss).Round(time.Millisecond))
+	for _, r := range c.Replicas() {
 		waitFor(t, r.Name+" /readyz 503 naming etcd", func() (bool, string) {
 			code, body, err := httpGet(r.HTTPAddr, "/readyz")
 			if err != nil {
@@ -464,14 +469,14 @@ func TestClusterEtcdLoss(t *testing.T) {
 			return code == http.StatusServiceUnavailable && strings.Contains(body, "etcd"), fmt.Sprintf("%d %s", code, strings.TrimSpace(body))
 		})
 	}
-	_, body, _ := httpGet(c.Replicas[0].HTTPAddr, "/readyz")
+	_, body, _ := httpGet(c.Replicas()[0].HTTPAddr, "/readyz")
 	t.Logf("every replica not ready %s after the quorum loss: %q", time.Since(loss).Round(time.Millisecond), strings.TrimSpace(body))
 
 	// A new stream, straight to a replica (HAProxy has none ready), is
 	// served the last view.
 	var fresh []*loadClient
 	for _, kind := range []loadKind{kindSotW, kindDelta} {
-		cl, err := newLoadClient("etcd-fresh-"+kind.String(), kind, c.Replicas[0].XDSAddr, nil)
+		cl, err := newLoadClient("etcd-fresh-"+kind.String(), kind, c.Replicas()[0].XDSAddr, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -479,7 +484,7 @@ func TestClusterEtcdLoss(t *testing.T) {
 		t.Cleanup(cl.close)
 		fresh = append(fresh, cl)
 	}
-	waitFor(t, "new streams on "+c.Replicas[0].Name+" served the last view", func() (bool, string) {
+	waitFor(t, "new streams on "+c.Replicas()[0].Name+" served the last view", func() (bool, string) {
 		for _, cl := range fresh {
 			if ok, why := cl.holds(2, rev2); !ok {
 				return false, why
@@ -519,7 +524,7 @@ func TestClusterEtcdLoss(t *testing.T) {
 	step = time.Now()
 	c.StartEtcd(0)
 	c.StartEtcd(1)
-	for _, r := range c.Replicas {
+	for _, r := range c.Replicas() {
 		waitFor(t, r.Name+" /readyz 200", func() (bool, string) {
 			code, body, err := httpGet(r.HTTPAddr, "/readyz")
 			if err != nil {
@@ -535,9 +540,9 @@ func TestClusterEtcdLoss(t *testing.T) {
 		waitFor(t, cl.String()+" at the new apply", func() (bool, string) { return cl.holds(3, rev3) })
 	}
 	t.Logf("an apply after etcd came back (revision %d) reached every client in %s", rev3, took.Round(time.Millisecond))
-	for _, r := range c.Replicas {
-		if !r.Running || r.PID != pids[r.Name] {
-			t.Errorf("%s: pid %d (running %t), was %d: restarted", r.Name, r.PID, r.Running, pids[r.Name])
+	for _, r := range c.Replicas() {
+		if !r.Running() || r.PID != pids[r.Name] {
+			t.Errorf("%s: pid %d (running %t), was %d: restarted", r.Name, r.PID, r.Running(), pids[r.Name])
 		}
 	}
 	f.checkHistories(t)
@@ -562,23 +567,30 @@ func TestClusterEtcdLoss(t *testing.T) {
 func TestClusterFrozenEtcd(t *testing.T) {
 	checkLeaks(t)
 	const catchup = 2 * time.Second
-	c := clustertest.Start(t, clustertest.Options{Replicas: 1, XDSNodeFlags: clusterFlags})
+	cfg := clusterConfig(clusterFlags)
+	cfg.Replicas = 1
+	c := localcluster.StartForTest(t, cfg)
 	cli := etcdClient(t, c.EtcdEndpoints)
 	k := etcdFollower(t, cli, c)
 	var others []string
-	for i, m := range c.Etcd {
+	for i, m := range c.Etcd() {
 		if i != k {
 			others = append(others, m.ClientAddr)
 		}
 	}
 	// The frozen one: standalone (no relaying: it serves what connects to
-	// it), on one etcd member.
-	fr := startFlaggedReplica(t, clusterBin(t, c), "frozen", c.Etcd[k].ClientAddr,
-		"--standalone", "--catchup-timeout", catchup.String())
+	// it), on one etcd member, in a cluster of its own.
+	fcfg := localcluster.DefaultConfig()
+	fcfg.NamePrefix = "frozen-"
+	fcfg.EtcdMembers, fcfg.EtcdEndpoints = 0, []string{c.Etcd()[k].ClientAddr}
+	fcfg.Replicas, fcfg.HAProxy = 1, false
+	fcfg.XDSNodeFlags = append(slices.Clone(clusterFlags), "--standalone", "--catchup-timeout", catchup.String())
+	fc := localcluster.StartForTest(t, fcfg)
+	fr := fc.Replicas()[0]
 
 	rev1 := clusterApply(t, c, fleetYAML(1, 1))
 	c.WaitRevision(rev1)
-	fr.waitRevision(t, rev1)
+	fc.WaitRevision(rev1)
 	var holders []*loadClient
 	for _, kind := range []loadKind{kindSotW, kindDelta} {
 		cl, err := newLoadClient("frozen-"+kind.String(), kind, c.LBAddr, nil)
@@ -607,17 +619,17 @@ func TestClusterFrozenEtcd(t *testing.T) {
 	for _, cl := range holders {
 		waitFor(t, cl.String()+" at the new apply", func() (bool, string) { return cl.holds(2, rev2) })
 	}
-	if v := viewRevision(t, fr.httpAddr); v >= rev2 {
-		t.Fatalf("the replica on the frozen %s is at revision %d, not behind %d", c.Etcd[k].Name, v, rev2)
+	if v := viewRevision(t, fr.HTTPAddr); v >= rev2 {
+		t.Fatalf("the replica on the frozen %s is at revision %d, not behind %d", c.Etcd()[k].Name, v, rev2)
 	}
 	t.Logf("froze %s; applied revision %d through the others; the holders have it; the replica on %s is behind at %d",
-		c.Etcd[k].Name, rev2, c.Etcd[k].Name, viewRevision(t, fr.httpAddr))
+		c.Etcd()[k].Name, rev2, c.Etcd()[k].Name, viewRevision(t, fr.HTTPAddr))
 
 	// Each holder moves to the frozen replica with what it holds.
 	var movers []*loadClient
 	for _, h := range holders {
 		h.close()
-		m, err := newLoadClient(h.id, h.kind, fr.xdsAddr, h.heldCopy())
+		m, err := newLoadClient(h.id, h.kind, fr.XDSAddr, h.heldCopy())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -650,11 +662,11 @@ func TestClusterFrozenEtcd(t *testing.T) {
 	c.ThawEtcd(k)
 	frozen = false
 	thawed := time.Now()
-	fr.waitRevision(t, rev2)
-	t.Logf("thawed %s; the replica caught up to %d in %s", c.Etcd[k].Name, rev2, time.Since(thawed).Round(time.Millisecond))
+	fc.WaitRevision(rev2)
+	t.Logf("thawed %s; the replica caught up to %d in %s", c.Etcd()[k].Name, rev2, time.Since(thawed).Round(time.Millisecond))
 	for _, m := range movers {
 		waitFor(t, m.String()+" settled on the caught-up replica", func() (bool, string) {
-			views, err := replicaStreams(fr.httpAddr)
+			views, err := replicaStreams(fr.HTTPAddr)
 			if err != nil {
 				return false, err.Error()
 			}
@@ -682,11 +694,11 @@ func TestClusterFrozenEtcd(t *testing.T) {
 
 // etcdFollower returns the index in c.Etcd of a member that is not the
 // leader: freezing it leaves the others their quorum and their leader.
-func etcdFollower(t *testing.T, cli *clientv3.Client, c *clustertest.Cluster) int {
+func etcdFollower(t *testing.T, cli *clientv3.Client, c *localcluster.TestCluster) int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	for i, m := range c.Etcd {
+	for i, m := range c.Etcd() {
 		st, err := cli.Status(ctx, m.ClientAddr)
 		if err != nil {
 			t.Fatalf("etcd status of %s: %v", m.Name, err)
@@ -730,80 +742,4 @@ func replicaStreams(addr string) (map[string]served, error) {
 		out[st.DeltaStreams[i].NodeID] = served{Delta: &st.DeltaStreams[i]}
 	}
 	return out, nil
-}
-
-// clusterBin returns the directory-resident xds-node binary the cluster
-// runs (cluster.sh's BIN, saved in Dir/env).
-func clusterBin(t *testing.T, c *clustertest.Cluster) string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(c.Dir, "env"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "BIN="); ok {
-			return filepath.Join(strings.Trim(v, "'"), "xds-node")
-		}
-	}
-	t.Fatalf("%s/env has no BIN", c.Dir)
-	return ""
-}
-
-// startFlaggedReplica starts the xds-node binary bin as replica name on
-// the etcd at etcdEndpoint, on free loopback ports, with extra flags, and
-// waits until it is ready; it is stopped (SIGTERM, a clean exit wanted)
-// when the test ends. A replica that loses a port race is started again.
-func startFlaggedReplica(t *testing.T, bin, name, etcdEndpoint string, extra ...string) *replica {
-	t.Helper()
-	for attempt := 1; ; attempt++ {
-		r := &replica{name: name, xdsAddr: freeAddr(t), httpAddr: freeAddr(t), log: &syncBuffer{}, exited: make(chan struct{})}
-		args := append([]string{
-			"--etcd-endpoints", etcdEndpoint,
-			"--xds-addr", r.xdsAddr,
-			"--http-addr", r.httpAddr,
-			"--gossip-addr", freeAddr(t),
-			"--name", name,
-			"--shutdown-timeout", "2s",
-		}, extra...)
-		r.cmd = exec.Command(bin, args...)
-		r.cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "LEGATION_") })
-		if gorace := os.Getenv("GORACE"); !strings.Contains(gorace, "atexit_sleep_ms") {
-			r.cmd.Env = append(r.cmd.Env, strings.TrimSpace("GORACE="+gorace+" atexit_sleep_ms=0"))
-		}
-		r.cmd.Stdout, r.cmd.Stderr = r.log, r.log
-		setDeathSignal(r.cmd)
-		if err := r.cmd.Start(); err != nil {
-			t.Fatalf("start %s: %v", bin, err)
-		}
-		go func() {
-			r.cmd.Wait() //nolint:errcheck // the exit status is read from ProcessState
-			close(r.exited)
-		}()
-		t.Cleanup(func() { r.stop(t) })
-		err := func() error {
-			deadline := time.Now().Add(testTimeout)
-			for {
-				select {
-				case <-r.exited:
-					return fmt.Errorf("exited before ready: %v", r.cmd.ProcessState)
-				default:
-				}
-				code, body, err := httpGet(r.httpAddr, "/readyz")
-				if err == nil && code == http.StatusOK {
-					return nil
-				}
-				if time.Now().After(deadline) {
-					return fmt.Errorf("/readyz not 200 after %s: %d %v %s", testTimeout, code, err, strings.TrimSpace(body))
-				}
-				time.Sleep(pollInterval)
-			}
-		}()
-		if err == nil {
-			return r
-		}
-		if attempt == 3 || !strings.Contains(r.log.String(), "address already in use") {
-			t.Fatalf("replica %s: %v\nits log:\n%s", name, err, r.log)
-		}
-		t.Logf("replica %s lost a port race, trying new ports: %v", name, err)
-	}
 }

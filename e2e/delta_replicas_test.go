@@ -1,22 +1,13 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"net"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime/debug"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -27,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/legation-io/legation/internal/delta"
+	"github.com/legation-io/legation/internal/localcluster"
 	"github.com/legation-io/legation/internal/store/storetest"
 )
 
@@ -40,8 +32,10 @@ const (
 // from one to the other with its initial_resource_versions gets only what
 // changed (promise 4).
 //
-// Replicas r1 and r2 run as real processes of the xds-node binary, built
-// by the test. A raw delta ADS client on each subscribes to every cluster
+// Replicas r1 and r2 run as real processes of the xds-node binary
+// (internal/localcluster, without HAProxy), standalone: each serves the
+// streams that land on it, as this test is about global versions across
+// replicas, not node affinity. A raw delta ADS client on each subscribes to every cluster
 // (legacy wildcard CDS) and to three named endpoint sets, and ACKs: both
 // hold the same name -> version maps, each version the mod_revision of the
 // resource's etcd key, and the same system_version_info. Then the client
@@ -51,16 +45,14 @@ const (
 // holds exactly what r2's other client holds.
 func TestDeltaAcrossReplicas(t *testing.T) {
 	checkLeaks(t)
-	start := time.Now()
-	bin := buildXDSNode(t)
-	t.Logf("built xds-node (race detector: %t) in %s", raceEnabled(), time.Since(start).Round(time.Millisecond))
-
 	etcd := storetest.Start(t, storetest.Options{})
 	admin := &env{etcd: etcd} // for apply and xdsadmin only: no in-process node
-	start = time.Now()
-	r1 := startReplica(t, bin, "r1", etcd.Endpoint)
-	r2 := startReplica(t, bin, "r2", etcd.Endpoint)
-	t.Logf("replicas ready in %s", time.Since(start).Round(time.Millisecond))
+	cfg := localcluster.DefaultConfig()
+	cfg.EtcdMembers, cfg.EtcdEndpoints = 0, []string{etcd.Endpoint}
+	cfg.Replicas, cfg.HAProxy = 2, false
+	cfg.XDSNodeFlags = []string{"--standalone", "--shutdown-timeout", "2s"}
+	c := localcluster.StartForTest(t, cfg)
+	r1, r2 := c.Replicas()[0], c.Replicas()[1]
 
 	// Two revisions, so versions differ per resource: c-b is at rev2, the
 	// other clusters and every endpoint set at rev1.
@@ -69,13 +61,12 @@ func TestDeltaAcrossReplicas(t *testing.T) {
 		deltaEndpointsYAML("c-a", 10001), deltaEndpointsYAML("c-b", 10002), deltaEndpointsYAML("c-c", 10003),
 	}, "---\n"))
 	rev2 := admin.apply(t, deltaClusterYAML("c-b", "2s"))
-	r1.waitRevision(t, rev2)
-	r2.waitRevision(t, rev2)
+	c.WaitRevision(rev2)
 
 	edsNames := []string{"c-a", "c-b", "c-c"}
-	mover := dialDelta(t, r1.xdsAddr, "mover")
+	mover := dialDelta(t, r1.XDSAddr, "mover")
 	mover.subscribe(t, edsNames)
-	stayer := dialDelta(t, r2.xdsAddr, "stayer")
+	stayer := dialDelta(t, r2.XDSAddr, "stayer")
 	stayer.subscribe(t, edsNames)
 
 	v1, v2 := strconv.FormatInt(rev1, 10), strconv.FormatInt(rev2, 10)
@@ -101,13 +92,13 @@ func TestDeltaAcrossReplicas(t *testing.T) {
 	mover.close()
 	rev3 := admin.apply(t, deltaClusterYAML("c-a", "3s"))
 	rev4 := admin.delete(t, "cluster", "c-c")
-	r2.waitRevision(t, rev4)
+	c.WaitRevision(rev4)
 	v3, v4 := strconv.FormatInt(rev3, 10), strconv.FormatInt(rev4, 10)
 
-	notResentBefore := metricAt(t, r2.httpAddr, "legation_delta_resources_not_resent_total", "")
-	moved := dialDelta(t, r2.xdsAddr, "mover")
+	notResentBefore := metricAt(t, r2.HTTPAddr, "legation_delta_resources_not_resent_total", "")
+	moved := dialDelta(t, r2.XDSAddr, "mover")
 	moved.held, moved.system = held, heldSystem
-	start = time.Now()
+	start := time.Now()
 	moved.send(t, &discoveryv3.DeltaDiscoveryRequest{
 		Node:                    moved.node,
 		TypeUrl:                 cdsURL,
@@ -141,7 +132,7 @@ func TestDeltaAcrossReplicas(t *testing.T) {
 
 	// r2 counts what it did not resend (c-b and the three endpoint sets)
 	// and shows the moved stream holding what it presented, ACKed.
-	if got, want := metricAt(t, r2.httpAddr, "legation_delta_resources_not_resent_total", "")-notResentBefore, 4.0; got != want {
+	if got, want := metricAt(t, r2.HTTPAddr, "legation_delta_resources_not_resent_total", "")-notResentBefore, 4.0; got != want {
 		t.Errorf("r2 legation_delta_resources_not_resent_total rose by %v for the moved client, want %v (c-b and 3 endpoint sets)", got, want)
 	}
 	wantStatus := map[string]map[string]delta.ResourceStatus{
@@ -149,7 +140,7 @@ func TestDeltaAcrossReplicas(t *testing.T) {
 		"endpoint": {"c-a": {VersionSent: v1, VersionAcked: v1}, "c-b": {VersionSent: v1, VersionAcked: v1}, "c-c": {VersionSent: v1, VersionAcked: v1}},
 	}
 	waitFor(t, "r2 /debug/streams: the moved stream's resource versions ACKed", func() (bool, string) {
-		st := r2.deltaStream(t, "mover")
+		st := deltaStreamAt(t, r2.HTTPAddr, "mover")
 		if st == nil {
 			return false, "no delta stream for node mover"
 		}
@@ -212,185 +203,20 @@ func (e *env) delete(t *testing.T, typ string, names ...string) int64 {
 	return res.Revision
 }
 
-// buildXDSNode builds ./cmd/xds-node of this module into a temporary
-// directory and returns the binary's path. Under `go test -race` it builds
-// with -race too: the packages are then those the test build already
-// compiled (a cold non-race build of etcd, gRPC and the Envoy API takes a
-// minute), and a data race in a replica fails the test (the race detector
-// makes the process exit non-zero).
-func buildXDSNode(t *testing.T) string {
+// deltaStreamAt returns the /debug/streams entry of the delta stream of
+// node id on the replica whose HTTP server is on addr, or nil if there is
+// none.
+func deltaStreamAt(t *testing.T, addr, id string) *delta.StreamStatus {
 	t.Helper()
-	goTool, err := exec.LookPath("go") // go test puts GOROOT/bin first in PATH
-	if err != nil {
-		t.Fatalf("the go command, to build xds-node: %v", err)
-	}
-	gomod, err := exec.Command(goTool, "env", "GOMOD").Output()
-	if err != nil {
-		t.Fatalf("go env GOMOD: %v", err)
-	}
-	root := filepath.Dir(strings.TrimSpace(string(gomod)))
-	bin := filepath.Join(t.TempDir(), "xds-node")
-	args := []string{"build", "-o", bin}
-	if raceEnabled() {
-		args = append(args, "-race")
-	}
-	cmd := exec.Command(goTool, append(args, "./cmd/xds-node")...)
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/xds-node in %s: %v\n%s", root, err, out)
-	}
-	return bin
-}
-
-// raceEnabled reports whether this test binary was built with -race.
-func raceEnabled() bool {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return false
-	}
-	for _, s := range bi.Settings {
-		if s.Key == "-race" {
-			return s.Value == "true"
-		}
-	}
-	return false
-}
-
-// replica is an xds-node process.
-type replica struct {
-	name     string
-	xdsAddr  string
-	httpAddr string
-	cmd      *exec.Cmd
-	log      *syncBuffer // its stderr and stdout
-	exited   chan struct{}
-}
-
-// startReplica starts the xds-node binary bin as replica name on etcd and
-// waits until it is ready. When the test ends it sends SIGTERM and waits
-// for a clean exit (status 0). Free ports are found by listening on port 0
-// and closing: another process may take one in between, so a replica that
-// cannot bind is started again on new ports.
-func startReplica(t *testing.T, bin, name, etcdEndpoint string) *replica {
-	t.Helper()
-	for attempt := 1; ; attempt++ {
-		r, err := tryStartReplica(t, bin, name, etcdEndpoint)
-		if err == nil {
-			return r
-		}
-		if attempt == 3 || !strings.Contains(r.log.String(), "address already in use") {
-			t.Fatalf("replica %s: %v\nits log:\n%s", name, err, r.log)
-		}
-		t.Logf("replica %s lost a port race, trying new ports: %v", name, err)
-	}
-}
-
-func tryStartReplica(t *testing.T, bin, name, etcdEndpoint string) (*replica, error) {
-	t.Helper()
-	r := &replica{name: name, xdsAddr: freeAddr(t), httpAddr: freeAddr(t), log: &syncBuffer{}, exited: make(chan struct{})}
-	r.cmd = exec.Command(bin,
-		"--etcd-endpoints", etcdEndpoint,
-		"--xds-addr", r.xdsAddr,
-		"--http-addr", r.httpAddr,
-		"--gossip-addr", freeAddr(t),
-		// Each replica serves the streams that land on it: this test is
-		// about global versions across replicas, not node affinity.
-		"--standalone",
-		"--name", name,
-		"--shutdown-timeout", "2s",
-	)
-	// Only the flags configure it: no LEGATION_* from the environment.
-	r.cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "LEGATION_") })
-	if gorace := os.Getenv("GORACE"); !strings.Contains(gorace, "atexit_sleep_ms") {
-		// A race-enabled binary otherwise sleeps 1s on exit.
-		r.cmd.Env = append(r.cmd.Env, strings.TrimSpace("GORACE="+gorace+" atexit_sleep_ms=0"))
-	}
-	r.cmd.Stdout, r.cmd.Stderr = r.log, r.log
-	setDeathSignal(r.cmd)
-	if err := r.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", bin, err)
-	}
-	go func() {
-		r.cmd.Wait() //nolint:errcheck // the exit status is read from ProcessState
-		close(r.exited)
-	}()
-	t.Cleanup(func() { r.stop(t) })
-
-	deadline := time.Now().Add(testTimeout)
-	for {
-		select {
-		case <-r.exited:
-			return r, fmt.Errorf("exited before ready: %v", r.cmd.ProcessState)
-		default:
-		}
-		code, body, err := httpGet(r.httpAddr, "/readyz")
-		if err == nil && code == http.StatusOK {
-			return r, nil
-		}
-		if time.Now().After(deadline) {
-			return r, fmt.Errorf("/readyz not 200 after %s: %d %v %s", testTimeout, code, err, strings.TrimSpace(body))
-		}
-		time.Sleep(pollInterval)
-	}
-}
-
-// stop sends SIGTERM and waits for the process to end, killing it if it
-// does not within testTimeout. It fails the test unless the exit is clean.
-func (r *replica) stop(t *testing.T) {
-	select {
-	case <-r.exited: // it died early; tryStartReplica reported it
-		return
-	default:
-	}
-	if err := r.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		t.Errorf("replica %s: SIGTERM: %v", r.name, err)
-	}
-	select {
-	case <-r.exited:
-		if !r.cmd.ProcessState.Success() {
-			t.Errorf("replica %s: %v after SIGTERM, want a clean exit\nits log:\n%s", r.name, r.cmd.ProcessState, r.log)
-		}
-	case <-time.After(testTimeout):
-		r.cmd.Process.Kill() //nolint:errcheck // it may just have ended
-		<-r.exited
-		t.Errorf("replica %s: still running %s after SIGTERM; killed\nits log:\n%s", r.name, testTimeout, r.log)
-	}
-	if t.Failed() {
-		t.Logf("replica %s log:\n%s", r.name, r.log)
-	}
-}
-
-// waitRevision waits until the replica's view is at rev or later.
-func (r *replica) waitRevision(t *testing.T, rev int64) {
-	t.Helper()
-	waitFor(t, fmt.Sprintf("replica %s view at revision %d", r.name, rev), func() (bool, string) {
-		code, body, err := httpGet(r.httpAddr, "/debug/view")
-		if err != nil || code != http.StatusOK {
-			return false, fmt.Sprintf("%d %v %s", code, err, body)
-		}
-		var v struct {
-			Revision int64 `json:"revision"`
-		}
-		if err := json.Unmarshal([]byte(body), &v); err != nil {
-			return false, err.Error()
-		}
-		return v.Revision >= rev, fmt.Sprintf("revision %d", v.Revision)
-	})
-}
-
-// deltaStream returns the replica's /debug/streams entry of the delta
-// stream of node id, or nil if there is none.
-func (r *replica) deltaStream(t *testing.T, id string) *delta.StreamStatus {
-	t.Helper()
-	code, body, err := httpGet(r.httpAddr, "/debug/streams")
+	code, body, err := httpGet(addr, "/debug/streams")
 	if err != nil || code != http.StatusOK {
-		t.Fatalf("replica %s GET /debug/streams: %d %v %s", r.name, code, err, body)
+		t.Fatalf("replica %s GET /debug/streams: %d %v %s", addr, code, err, body)
 	}
 	var got struct {
 		DeltaStreams []delta.StreamStatus `json:"delta_streams"`
 	}
 	if err := json.Unmarshal([]byte(body), &got); err != nil {
-		t.Fatalf("replica %s /debug/streams: %v\n%s", r.name, err, body)
+		t.Fatalf("replica %s /debug/streams: %v\n%s", addr, err, body)
 	}
 	for i := range got.DeltaStreams {
 		if got.DeltaStreams[i].NodeID == id {
@@ -398,36 +224,6 @@ func (r *replica) deltaStream(t *testing.T, id string) *delta.StreamStatus {
 		}
 	}
 	return nil
-}
-
-// freeAddr returns 127.0.0.1:PORT with a port that was free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("find a free port: %v", err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent use: a process writes
-// its output while the test reads it.
-type syncBuffer struct {
-	mu  sync.Mutex // guards buf
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // deltaClient is a raw delta ADS client, playing Envoy by hand: it sends

@@ -4,13 +4,14 @@
 // here wrote (grpc-go's proxyless xDS client) routing RPCs to real gRPC
 // backends through what the replica serves.
 //
-// It also runs the xds-node binary itself: TestDeltaAcrossReplicas starts
-// two replica processes on one embedded etcd, with a raw delta client
-// moving from one to the other; and the TestCluster* tests start a whole
-// local cluster with internal/clustertest (deploy/local/cluster.sh): three
-// etcd processes, xds-node processes and HAProxy in front, with hundreds
-// of grpc-go, raw SotW and raw delta clients (affinity, failover, adding
-// a replica, etcd losing a member and its quorum, a frozen etcd member).
+// It also runs the xds-node binary itself, as processes that
+// internal/localcluster owns (what `go run ./deploy/local up` runs):
+// TestDeltaAcrossReplicas starts two replica processes on one embedded
+// etcd, with a raw delta client moving from one to the other; and the
+// TestCluster* tests start a whole local cluster: three etcd processes,
+// xds-node processes and HAProxy in front, with hundreds of grpc-go, raw
+// SotW and raw delta clients (affinity, failover, adding a replica, etcd
+// losing a member and its quorum, a frozen etcd member).
 //
 // It has no build tag: `go test ./...` (make test) runs it at a size that
 // fits the time limit (size_small_test.go). `make e2e` sets the `e2e`

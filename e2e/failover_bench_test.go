@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/legation-io/legation/internal/clustertest"
+	"github.com/legation-io/legation/internal/localcluster"
 )
 
 // benchMix is BenchmarkFailover's fleet: with 3 replicas, the busiest
@@ -62,7 +62,9 @@ func BenchmarkFailover(b *testing.B) {
 
 func benchFailoverOnce(b *testing.B) {
 	b.StopTimer()
-	c := clustertest.Start(b, clustertest.Options{XDSNodeFlags: clusterFlags, Timeout: 2 * time.Minute})
+	cfg := clusterConfig(clusterFlags)
+	cfg.Timeout = 2 * time.Minute
+	c := localcluster.StartForTest(b, cfg)
 	c.WaitRing()
 	rev := clusterApply(b, c, fleetYAML(1, 1)) // no grpc-go clients: svc-cluster's endpoint is never dialed
 	c.WaitRevision(rev)
@@ -74,9 +76,9 @@ func benchFailoverOnce(b *testing.B) {
 	b.Logf("%s synced through HAProxy in %s, settled on their homes in %s", benchMix, synced.Round(time.Millisecond), h.All.Round(time.Millisecond))
 
 	victim, held := busiest(b, c, want)
-	var survivors []clustertest.Replica
-	for i, r := range c.Replicas {
-		if r.Running && i != victim {
+	var survivors []localcluster.Replica
+	for i, r := range c.Replicas() {
+		if r.Running() && i != victim {
 			survivors = append(survivors, r)
 		}
 	}
@@ -141,7 +143,7 @@ func benchFailoverOnce(b *testing.B) {
 	b.Logf("killed %s serving %d of %d nodes: all settled on their homes in %s (%d polls, each costing the survivors %.3f CPU s); "+
 		"per re-homed client p50 %s, p99 %s, max %s; %d re-homed (%d delta, %d SotW), %d of them moved twice (the last stream closed %s after the kill); resent: delta %d, SotW CDS/LDS %d, SotW EDS %d; "+
 		"%d bytes received; survivors used %.2f CPU s (%.2f less polls)",
-		c.Replicas[victim].Name, held, len(want), h.All.Round(time.Millisecond), h.Polls, perPoll, p50, p99, pmax,
+		c.Replicas()[victim].Name, held, len(want), h.All.Round(time.Millisecond), h.Polls, perPoll, p50, p99, pmax,
 		rehomed, deltas, sotws, twice, lastEnd.Round(time.Millisecond), resentDelta, resentWild, resentEDS, bytes, cpu, cpu-perPoll*float64(h.Polls))
 	if resentDelta != 0 || resentWild != 0 {
 		b.Errorf("resources resent after the kill: delta %d, SotW CDS/LDS %d; want none (promise 4)", resentDelta, resentWild)
@@ -162,7 +164,7 @@ const clockTicks = 100
 
 // cpuSeconds sums the user and system CPU time of the replicas'
 // processes, from /proc/PID/stat (fields 14 and 15).
-func cpuSeconds(tb testing.TB, rs []clustertest.Replica) float64 {
+func cpuSeconds(tb testing.TB, rs []localcluster.Replica) float64 {
 	tb.Helper()
 	var ticks int64
 	for _, r := range rs {

@@ -1,4 +1,4 @@
-package clustertest_test
+package localcluster_test
 
 import (
 	"bytes"
@@ -19,7 +19,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/legation-io/legation/internal/adminctl"
-	"github.com/legation-io/legation/internal/clustertest"
+	"github.com/legation-io/legation/internal/localcluster"
 )
 
 const (
@@ -36,15 +36,15 @@ const (
 // succeeds and reaches every stream.
 func TestCluster(t *testing.T) {
 	start := time.Now()
-	c := clustertest.Start(t, clustertest.Options{
-		// Killed or stopped, a replica's streams end at once.
-		XDSNodeFlags: []string{"--shutdown-timeout", "2s"},
-	})
-	if len(c.EtcdEndpoints) != 3 || len(c.Replicas) != 3 {
-		t.Fatalf("got %d etcd endpoints and %d replicas, want 3 and 3", len(c.EtcdEndpoints), len(c.Replicas))
+	cfg := localcluster.DefaultConfig()
+	// Killed or stopped, a replica's streams end at once.
+	cfg.XDSNodeFlags = []string{"--shutdown-timeout", "2s"}
+	c := localcluster.StartForTest(t, cfg)
+	if len(c.EtcdEndpoints) != 3 || len(c.Replicas()) != 3 {
+		t.Fatalf("got %d etcd endpoints and %d replicas, want 3 and 3", len(c.EtcdEndpoints), len(c.Replicas()))
 	}
 
-	rev1 := apply(t, c, clusterYAML("c1", "1s"))
+	rev1 := apply(t, c.EtcdEndpoints, clusterYAML("c1", "1s"))
 	first := dialADS(t, c.LBAddr, "n1")
 	got := first.waitCluster(t, "c1", time.Second, rev1)
 	t.Logf("n1 got cluster c1 at version %d through HAProxy (the apply made revision %d)", got, rev1)
@@ -56,7 +56,7 @@ func TestCluster(t *testing.T) {
 	step := time.Now()
 	c.KillReplica(victim)
 	t.Logf("killed %s (kill -9), which served n1; HAProxy marked it down in %s",
-		c.Replicas[victim].Name, time.Since(step).Round(time.Millisecond))
+		c.Replicas()[victim].Name, time.Since(step).Round(time.Millisecond))
 	first.close()
 	// Streams opened before the survivors agree on the ring could be
 	// moved by the rebalance that follows: wait for it.
@@ -72,30 +72,30 @@ func TestCluster(t *testing.T) {
 	// replica's view follows.
 	step = time.Now()
 	c.StopEtcd(0)
-	if c.Etcd[0].Running {
-		t.Fatalf("%s still runs after StopEtcd", c.Etcd[0].Name)
+	if c.Etcd()[0].Running() {
+		t.Fatalf("%s still runs after StopEtcd", c.Etcd()[0].Name)
 	}
-	t.Logf("stopped %s in %s", c.Etcd[0].Name, time.Since(step).Round(time.Millisecond))
+	t.Logf("stopped %s in %s", c.Etcd()[0].Name, time.Since(step).Round(time.Millisecond))
 	step = time.Now()
-	rev2 := apply(t, c, clusterYAML("c1", "2s"))
+	rev2 := apply(t, c.EtcdEndpoints, clusterYAML("c1", "2s"))
 	for _, s := range streams {
 		s.waitCluster(t, "c1", 2*time.Second, rev2)
 	}
-	t.Logf("applied revision %d with %s down; every stream got it in %s", rev2, c.Etcd[0].Name, time.Since(step).Round(time.Millisecond))
+	t.Logf("applied revision %d with %s down; every stream got it in %s", rev2, c.Etcd()[0].Name, time.Since(step).Round(time.Millisecond))
 	step = time.Now()
 	c.StartEtcd(0)
-	t.Logf("restarted %s in %s", c.Etcd[0].Name, time.Since(step).Round(time.Millisecond))
+	t.Logf("restarted %s in %s", c.Etcd()[0].Name, time.Since(step).Round(time.Millisecond))
 	t.Logf("whole test body in %s", time.Since(start).Round(time.Millisecond))
 }
 
 // apply runs `xdsadmin -o json apply -f -` in-process against the
-// cluster's etcd endpoints and returns the revision it made.
-func apply(t *testing.T, c *clustertest.Cluster, doc string) int64 {
+// etcd at endpoints and returns the revision it made.
+func apply(t *testing.T, endpoints []string, doc string) int64 {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	var out, errOut bytes.Buffer
-	args := []string{"--etcd-endpoints", strings.Join(c.EtcdEndpoints, ","), "-o", "json", "apply", "-f", "-"}
+	args := []string{"--etcd-endpoints", strings.Join(endpoints, ","), "-o", "json", "apply", "-f", "-"}
 	if code := adminctl.Run(ctx, args, strings.NewReader(doc), &out, &errOut); code != 0 {
 		t.Fatalf("xdsadmin apply: exit %d\nstdout:\n%s\nstderr:\n%s", code, &out, &errOut)
 	}
@@ -210,11 +210,11 @@ func (c *adsClient) close() {
 
 // servingReplica returns the index of the replica whose /debug/streams
 // shows a stream of node id.
-func servingReplica(t *testing.T, c *clustertest.Cluster, id string) int {
+func servingReplica(t *testing.T, c *localcluster.TestCluster, id string) int {
 	t.Helper()
 	deadline := time.Now().Add(testTimeout)
 	for {
-		for i, r := range c.Replicas {
+		for i, r := range c.Replicas() {
 			if streamsOf(t, r.HTTPAddr)[id] {
 				return i
 			}

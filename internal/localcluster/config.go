@@ -1,0 +1,194 @@
+package localcluster
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The ports, fixed: each process has an address of its own.
+const (
+	etcdClientPort = 2379
+	etcdPeerPort   = 2380
+	xdsPort        = 18000
+	httpPort       = 18001
+	gossipPort     = 7946
+)
+
+// Limits of Config's counts: members on .11 to .20, replicas on .21 up.
+const (
+	maxEtcdMembers = 10
+	maxReplicas    = 200
+)
+
+// maxSocketPath is the longest path a Unix socket may have (sun_path holds
+// 108 bytes with its terminating NUL).
+const maxSocketPath = 107
+
+// Config shapes a cluster. Start from DefaultConfig: its zero value is not
+// valid.
+type Config struct {
+	// Dir is the state directory: each process's log (NAME.log), etcd's
+	// data (etcd-I.data), haproxy.cfg, HAProxy's admin socket
+	// (haproxy.sock), the control socket (control.sock) and env, the
+	// sourceable file of every address. Created if missing; kept by Down.
+	// Unix sockets live in it, so its path must be short (about 90
+	// bytes at most).
+	Dir string
+	// Net is the 127.0.N. prefix of every address, with its trailing dot:
+	// HAProxy on .1, etcd member I on .(10+I), replica I on .(20+I).
+	Net string
+	// EtcdMembers is how many etcd members to run, 1 to 10. Zero: none;
+	// then EtcdEndpoints names the etcd the replicas use.
+	EtcdMembers int
+	// EtcdEndpoints, host:port, is an etcd the cluster does not own, for
+	// a cluster of replicas only (EtcdMembers zero). Empty: the members'.
+	EtcdEndpoints []string
+	// Replicas is how many xds-node replicas Up starts, 1 to 200.
+	// AddReplica adds more.
+	Replicas int
+	// HAProxy puts HAProxy in front of the replicas (round robin over
+	// those whose /readyz is 200). False: clients dial replicas directly.
+	HAProxy bool
+	// NamePrefix prefixes the name of every process (etcd-I, replica-I,
+	// haproxy), which is also its log's name, a replica's --name and a
+	// member's --name: two clusters on one etcd need replica names of
+	// their own. Letters, digits, '-', '_' and '.' only. Empty: none.
+	NamePrefix string
+	// EtcdBin is the etcd binary (Build makes one at the version go.mod
+	// pins). Needed when EtcdMembers is not zero.
+	EtcdBin string
+	// XDSNodeBin is the xds-node binary.
+	XDSNodeBin string
+	// HAProxyBin is the haproxy binary. Empty: HAProxyPath's.
+	HAProxyBin string
+	// EtcdFlags are extra flags for every etcd member, after the ones
+	// this package sets.
+	EtcdFlags []string
+	// XDSNodeFlags are extra flags for every replica (e.g.
+	// "--shutdown-timeout", "2s"), after the ones this package sets.
+	XDSNodeFlags []string
+	// Env is the environment of the processes. Nil: this process's. No
+	// ETCD_* variable reaches etcd (it would take them for flags);
+	// LEGATION_* ones reach the replicas for the flags not set here.
+	Env []string
+	// Timeout bounds each wait: a process coming up or going after
+	// SIGKILL, HAProxy marking a replica up or down, a replica's ring or
+	// view.
+	Timeout time.Duration
+	// Grace is how long a stopped process (SIGTERM) may take to exit
+	// before it gets SIGKILL. Zero: SIGKILL at once.
+	Grace time.Duration
+	// Logger receives a line per process started, stopped or exited on
+	// its own. Nil: discard.
+	Logger *slog.Logger
+}
+
+// DefaultConfig is 3 etcd members, 3 replicas and HAProxy on 127.0.10.,
+// with state in ${TMPDIR:-/tmp}/legation-cluster. The binaries are left
+// empty: set EtcdBin and XDSNodeBin (Build makes them).
+func DefaultConfig() Config {
+	return Config{
+		Dir: filepath.Join(os.TempDir(), "legation-cluster"),
+		// Tests pick prefixes from 127.0.100. up (StartTest): this one is
+		// for people.
+		Net:         "127.0.10.",
+		EtcdMembers: 3,
+		Replicas:    3,
+		HAProxy:     true,
+		// A race-built replica on a busy machine takes a few seconds to
+		// be ready; etcd's first election with three members about one.
+		Timeout: 30 * time.Second,
+		// Longer than a replica's default --shutdown-timeout (10s) and
+		// etcd's request timeout (7s), which bound their graceful exits.
+		Grace: 15 * time.Second,
+	}
+}
+
+var (
+	netPattern  = regexp.MustCompile(`^127\.([0-9]{1,3})\.([0-9]{1,3})\.$`)
+	namePattern = regexp.MustCompile(`^[A-Za-z0-9_.-]*$`)
+)
+
+// Validate checks each field and the fields against each other, and
+// reports every problem it finds.
+func (c *Config) Validate() error {
+	var errs []error
+	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	switch {
+	case c.Dir == "":
+		add("Dir: empty")
+	default:
+		for _, sock := range []string{lbSocket(c.Dir), ControlSocket(c.Dir)} {
+			if abs, err := filepath.Abs(sock); err == nil && len(abs) > maxSocketPath {
+				add("Dir %q: the socket %s would be %d bytes long, more than a Unix socket's %d", c.Dir, filepath.Base(sock), len(abs), maxSocketPath)
+			}
+		}
+		if c.HAProxy && strings.ContainsAny(c.Dir, " \t\n\"'#\\") {
+			add("Dir %q: no spaces, quotes, '#' or '\\', please: HAProxy's config names its admin socket", c.Dir)
+		}
+	}
+	if m := netPattern.FindStringSubmatch(c.Net); m == nil {
+		add("Net %q: want a prefix like 127.0.10. (with its trailing dot)", c.Net)
+	} else {
+		for _, part := range m[1:] {
+			if n, _ := strconv.Atoi(part); n > 255 {
+				add("Net %q: not an IPv4 prefix", c.Net)
+				break
+			}
+		}
+	}
+	switch {
+	case c.EtcdMembers < 0 || c.EtcdMembers > maxEtcdMembers:
+		add("EtcdMembers %d: want 0 to %d", c.EtcdMembers, maxEtcdMembers)
+	case c.EtcdMembers == 0 && len(c.EtcdEndpoints) == 0:
+		add("EtcdMembers 0 and no EtcdEndpoints: the replicas need an etcd")
+	case c.EtcdMembers > 0 && len(c.EtcdEndpoints) > 0:
+		add("EtcdMembers %d and EtcdEndpoints %v: one or the other", c.EtcdMembers, c.EtcdEndpoints)
+	}
+	for _, ep := range c.EtcdEndpoints {
+		if strings.TrimSpace(ep) == "" || strings.Contains(ep, ",") {
+			add("EtcdEndpoints: %q is not host:port", ep)
+		}
+	}
+	if c.Replicas < 1 || c.Replicas > maxReplicas {
+		add("Replicas %d: want 1 to %d", c.Replicas, maxReplicas)
+	}
+	if !namePattern.MatchString(c.NamePrefix) {
+		add("NamePrefix %q: letters, digits, '-', '_' and '.' only", c.NamePrefix)
+	}
+	if c.EtcdMembers > 0 && c.EtcdBin == "" {
+		add("EtcdBin: empty (Build makes one)")
+	}
+	if c.XDSNodeBin == "" {
+		add("XDSNodeBin: empty (Build makes one)")
+	}
+	if c.Timeout <= 0 {
+		add("Timeout %s: want more than 0", c.Timeout)
+	}
+	if c.Grace < 0 {
+		add("Grace %s: want 0 or more", c.Grace)
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("localcluster: config: %w", errors.Join(errs...))
+}
+
+// ControlSocket is the path of the control socket of the cluster whose
+// state directory is dir (see ControlHandler and Client).
+func ControlSocket(dir string) string { return filepath.Join(dir, "control.sock") }
+
+func lbSocket(dir string) string { return filepath.Join(dir, "haproxy.sock") }
+
+func etcdIP(net string, i int) string    { return net + strconv.Itoa(10+i) }
+func replicaIP(net string, i int) string { return net + strconv.Itoa(20+i) }
+func lbIP(net string) string             { return net + "1" }
+
+func hostPort(ip string, port int) string { return ip + ":" + strconv.Itoa(port) }
