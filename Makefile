@@ -15,9 +15,6 @@ FUZZ_RUNS := $(shell grep -rE --include='*_test.go' '$(FUZZ_FUNC)' . | sed -nE '
 # golangci-lint, pinned in hack/tools/go.mod apart from the product's go.mod;
 # .golangci.yml says which linters run.
 GOLANGCI_LINT := $(GO) tool -modfile=hack/tools/go.mod golangci-lint
-# Tracked shell scripts that `shellcheck` leaves out: cluster.sh is being
-# replaced by the Go command of deploy/local.
-SHELLCHECK_SKIP ?= deploy/local/cluster.sh
 
 # Debian packages `setup` installs when what they provide is missing.
 APT_PROTOC     := protobuf-compiler
@@ -75,7 +72,7 @@ golangci-lint:
 
 # Every tracked shell script (*.sh, or a sh/bash #! line).
 shellcheck: setup
-	./hack/shellcheck.sh $(SHELLCHECK_SKIP)
+	./hack/shellcheck.sh
 
 # Regenerates proto/ in place; commit the result (check-proto fails otherwise).
 proto:
