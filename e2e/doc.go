@@ -18,4 +18,6 @@
 // build tag, which runs the cluster tests with thousands of clients
 // (size_full_test.go). BenchmarkFailover (make bench) measures a failover
 // of a replica holding about 1,000 of 3,000 clients.
+//
+// Promises cited by number are those of docs/design.md.
 package e2e
