@@ -17,4 +17,6 @@
 // It does not own the hash ring or membership (Home and Rebalance's home
 // func come from the caller), the gRPC server, or any xDS protocol state:
 // it never looks past a stream's first request.
+//
+// Promises cited by number are those of docs/design.md.
 package relay
