@@ -5,7 +5,7 @@ GO           ?= go
 # race detector (it needs cgo and a C compiler).
 RACE         ?= -race
 # Fuzz targets run briefly by `test`, each as PKG:FuzzName.
-FUZZ_TARGETS ?= ./internal/resource:FuzzDecode ./internal/store:FuzzDecodeValue ./internal/store:FuzzParseLeaseMarker ./internal/ads:FuzzRESTRequest ./internal/ads:FuzzStreamRequests ./internal/delta:FuzzDeltaEquivalence
+FUZZ_TARGETS ?= ./internal/resource:FuzzDecode ./internal/store:FuzzDecodeValue ./internal/store:FuzzParseLeaseMarker ./internal/ads:FuzzRESTRequest ./internal/ads:FuzzStreamRequests ./internal/node:FuzzDeltaEquivalence
 FUZZTIME     ?= 10s
 
 # Debian packages `setup` installs when what they provide is missing.

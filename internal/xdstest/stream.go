@@ -212,6 +212,15 @@ func (d *DeltaStream) Ack(resp *discoveryv3.DeltaDiscoveryResponse) {
 	d.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resp.GetTypeUrl(), ResponseNonce: resp.GetNonce()})
 }
 
+// ExpectAck is Expect, then Ack of the response, as a client that
+// accepts everything does.
+func (d *DeltaStream) ExpectAck() *discoveryv3.DeltaDiscoveryResponse {
+	d.tb.Helper()
+	resp := d.Expect()
+	d.Ack(resp)
+	return resp
+}
+
 // Nack rejects resp with msg.
 func (d *DeltaStream) Nack(resp *discoveryv3.DeltaDiscoveryResponse, msg string) {
 	d.tb.Helper()
