@@ -232,17 +232,14 @@ type fanout struct {
 	cls    []*fanoutClient
 	wg     sync.WaitGroup // the receive goroutines
 
-	// Counters the receive goroutines update.
-	pending  atomic.Int64 // responses still expected in this round
-	done     chan struct{}
-	bytes    atomic.Int64 // message bytes received in this round
-	received atomic.Int64 // responses received in all
-	wantRes  atomic.Int64 // resources each response of this round must hold
-	bad      atomic.Int64 // responses with another number of resources
-	errMu    sync.Mutex   // guards err
-	err      error        // the first stream failure
+	// What the receive goroutines record: the responses of the round,
+	// each of which must hold wantRes resources, and all those received.
+	round    *xdstest.Round
+	wantRes  atomic.Int64
+	received atomic.Int64
 
-	pushes int // pushes made on these streams
+	pushes  int // pushes made on these streams
+	metrics xdstest.PushMetrics
 }
 
 // fanoutChanges counts the changes made in this process, so that each
@@ -262,9 +259,9 @@ type fanoutClient struct {
 func (f *fanout) open(b *testing.B) {
 	b.Helper()
 	f.ctx, f.cancel = context.WithCancel(context.Background())
-	f.done = make(chan struct{}, 1)
+	f.round = xdstest.NewRound()
 	f.wantRes.Store(fanoutCLAs)
-	f.pending.Store(int64(f.n))
+	f.round.Start(f.n)
 	for i := 0; i < f.n; i++ {
 		if i%fanoutPerConn == 0 {
 			cc, err := grpc.NewClient(f.e.addr,
@@ -307,14 +304,7 @@ func (f *fanout) close(b *testing.B) {
 		cc.Close()
 	}
 	f.wg.Wait()
-	deadline := time.Now().Add(fanoutTimeout)
-	for len(f.e.srv.Streams()) > 0 {
-		if time.Now().After(deadline) {
-			b.Errorf("the server still holds %d streams after the clients closed them", len(f.e.srv.Streams()))
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	xdstest.WaitNoStreams(b, fanoutTimeout, func() int { return len(f.e.srv.Streams()) })
 }
 
 // receive counts each response of c's stream until the stream ends.
@@ -324,7 +314,7 @@ func (f *fanout) receive(c *fanoutClient) {
 	for {
 		if err := c.st.RecvMsg(m); err != nil {
 			if f.ctx.Err() == nil {
-				f.fail(err)
+				f.round.Fail(err)
 			}
 			return
 		}
@@ -332,52 +322,15 @@ func (f *fanout) receive(c *fanoutClient) {
 		c.ver = append(c.ver[:0], m.version...)
 		c.nonce = append(c.nonce[:0], m.nonce...)
 		c.mu.Unlock()
-		f.bytes.Add(int64(m.size))
 		f.received.Add(1)
-		if int64(m.resources) != f.wantRes.Load() {
-			f.bad.Add(1)
-		}
-		if f.pending.Add(-1) == 0 {
-			select {
-			case f.done <- struct{}{}:
-			default: // a failure already woke the benchmark
-			}
-		}
+		f.round.Got(m.size, int64(m.resources) == f.wantRes.Load())
 	}
-}
-
-func (f *fanout) fail(err error) {
-	f.errMu.Lock()
-	if f.err == nil {
-		f.err = err
-	}
-	f.errMu.Unlock()
-	select {
-	case f.done <- struct{}{}: // wake the benchmark to report it
-	default:
-	}
-}
-
-func (f *fanout) firstErr() error {
-	f.errMu.Lock()
-	defer f.errMu.Unlock()
-	return f.err
 }
 
 // wait blocks until every stream has had its response of this round.
 func (f *fanout) wait(b *testing.B, what string) {
 	b.Helper()
-	select {
-	case <-f.done:
-	case <-time.After(fanoutTimeout):
-		b.Fatalf("after %s only %d of %d streams have received %s", fanoutTimeout, int64(f.n)-f.pending.Load(), f.n, what)
-	}
-	if err := f.firstErr(); err != nil {
-		b.Fatalf("a stream failed: %v", err)
-	}
-	if bad := f.bad.Load(); bad > 0 {
-		b.Fatalf("%d responses with %s did not hold %d resources", bad, what, f.wantRes.Load())
-	}
+	f.round.Wait(b, fanoutTimeout, what, fmt.Sprintf("%d resources", f.wantRes.Load()))
 }
 
 // ackAll has every client ACK its last response, and returns once the
@@ -398,22 +351,15 @@ func (f *fanout) ackAll(b *testing.B) {
 			b.Fatalf("stream %d: ack: %v", i, err)
 		}
 	}
-	deadline := time.Now().Add(fanoutTimeout)
-	for {
+	xdstest.WaitAcked(b, fanoutTimeout, f.n, ver, func(ver string) int {
 		acked := 0
 		for _, s := range f.e.srv.Streams() {
 			if ts := s.Types[resource.Endpoint.Name]; ts != nil && strings.HasPrefix(s.NodeID, "fanout-") && ts.VersionAcked == ver {
 				acked++
 			}
 		}
-		if acked == f.n {
-			break
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("after %s the server has taken %d of %d ACKs of version %s", fanoutTimeout, acked, f.n, ver)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return acked
+	})
 	if got, want := f.received.Load(), int64(f.n)*int64(f.pushes+1); got != want {
 		b.Fatalf("the streams received %d responses in all, want %d (one per stream per push)", got, want)
 	}
@@ -422,44 +368,19 @@ func (f *fanout) ackAll(b *testing.B) {
 // run makes b.N timed pushes, then one more with every allocation
 // profiled, and reports the metrics of BenchmarkFanout.
 func (f *fanout) run(b *testing.B) {
-	var total, worst, cpu time.Duration
-	var allocBytes, allocs uint64
-	var wire int64
-	var gcs uint32
+	f.metrics = xdstest.PushMetrics{}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		start, end := f.push(b)
 		b.StopTimer()
-		d := end.At.Sub(start.At)
-		total += d
-		worst = max(worst, d)
-		cpu += end.CPU - start.CPU
-		allocBytes += end.Mem.TotalAlloc - start.Mem.TotalAlloc
-		allocs += end.Mem.Mallocs - start.Mem.Mallocs
-		gcs += end.Mem.NumGC - start.Mem.NumGC
-		wire += f.bytes.Load()
+		f.metrics.Add(start, end, f.round.Bytes())
 		f.ackAll(b)
 		b.StartTimer()
 	}
 	b.StopTimer()
-	pushes, per := float64(b.N), float64(b.N)*float64(f.n)
-	b.ReportMetric(total.Seconds()*1e3/pushes, "ms-until-all-sent")
-	b.ReportMetric(worst.Seconds()*1e3, "max-ms-until-all-sent")
-	b.ReportMetric(float64(allocBytes)/per, "alloc-B/stream/push")
-	b.ReportMetric(float64(allocs)/per, "allocs/stream/push")
-	b.ReportMetric(float64(wire)/per, "wire-B/stream/push")
-	b.ReportMetric(cpu.Seconds()*1e6/per, "cpu-us/stream/push")
-	b.ReportMetric(float64(gcs)/pushes, "gcs/push")
+	f.metrics.Report(b, f.n)
 
-	// The attributed push: profiling every allocation slows it down, so
-	// it is not one of the timed ones.
-	before := xdstest.ReadAllocProfile()
-	rate := runtime.MemProfileRate
-	defer func() { runtime.MemProfileRate = rate }() // also if the push fails
-	runtime.MemProfileRate = 1
-	f.push(b)
-	runtime.MemProfileRate = rate
-	split := xdstest.ReadAllocProfile().Since(before, ownerOf)
+	split := xdstest.Attribute(ownerOf, func() { f.push(b) })
 	f.ackAll(b)
 	n := float64(f.n)
 	b.ReportMetric(float64(split[xdstest.OwnedByServer].Bytes)/n, "server-alloc-B/stream/push")
@@ -474,24 +395,10 @@ func (f *fanout) push(b *testing.B) (start, end xdstest.Mark) {
 	b.Helper()
 	f.pushes++
 	f.wantRes.Store(1)
-	f.bytes.Store(0)
-	f.pending.Store(int64(f.n))
+	f.round.Start(f.n)
 	// The window starts when the view publishes the change, which wakes
-	// every stream; this goroutine waits on the same channel.
-	published := make(chan xdstest.Mark, 1)
-	go func(s *store.Snapshot) {
-		for {
-			select {
-			case <-s.Done():
-			case <-f.ctx.Done():
-				return
-			}
-			if s = s.Next(); len(s.Changes) > 0 {
-				published <- xdstest.MarkNow()
-				return
-			}
-		}
-	}(f.e.View.Snapshot())
+	// every stream.
+	published := xdstest.MarkNextChange(f.ctx, f.e.View.Snapshot())
 	// One changed assignment: all its ports move.
 	c := int(fanoutChanges.Add(1))
 	prev := f.e.View.Snapshot().Revision
@@ -501,12 +408,7 @@ func (f *fanout) push(b *testing.B) (start, end xdstest.Mark) {
 	}
 	f.wait(b, "the change")
 	end = xdstest.MarkNow()
-	select {
-	case start = <-published:
-	case <-time.After(fanoutTimeout):
-		b.Fatal("the view published no snapshot with the change")
-	}
-	return start, end
+	return xdstest.WaitMark(b, published, fanoutTimeout), end
 }
 
 // ownerOf tells by its functions whose code an allocation's stack is.

@@ -282,16 +282,13 @@ type pushFixture struct {
 	cls    []*pushClient
 	wg     sync.WaitGroup // the receive goroutines
 
-	// Counters the receive goroutines update.
-	pending atomic.Int64 // responses still expected in this round
-	done    chan struct{}
-	bytes   atomic.Int64 // message bytes received in this round
-	wantRes atomic.Int64 // resources each response of this round must hold
-	bad     atomic.Int64 // responses with another number of resources, or removals
-	errMu   sync.Mutex   // guards err
-	err     error        // the first stream failure
+	// What the receive goroutines record: the responses of the round,
+	// each of which must hold wantRes resources and remove none.
+	round   *Round
+	wantRes atomic.Int64
 
-	pushes int // pushes made on these streams
+	pushes  int // pushes made on these streams
+	metrics PushMetrics
 }
 
 // pushClient is one stream. Its receive goroutine records what the
@@ -310,14 +307,14 @@ type pushClient struct {
 func (f *pushFixture) open(b *testing.B) {
 	b.Helper()
 	f.ctx, f.cancel = context.WithCancel(context.Background())
-	f.done = make(chan struct{}, 1)
+	f.round = NewRound()
 	f.wantRes.Store(int64(f.clusters))
 	for i := 0; i < f.n; i++ {
 		if i%pushOpenBatch == 0 {
 			if i > 0 {
 				f.wait(b, "every cluster")
 			}
-			f.pending.Store(int64(min(pushOpenBatch, f.n-i)))
+			f.round.Start(min(pushOpenBatch, f.n-i))
 		}
 		if i%pushPerConn == 0 {
 			cc, err := grpc.NewClient(f.e.Addr,
@@ -366,14 +363,7 @@ func (f *pushFixture) close(b *testing.B) {
 		cc.Close()
 	}
 	f.wg.Wait()
-	deadline := time.Now().Add(pushTimeout)
-	for f.e.Open() > 0 {
-		if time.Now().After(deadline) {
-			b.Errorf("the server still holds %d streams after the clients closed them", f.e.Open())
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	WaitNoStreams(b, pushTimeout, f.e.Open)
 }
 
 // receive counts each response of c's stream until the stream ends.
@@ -383,7 +373,7 @@ func (f *pushFixture) receive(c *pushClient) {
 	for {
 		if err := c.st.RecvMsg(m); err != nil {
 			if f.ctx.Err() == nil {
-				f.fail(err)
+				f.round.Fail(err)
 			}
 			return
 		}
@@ -393,51 +383,14 @@ func (f *pushFixture) receive(c *pushClient) {
 		c.name = append(c.name[:0], m.name...)
 		c.mu.Unlock()
 		c.received.Add(1)
-		f.bytes.Add(int64(m.size))
-		if int64(m.resources) != f.wantRes.Load() || m.removed != 0 {
-			f.bad.Add(1)
-		}
-		if f.pending.Add(-1) == 0 {
-			select {
-			case f.done <- struct{}{}:
-			default: // a failure already woke the benchmark
-			}
-		}
+		f.round.Got(m.size, int64(m.resources) == f.wantRes.Load() && m.removed == 0)
 	}
-}
-
-func (f *pushFixture) fail(err error) {
-	f.errMu.Lock()
-	if f.err == nil {
-		f.err = err
-	}
-	f.errMu.Unlock()
-	select {
-	case f.done <- struct{}{}: // wake the benchmark to report it
-	default:
-	}
-}
-
-func (f *pushFixture) firstErr() error {
-	f.errMu.Lock()
-	defer f.errMu.Unlock()
-	return f.err
 }
 
 // wait blocks until the streams of this round have had their responses.
 func (f *pushFixture) wait(b *testing.B, what string) {
 	b.Helper()
-	select {
-	case <-f.done:
-	case <-time.After(pushTimeout):
-		b.Fatalf("after %s %d responses with %s are still missing", pushTimeout, f.pending.Load(), what)
-	}
-	if err := f.firstErr(); err != nil {
-		b.Fatalf("a stream failed: %v", err)
-	}
-	if bad := f.bad.Load(); bad > 0 {
-		b.Fatalf("%d responses with %s did not hold exactly %d resources and no removal", bad, what, f.wantRes.Load())
-	}
+	f.round.Wait(b, pushTimeout, what, fmt.Sprintf("exactly %d resources and no removal", f.wantRes.Load()))
 }
 
 // ackAll checks that every stream has received exactly one response per
@@ -470,17 +423,7 @@ func (f *pushFixture) ackAll(b *testing.B, ver, name string) {
 			b.Fatalf("stream %d: ack: %v", i, err)
 		}
 	}
-	deadline := time.Now().Add(pushTimeout)
-	for {
-		acked := f.e.Acked(ver)
-		if acked == f.n {
-			break
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("after %s the server has taken %d of %d ACKs of version %s", pushTimeout, acked, f.n, ver)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	WaitAcked(b, pushTimeout, f.n, ver, f.e.Acked)
 	for i, c := range f.cls {
 		if got := c.received.Load(); got != want {
 			b.Fatalf("stream %d received %d responses by the time the ACKs were in, want %d", i, got, want)
@@ -491,46 +434,23 @@ func (f *pushFixture) ackAll(b *testing.B, ver, name string) {
 // run makes b.N timed pushes, then one more with every allocation
 // profiled, and reports the metrics of BenchmarkPush.
 func (f *pushFixture) run(b *testing.B) {
-	var total, worst, cpu time.Duration
-	var allocBytes, allocs uint64
-	var wire int64
-	var gcs uint32
+	f.metrics = PushMetrics{}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		start, end, name, rev := f.push(b)
 		b.StopTimer()
-		d := end.At.Sub(start.At)
-		total += d
-		worst = max(worst, d)
-		cpu += end.CPU - start.CPU
-		allocBytes += end.Mem.TotalAlloc - start.Mem.TotalAlloc
-		allocs += end.Mem.Mallocs - start.Mem.Mallocs
-		gcs += end.Mem.NumGC - start.Mem.NumGC
-		wire += f.bytes.Load()
+		f.metrics.Add(start, end, f.round.Bytes())
 		f.ack(b, name, rev)
 		b.StartTimer()
 	}
 	b.StopTimer()
-	pushes, per := float64(b.N), float64(b.N)*float64(f.n)
-	b.ReportMetric(total.Seconds()*1e3/pushes, "ms-until-all-sent")
-	b.ReportMetric(worst.Seconds()*1e3, "max-ms-until-all-sent")
-	b.ReportMetric(float64(wire)/per, "wire-B/stream/push")
-	b.ReportMetric(float64(allocBytes)/per, "alloc-B/stream/push")
-	b.ReportMetric(float64(allocs)/per, "allocs/stream/push")
-	b.ReportMetric(cpu.Seconds()*1e6/per, "cpu-us/stream/push")
-	b.ReportMetric(float64(gcs)/pushes, "gcs/push")
+	f.metrics.Report(b, f.n)
 	b.ReportMetric(float64(f.n), "streams")
 	b.ReportMetric(float64(f.clusters), "clusters")
 
-	// The attributed push: profiling every allocation slows it down, so
-	// it is not one of the timed ones.
-	before := ReadAllocProfile()
-	rate := runtime.MemProfileRate
-	defer func() { runtime.MemProfileRate = rate }() // also if the push fails
-	runtime.MemProfileRate = 1
-	_, _, name, rev := f.push(b)
-	runtime.MemProfileRate = rate
-	split := ReadAllocProfile().Since(before, pushOwnerOf)
+	var name string
+	var rev int64
+	split := Attribute(pushOwnerOf, func() { _, _, name, rev = f.push(b) })
 	f.ack(b, name, rev)
 	n := float64(f.n)
 	b.ReportMetric(float64(split[OwnedByServer].Bytes)/n, "server-alloc-B/stream/push")
@@ -558,32 +478,14 @@ func (f *pushFixture) push(b *testing.B) (start, end Mark, name string, rev int6
 	} else {
 		f.wantRes.Store(1)
 	}
-	f.bytes.Store(0)
-	f.pending.Store(int64(f.n))
+	f.round.Start(f.n)
 	// The window starts when the view publishes the change, which wakes
-	// every stream; this goroutine waits on the same channel.
-	published := make(chan Mark, 1)
-	go func(s *store.Snapshot) {
-		for {
-			select {
-			case <-s.Done():
-			case <-f.ctx.Done():
-				return
-			}
-			if s = s.Next(); len(s.Changes) > 0 {
-				published <- MarkNow()
-				return
-			}
-		}
-	}(f.e.Env.View.Snapshot())
+	// every stream.
+	published := MarkNextChange(f.ctx, f.e.Env.View.Snapshot())
 	name, rev = f.e.change(b)
 	f.wait(b, "the change")
 	end = MarkNow()
-	select {
-	case start = <-published:
-	case <-time.After(pushTimeout):
-		b.Fatal("the view published no snapshot with the change")
-	}
+	start = WaitMark(b, published, pushTimeout)
 	return start, end, name, rev
 }
 
