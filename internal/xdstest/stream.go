@@ -25,6 +25,9 @@ type Stream[Req, Resp any] struct {
 	st     grpc.BidiStreamingClient[Req, Resp]
 	recv   chan Result[Resp]
 	cancel context.CancelFunc
+	// long and short bound Expect and ExpectErr, and ExpectNone:
+	// Timeout and ShortTimeout unless SetTimeouts.
+	long, short time.Duration
 }
 
 // Result is one receive of a Stream: a response, or the error that ended
@@ -48,7 +51,7 @@ type DeltaStream struct {
 // ends the stream is cancelled and its receiving goroutine waited for:
 // cancel must end st (the context st was opened with).
 func NewStream[Req, Resp any](tb testing.TB, st grpc.BidiStreamingClient[Req, Resp], cancel context.CancelFunc) *Stream[Req, Resp] {
-	x := &Stream[Req, Resp]{tb: tb, st: st, recv: make(chan Result[Resp], 100), cancel: cancel}
+	x := &Stream[Req, Resp]{tb: tb, st: st, recv: make(chan Result[Resp], 100), cancel: cancel, long: Timeout, short: ShortTimeout}
 	stop, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
@@ -108,6 +111,11 @@ func OpenDelta(tb testing.TB, cc *grpc.ClientConn) *DeltaStream {
 	})}
 }
 
+// SetTimeouts replaces Timeout and ShortTimeout for this stream: long for
+// what must come (Expect, ExpectErr), short for what must not
+// (ExpectNone). A test of whole processes sets longer ones.
+func (x *Stream[Req, Resp]) SetTimeouts(long, short time.Duration) { x.long, x.short = long, short }
+
 // Send sends r, failing the test if it cannot.
 func (x *Stream[Req, Resp]) Send(r *Req) {
 	x.tb.Helper()
@@ -116,7 +124,7 @@ func (x *Stream[Req, Resp]) Send(r *Req) {
 	}
 }
 
-// Expect waits up to Timeout for the next response and returns it. It
+// Expect waits up to Timeout (see SetTimeouts) for the next response and returns it. It
 // fails the test if none comes or the stream ends, and reports (without
 // stopping) a response without a nonce.
 func (x *Stream[Req, Resp]) Expect() *Resp {
@@ -130,14 +138,14 @@ func (x *Stream[Req, Resp]) Expect() *Resp {
 			x.tb.Errorf("a response without a nonce: %s", Summary(r.Resp))
 		}
 		return r.Resp
-	case <-time.After(Timeout):
-		x.tb.Fatal("no response")
+	case <-time.After(x.long):
+		x.tb.Fatalf("no response within %s", x.long)
 		return nil
 	}
 }
 
 // ExpectNone fails the test if a response comes, or the stream ends,
-// within ShortTimeout.
+// within ShortTimeout (see SetTimeouts).
 func (x *Stream[Req, Resp]) ExpectNone() {
 	x.tb.Helper()
 	select {
@@ -146,15 +154,15 @@ func (x *Stream[Req, Resp]) ExpectNone() {
 			x.tb.Fatalf("stream ended: %v", r.Err)
 		}
 		x.tb.Fatalf("unexpected response: %s", Summary(r.Resp))
-	case <-time.After(ShortTimeout):
+	case <-time.After(x.short):
 	}
 }
 
-// ExpectErr waits up to Timeout for the stream to end, skipping any
+// ExpectErr waits up to Timeout (see SetTimeouts) for the stream to end, skipping any
 // responses, and returns the error it ended with.
 func (x *Stream[Req, Resp]) ExpectErr() error {
 	x.tb.Helper()
-	deadline := time.After(Timeout)
+	deadline := time.After(x.long)
 	for {
 		select {
 		case r := <-x.recv:
