@@ -1121,13 +1121,7 @@ func streamStatus(t *testing.T, e *env, id string) ads.StreamStatus {
 // timeout.
 func waitFor(t *testing.T, cond func() bool, what string) {
 	t.Helper()
-	deadline := time.Now().Add(xdstest.Timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	xdstest.WaitFor(t, what, func() (bool, string) { return cond(), "" })
 }
 
 // advanceOutsidePrefix writes a key outside the prefix and makes the view

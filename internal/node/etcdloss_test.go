@@ -34,7 +34,7 @@ func TestEtcdLoss(t *testing.T) {
 	s.Ack(first)
 
 	proxy.Cut()
-	waitFor(t, "/readyz 503 naming etcd", func() (bool, string) {
+	xdstest.WaitFor(t, "/readyz 503 naming etcd", func() (bool, string) {
 		code, body := get(t, r, "/readyz")
 		return code == http.StatusServiceUnavailable && strings.Contains(body, "etcd unreachable"), body
 	})

@@ -103,25 +103,9 @@ func get(t testing.TB, r *running, path string) (int, string) {
 	return resp.StatusCode, string(body)
 }
 
-// waitFor polls cond until it holds, failing the test after xdstest.Timeout.
-func waitFor(t testing.TB, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(xdstest.Timeout)
-	for {
-		ok, last := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s; last: %s", what, last)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func waitReady(t testing.TB, r *running) {
 	t.Helper()
-	waitFor(t, "/readyz 200", func() (bool, string) {
+	xdstest.WaitFor(t, "/readyz 200", func() (bool, string) {
 		code, body := get(t, r, "/readyz")
 		return code == http.StatusOK, body
 	})
@@ -152,7 +136,7 @@ func getDebugView(t testing.TB, r *running) (int, debugView) {
 func waitClusters(t *testing.T, r *running, rev int64, want int) debugView {
 	t.Helper()
 	var v debugView
-	waitFor(t, "the cluster in /debug/view", func() (bool, string) {
+	xdstest.WaitFor(t, "the cluster in /debug/view", func() (bool, string) {
 		var code int
 		code, v = getDebugView(t, r)
 		return code == http.StatusOK && v.Revision >= rev && v.Types["cluster"] == want, jsonString(v)
@@ -332,7 +316,7 @@ func TestNotReadyUntilEtcdAnswers(t *testing.T) {
 	}
 	defer srv.Close()
 	waitReady(t, r)
-	waitFor(t, "gRPC health SERVING", func() (bool, string) {
+	xdstest.WaitFor(t, "gRPC health SERVING", func() (bool, string) {
 		got := checkHealth(t, hc)
 		return got == healthpb.HealthCheckResponse_SERVING, got.String()
 	})

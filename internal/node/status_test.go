@@ -39,7 +39,7 @@ func TestNodeStatus(t *testing.T) {
 
 	client := e.Etcd.Client(t)
 	var ns status.NodeStatus
-	waitFor(t, "envoy-1's status record with the NACK", func() (bool, string) {
+	xdstest.WaitFor(t, "envoy-1's status record with the NACK", func() (bool, string) {
 		var err error
 		ns, err = status.Get(context.Background(), client, e.prefix, "envoy-1")
 		if err != nil {

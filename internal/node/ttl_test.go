@@ -149,7 +149,7 @@ func TestTTLResources(t *testing.T) {
 	}
 
 	// /debug/streams shows the TTL'd resources of each stream.
-	waitFor(t, "the TTL'd resources in /debug/streams", func() (bool, string) {
+	xdstest.WaitFor(t, "the TTL'd resources in /debug/streams", func() (bool, string) {
 		_, body := get(t, r, "/debug/streams")
 		return strings.Count(body, `"ttl_resources"`) == 2 && strings.Contains(body, `"next_heartbeat"`), body
 	})

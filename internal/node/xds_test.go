@@ -63,7 +63,7 @@ func startXDS(t testing.TB, cfg node.Config, rev int64) *running {
 // waitRevision waits until /debug/view shows revision rev or later.
 func waitRevision(t testing.TB, r *running, rev int64) {
 	t.Helper()
-	waitFor(t, fmt.Sprintf("the view at revision %d", rev), func() (bool, string) {
+	xdstest.WaitFor(t, fmt.Sprintf("the view at revision %d", rev), func() (bool, string) {
 		code, v := getDebugView(t, r)
 		return code == http.StatusOK && v.Revision >= rev, jsonString(v)
 	})
@@ -366,7 +366,7 @@ func TestDebugStreams(t *testing.T) {
 	s.Send(&discoveryv3.DiscoveryRequest{Node: xdstest.Node("n1", "c1"), TypeUrl: resource.Cluster.URL})
 	cds := s.Expect()
 	var d xdstest.DebugStreams
-	waitFor(t, "the ADS stream in /debug/streams", func() (bool, string) {
+	xdstest.WaitFor(t, "the ADS stream in /debug/streams", func() (bool, string) {
 		d = getStreams(t, r)
 		return len(d.Streams) == 1 && d.Streams[0].Types["cluster"] != nil && d.Streams[0].Types["cluster"].VersionSent == cds.GetVersionInfo(), jsonString(d)
 	})
@@ -379,7 +379,7 @@ func TestDebugStreams(t *testing.T) {
 	}
 
 	s.Ack(cds)
-	waitFor(t, "the ACK in /debug/streams", func() (bool, string) {
+	xdstest.WaitFor(t, "the ACK in /debug/streams", func() (bool, string) {
 		d = getStreams(t, r)
 		return len(d.Streams) == 1 && d.Streams[0].Types["cluster"] != nil && d.Streams[0].Types["cluster"].VersionAcked == cds.GetVersionInfo(), jsonString(d)
 	})
@@ -389,7 +389,7 @@ func TestDebugStreams(t *testing.T) {
 	cds2 := s.Expect()
 	s.Send(&discoveryv3.DiscoveryRequest{TypeUrl: resource.Cluster.URL, VersionInfo: cds.GetVersionInfo(), ResponseNonce: cds2.GetNonce(),
 		ErrorDetail: grpcstatus.New(codes.InvalidArgument, "cluster a: bad").Proto()})
-	waitFor(t, "the NACK in /debug/streams", func() (bool, string) {
+	xdstest.WaitFor(t, "the NACK in /debug/streams", func() (bool, string) {
 		d = getStreams(t, r)
 		if len(d.Streams) != 1 {
 			return false, jsonString(d)
@@ -408,14 +408,14 @@ func TestDebugStreams(t *testing.T) {
 	s2 := xdstest.NewSotW(t, cs, cancel)
 	s2.Send(&discoveryv3.DiscoveryRequest{Node: xdstest.Node("n2", "c2")})
 	s2.Expect()
-	waitFor(t, "both streams in /debug/streams", func() (bool, string) {
+	xdstest.WaitFor(t, "both streams in /debug/streams", func() (bool, string) {
 		d = getStreams(t, r)
 		return len(d.Streams) == 2 && d.Streams[1].NodeID == "n2" && d.Streams[1].Protocol == "sotw-cluster", jsonString(d)
 	})
 
 	s.Cancel()
 	cancel()
-	waitFor(t, "no stream in /debug/streams", func() (bool, string) {
+	xdstest.WaitFor(t, "no stream in /debug/streams", func() (bool, string) {
 		d = getStreams(t, r)
 		return len(d.Streams) == 0, jsonString(d)
 	})
@@ -512,7 +512,7 @@ func TestSotwOptions(t *testing.T) {
 	// Named EDS at the current version: resent unless trusted.
 	checkResponse(t, "EDS on a new stream", reconnect(plain, resource.Endpoint, "a").Expect(), xdstest.Version(rev), resource.Endpoint, ea)
 	reconnect(tuned, resource.Endpoint, "a").ExpectNone()
-	waitFor(t, "the streams of node n1 in group n1 (--group-by id)", func() (bool, string) {
+	xdstest.WaitFor(t, "the streams of node n1 in group n1 (--group-by id)", func() (bool, string) {
 		d := getStreams(t, tuned)
 		for _, st := range d.Streams {
 			if st.Group != "n1" {

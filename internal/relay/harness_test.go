@@ -7,7 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -200,13 +199,7 @@ func deltaCDSRequest(id string) *discoveryv3.DeltaDiscoveryRequest {
 // timeout.
 func waitFor(tb testing.TB, what string, cond func() bool) {
 	tb.Helper()
-	deadline := time.Now().Add(xdstest.Timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	xdstest.WaitFor(tb, what, func() (bool, string) { return cond(), "" })
 }
 
 // metric returns the value of the unlabelled counter or gauge name in

@@ -126,6 +126,26 @@ func (e *Env) ApplyRequest(tb testing.TB, req store.PlanRequest) *store.ApplyRes
 	return res
 }
 
+// WaitFor polls cond until it holds, failing tb after Timeout with what
+// and cond's last word on why not (why may be "").
+func WaitFor(tb testing.TB, what string, cond func() (ok bool, why string)) {
+	tb.Helper()
+	deadline := time.Now().Add(Timeout)
+	for {
+		ok, why := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			if why != "" {
+				why = "; last: " + why
+			}
+			tb.Fatalf("timed out waiting for %s%s", what, why)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // Serve serves g on a new listener on 127.0.0.1:0 until tb ends, and
 // returns its address. At the end g is stopped (its streams cut) and
 // Serve's goroutine waited for.
