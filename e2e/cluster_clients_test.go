@@ -40,12 +40,11 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/legation-io/legation/internal/adminctl"
-	"github.com/legation-io/legation/internal/ads"
-	"github.com/legation-io/legation/internal/delta"
 	"github.com/legation-io/legation/internal/localcluster"
 	"github.com/legation-io/legation/internal/relay"
 	"github.com/legation-io/legation/internal/shard"
 	nodestatus "github.com/legation-io/legation/internal/status"
+	"github.com/legation-io/legation/internal/xdstest"
 )
 
 const (
@@ -920,8 +919,8 @@ type replicaDebug struct {
 	Name   string
 	Ring   []string
 	Shares map[string]float64
-	SotW   []ads.StreamStatus
-	Delta  []delta.StreamStatus
+	SotW   []xdstest.SotWStatus
+	Delta  []xdstest.DeltaStatus
 	Relay  []relay.StreamInfo
 }
 
@@ -943,9 +942,8 @@ func readDebug(c *localcluster.TestCluster) ([]replicaDebug, error) {
 		}
 		d.Ring, d.Shares = cl.Ring, cl.Shares
 		var st struct {
-			Streams      []ads.StreamStatus   `json:"streams"`
-			DeltaStreams []delta.StreamStatus `json:"delta_streams"`
-			Relay        []relay.StreamInfo   `json:"relay"`
+			xdstest.DebugStreams
+			Relay []relay.StreamInfo `json:"relay"`
 		}
 		if err := getJSON(r.HTTPAddr, "/debug/streams", &st); err != nil {
 			return nil, fmt.Errorf("%s: %w", r.Name, err)
@@ -997,8 +995,8 @@ func ringHome(names []string) func(nodeID string) string {
 // served is one stream a replica serves locally.
 type served struct {
 	Replica string
-	SotW    *ads.StreamStatus
-	Delta   *delta.StreamStatus
+	SotW    *xdstest.SotWStatus
+	Delta   *xdstest.DeltaStatus
 }
 
 // localStreams maps each node id to the streams replicas serve locally.

@@ -18,9 +18,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/legation-io/legation/internal/ads"
-	"github.com/legation-io/legation/internal/delta"
 	"github.com/legation-io/legation/internal/localcluster"
+	"github.com/legation-io/legation/internal/xdstest"
 )
 
 // failoverBound is the failover target of docs/design.md: every client of a killed
@@ -727,10 +726,7 @@ func viewRevision(t *testing.T, addr string) int64 {
 // replicaStreams returns the streams the replica at addr serves locally,
 // by node id.
 func replicaStreams(addr string) (map[string]served, error) {
-	var st struct {
-		Streams      []ads.StreamStatus   `json:"streams"`
-		DeltaStreams []delta.StreamStatus `json:"delta_streams"`
-	}
+	var st xdstest.DebugStreams
 	if err := getJSON(addr, "/debug/streams", &st); err != nil {
 		return nil, err
 	}

@@ -1,25 +1,21 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/google/go-cmp/cmp"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/legation-io/legation/internal/delta"
 	"github.com/legation-io/legation/internal/localcluster"
 	"github.com/legation-io/legation/internal/store/storetest"
+	"github.com/legation-io/legation/internal/xdstest"
 )
 
 const (
@@ -89,7 +85,7 @@ func TestDeltaAcrossReplicas(t *testing.T) {
 	// is away c-a changes and c-c goes.
 	held := mover.held
 	heldSystem := mover.system
-	mover.close()
+	mover.Cancel()
 	rev3 := admin.apply(t, deltaClusterYAML("c-a", "3s"))
 	rev4 := admin.delete(t, "cluster", "c-c")
 	c.WaitRevision(rev4)
@@ -99,24 +95,24 @@ func TestDeltaAcrossReplicas(t *testing.T) {
 	moved := dialDelta(t, r2.XDSAddr, "mover")
 	moved.held, moved.system = held, heldSystem
 	start := time.Now()
-	moved.send(t, &discoveryv3.DeltaDiscoveryRequest{
+	moved.Send(&discoveryv3.DeltaDiscoveryRequest{
 		Node:                    moved.node,
 		TypeUrl:                 cdsURL,
 		InitialResourceVersions: held[cdsURL],
 	})
-	moved.send(t, &discoveryv3.DeltaDiscoveryRequest{
+	moved.Send(&discoveryv3.DeltaDiscoveryRequest{
 		TypeUrl:                 edsURL,
 		ResourceNamesSubscribe:  edsNames,
 		InitialResourceVersions: held[edsURL],
 	})
-	first := moved.recv(t)
+	first := moved.Expect()
 	t.Logf("first response on r2 %s after the reconnect", time.Since(start).Round(time.Millisecond))
-	if got, want := summarize(first), fmt.Sprintf("%s system=%s resources=[c-a@%s] removed=[c-c]", cdsURL, first.GetSystemVersionInfo(), v3); got != want || !atLeast(first.GetSystemVersionInfo(), v4) {
+	if got, want := xdstest.Summary(first), fmt.Sprintf("%s system=%s resources=[c-a@%s] removed=[c-c]", cdsURL, first.GetSystemVersionInfo(), v3); got != want || !atLeast(first.GetSystemVersionInfo(), v4) {
 		t.Fatalf("first response to the client moved to r2:\n got %s\nwant %s, at system version %s or later", got, want, v4)
 	}
 	moved.apply(first)
-	moved.ack(t, first)
-	moved.expectNothing(t)
+	moved.Ack(first)
+	moved.ExpectNone()
 
 	// r2's other client followed the same changes live: both now hold the
 	// same.
@@ -135,7 +131,7 @@ func TestDeltaAcrossReplicas(t *testing.T) {
 	if got, want := metricAt(t, r2.HTTPAddr, "legation_delta_resources_not_resent_total", "")-notResentBefore, 4.0; got != want {
 		t.Errorf("r2 legation_delta_resources_not_resent_total rose by %v for the moved client, want %v (c-b and 3 endpoint sets)", got, want)
 	}
-	wantStatus := map[string]map[string]delta.ResourceStatus{
+	wantStatus := map[string]map[string]xdstest.ResourceStatus{
 		"cluster":  {"c-a": {VersionSent: v3, VersionAcked: v3}, "c-b": {VersionSent: v2, VersionAcked: v2}},
 		"endpoint": {"c-a": {VersionSent: v1, VersionAcked: v1}, "c-b": {VersionSent: v1, VersionAcked: v1}, "c-c": {VersionSent: v1, VersionAcked: v1}},
 	}
@@ -144,7 +140,7 @@ func TestDeltaAcrossReplicas(t *testing.T) {
 		if st == nil {
 			return false, "no delta stream for node mover"
 		}
-		got := map[string]map[string]delta.ResourceStatus{}
+		got := map[string]map[string]xdstest.ResourceStatus{}
 		for typ, ts := range st.Types {
 			got[typ] = ts.Resources
 		}
@@ -206,15 +202,13 @@ func (e *env) delete(t *testing.T, typ string, names ...string) int64 {
 // deltaStreamAt returns the /debug/streams entry of the delta stream of
 // node id on the replica whose HTTP server is on addr, or nil if there is
 // none.
-func deltaStreamAt(t *testing.T, addr, id string) *delta.StreamStatus {
+func deltaStreamAt(t *testing.T, addr, id string) *xdstest.DeltaStatus {
 	t.Helper()
 	code, body, err := httpGet(addr, "/debug/streams")
 	if err != nil || code != http.StatusOK {
 		t.Fatalf("replica %s GET /debug/streams: %d %v %s", addr, code, err, body)
 	}
-	var got struct {
-		DeltaStreams []delta.StreamStatus `json:"delta_streams"`
-	}
+	var got xdstest.DebugStreams
 	if err := json.Unmarshal([]byte(body), &got); err != nil {
 		t.Fatalf("replica %s /debug/streams: %v\n%s", addr, err, body)
 	}
@@ -228,128 +222,52 @@ func deltaStreamAt(t *testing.T, addr, id string) *delta.StreamStatus {
 
 // deltaClient is a raw delta ADS client, playing Envoy by hand: it sends
 // the node on its first request only, keeps what it holds per type (name
-// -> version) and the last system_version_info per type.
+// -> version) and the last system_version_info per type. Its stream waits
+// the e2e timeouts.
 type deltaClient struct {
-	id     string
-	addr   string
-	node   *corev3.Node
-	cc     *grpc.ClientConn
-	stream grpc.BidiStreamingClient[discoveryv3.DeltaDiscoveryRequest, discoveryv3.DeltaDiscoveryResponse]
-	cancel context.CancelFunc
-	resps  chan *discoveryv3.DeltaDiscoveryResponse // closed when receiving ends
-	err    error                                    // why receiving ended; read once resps is closed
-	once   sync.Once
+	*xdstest.DeltaStream
+	id   string
+	addr string
+	node *corev3.Node
 
 	held   map[string]map[string]string // type URL -> name -> version
 	system map[string]string            // type URL -> system_version_info
 }
 
 // dialDelta opens a DeltaAggregatedResources stream to addr for node id
-// (group c1); it is closed when the test ends, if not before.
+// (group c1) on a connection of its own; it is closed when the test ends,
+// if not before (Cancel).
 func dialDelta(t *testing.T, addr, id string) *deltaClient {
 	t.Helper()
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatalf("grpc.NewClient %s: %v", addr, err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(cc).DeltaAggregatedResources(ctx)
-	if err != nil {
-		cancel()
-		cc.Close()
-		t.Fatalf("DeltaAggregatedResources on %s: %v", addr, err)
-	}
-	c := &deltaClient{id: id, addr: addr, node: &corev3.Node{Id: id, Cluster: "c1"}, cc: cc, stream: stream, cancel: cancel,
-		resps: make(chan *discoveryv3.DeltaDiscoveryResponse), held: map[string]map[string]string{}, system: map[string]string{}}
-	go func() {
-		defer close(c.resps)
-		for {
-			r, err := stream.Recv()
-			if err != nil {
-				c.err = err
-				return
-			}
-			select {
-			case c.resps <- r:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	t.Cleanup(c.close)
-	return c
+	d := xdstest.OpenDelta(t, xdstest.Dial(t, addr))
+	d.SetTimeouts(testTimeout, testShortTimeout)
+	return &deltaClient{DeltaStream: d, id: id, addr: addr, node: &corev3.Node{Id: id, Cluster: "c1"},
+		held: map[string]map[string]string{}, system: map[string]string{}}
 }
 
 func (c *deltaClient) String() string { return fmt.Sprintf("delta client %s on %s", c.id, c.addr) }
-
-// close ends the stream and the connection, and waits for the receiving
-// goroutine. It may be called more than once.
-func (c *deltaClient) close() {
-	c.once.Do(func() {
-		c.cancel()
-		c.cc.Close()
-		for range c.resps {
-		}
-	})
-}
 
 // subscribe is a first connection: legacy wildcard CDS, then the named
 // endpoint sets, each response applied and ACKed.
 func (c *deltaClient) subscribe(t *testing.T, edsNames []string) {
 	t.Helper()
-	c.send(t, &discoveryv3.DeltaDiscoveryRequest{Node: c.node, TypeUrl: cdsURL})
+	c.Send(&discoveryv3.DeltaDiscoveryRequest{Node: c.node, TypeUrl: cdsURL})
 	r := c.recvType(t, cdsURL)
 	c.apply(r)
-	c.ack(t, r)
-	c.send(t, &discoveryv3.DeltaDiscoveryRequest{TypeUrl: edsURL, ResourceNamesSubscribe: edsNames})
+	c.Ack(r)
+	c.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: edsURL, ResourceNamesSubscribe: edsNames})
 	r = c.recvType(t, edsURL)
 	c.apply(r)
-	c.ack(t, r)
-}
-
-func (c *deltaClient) send(t *testing.T, r *discoveryv3.DeltaDiscoveryRequest) {
-	t.Helper()
-	if err := c.stream.Send(r); err != nil {
-		t.Fatalf("%s: send: %v", c, err)
-	}
-}
-
-// recv returns the next response, failing the test if none comes within
-// testTimeout or the stream ends.
-func (c *deltaClient) recv(t *testing.T) *discoveryv3.DeltaDiscoveryResponse {
-	t.Helper()
-	select {
-	case r, ok := <-c.resps:
-		if !ok {
-			t.Fatalf("%s: stream ended: %v", c, c.err)
-		}
-		return r
-	case <-time.After(testTimeout):
-		t.Fatalf("%s: no response within %s", c, testTimeout)
-	}
-	return nil
+	c.Ack(r)
 }
 
 func (c *deltaClient) recvType(t *testing.T, typeURL string) *discoveryv3.DeltaDiscoveryResponse {
 	t.Helper()
-	r := c.recv(t)
+	r := c.Expect()
 	if r.GetTypeUrl() != typeURL {
-		t.Fatalf("%s: got %s, want a response of type %s", c, summarize(r), typeURL)
+		t.Fatalf("%s: got %s, want a response of type %s", c, xdstest.Summary(r), typeURL)
 	}
 	return r
-}
-
-// expectNothing fails the test if a response comes within testShortTimeout.
-func (c *deltaClient) expectNothing(t *testing.T) {
-	t.Helper()
-	select {
-	case r, ok := <-c.resps:
-		if ok {
-			t.Fatalf("%s: unexpected response %s", c, summarize(r))
-		}
-		t.Fatalf("%s: stream ended: %v", c, c.err)
-	case <-time.After(testShortTimeout):
-	}
 }
 
 // apply updates what the client holds with r, as Envoy does.
@@ -368,11 +286,6 @@ func (c *deltaClient) apply(r *discoveryv3.DeltaDiscoveryResponse) {
 	c.system[r.GetTypeUrl()] = r.GetSystemVersionInfo()
 }
 
-func (c *deltaClient) ack(t *testing.T, r *discoveryv3.DeltaDiscoveryResponse) {
-	t.Helper()
-	c.send(t, &discoveryv3.DeltaDiscoveryRequest{TypeUrl: r.GetTypeUrl(), ResponseNonce: r.GetNonce()})
-}
-
 // follow applies and ACKs responses until done holds, failing the test
 // after testTimeout.
 func (c *deltaClient) follow(t *testing.T, done func() bool) {
@@ -380,12 +293,12 @@ func (c *deltaClient) follow(t *testing.T, done func() bool) {
 	deadline := time.After(testTimeout)
 	for !done() {
 		select {
-		case r, ok := <-c.resps:
-			if !ok {
-				t.Fatalf("%s: stream ended: %v", c, c.err)
+		case r := <-c.Recv():
+			if r.Err != nil {
+				t.Fatalf("%s: stream ended: %v", c, r.Err)
 			}
-			c.apply(r)
-			c.ack(t, r)
+			c.apply(r.Resp)
+			c.Ack(r.Resp)
 		case <-deadline:
 			t.Fatalf("%s: not there after %s; holds %v", c, testTimeout, c.held)
 		}
@@ -412,15 +325,4 @@ func atLeast(got, want string) bool {
 	g, err1 := strconv.ParseInt(got, 10, 64)
 	w, err2 := strconv.ParseInt(want, 10, 64)
 	return err1 == nil && err2 == nil && g >= w
-}
-
-// summarize is a one-line account of a delta response: type, system
-// version, resources with their versions, removed names.
-func summarize(r *discoveryv3.DeltaDiscoveryResponse) string {
-	var res []string
-	for _, x := range r.GetResources() {
-		res = append(res, x.GetName()+"@"+x.GetVersion())
-	}
-	return fmt.Sprintf("%s system=%s resources=[%s] removed=[%s]", r.GetTypeUrl(), r.GetSystemVersionInfo(),
-		strings.Join(res, " "), strings.Join(r.GetRemovedResources(), " "))
 }

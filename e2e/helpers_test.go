@@ -24,9 +24,9 @@ import (
 	"google.golang.org/grpc/xds" // the xds:/// resolver, its balancers and NewXDSResolverWithConfigForTesting
 
 	"github.com/legation-io/legation/internal/adminctl"
-	"github.com/legation-io/legation/internal/ads"
 	"github.com/legation-io/legation/internal/node"
 	"github.com/legation-io/legation/internal/store/storetest"
+	"github.com/legation-io/legation/internal/xdstest"
 )
 
 // Two timeouts: a long one for what must happen, a short one for what must
@@ -455,15 +455,13 @@ func metricAt(t *testing.T, addr, name, labels string) float64 {
 }
 
 // streams returns the node's /debug/streams.
-func (e *env) streams(t *testing.T) []ads.StreamStatus {
+func (e *env) streams(t *testing.T) []xdstest.SotWStatus {
 	t.Helper()
 	code, body, err := e.httpGet("/debug/streams")
 	if err != nil || code != http.StatusOK {
 		t.Fatalf("GET /debug/streams: %d %v %s", code, err, body)
 	}
-	var got struct {
-		Streams []ads.StreamStatus `json:"streams"`
-	}
+	var got xdstest.DebugStreams
 	if err := json.Unmarshal([]byte(body), &got); err != nil {
 		t.Fatalf("/debug/streams: %v\n%s", err, body)
 	}
@@ -472,7 +470,7 @@ func (e *env) streams(t *testing.T) []ads.StreamStatus {
 
 // stream returns the /debug/streams entry of the node's stream for node id,
 // or nil if it has none (yet).
-func (e *env) stream(t *testing.T, id string) *ads.StreamStatus {
+func (e *env) stream(t *testing.T, id string) *xdstest.SotWStatus {
 	t.Helper()
 	all := e.streams(t)
 	for i := range all {

@@ -23,10 +23,8 @@ import (
 	rdsv3 "github.com/envoyproxy/go-control-plane/envoy/service/route/v3"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
-	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
@@ -35,6 +33,7 @@ import (
 	"github.com/legation-io/legation/internal/ads"
 	"github.com/legation-io/legation/internal/resource"
 	"github.com/legation-io/legation/internal/store"
+	"github.com/legation-io/legation/internal/xdstest"
 )
 
 // Rule 1: version_info is the decimal etcd revision of the view a response
@@ -42,10 +41,10 @@ import (
 func TestSotWVersions(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	r := e.apply(t, []store.Put{
-		put(t, resource.Cluster, "default", cluster("a", 1)),
-		put(t, resource.Cluster, "default", cluster("b", 1)),
-		put(t, resource.Endpoint, "default", endpoints("a", 1)),
+	r := e.Apply(t, []store.Put{
+		xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("a", 1)),
+		xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("b", 1)),
+		xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("a", 1)),
 	})
 	s := e.adsStream(t)
 	nonces := map[string]bool{}
@@ -57,35 +56,35 @@ func TestSotWVersions(t *testing.T) {
 		nonces[resp.GetNonce()] = true
 	}
 
-	s.send(sotwRequest(resource.Cluster, node("n1", "")))
-	resp := s.expect()
-	checkResp(t, resp, resource.Cluster, ver(r), "a", "b")
+	s.Send(sotwRequest(resource.Cluster, xdstest.Node("n1", "")))
+	resp := s.Expect()
+	checkResp(t, resp, resource.Cluster, xdstest.Version(r), "a", "b")
 	got(resp)
-	s.ack(resp)
-	s.send(sotwRequest(resource.Endpoint, nil, "a"))
-	resp = s.expect()
-	checkResp(t, resp, resource.Endpoint, ver(r), "a")
+	s.Ack(resp)
+	s.Send(sotwRequest(resource.Endpoint, nil, "a"))
+	resp = s.Expect()
+	checkResp(t, resp, resource.Endpoint, xdstest.Version(r), "a")
 	got(resp)
-	s.ack(resp, "a")
+	s.Ack(resp, "a")
 
 	for i := int64(2); i < 12; i++ {
 		// A write outside the prefix moves etcd's revision but not the
 		// resources: versions follow the revision, not a counter.
-		if _, err := e.client.Put(context.Background(), "/elsewhere/k", strconv.FormatInt(i, 10)); err != nil {
+		if _, err := e.Client.Put(context.Background(), "/elsewhere/k", strconv.FormatInt(i, 10)); err != nil {
 			t.Fatal(err)
 		}
-		r = e.apply(t, []store.Put{put(t, resource.Cluster, "default", cluster("a", i))})
-		resp = s.expect()
-		checkResp(t, resp, resource.Cluster, ver(r), "a", "b")
+		r = e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("a", i))})
+		resp = s.Expect()
+		checkResp(t, resp, resource.Cluster, xdstest.Version(r), "a", "b")
 		got(resp)
-		s.ack(resp)
-		r = e.apply(t, []store.Put{put(t, resource.Endpoint, "default", endpoints("a", uint32(i)))})
-		resp = s.expect()
-		checkResp(t, resp, resource.Endpoint, ver(r), "a")
+		s.Ack(resp)
+		r = e.Apply(t, []store.Put{xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("a", uint32(i)))})
+		resp = s.Expect()
+		checkResp(t, resp, resource.Endpoint, xdstest.Version(r), "a")
 		got(resp)
-		s.ack(resp, "a")
+		s.Ack(resp, "a")
 	}
-	s.expectNone()
+	s.ExpectNone()
 	if len(nonces) != 22 {
 		t.Fatalf("got %d distinct nonces, want 22", len(nonces))
 	}
@@ -96,38 +95,38 @@ func TestSotWVersions(t *testing.T) {
 func TestSotWLatestRequest(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.apply(t, []store.Put{
-		put(t, resource.Endpoint, "default", endpoints("a", 1)),
-		put(t, resource.Endpoint, "default", endpoints("b", 1)),
-		put(t, resource.Endpoint, "default", endpoints("c", 1)),
+	e.Apply(t, []store.Put{
+		xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("a", 1)),
+		xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("b", 1)),
+		xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("c", 1)),
 	})
 	s := e.adsStream(t)
-	s.send(sotwRequest(resource.Endpoint, node("n1", ""), "a"))
-	first := s.expect()
+	s.Send(sotwRequest(resource.Endpoint, xdstest.Node("n1", ""), "a"))
+	first := s.Expect()
 	checkResp(t, first, resource.Endpoint, first.GetVersionInfo(), "a")
 
 	// The client's next request (a,b) supersedes the first: b is sent.
-	s.ack(first, "a", "b")
-	second := s.expect()
+	s.Ack(first, "a", "b")
+	second := s.Expect()
 	checkResp(t, second, resource.Endpoint, first.GetVersionInfo(), "b")
 
 	// A request answering the first response is stale now, whatever it
 	// asks for; so is one with a nonce never sent.
-	s.send(&discoveryv3.DiscoveryRequest{TypeUrl: resource.Endpoint.URL, VersionInfo: first.GetVersionInfo(), ResponseNonce: first.GetNonce(), ResourceNames: []string{"c"}})
-	s.send(&discoveryv3.DiscoveryRequest{TypeUrl: resource.Endpoint.URL, VersionInfo: first.GetVersionInfo(), ResponseNonce: "no-such-nonce", ResourceNames: []string{"c"}})
+	s.Send(&discoveryv3.DiscoveryRequest{TypeUrl: resource.Endpoint.URL, VersionInfo: first.GetVersionInfo(), ResponseNonce: first.GetNonce(), ResourceNames: []string{"c"}})
+	s.Send(&discoveryv3.DiscoveryRequest{TypeUrl: resource.Endpoint.URL, VersionInfo: first.GetVersionInfo(), ResponseNonce: "no-such-nonce", ResourceNames: []string{"c"}})
 	// Ignored means not subscribed either.
-	e.apply(t, []store.Put{put(t, resource.Endpoint, "default", endpoints("c", 2))})
-	s.expectNone()
+	e.Apply(t, []store.Put{xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("c", 2))})
+	s.ExpectNone()
 	if got := gatherValue(t, e, "legation_sotw_stale_nonce_requests_total"); got != 2 {
 		t.Errorf("legation_sotw_stale_nonce_requests_total = %v, want 2", got)
 	}
 
 	// The latest request (only b) rules: a is no longer sent, b is.
-	s.ack(second, "b")
-	e.apply(t, []store.Put{put(t, resource.Endpoint, "default", endpoints("a", 3))})
-	s.expectNone()
-	r := e.apply(t, []store.Put{put(t, resource.Endpoint, "default", endpoints("b", 3))})
-	checkResp(t, s.expect(), resource.Endpoint, ver(r), "b")
+	s.Ack(second, "b")
+	e.Apply(t, []store.Put{xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("a", 3))})
+	s.ExpectNone()
+	r := e.Apply(t, []store.Put{xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("b", 3))})
+	checkResp(t, s.Expect(), resource.Endpoint, xdstest.Version(r), "b")
 }
 
 // Rule 3: an ACK gets nothing until the state changes; then the new state
@@ -135,37 +134,37 @@ func TestSotWLatestRequest(t *testing.T) {
 func TestSotWAck(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	r := e.apply(t, []store.Put{
-		put(t, resource.Cluster, "default", cluster("a", 1)),
-		put(t, resource.Endpoint, "default", endpoints("a", 1)),
+	r := e.Apply(t, []store.Put{
+		xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("a", 1)),
+		xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("a", 1)),
 	})
 	s := e.adsStream(t)
-	s.send(sotwRequest(resource.Cluster, node("n1", "")))
-	cds := s.expect()
-	checkResp(t, cds, resource.Cluster, ver(r), "a")
-	s.ack(cds)
-	s.send(sotwRequest(resource.Endpoint, nil, "a"))
-	eds := s.expect()
-	checkResp(t, eds, resource.Endpoint, ver(r), "a")
-	s.ack(eds, "a")
+	s.Send(sotwRequest(resource.Cluster, xdstest.Node("n1", "")))
+	cds := s.Expect()
+	checkResp(t, cds, resource.Cluster, xdstest.Version(r), "a")
+	s.Ack(cds)
+	s.Send(sotwRequest(resource.Endpoint, nil, "a"))
+	eds := s.Expect()
+	checkResp(t, eds, resource.Endpoint, xdstest.Version(r), "a")
+	s.Ack(eds, "a")
 	// The same ACK again is still nothing to answer, nor a change of a
 	// type the stream does not subscribe to.
-	s.ack(cds)
-	s.ack(eds, "a")
-	e.apply(t, []store.Put{put(t, resource.Listener, "default", apiListener(t, "l", "r", true))})
-	s.expectNone()
+	s.Ack(cds)
+	s.Ack(eds, "a")
+	e.Apply(t, []store.Put{xdstest.Put(t, resource.Listener, "default", xdstest.APIListener(t, "l", "r", true))})
+	s.ExpectNone()
 
-	r = e.apply(t, []store.Put{put(t, resource.Cluster, "default", cluster("a", 2))})
-	cds = s.expect()
-	checkResp(t, cds, resource.Cluster, ver(r), "a")
-	checkBodies(t, cds, cluster("a", 2))
-	s.ack(cds)
-	r = e.apply(t, []store.Put{put(t, resource.Endpoint, "default", endpoints("a", 2))})
-	eds = s.expect()
-	checkResp(t, eds, resource.Endpoint, ver(r), "a")
-	checkBodies(t, eds, endpoints("a", 2))
-	s.ack(eds, "a")
-	s.expectNone()
+	r = e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("a", 2))})
+	cds = s.Expect()
+	checkResp(t, cds, resource.Cluster, xdstest.Version(r), "a")
+	checkBodies(t, cds, xdstest.Cluster("a", 2))
+	s.Ack(cds)
+	r = e.Apply(t, []store.Put{xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("a", 2))})
+	eds = s.Expect()
+	checkResp(t, eds, resource.Endpoint, xdstest.Version(r), "a")
+	checkBodies(t, eds, xdstest.Endpoints("a", 2))
+	s.Ack(eds, "a")
+	s.ExpectNone()
 }
 
 // Rule 4 (promise 7): after a NACK nothing more is sent for the type until
@@ -175,88 +174,88 @@ func TestSotWNack(t *testing.T) {
 	t.Parallel()
 	t.Run("cds", func(t *testing.T) {
 		e := newEnv(t)
-		r1 := e.apply(t, []store.Put{
-			put(t, resource.Cluster, "default", cluster("a", 1)),
-			put(t, resource.Cluster, "default", cluster("b", 1)),
+		r1 := e.Apply(t, []store.Put{
+			xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("a", 1)),
+			xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("b", 1)),
 		})
 		s := e.adsStream(t)
-		s.send(sotwRequest(resource.Cluster, node("nacker", "")))
-		resp := s.expect()
-		checkResp(t, resp, resource.Cluster, ver(r1), "a", "b")
-		s.ack(resp)
-		s.send(sotwRequest(resource.Endpoint, nil, "a"))
-		s.ack(s.expect(), "a")
-		r2 := e.apply(t, []store.Put{put(t, resource.Cluster, "default", cluster("a", 2))})
-		resp = s.expect()
-		checkResp(t, resp, resource.Cluster, ver(r2), "a", "b")
-		nackResp(s, resp, ver(r1), "cluster a: bad connect timeout")
+		s.Send(sotwRequest(resource.Cluster, xdstest.Node("nacker", "")))
+		resp := s.Expect()
+		checkResp(t, resp, resource.Cluster, xdstest.Version(r1), "a", "b")
+		s.Ack(resp)
+		s.Send(sotwRequest(resource.Endpoint, nil, "a"))
+		s.Ack(s.Expect(), "a")
+		r2 := e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("a", 2))})
+		resp = s.Expect()
+		checkResp(t, resp, resource.Cluster, xdstest.Version(r2), "a", "b")
+		s.Nack(resp, xdstest.Version(r1), "cluster a: bad connect timeout")
 
 		// None of these changes what the stream receives for CDS: a
 		// change of another type it subscribes to (sent, alone), of a type
 		// it does not, a write outside the prefix, the same NACK again
 		// (Envoy repeats it on a new request).
-		r := e.apply(t, []store.Put{put(t, resource.Endpoint, "default", endpoints("a", 2))})
-		eds := s.expect()
-		checkResp(t, eds, resource.Endpoint, ver(r), "a")
-		s.ack(eds, "a")
-		e.apply(t, []store.Put{put(t, resource.Listener, "default", apiListener(t, "l", "r", true))})
+		r := e.Apply(t, []store.Put{xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("a", 2))})
+		eds := s.Expect()
+		checkResp(t, eds, resource.Endpoint, xdstest.Version(r), "a")
+		s.Ack(eds, "a")
+		e.Apply(t, []store.Put{xdstest.Put(t, resource.Listener, "default", xdstest.APIListener(t, "l", "r", true))})
 		advanceOutsidePrefix(t, e)
-		nackResp(s, resp, ver(r1), "cluster a: bad connect timeout")
-		s.expectNone()
+		s.Nack(resp, xdstest.Version(r1), "cluster a: bad connect timeout")
+		s.ExpectNone()
 
 		if got := gatherValue(t, e, "legation_sotw_nacks_total", "type", "cluster"); got != 1 {
 			t.Errorf("legation_sotw_nacks_total{type=cluster} = %v, want 1", got)
 		}
 		st := streamStatus(t, e, "nacker")
-		if got, want := st.Types["cluster"], (ads.TypeStatus{VersionSent: ver(r2), VersionAcked: ver(r1), Nonce: resp.GetNonce(),
-			NackVersion: ver(r2), LastNack: "cluster a: bad connect timeout", Wildcard: true, Resources: 2}); got == nil || *got != want {
+		if got, want := st.Types["cluster"], (ads.TypeStatus{VersionSent: xdstest.Version(r2), VersionAcked: xdstest.Version(r1), Nonce: resp.GetNonce(),
+			NackVersion: xdstest.Version(r2), LastNack: "cluster a: bad connect timeout", Wildcard: true, Resources: 2}); got == nil || *got != want {
 			t.Errorf("Streams(): cluster status %+v, want %+v", got, want)
 		}
 
 		// A change past the NACKed version is sent, and ACKing it clears
 		// the NACK.
-		r3 := e.apply(t, []store.Put{put(t, resource.Cluster, "default", cluster("b", 3))})
-		resp = s.expect()
-		checkResp(t, resp, resource.Cluster, ver(r3), "a", "b")
-		checkBodies(t, resp, cluster("a", 2), cluster("b", 3))
-		s.ack(resp)
+		r3 := e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("b", 3))})
+		resp = s.Expect()
+		checkResp(t, resp, resource.Cluster, xdstest.Version(r3), "a", "b")
+		checkBodies(t, resp, xdstest.Cluster("a", 2), xdstest.Cluster("b", 3))
+		s.Ack(resp)
 		waitFor(t, func() bool { return streamStatus(t, e, "nacker").Types["cluster"].LastNack == "" }, "the NACK to clear after an ACK")
 	})
 
 	t.Run("eds", func(t *testing.T) {
 		e := newEnv(t)
-		r1 := e.apply(t, []store.Put{
-			put(t, resource.Endpoint, "default", endpoints("a", 1)),
-			put(t, resource.Endpoint, "default", endpoints("b", 1)),
+		r1 := e.Apply(t, []store.Put{
+			xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("a", 1)),
+			xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("b", 1)),
 		})
 		s := e.adsStream(t)
-		s.send(sotwRequest(resource.Endpoint, node("nacker", ""), "a"))
-		resp := s.expect()
-		checkResp(t, resp, resource.Endpoint, ver(r1), "a")
-		s.ack(resp, "a")
-		r2 := e.apply(t, []store.Put{put(t, resource.Endpoint, "default", endpoints("a", 2))})
-		resp = s.expect()
-		checkResp(t, resp, resource.Endpoint, ver(r2), "a")
-		nackResp(s, resp, ver(r1), "duplicate endpoint address", "a")
+		s.Send(sotwRequest(resource.Endpoint, xdstest.Node("nacker", ""), "a"))
+		resp := s.Expect()
+		checkResp(t, resp, resource.Endpoint, xdstest.Version(r1), "a")
+		s.Ack(resp, "a")
+		r2 := e.Apply(t, []store.Put{xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("a", 2))})
+		resp = s.Expect()
+		checkResp(t, resp, resource.Endpoint, xdstest.Version(r2), "a")
+		s.Nack(resp, xdstest.Version(r1), "duplicate endpoint address", "a")
 
 		// Another resource of the type that the stream does not ask for,
 		// another type, a write outside the prefix: none counts.
-		e.apply(t, []store.Put{put(t, resource.Endpoint, "default", endpoints("b", 2))})
-		e.apply(t, []store.Put{put(t, resource.Cluster, "default", cluster("a", 1))})
+		e.Apply(t, []store.Put{xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("b", 2))})
+		e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("a", 1))})
 		advanceOutsidePrefix(t, e)
-		s.expectNone()
+		s.ExpectNone()
 
 		if got := gatherValue(t, e, "legation_sotw_nacks_total", "type", "endpoint"); got != 1 {
 			t.Errorf("legation_sotw_nacks_total{type=endpoint} = %v, want 1", got)
 		}
-		if got := streamStatus(t, e, "nacker").Types["endpoint"]; got == nil || got.LastNack != "duplicate endpoint address" || got.NackVersion != ver(r2) {
+		if got := streamStatus(t, e, "nacker").Types["endpoint"]; got == nil || got.LastNack != "duplicate endpoint address" || got.NackVersion != xdstest.Version(r2) {
 			t.Errorf("Streams(): endpoint status %+v, want the NACK of version %d", got, r2)
 		}
 
-		r3 := e.apply(t, []store.Put{put(t, resource.Endpoint, "default", endpoints("a", 3))})
-		resp = s.expect()
-		checkResp(t, resp, resource.Endpoint, ver(r3), "a")
-		checkBodies(t, resp, endpoints("a", 3))
+		r3 := e.Apply(t, []store.Put{xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("a", 3))})
+		resp = s.Expect()
+		checkResp(t, resp, resource.Endpoint, xdstest.Version(r3), "a")
+		checkBodies(t, resp, xdstest.Endpoints("a", 3))
 	})
 }
 
@@ -265,73 +264,73 @@ func TestSotWNack(t *testing.T) {
 func TestSotWFullState(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.apply(t, []store.Put{
-		put(t, resource.Cluster, "default", cluster("a", 1)),
-		put(t, resource.Cluster, "default", cluster("b", 1)),
-		put(t, resource.Cluster, "default", cluster("c", 1)),
-		put(t, resource.Listener, "default", apiListener(t, "l1", "r", true)),
-		put(t, resource.Listener, "default", apiListener(t, "l2", "r", true)),
-		put(t, resource.Listener, "default", apiListener(t, "l3", "r", true)),
+	e.Apply(t, []store.Put{
+		xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("a", 1)),
+		xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("b", 1)),
+		xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("c", 1)),
+		xdstest.Put(t, resource.Listener, "default", xdstest.APIListener(t, "l1", "r", true)),
+		xdstest.Put(t, resource.Listener, "default", xdstest.APIListener(t, "l2", "r", true)),
+		xdstest.Put(t, resource.Listener, "default", xdstest.APIListener(t, "l3", "r", true)),
 	})
 
 	t.Run("wildcard", func(t *testing.T) {
 		s := e.adsStream(t)
-		s.send(sotwRequest(resource.Cluster, node("n1", "")))
-		resp := s.expect()
+		s.Send(sotwRequest(resource.Cluster, xdstest.Node("n1", "")))
+		resp := s.Expect()
 		checkResp(t, resp, resource.Cluster, resp.GetVersionInfo(), "a", "b", "c")
-		s.ack(resp)
-		s.send(sotwRequest(resource.Listener, nil))
-		resp = s.expect()
+		s.Ack(resp)
+		s.Send(sotwRequest(resource.Listener, nil))
+		resp = s.Expect()
 		checkResp(t, resp, resource.Listener, resp.GetVersionInfo(), "l1", "l2", "l3")
-		s.ack(resp)
+		s.Ack(resp)
 
-		r := e.apply(t, []store.Put{put(t, resource.Cluster, "default", cluster("b", 2))})
-		resp = s.expect()
-		checkResp(t, resp, resource.Cluster, ver(r), "a", "b", "c")
-		checkBodies(t, resp, cluster("a", 1), cluster("b", 2), cluster("c", 1))
-		s.ack(resp)
-		r = e.apply(t, nil, key(resource.Cluster, "c"))
-		resp = s.expect()
-		checkResp(t, resp, resource.Cluster, ver(r), "a", "b")
-		s.ack(resp)
-		r = e.apply(t, []store.Put{put(t, resource.Cluster, "default", cluster("c", 3))})
-		resp = s.expect()
-		checkResp(t, resp, resource.Cluster, ver(r), "a", "b", "c")
-		s.ack(resp)
+		r := e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("b", 2))})
+		resp = s.Expect()
+		checkResp(t, resp, resource.Cluster, xdstest.Version(r), "a", "b", "c")
+		checkBodies(t, resp, xdstest.Cluster("a", 1), xdstest.Cluster("b", 2), xdstest.Cluster("c", 1))
+		s.Ack(resp)
+		r = e.Apply(t, nil, xdstest.Key(resource.Cluster, "c"))
+		resp = s.Expect()
+		checkResp(t, resp, resource.Cluster, xdstest.Version(r), "a", "b")
+		s.Ack(resp)
+		r = e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("c", 3))})
+		resp = s.Expect()
+		checkResp(t, resp, resource.Cluster, xdstest.Version(r), "a", "b", "c")
+		s.Ack(resp)
 
-		l1 := apiListener(t, "l1", "r", true)
+		l1 := xdstest.APIListener(t, "l1", "r", true)
 		l1.StatPrefix = "v2"
-		r = e.apply(t, []store.Put{put(t, resource.Listener, "default", l1)})
-		resp = s.expect()
-		checkResp(t, resp, resource.Listener, ver(r), "l1", "l2", "l3")
-		s.ack(resp)
-		s.expectNone()
+		r = e.Apply(t, []store.Put{xdstest.Put(t, resource.Listener, "default", l1)})
+		resp = s.Expect()
+		checkResp(t, resp, resource.Listener, xdstest.Version(r), "l1", "l2", "l3")
+		s.Ack(resp)
+		s.ExpectNone()
 	})
 
 	t.Run("explicit names", func(t *testing.T) {
 		s := e.adsStream(t)
-		s.send(sotwRequest(resource.Listener, node("n2", ""), "l1", "l2", "missing"))
-		resp := s.expect()
+		s.Send(sotwRequest(resource.Listener, xdstest.Node("n2", ""), "l1", "l2", "missing"))
+		resp := s.Expect()
 		checkResp(t, resp, resource.Listener, resp.GetVersionInfo(), "l1", "l2")
-		s.ack(resp, "l1", "l2", "missing")
+		s.Ack(resp, "l1", "l2", "missing")
 
-		l1 := apiListener(t, "l1", "r", true)
+		l1 := xdstest.APIListener(t, "l1", "r", true)
 		l1.StatPrefix = "v3"
-		r := e.apply(t, []store.Put{put(t, resource.Listener, "default", l1)})
-		resp = s.expect()
-		checkResp(t, resp, resource.Listener, ver(r), "l1", "l2")
-		s.ack(resp, "l1", "l2", "missing")
+		r := e.Apply(t, []store.Put{xdstest.Put(t, resource.Listener, "default", l1)})
+		resp = s.Expect()
+		checkResp(t, resp, resource.Listener, xdstest.Version(r), "l1", "l2")
+		s.Ack(resp, "l1", "l2", "missing")
 		// A listener not named is none of the stream's business.
-		e.apply(t, []store.Put{put(t, resource.Listener, "default", apiListener(t, "l3", "r2", true))})
-		s.expectNone()
+		e.Apply(t, []store.Put{xdstest.Put(t, resource.Listener, "default", xdstest.APIListener(t, "l3", "r2", true))})
+		s.ExpectNone()
 		// A named one that appears is sent with the rest.
-		r = e.apply(t, []store.Put{put(t, resource.Listener, "default", apiListener(t, "missing", "r", true))})
-		resp = s.expect()
-		checkResp(t, resp, resource.Listener, ver(r), "l1", "l2", "missing")
-		s.ack(resp, "l1", "l2", "missing")
-		r = e.apply(t, nil, key(resource.Listener, "l2"))
-		resp = s.expect()
-		checkResp(t, resp, resource.Listener, ver(r), "l1", "missing")
+		r = e.Apply(t, []store.Put{xdstest.Put(t, resource.Listener, "default", xdstest.APIListener(t, "missing", "r", true))})
+		resp = s.Expect()
+		checkResp(t, resp, resource.Listener, xdstest.Version(r), "l1", "l2", "missing")
+		s.Ack(resp, "l1", "l2", "missing")
+		r = e.Apply(t, nil, xdstest.Key(resource.Listener, "l2"))
+		resp = s.Expect()
+		checkResp(t, resp, resource.Listener, xdstest.Version(r), "l1", "missing")
 	})
 }
 
@@ -341,67 +340,67 @@ func TestSotWFullState(t *testing.T) {
 func TestSotWNamedHints(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	r := e.apply(t, []store.Put{
-		put(t, resource.Endpoint, "default", endpoints("a", 1)),
-		put(t, resource.Endpoint, "default", endpoints("b", 1)),
-		put(t, resource.Endpoint, "default", endpoints("c", 1)),
-		put(t, resource.Route, "default", routeConfig("r1", "one", "a")),
-		put(t, resource.Route, "default", routeConfig("r2", "two", "b")),
-		put(t, resource.Route, "default", routeConfig("r3", "three", "c")),
+	r := e.Apply(t, []store.Put{
+		xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("a", 1)),
+		xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("b", 1)),
+		xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("c", 1)),
+		xdstest.Put(t, resource.Route, "default", xdstest.Route("r1", "one", "a")),
+		xdstest.Put(t, resource.Route, "default", xdstest.Route("r2", "two", "b")),
+		xdstest.Put(t, resource.Route, "default", xdstest.Route("r3", "three", "c")),
 	})
 
 	t.Run("eds", func(t *testing.T) {
 		s := e.adsStream(t)
-		s.send(sotwRequest(resource.Endpoint, node("n1", ""), "a", "b", "missing"))
-		resp := s.expect()
-		checkResp(t, resp, resource.Endpoint, ver(r), "a", "b")
-		s.ack(resp, "a", "b", "missing")
+		s.Send(sotwRequest(resource.Endpoint, xdstest.Node("n1", ""), "a", "b", "missing"))
+		resp := s.Expect()
+		checkResp(t, resp, resource.Endpoint, xdstest.Version(r), "a", "b")
+		s.Ack(resp, "a", "b", "missing")
 
-		r2 := e.apply(t, []store.Put{put(t, resource.Endpoint, "default", endpoints("a", 2))})
-		resp = s.expect()
-		checkResp(t, resp, resource.Endpoint, ver(r2), "a")
-		checkBodies(t, resp, endpoints("a", 2))
-		s.ack(resp, "a", "b", "missing")
+		r2 := e.Apply(t, []store.Put{xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("a", 2))})
+		resp = s.Expect()
+		checkResp(t, resp, resource.Endpoint, xdstest.Version(r2), "a")
+		checkBodies(t, resp, xdstest.Endpoints("a", 2))
+		s.Ack(resp, "a", "b", "missing")
 		// c is not asked for.
-		rc := e.apply(t, []store.Put{put(t, resource.Endpoint, "default", endpoints("c", 2))})
-		s.expectNone()
+		rc := e.Apply(t, []store.Put{xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("c", 2))})
+		s.ExpectNone()
 
 		// Asking for c at the same version: c only, at the current
 		// version.
-		s.ack(resp, "a", "b", "c", "missing")
-		resp = s.expect()
-		checkResp(t, resp, resource.Endpoint, ver(rc), "c")
-		checkBodies(t, resp, endpoints("c", 2))
-		s.ack(resp, "a", "b", "c", "missing")
+		s.Ack(resp, "a", "b", "c", "missing")
+		resp = s.Expect()
+		checkResp(t, resp, resource.Endpoint, xdstest.Version(rc), "c")
+		checkBodies(t, resp, xdstest.Endpoints("c", 2))
+		s.Ack(resp, "a", "b", "c", "missing")
 		// Dropping b: its changes are not sent any more.
-		s.ack(resp, "a", "c", "missing")
-		e.apply(t, []store.Put{put(t, resource.Endpoint, "default", endpoints("b", 3))})
-		s.expectNone()
+		s.Ack(resp, "a", "c", "missing")
+		e.Apply(t, []store.Put{xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("b", 3))})
+		s.ExpectNone()
 		// Two changed in one apply: both, and only them.
-		r3 := e.apply(t, []store.Put{
-			put(t, resource.Endpoint, "default", endpoints("c", 3)),
-			put(t, resource.Endpoint, "default", endpoints("missing", 3)),
+		r3 := e.Apply(t, []store.Put{
+			xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("c", 3)),
+			xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("missing", 3)),
 		})
-		resp = s.expect()
-		checkResp(t, resp, resource.Endpoint, ver(r3), "c", "missing")
+		resp = s.Expect()
+		checkResp(t, resp, resource.Endpoint, xdstest.Version(r3), "c", "missing")
 	})
 
 	t.Run("rds", func(t *testing.T) {
 		s := e.adsStream(t)
-		s.send(sotwRequest(resource.Route, node("n2", ""), "r1", "r2"))
-		resp := s.expect()
+		s.Send(sotwRequest(resource.Route, xdstest.Node("n2", ""), "r1", "r2"))
+		resp := s.Expect()
 		checkResp(t, resp, resource.Route, resp.GetVersionInfo(), "r1", "r2")
-		s.ack(resp, "r1", "r2")
-		r2 := e.apply(t, []store.Put{put(t, resource.Route, "default", routeConfig("r2", "two", "c"))})
-		resp = s.expect()
-		checkResp(t, resp, resource.Route, ver(r2), "r2")
-		checkBodies(t, resp, routeConfig("r2", "two", "c"))
-		s.ack(resp, "r1", "r2")
-		s.ack(resp, "r1", "r2", "r3")
-		resp = s.expect()
-		checkResp(t, resp, resource.Route, ver(r2), "r3")
-		s.ack(resp, "r1", "r2", "r3")
-		s.expectNone()
+		s.Ack(resp, "r1", "r2")
+		r2 := e.Apply(t, []store.Put{xdstest.Put(t, resource.Route, "default", xdstest.Route("r2", "two", "c"))})
+		resp = s.Expect()
+		checkResp(t, resp, resource.Route, xdstest.Version(r2), "r2")
+		checkBodies(t, resp, xdstest.Route("r2", "two", "c"))
+		s.Ack(resp, "r1", "r2")
+		s.Ack(resp, "r1", "r2", "r3")
+		resp = s.Expect()
+		checkResp(t, resp, resource.Route, xdstest.Version(r2), "r3")
+		s.Ack(resp, "r1", "r2", "r3")
+		s.ExpectNone()
 	})
 }
 
@@ -410,30 +409,30 @@ func TestSotWNamedHints(t *testing.T) {
 func TestSotWNodeRemembered(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.apply(t, []store.Put{
-		put(t, resource.Cluster, "default", cluster("a", 1)),
-		put(t, resource.Cluster, "edge", cluster("a", 2)),
-		put(t, resource.Endpoint, "default", endpoints("a", 1)),
-		put(t, resource.Endpoint, "edge", endpoints("a", 2)),
+	e.Apply(t, []store.Put{
+		xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("a", 1)),
+		xdstest.Put(t, resource.Cluster, "edge", xdstest.Cluster("a", 2)),
+		xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("a", 1)),
+		xdstest.Put(t, resource.Endpoint, "edge", xdstest.Endpoints("a", 2)),
 	})
 	s := e.adsStream(t)
-	s.send(sotwRequest(resource.Cluster, node("n1", "edge")))
-	resp := s.expect()
-	checkBodies(t, resp, cluster("a", 2))
-	s.ack(resp) // no node
-	s.send(sotwRequest(resource.Endpoint, nil, "a"))
-	resp = s.expect()
-	checkBodies(t, resp, endpoints("a", 2))
-	s.ack(resp, "a")
+	s.Send(sotwRequest(resource.Cluster, xdstest.Node("n1", "edge")))
+	resp := s.Expect()
+	checkBodies(t, resp, xdstest.Cluster("a", 2))
+	s.Ack(resp) // no node
+	s.Send(sotwRequest(resource.Endpoint, nil, "a"))
+	resp = s.Expect()
+	checkBodies(t, resp, xdstest.Endpoints("a", 2))
+	s.Ack(resp, "a")
 
 	// The default's resources are overridden for this node: their changes
 	// are nothing to it; the group's are sent.
-	e.apply(t, []store.Put{put(t, resource.Endpoint, "default", endpoints("a", 3))})
-	s.expectNone()
-	r := e.apply(t, []store.Put{put(t, resource.Endpoint, "edge", endpoints("a", 4))})
-	resp = s.expect()
-	checkResp(t, resp, resource.Endpoint, ver(r), "a")
-	checkBodies(t, resp, endpoints("a", 4))
+	e.Apply(t, []store.Put{xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("a", 3))})
+	s.ExpectNone()
+	r := e.Apply(t, []store.Put{xdstest.Put(t, resource.Endpoint, "edge", xdstest.Endpoints("a", 4))})
+	resp = s.Expect()
+	checkResp(t, resp, resource.Endpoint, xdstest.Version(r), "a")
+	checkBodies(t, resp, xdstest.Endpoints("a", 4))
 	if st := streamStatus(t, e, "n1"); st.Group != "edge" {
 		t.Errorf("Streams(): group %q, want edge", st.Group)
 	}
@@ -444,50 +443,50 @@ func TestSotWNodeRemembered(t *testing.T) {
 func TestSotWNoNeedlessResend(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	r1 := e.apply(t, []store.Put{
-		put(t, resource.Cluster, "default", cluster("a", 1)),
-		put(t, resource.Cluster, "default", cluster("b", 1)),
-		put(t, resource.Endpoint, "default", endpoints("a", 1)),
+	r1 := e.Apply(t, []store.Put{
+		xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("a", 1)),
+		xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("b", 1)),
+		xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("a", 1)),
 	})
 
 	t.Run("current version", func(t *testing.T) {
 		before := gatherValue(t, e, "legation_sotw_resends_avoided_total")
 		s := e.adsStream(t)
-		s.send(&discoveryv3.DiscoveryRequest{Node: node("n1", ""), TypeUrl: resource.Cluster.URL, VersionInfo: ver(r1)})
+		s.Send(&discoveryv3.DiscoveryRequest{Node: xdstest.Node("n1", ""), TypeUrl: resource.Cluster.URL, VersionInfo: xdstest.Version(r1)})
 		// Asked again before any response: still nothing.
-		s.send(&discoveryv3.DiscoveryRequest{TypeUrl: resource.Cluster.URL, VersionInfo: ver(r1)})
-		s.expectNone()
+		s.Send(&discoveryv3.DiscoveryRequest{TypeUrl: resource.Cluster.URL, VersionInfo: xdstest.Version(r1)})
+		s.ExpectNone()
 		if got := gatherValue(t, e, "legation_sotw_resends_avoided_total") - before; got != 1 {
 			t.Errorf("legation_sotw_resends_avoided_total grew by %v, want 1", got)
 		}
-		r := e.apply(t, []store.Put{put(t, resource.Cluster, "default", cluster("b", 2))})
-		resp := s.expect()
-		checkResp(t, resp, resource.Cluster, ver(r), "a", "b")
-		checkBodies(t, resp, cluster("a", 1), cluster("b", 2))
-		e.apply(t, []store.Put{put(t, resource.Cluster, "default", cluster("b", 1))}) // as it was
-		s.ack(resp)
-		s.expect()
+		r := e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("b", 2))})
+		resp := s.Expect()
+		checkResp(t, resp, resource.Cluster, xdstest.Version(r), "a", "b")
+		checkBodies(t, resp, xdstest.Cluster("a", 1), xdstest.Cluster("b", 2))
+		e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("b", 1))}) // as it was
+		s.Ack(resp)
+		s.Expect()
 	})
 
 	t.Run("older version, set unchanged since", func(t *testing.T) {
-		cur := e.view.Snapshot().Revision
-		e.apply(t, []store.Put{put(t, resource.Endpoint, "default", endpoints("a", 2))})
+		cur := e.View.Snapshot().Revision
+		e.Apply(t, []store.Put{xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("a", 2))})
 		s := e.adsStream(t)
-		s.send(&discoveryv3.DiscoveryRequest{Node: node("n1", ""), TypeUrl: resource.Cluster.URL, VersionInfo: ver(cur)})
-		s.expectNone()
+		s.Send(&discoveryv3.DiscoveryRequest{Node: xdstest.Node("n1", ""), TypeUrl: resource.Cluster.URL, VersionInfo: xdstest.Version(cur)})
+		s.ExpectNone()
 	})
 
 	t.Run("older version, set changed since", func(t *testing.T) {
 		s := e.adsStream(t)
-		s.send(&discoveryv3.DiscoveryRequest{Node: node("n1", ""), TypeUrl: resource.Cluster.URL, VersionInfo: ver(r1)})
-		resp := s.expect()
-		checkResp(t, resp, resource.Cluster, ver(e.view.Snapshot().Revision), "a", "b")
+		s.Send(&discoveryv3.DiscoveryRequest{Node: xdstest.Node("n1", ""), TypeUrl: resource.Cluster.URL, VersionInfo: xdstest.Version(r1)})
+		resp := s.Expect()
+		checkResp(t, resp, resource.Cluster, xdstest.Version(e.View.Snapshot().Revision), "a", "b")
 	})
 
 	t.Run("newer than the view, never reached", func(t *testing.T) {
 		s := e.adsStream(t)
-		s.send(&discoveryv3.DiscoveryRequest{Node: node("n1", ""), TypeUrl: resource.Cluster.URL, VersionInfo: ver(e.view.Snapshot().Revision + 1000)})
-		if err := s.expectErr(); grpcstatus.Code(err) != codes.Unavailable {
+		s.Send(&discoveryv3.DiscoveryRequest{Node: xdstest.Node("n1", ""), TypeUrl: resource.Cluster.URL, VersionInfo: xdstest.Version(e.View.Snapshot().Revision + 1000)})
+		if err := s.ExpectErr(); grpcstatus.Code(err) != codes.Unavailable {
 			t.Fatalf("stream ended with %v, want Unavailable", err)
 		}
 		if got := gatherValue(t, e, "legation_sotw_catchup_failures_total"); got != 1 {
@@ -496,78 +495,78 @@ func TestSotWNoNeedlessResend(t *testing.T) {
 	})
 
 	t.Run("newer than the view, reached in time", func(t *testing.T) {
-		pr, err := e.client.Put(context.Background(), "/elsewhere/k", "v")
+		pr, err := e.Client.Put(context.Background(), "/elsewhere/k", "v")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if e.view.Snapshot().Revision >= pr.Header.Revision {
-			t.Fatalf("the view is at %d already; the test needs it behind %d", e.view.Snapshot().Revision, pr.Header.Revision)
+		if e.View.Snapshot().Revision >= pr.Header.Revision {
+			t.Fatalf("the view is at %d already; the test needs it behind %d", e.View.Snapshot().Revision, pr.Header.Revision)
 		}
 		s := e.adsStream(t)
-		s.send(&discoveryv3.DiscoveryRequest{Node: node("n1", ""), TypeUrl: resource.Cluster.URL, VersionInfo: ver(pr.Header.Revision)})
-		s.expectNone() // waited, then nothing: unchanged since
-		r := e.apply(t, []store.Put{put(t, resource.Cluster, "default", cluster("a", 3))})
-		checkResp(t, s.expect(), resource.Cluster, ver(r), "a", "b")
+		s.Send(&discoveryv3.DiscoveryRequest{Node: xdstest.Node("n1", ""), TypeUrl: resource.Cluster.URL, VersionInfo: xdstest.Version(pr.Header.Revision)})
+		s.ExpectNone() // waited, then nothing: unchanged since
+		r := e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("a", 3))})
+		checkResp(t, s.Expect(), resource.Cluster, xdstest.Version(r), "a", "b")
 	})
 
 	t.Run("catch-up keeps changes made meanwhile", func(t *testing.T) {
 		// Room for two applies during the wait, however loaded the machine.
-		e := newEnv(t, func(c *ads.Config) { c.CatchupTimeout = defaultTestTimeout })
-		e.apply(t, []store.Put{put(t, resource.Endpoint, "default", endpoints("a", 1))})
+		e := newEnv(t, func(c *ads.Config) { c.CatchupTimeout = xdstest.Timeout })
+		e.Apply(t, []store.Put{xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("a", 1))})
 		s := e.adsStream(t)
-		s.send(sotwRequest(resource.Endpoint, node("n1", ""), "a"))
-		resp := s.expect()
-		s.ack(resp, "a")
+		s.Send(sotwRequest(resource.Endpoint, xdstest.Node("n1", ""), "a"))
+		resp := s.Expect()
+		s.Ack(resp, "a")
 		waits := gatherValue(t, e, "legation_sotw_catchup_waits_total")
-		g, err := e.client.Get(context.Background(), "/elsewhere/k")
+		g, err := e.Client.Get(context.Background(), "/elsewhere/k")
 		if err != nil {
 			t.Fatal(err)
 		}
 		want := g.Header.Revision + 2
 		// The stream waits for the view to reach want; meanwhile an
 		// endpoint it holds changes.
-		s.send(&discoveryv3.DiscoveryRequest{TypeUrl: resource.Cluster.URL, VersionInfo: ver(want)})
+		s.Send(&discoveryv3.DiscoveryRequest{TypeUrl: resource.Cluster.URL, VersionInfo: xdstest.Version(want)})
 		waitFor(t, func() bool { return gatherValue(t, e, "legation_sotw_catchup_waits_total") > waits }, "the stream to wait for the view")
-		e.apply(t, []store.Put{put(t, resource.Endpoint, "default", endpoints("a", 5))})
-		if r := e.apply(t, []store.Put{put(t, resource.Cluster, "default", cluster("a", 1))}); r != want {
+		e.Apply(t, []store.Put{xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("a", 5))})
+		if r := e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("a", 1))}); r != want {
 			t.Fatalf("applied at %d, want %d", r, want)
 		}
 		// CDS: unchanged since what the client presented; EDS: a changed.
-		resp = s.expect()
-		checkResp(t, resp, resource.Endpoint, ver(want), "a")
-		checkBodies(t, resp, endpoints("a", 5))
-		s.expectNone()
+		resp = s.Expect()
+		checkResp(t, resp, resource.Endpoint, xdstest.Version(want), "a")
+		checkBodies(t, resp, xdstest.Endpoints("a", 5))
+		s.ExpectNone()
 	})
 
 	t.Run("named, current version", func(t *testing.T) {
 		// grpc-go issue #7013: a SotW client may present V having dropped
 		// a resource it names again.
-		cur := ver(e.view.Snapshot().Revision)
+		cur := xdstest.Version(e.View.Snapshot().Revision)
 		s := e.adsStream(t)
-		s.send(&discoveryv3.DiscoveryRequest{Node: node("n1", ""), TypeUrl: resource.Endpoint.URL, VersionInfo: cur, ResourceNames: []string{"a"}})
-		checkResp(t, s.expect(), resource.Endpoint, cur, "a")
+		s.Send(&discoveryv3.DiscoveryRequest{Node: xdstest.Node("n1", ""), TypeUrl: resource.Endpoint.URL, VersionInfo: cur, ResourceNames: []string{"a"}})
+		checkResp(t, s.Expect(), resource.Endpoint, cur, "a")
 	})
 
 	t.Run("named, current version, trusted", func(t *testing.T) {
 		e := newEnv(t, func(c *ads.Config) { c.TrustVersion = true })
-		r := e.apply(t, []store.Put{
-			put(t, resource.Endpoint, "default", endpoints("a", 1)),
-			put(t, resource.Endpoint, "default", endpoints("b", 1)),
+		r := e.Apply(t, []store.Put{
+			xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("a", 1)),
+			xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("b", 1)),
 		})
 		s := e.adsStream(t)
-		s.send(&discoveryv3.DiscoveryRequest{Node: node("n1", ""), TypeUrl: resource.Endpoint.URL, VersionInfo: ver(r), ResourceNames: []string{"a", "b"}})
-		s.expectNone()
-		r = e.apply(t, []store.Put{put(t, resource.Endpoint, "default", endpoints("b", 2))})
-		checkResp(t, s.expect(), resource.Endpoint, ver(r), "b")
+		s.Send(&discoveryv3.DiscoveryRequest{Node: xdstest.Node("n1", ""), TypeUrl: resource.Endpoint.URL, VersionInfo: xdstest.Version(r), ResourceNames: []string{"a", "b"}})
+		s.ExpectNone()
+		r = e.Apply(t, []store.Put{xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("b", 2))})
+		checkResp(t, s.Expect(), resource.Endpoint, xdstest.Version(r), "b")
 
 		// A name asked for later on a stream that has had no response of
 		// the type yet (so no nonce to give) is one the client does not
 		// hold: it is sent, however old.
 		s = e.adsStream(t)
-		s.send(&discoveryv3.DiscoveryRequest{Node: node("n1", ""), TypeUrl: resource.Endpoint.URL, VersionInfo: ver(r), ResourceNames: []string{"b"}})
-		s.expectNone()
-		s.send(&discoveryv3.DiscoveryRequest{TypeUrl: resource.Endpoint.URL, VersionInfo: ver(r), ResourceNames: []string{"a", "b"}})
-		checkResp(t, s.expect(), resource.Endpoint, ver(r), "a")
+		s.Send(&discoveryv3.DiscoveryRequest{Node: xdstest.Node("n1", ""), TypeUrl: resource.Endpoint.URL, VersionInfo: xdstest.Version(r), ResourceNames: []string{"b"}})
+		s.ExpectNone()
+		s.Send(&discoveryv3.DiscoveryRequest{TypeUrl: resource.Endpoint.URL, VersionInfo: xdstest.Version(r), ResourceNames: []string{"a", "b"}})
+		checkResp(t, s.Expect(), resource.Endpoint, xdstest.Version(r), "a")
 	})
 }
 
@@ -576,44 +575,44 @@ func TestSotWNoNeedlessResend(t *testing.T) {
 func TestSotWScopes(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	r := e.apply(t, []store.Put{
-		put(t, resource.Cluster, "default", cluster("a", 1)),
-		put(t, resource.Cluster, "default", cluster("b", 1)),
-		put(t, resource.Cluster, "edge", cluster("a", 2)),
-		put(t, resource.Cluster, "edge", cluster("c", 2)),
-		put(t, resource.Cluster, "other-group", cluster("d", 2)),
+	r := e.Apply(t, []store.Put{
+		xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("a", 1)),
+		xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("b", 1)),
+		xdstest.Put(t, resource.Cluster, "edge", xdstest.Cluster("a", 2)),
+		xdstest.Put(t, resource.Cluster, "edge", xdstest.Cluster("c", 2)),
+		xdstest.Put(t, resource.Cluster, "other-group", xdstest.Cluster("d", 2)),
 	})
-	open := func(n *corev3.Node) *xdsStream {
+	open := func(n *corev3.Node) *xdstest.SotWStream {
 		s := e.adsStream(t)
-		s.send(sotwRequest(resource.Cluster, n))
+		s.Send(sotwRequest(resource.Cluster, n))
 		return s
 	}
-	edge, other, none := open(node("n1", "edge")), open(node("n2", "other")), open(node("n3", ""))
-	resp := edge.expect()
-	checkResp(t, resp, resource.Cluster, ver(r), "a", "b", "c")
-	checkBodies(t, resp, cluster("a", 2), cluster("b", 1), cluster("c", 2))
-	edge.ack(resp)
-	for _, s := range []*xdsStream{other, none} {
-		resp = s.expect()
-		checkResp(t, resp, resource.Cluster, ver(r), "a", "b")
-		checkBodies(t, resp, cluster("a", 1), cluster("b", 1))
-		s.ack(resp)
+	edge, other, none := open(xdstest.Node("n1", "edge")), open(xdstest.Node("n2", "other")), open(xdstest.Node("n3", ""))
+	resp := edge.Expect()
+	checkResp(t, resp, resource.Cluster, xdstest.Version(r), "a", "b", "c")
+	checkBodies(t, resp, xdstest.Cluster("a", 2), xdstest.Cluster("b", 1), xdstest.Cluster("c", 2))
+	edge.Ack(resp)
+	for _, s := range []*xdstest.SotWStream{other, none} {
+		resp = s.Expect()
+		checkResp(t, resp, resource.Cluster, xdstest.Version(r), "a", "b")
+		checkBodies(t, resp, xdstest.Cluster("a", 1), xdstest.Cluster("b", 1))
+		s.Ack(resp)
 	}
 
 	// The override goes: the default is sent again. The other nodes are
 	// not concerned.
-	r = e.apply(t, nil, store.Key{Type: resource.Cluster, Scope: "edge", Name: "a"})
-	resp = edge.expect()
-	checkResp(t, resp, resource.Cluster, ver(r), "a", "b", "c")
-	checkBodies(t, resp, cluster("a", 1), cluster("b", 1), cluster("c", 2))
-	edge.ack(resp)
+	r = e.Apply(t, nil, store.Key{Type: resource.Cluster, Scope: "edge", Name: "a"})
+	resp = edge.Expect()
+	checkResp(t, resp, resource.Cluster, xdstest.Version(r), "a", "b", "c")
+	checkBodies(t, resp, xdstest.Cluster("a", 1), xdstest.Cluster("b", 1), xdstest.Cluster("c", 2))
+	edge.Ack(resp)
 	expectNoneOn(t, other, none)
 
 	// A default change reaches all of them.
-	r = e.apply(t, []store.Put{put(t, resource.Cluster, "default", cluster("b", 3))})
-	for _, s := range []*xdsStream{edge, other, none} {
-		resp = s.expect()
-		if resp.GetVersionInfo() != ver(r) {
+	r = e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("b", 3))})
+	for _, s := range []*xdstest.SotWStream{edge, other, none} {
+		resp = s.Expect()
+		if resp.GetVersionInfo() != xdstest.Version(r) {
 			t.Fatalf("version %s, want %d", resp.GetVersionInfo(), r)
 		}
 	}
@@ -624,80 +623,80 @@ func TestSotWMakeBeforeBreak(t *testing.T) {
 	t.Parallel()
 	t.Run("order", func(t *testing.T) {
 		e := newEnv(t)
-		e.apply(t, []store.Put{
-			put(t, resource.Cluster, "default", cluster("c1", 1)),
-			put(t, resource.Endpoint, "default", endpoints("c1", 1)),
-			put(t, resource.Listener, "default", apiListener(t, "l", "r", true)),
-			put(t, resource.Route, "default", routeConfig("r", "svc", "c1")),
+		e.Apply(t, []store.Put{
+			xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("c1", 1)),
+			xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("c1", 1)),
+			xdstest.Put(t, resource.Listener, "default", xdstest.APIListener(t, "l", "r", true)),
+			xdstest.Put(t, resource.Route, "default", xdstest.Route("r", "svc", "c1")),
 		})
 		s := e.adsStream(t)
 		// Subscribed in the reverse order: the order sent is the server's.
 		subscribeAll(t, s, []*resource.Type{resource.Route, resource.Listener, resource.Endpoint, resource.Cluster},
 			map[*resource.Type][]string{resource.Route: {"r"}, resource.Endpoint: {"c1"}})
 
-		l := apiListener(t, "l", "r", true)
+		l := xdstest.APIListener(t, "l", "r", true)
 		l.StatPrefix = "v2"
-		r := e.apply(t, []store.Put{
-			put(t, resource.Route, "default", routeConfig("r", "svc2", "c1")),
-			put(t, resource.Listener, "default", l),
-			put(t, resource.Endpoint, "default", endpoints("c1", 2)),
-			put(t, resource.Cluster, "default", cluster("c1", 2)),
+		r := e.Apply(t, []store.Put{
+			xdstest.Put(t, resource.Route, "default", xdstest.Route("r", "svc2", "c1")),
+			xdstest.Put(t, resource.Listener, "default", l),
+			xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("c1", 2)),
+			xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("c1", 2)),
 		})
 		for _, typ := range []*resource.Type{resource.Cluster, resource.Endpoint, resource.Listener, resource.Route} {
-			resp := s.expect()
+			resp := s.Expect()
 			if resp.GetTypeUrl() != typ.URL {
 				t.Fatalf("got a %s response, want %s next (order CDS, EDS, LDS, RDS)", resp.GetTypeUrl(), typ)
 			}
-			if resp.GetVersionInfo() != ver(r) {
+			if resp.GetVersionInfo() != xdstest.Version(r) {
 				t.Fatalf("%s version %s, want %d", typ, resp.GetVersionInfo(), r)
 			}
 		}
-		s.expectNone()
+		s.ExpectNone()
 	})
 
 	t.Run("removal", func(t *testing.T) {
 		e := newEnv(t)
-		r0 := e.apply(t, []store.Put{
-			put(t, resource.Cluster, "default", cluster("x", 1)),
-			put(t, resource.Cluster, "default", cluster("y", 1)),
-			put(t, resource.Endpoint, "default", endpoints("x", 1)),
-			put(t, resource.Endpoint, "default", endpoints("y", 1)),
-			put(t, resource.Listener, "default", apiListener(t, "l", "r", true)),
-			put(t, resource.Route, "default", routeConfig("r", "svc", "x")),
+		r0 := e.Apply(t, []store.Put{
+			xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("x", 1)),
+			xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("y", 1)),
+			xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("x", 1)),
+			xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("y", 1)),
+			xdstest.Put(t, resource.Listener, "default", xdstest.APIListener(t, "l", "r", true)),
+			xdstest.Put(t, resource.Route, "default", xdstest.Route("r", "svc", "x")),
 		})
 		s := e.adsStream(t)
 		names := map[*resource.Type][]string{resource.Route: {"r"}, resource.Endpoint: {"x", "y"}}
 		subscribeAll(t, s, []*resource.Type{resource.Cluster, resource.Endpoint, resource.Listener, resource.Route}, names)
 
 		// One apply: x goes, the route moves to y.
-		l := apiListener(t, "l", "r", true)
+		l := xdstest.APIListener(t, "l", "r", true)
 		l.StatPrefix = "v2"
-		r1 := e.apply(t, []store.Put{
-			put(t, resource.Route, "default", routeConfig("r", "svc", "y")),
-			put(t, resource.Listener, "default", l),
-			put(t, resource.Endpoint, "default", endpoints("y", 2)),
-		}, key(resource.Cluster, "x"), key(resource.Endpoint, "x"))
+		r1 := e.Apply(t, []store.Put{
+			xdstest.Put(t, resource.Route, "default", xdstest.Route("r", "svc", "y")),
+			xdstest.Put(t, resource.Listener, "default", l),
+			xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("y", 2)),
+		}, xdstest.Key(resource.Cluster, "x"), xdstest.Key(resource.Endpoint, "x"))
 
-		interim := s.expect()
-		checkResp(t, interim, resource.Cluster, ver(r0), "x", "y")
-		checkBodies(t, interim, cluster("x", 1), cluster("y", 1))
-		eds := s.expect()
-		checkResp(t, eds, resource.Endpoint, ver(r1), "y")
-		lds := s.expect()
-		checkResp(t, lds, resource.Listener, ver(r1), "l")
-		rds := s.expect()
-		checkResp(t, rds, resource.Route, ver(r1), "r")
-		checkBodies(t, rds, routeConfig("r", "svc", "y"))
+		interim := s.Expect()
+		checkResp(t, interim, resource.Cluster, xdstest.Version(r0), "x", "y")
+		checkBodies(t, interim, xdstest.Cluster("x", 1), xdstest.Cluster("y", 1))
+		eds := s.Expect()
+		checkResp(t, eds, resource.Endpoint, xdstest.Version(r1), "y")
+		lds := s.Expect()
+		checkResp(t, lds, resource.Listener, xdstest.Version(r1), "l")
+		rds := s.Expect()
+		checkResp(t, rds, resource.Route, xdstest.Version(r1), "r")
+		checkBodies(t, rds, xdstest.Route("r", "svc", "y"))
 
 		// x stays until the route and listener that dropped it are ACKed.
-		s.ack(interim)
-		s.ack(eds, names[resource.Endpoint]...)
-		s.expectNone()
-		s.ack(lds)
-		s.expectNone()
-		s.ack(rds, names[resource.Route]...)
-		final := s.expect()
-		checkResp(t, final, resource.Cluster, ver(r1), "y")
+		s.Ack(interim)
+		s.Ack(eds, names[resource.Endpoint]...)
+		s.ExpectNone()
+		s.Ack(lds)
+		s.ExpectNone()
+		s.Ack(rds, names[resource.Route]...)
+		final := s.Expect()
+		checkResp(t, final, resource.Cluster, xdstest.Version(r1), "y")
 		if got := gatherValue(t, e, "legation_sotw_mbb_holds_total"); got != 1 {
 			t.Errorf("legation_sotw_mbb_holds_total = %v, want 1", got)
 		}
@@ -705,43 +704,43 @@ func TestSotWMakeBeforeBreak(t *testing.T) {
 
 	t.Run("removal held while the route is NACKed", func(t *testing.T) {
 		e := newEnv(t)
-		e.apply(t, []store.Put{
-			put(t, resource.Cluster, "default", cluster("x", 1)),
-			put(t, resource.Cluster, "default", cluster("y", 1)),
-			put(t, resource.Listener, "default", apiListener(t, "l", "r", true)),
-			put(t, resource.Route, "default", routeConfig("r", "svc", "x")),
+		e.Apply(t, []store.Put{
+			xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("x", 1)),
+			xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("y", 1)),
+			xdstest.Put(t, resource.Listener, "default", xdstest.APIListener(t, "l", "r", true)),
+			xdstest.Put(t, resource.Route, "default", xdstest.Route("r", "svc", "x")),
 		})
 		s := e.adsStream(t)
 		subscribeAll(t, s, []*resource.Type{resource.Cluster, resource.Route}, map[*resource.Type][]string{resource.Route: {"r"}})
-		r1 := e.apply(t, []store.Put{put(t, resource.Route, "default", routeConfig("r", "svc", "y"))}, key(resource.Cluster, "x"))
-		interim := s.expect()
+		r1 := e.Apply(t, []store.Put{xdstest.Put(t, resource.Route, "default", xdstest.Route("r", "svc", "y"))}, xdstest.Key(resource.Cluster, "x"))
+		interim := s.Expect()
 		checkResp(t, interim, resource.Cluster, interim.GetVersionInfo(), "x", "y")
-		rds := s.expect()
-		checkResp(t, rds, resource.Route, ver(r1), "r")
-		s.ack(interim)
-		s.expectNone()
+		rds := s.Expect()
+		checkResp(t, rds, resource.Route, xdstest.Version(r1), "r")
+		s.Ack(interim)
+		s.ExpectNone()
 		// The route is rejected: the client still routes to x by its old
 		// route, so x stays until a later route is ACKed.
-		nackResp(s, rds, "", "route r: bad", "r")
-		s.expectNone()
-		r2 := e.apply(t, []store.Put{put(t, resource.Route, "default", routeConfig("r", "svc.example", "y"))})
-		rds2 := s.expect()
-		checkResp(t, rds2, resource.Route, ver(r2), "r")
-		s.expectNone() // not before the ACK
-		s.ack(rds2, "r")
-		checkResp(t, s.expect(), resource.Cluster, ver(r2), "y")
+		s.Nack(rds, "", "route r: bad", "r")
+		s.ExpectNone()
+		r2 := e.Apply(t, []store.Put{xdstest.Put(t, resource.Route, "default", xdstest.Route("r", "svc.example", "y"))})
+		rds2 := s.Expect()
+		checkResp(t, rds2, resource.Route, xdstest.Version(r2), "r")
+		s.ExpectNone() // not before the ACK
+		s.Ack(rds2, "r")
+		checkResp(t, s.Expect(), resource.Cluster, xdstest.Version(r2), "y")
 	})
 
 	t.Run("no referrers: removed at once", func(t *testing.T) {
 		e := newEnv(t)
-		e.apply(t, []store.Put{
-			put(t, resource.Cluster, "default", cluster("x", 1)),
-			put(t, resource.Cluster, "default", cluster("y", 1)),
+		e.Apply(t, []store.Put{
+			xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("x", 1)),
+			xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("y", 1)),
 		})
 		s := e.adsStream(t)
 		subscribeAll(t, s, []*resource.Type{resource.Cluster}, nil)
-		r := e.apply(t, nil, key(resource.Cluster, "x"))
-		checkResp(t, s.expect(), resource.Cluster, ver(r), "y")
+		r := e.Apply(t, nil, xdstest.Key(resource.Cluster, "x"))
+		checkResp(t, s.Expect(), resource.Cluster, xdstest.Version(r), "y")
 	})
 }
 
@@ -750,34 +749,34 @@ func TestSotWMakeBeforeBreak(t *testing.T) {
 func TestSotWBadRequests(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	r := e.apply(t, []store.Put{put(t, resource.Cluster, "default", cluster("a", 1))})
+	r := e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("a", 1))})
 	tests := []struct {
 		name string
-		open func(*testing.T) *xdsStream
+		open func(testing.TB) *xdstest.SotWStream
 		reqs []*discoveryv3.DiscoveryRequest
 		want codes.Code
 	}{
 		{name: "ads without type_url", open: e.adsStream,
-			reqs: []*discoveryv3.DiscoveryRequest{{Node: node("n1", "")}}, want: codes.InvalidArgument},
+			reqs: []*discoveryv3.DiscoveryRequest{{Node: xdstest.Node("n1", "")}}, want: codes.InvalidArgument},
 		{name: "ads unknown type_url", open: e.adsStream,
-			reqs: []*discoveryv3.DiscoveryRequest{{Node: node("n1", ""), TypeUrl: "type.googleapis.com/no.such.Type"}}, want: codes.InvalidArgument},
+			reqs: []*discoveryv3.DiscoveryRequest{{Node: xdstest.Node("n1", ""), TypeUrl: "type.googleapis.com/no.such.Type"}}, want: codes.InvalidArgument},
 		{name: "ads, bad request after a good one", open: e.adsStream,
-			reqs: []*discoveryv3.DiscoveryRequest{sotwRequest(resource.Cluster, node("n1", "")), {TypeUrl: "type.googleapis.com/no.such.Type"}}, want: codes.InvalidArgument},
+			reqs: []*discoveryv3.DiscoveryRequest{sotwRequest(resource.Cluster, xdstest.Node("n1", "")), {TypeUrl: "type.googleapis.com/no.such.Type"}}, want: codes.InvalidArgument},
 		{name: "cds service, endpoint type_url", open: e.cdsStream,
-			reqs: []*discoveryv3.DiscoveryRequest{sotwRequest(resource.Endpoint, node("n1", ""), "a")}, want: codes.InvalidArgument},
+			reqs: []*discoveryv3.DiscoveryRequest{sotwRequest(resource.Endpoint, xdstest.Node("n1", ""), "a")}, want: codes.InvalidArgument},
 		{name: "ads oversized", open: e.adsStream,
-			reqs: []*discoveryv3.DiscoveryRequest{{Node: node("n1", ""), TypeUrl: resource.Cluster.URL, ResourceNames: []string{strings.Repeat("x", 1<<20+1)}}}, want: codes.ResourceExhausted},
+			reqs: []*discoveryv3.DiscoveryRequest{{Node: xdstest.Node("n1", ""), TypeUrl: resource.Cluster.URL, ResourceNames: []string{strings.Repeat("x", 1<<20+1)}}}, want: codes.ResourceExhausted},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			before := gatherValue(t, e, "legation_sotw_bad_requests_total")
 			s := tc.open(t)
 			for _, req := range tc.reqs {
-				if err := s.stream.Send(req); err != nil && !errors.Is(err, io.EOF) {
+				if err := s.Client().Send(req); err != nil && !errors.Is(err, io.EOF) {
 					t.Fatal(err)
 				}
 			}
-			if err := s.expectErr(); grpcstatus.Code(err) != tc.want {
+			if err := s.ExpectErr(); grpcstatus.Code(err) != tc.want {
 				t.Fatalf("stream ended with %v, want %s", err, tc.want)
 			}
 			if tc.want == codes.InvalidArgument {
@@ -787,18 +786,18 @@ func TestSotWBadRequests(t *testing.T) {
 			}
 			// The server serves on.
 			s = e.adsStream(t)
-			s.send(sotwRequest(resource.Cluster, node("n2", "")))
-			checkResp(t, s.expect(), resource.Cluster, ver(r), "a")
+			s.Send(sotwRequest(resource.Cluster, xdstest.Node("n2", "")))
+			checkResp(t, s.Expect(), resource.Cluster, xdstest.Version(r), "a")
 		})
 	}
 
 	t.Run("cds service, empty type_url", func(t *testing.T) {
 		s := e.cdsStream(t)
-		s.send(&discoveryv3.DiscoveryRequest{Node: node("n1", "")})
-		resp := s.expect()
-		checkResp(t, resp, resource.Cluster, ver(r), "a")
-		s.send(&discoveryv3.DiscoveryRequest{VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce()})
-		s.expectNone()
+		s.Send(&discoveryv3.DiscoveryRequest{Node: xdstest.Node("n1", "")})
+		resp := s.Expect()
+		checkResp(t, resp, resource.Cluster, xdstest.Version(r), "a")
+		s.Send(&discoveryv3.DiscoveryRequest{VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce()})
+		s.ExpectNone()
 	})
 }
 
@@ -806,63 +805,63 @@ func TestSotWBadRequests(t *testing.T) {
 func TestSotWPerTypeServices(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	r := e.apply(t, []store.Put{
-		put(t, resource.Cluster, "default", cluster("a", 1)),
-		put(t, resource.Cluster, "default", cluster("b", 1)),
-		put(t, resource.Endpoint, "default", endpoints("a", 1)),
-		put(t, resource.Endpoint, "default", endpoints("b", 1)),
-		put(t, resource.Listener, "default", apiListener(t, "l", "r", true)),
-		put(t, resource.Route, "default", routeConfig("r", "svc", "a")),
-		put(t, resource.Route, "default", routeConfig("r2", "svc2", "b")),
+	r := e.Apply(t, []store.Put{
+		xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("a", 1)),
+		xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("b", 1)),
+		xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("a", 1)),
+		xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("b", 1)),
+		xdstest.Put(t, resource.Listener, "default", xdstest.APIListener(t, "l", "r", true)),
+		xdstest.Put(t, resource.Route, "default", xdstest.Route("r", "svc", "a")),
+		xdstest.Put(t, resource.Route, "default", xdstest.Route("r2", "svc2", "b")),
 	})
-	l2 := apiListener(t, "l", "r", true)
+	l2 := xdstest.APIListener(t, "l", "r", true)
 	l2.StatPrefix = "v2"
 	tests := []struct {
 		name   string
-		open   func(*testing.T) *xdsStream
+		open   func(testing.TB) *xdstest.SotWStream
 		typ    *resource.Type
 		names  []string // asked for
 		first  []string // first response
 		change proto.Message
 		second []string // response to the change
 	}{
-		{"StreamClusters", e.cdsStream, resource.Cluster, nil, []string{"a", "b"}, cluster("a", 2), []string{"a", "b"}},
-		{"StreamEndpoints", e.edsStream, resource.Endpoint, []string{"a", "b"}, []string{"a", "b"}, endpoints("b", 2), []string{"b"}},
+		{"StreamClusters", e.cdsStream, resource.Cluster, nil, []string{"a", "b"}, xdstest.Cluster("a", 2), []string{"a", "b"}},
+		{"StreamEndpoints", e.edsStream, resource.Endpoint, []string{"a", "b"}, []string{"a", "b"}, xdstest.Endpoints("b", 2), []string{"b"}},
 		{"StreamListeners", e.ldsStream, resource.Listener, nil, []string{"l"}, l2, []string{"l"}},
-		{"StreamRoutes", e.rdsStream, resource.Route, []string{"r", "r2"}, []string{"r", "r2"}, routeConfig("r", "svc", "b"), []string{"r"}},
+		{"StreamRoutes", e.rdsStream, resource.Route, []string{"r", "r2"}, []string{"r", "r2"}, xdstest.Route("r", "svc", "b"), []string{"r"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			s := tc.open(t)
-			s.send(sotwRequest(tc.typ, node("n1", ""), tc.names...))
-			resp := s.expect()
+			s.Send(sotwRequest(tc.typ, xdstest.Node("n1", ""), tc.names...))
+			resp := s.Expect()
 			checkResp(t, resp, tc.typ, resp.GetVersionInfo(), tc.first...)
-			s.ack(resp, tc.names...)
-			rev := e.apply(t, []store.Put{put(t, tc.typ, "default", tc.change)})
-			resp = s.expect()
-			checkResp(t, resp, tc.typ, ver(rev), tc.second...)
-			s.ack(resp, tc.names...)
-			s.expectNone()
+			s.Ack(resp, tc.names...)
+			rev := e.Apply(t, []store.Put{xdstest.Put(t, tc.typ, "default", tc.change)})
+			resp = s.Expect()
+			checkResp(t, resp, tc.typ, xdstest.Version(rev), tc.second...)
+			s.Ack(resp, tc.names...)
+			s.ExpectNone()
 		})
 	}
 
 	t.Run("FetchClusters", func(t *testing.T) {
 		c := cdsv3.NewClusterDiscoveryServiceClient(e.conn(t))
-		ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), xdstest.Timeout)
 		defer cancel()
-		cur := ver(e.view.Snapshot().Revision)
-		resp, err := c.FetchClusters(ctx, &discoveryv3.DiscoveryRequest{Node: node("n1", "")})
+		cur := xdstest.Version(e.View.Snapshot().Revision)
+		resp, err := c.FetchClusters(ctx, &discoveryv3.DiscoveryRequest{Node: xdstest.Node("n1", "")})
 		if err != nil {
 			t.Fatal(err)
 		}
 		checkResp(t, resp, resource.Cluster, cur, "a", "b")
-		checkBodies(t, resp, cluster("a", 2), cluster("b", 1))
-		_, err = c.FetchClusters(ctx, &discoveryv3.DiscoveryRequest{Node: node("n1", ""), VersionInfo: cur})
+		checkBodies(t, resp, xdstest.Cluster("a", 2), xdstest.Cluster("b", 1))
+		_, err = c.FetchClusters(ctx, &discoveryv3.DiscoveryRequest{Node: xdstest.Node("n1", ""), VersionInfo: cur})
 		if grpcstatus.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "not modified") {
 			t.Fatalf("FetchClusters at the current version: %v, want Unavailable, not modified", err)
 		}
 		// A version the set changed since is answered.
-		resp, err = c.FetchClusters(ctx, &discoveryv3.DiscoveryRequest{Node: node("n1", ""), VersionInfo: ver(r)})
+		resp, err = c.FetchClusters(ctx, &discoveryv3.DiscoveryRequest{Node: xdstest.Node("n1", ""), VersionInfo: xdstest.Version(r)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -880,18 +879,18 @@ func TestSotWSharedEncoding(t *testing.T) {
 	t.Parallel()
 	const n = 20
 	e := newEnv(t)
-	e.apply(t, []store.Put{
-		put(t, resource.Endpoint, "default", endpoints("a", 1)),
-		put(t, resource.Endpoint, "default", endpoints("b", 1)),
+	e.Apply(t, []store.Put{
+		xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("a", 1)),
+		xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("b", 1)),
 	})
-	streams := make([]*xdsStream, n)
+	streams := make([]*xdstest.SotWStream, n)
 	for i := range streams {
 		s := e.adsStream(t)
-		s.send(sotwRequest(resource.Endpoint, node("n"+strconv.Itoa(i), ""), "a", "b"))
+		s.Send(sotwRequest(resource.Endpoint, xdstest.Node("n"+strconv.Itoa(i), ""), "a", "b"))
 		streams[i] = s
 	}
 	for _, s := range streams {
-		s.ack(s.expect(), "a", "b")
+		s.Ack(s.Expect(), "a", "b")
 	}
 	// Every ACK is taken before counting.
 	waitFor(t, func() bool {
@@ -905,11 +904,11 @@ func TestSotWSharedEncoding(t *testing.T) {
 	encodes := gatherValue(t, e, "legation_sotw_response_encodes_total")
 	responses := gatherValue(t, e, "legation_sotw_responses_total", "type", "endpoint")
 
-	r := e.apply(t, []store.Put{put(t, resource.Endpoint, "default", endpoints("a", 2))})
+	r := e.Apply(t, []store.Put{xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("a", 2))})
 	for _, s := range streams {
-		resp := s.expect()
-		checkResp(t, resp, resource.Endpoint, ver(r), "a")
-		checkBodies(t, resp, endpoints("a", 2))
+		resp := s.Expect()
+		checkResp(t, resp, resource.Endpoint, xdstest.Version(r), "a")
+		checkBodies(t, resp, xdstest.Endpoints("a", 2))
 	}
 	if got := gatherValue(t, e, "legation_sotw_response_encodes_total") - encodes; got != 1 {
 		t.Errorf("legation_sotw_response_encodes_total grew by %v for one change sent to %d streams, want 1", got, n)
@@ -926,16 +925,16 @@ func TestSotWSlowClient(t *testing.T) {
 	e := newEnv(t)
 	// Each CDS response is over 64 KiB, the client's window: a stream that
 	// does not read blocks the server's sends to it after a few.
-	big := cluster("big", 1)
+	big := xdstest.Cluster("big", 1)
 	pad, err := structpb.NewStruct(map[string]any{"pad": strings.Repeat("x", 64<<10)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	big.Metadata = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{"test": pad}}
-	e.apply(t, []store.Put{put(t, resource.Cluster, "default", big), put(t, resource.Cluster, "default", cluster("a", 0))})
+	e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, "default", big), xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("a", 0))})
 
-	slow := e.stalledADS(t)
-	if err := slow.Send(sotwRequest(resource.Cluster, node("slow", ""))); err != nil {
+	slow, cancelSlow := e.stalledADS(t)
+	if err := slow.Send(sotwRequest(resource.Cluster, xdstest.Node("slow", ""))); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool {
@@ -947,20 +946,20 @@ func TestSotWSlowClient(t *testing.T) {
 		return false
 	}, "the slow stream's first response to go out")
 	fast := e.adsStream(t)
-	fast.send(sotwRequest(resource.Cluster, node("fast", "")))
-	fast.ack(fast.expect())
+	fast.Send(sotwRequest(resource.Cluster, xdstest.Node("fast", "")))
+	fast.Ack(fast.Expect())
 
 	const applies = 50
 	var last int64
 	for i := int64(1); i <= applies; i++ {
-		last = e.apply(t, []store.Put{put(t, resource.Cluster, "default", cluster("a", i))})
+		last = e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("a", i))})
 	}
 	// The fast stream has the latest without the slow one reading a byte.
 	for {
-		resp := fast.expect()
-		fast.ack(resp)
-		if resp.GetVersionInfo() == ver(last) {
-			checkBodies(t, resp, cluster("a", applies), big)
+		resp := fast.Expect()
+		fast.Ack(resp)
+		if resp.GetVersionInfo() == xdstest.Version(last) {
+			checkBodies(t, resp, xdstest.Cluster("a", applies), big)
 			break
 		}
 	}
@@ -982,7 +981,7 @@ func TestSotWSlowClient(t *testing.T) {
 			t.Fatal(err)
 		}
 		if v == last {
-			checkBodies(t, resp, cluster("a", applies), big)
+			checkBodies(t, resp, xdstest.Cluster("a", applies), big)
 			break
 		}
 	}
@@ -991,8 +990,8 @@ func TestSotWSlowClient(t *testing.T) {
 		t.Errorf("the slow stream got %d responses for %d changes: want them coalesced", got, applies+1)
 	}
 	// Nothing more: it has converged.
-	rest := newXDSStream(t, slow, func() {})
-	rest.expectNone()
+	rest := xdstest.NewSotW(t, slow, cancelSlow)
+	rest.ExpectNone()
 }
 
 // sotwRequest is a first request for typ naming names (none: wildcard).
@@ -1000,46 +999,36 @@ func sotwRequest(typ *resource.Type, n *corev3.Node, names ...string) *discovery
 	return &discoveryv3.DiscoveryRequest{Node: n, TypeUrl: typ.URL, ResourceNames: names}
 }
 
-// nackResp rejects resp: the last version accepted, resp's nonce and an
-// error_detail.
-func nackResp(x *xdsStream, resp *discoveryv3.DiscoveryResponse, lastGood, msg string, names ...string) {
-	x.t.Helper()
-	x.send(&discoveryv3.DiscoveryRequest{
-		TypeUrl: resp.GetTypeUrl(), VersionInfo: lastGood, ResponseNonce: resp.GetNonce(), ResourceNames: names,
-		ErrorDetail: &status.Status{Code: int32(codes.InvalidArgument), Message: msg},
-	})
-}
-
 // subscribeAll subscribes s to types in order (names[type], none:
 // wildcard), ACKing each first response.
-func subscribeAll(t *testing.T, s *xdsStream, types []*resource.Type, names map[*resource.Type][]string) {
+func subscribeAll(t *testing.T, s *xdstest.SotWStream, types []*resource.Type, names map[*resource.Type][]string) {
 	t.Helper()
 	for i, typ := range types {
 		var n *corev3.Node
 		if i == 0 {
-			n = node("mbb", "")
+			n = xdstest.Node("mbb", "")
 		}
-		s.send(sotwRequest(typ, n, names[typ]...))
-		resp := s.expect()
+		s.Send(sotwRequest(typ, n, names[typ]...))
+		resp := s.Expect()
 		if resp.GetTypeUrl() != typ.URL {
 			t.Fatalf("got a %s response, want %s", resp.GetTypeUrl(), typ)
 		}
-		s.ack(resp, names[typ]...)
+		s.Ack(resp, names[typ]...)
 	}
 }
 
 // expectNoneOn fails the test if any of streams gets a response within
 // the short timeout (waited once for all).
-func expectNoneOn(t *testing.T, streams ...*xdsStream) {
+func expectNoneOn(t *testing.T, streams ...*xdstest.SotWStream) {
 	t.Helper()
-	time.Sleep(defaultTestShortTimeout)
+	time.Sleep(xdstest.ShortTimeout)
 	for _, s := range streams {
 		select {
-		case r := <-s.recv:
-			if r.err != nil {
-				t.Fatalf("stream ended: %v", r.err)
+		case r := <-s.Recv():
+			if r.Err != nil {
+				t.Fatalf("stream ended: %v", r.Err)
 			}
-			t.Fatalf("unexpected response: version %s type %s, %d resources", r.resp.GetVersionInfo(), r.resp.GetTypeUrl(), len(r.resp.GetResources()))
+			t.Fatalf("unexpected response: %s", xdstest.Summary(r.Resp))
 		default:
 		}
 	}
@@ -1056,7 +1045,7 @@ type respSummary struct {
 // exactly the resources named want, in that order.
 func checkResp(t *testing.T, resp *discoveryv3.DiscoveryResponse, typ *resource.Type, version string, want ...string) {
 	t.Helper()
-	got := respSummary{resp.GetTypeUrl(), resp.GetVersionInfo(), names(t, resp)}
+	got := respSummary{resp.GetTypeUrl(), resp.GetVersionInfo(), xdstest.Names(t, resp)}
 	if diff := cmp.Diff(respSummary{typ.URL, version, want}, got, cmpopts.EquateEmpty()); diff != "" {
 		t.Fatalf("response (nonce %q) differs (-want +got):\n%s", resp.GetNonce(), diff)
 	}
@@ -1132,13 +1121,7 @@ func streamStatus(t *testing.T, e *env, id string) ads.StreamStatus {
 // timeout.
 func waitFor(t *testing.T, cond func() bool, what string) {
 	t.Helper()
-	deadline := time.Now().Add(defaultTestTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	xdstest.WaitFor(t, what, func() (bool, string) { return cond(), "" })
 }
 
 // advanceOutsidePrefix writes a key outside the prefix and makes the view
@@ -1146,70 +1129,60 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 // wakes up to nothing.
 func advanceOutsidePrefix(t *testing.T, e *env) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), xdstest.Timeout)
 	defer cancel()
-	pr, err := e.client.Put(ctx, "/elsewhere/k", "v")
+	pr, err := e.Client.Put(ctx, "/elsewhere/k", "v")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.view.WaitRevision(ctx, pr.Header.Revision); err != nil {
+	if _, err := e.View.WaitRevision(ctx, pr.Header.Revision); err != nil {
 		t.Fatal(err)
 	}
 }
 
 // openStream opens a stream with open on a new connection.
-func (e *env) openStream(t *testing.T, open func(context.Context, *grpc.ClientConn) (grpc.BidiStreamingClient[discoveryv3.DiscoveryRequest, discoveryv3.DiscoveryResponse], error)) *xdsStream {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	s, err := open(ctx, e.conn(t))
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	return newXDSStream(t, s, cancel)
+func (e *env) openStream(tb testing.TB, open func(context.Context, *grpc.ClientConn) (grpc.BidiStreamingClient[discoveryv3.DiscoveryRequest, discoveryv3.DiscoveryResponse], error)) *xdstest.SotWStream {
+	tb.Helper()
+	return &xdstest.SotWStream{Stream: xdstest.Open(tb, e.conn(tb), open)}
 }
 
-func (e *env) cdsStream(t *testing.T) *xdsStream {
-	return e.openStream(t, func(ctx context.Context, cc *grpc.ClientConn) (grpc.BidiStreamingClient[discoveryv3.DiscoveryRequest, discoveryv3.DiscoveryResponse], error) {
+func (e *env) cdsStream(tb testing.TB) *xdstest.SotWStream {
+	return e.openStream(tb, func(ctx context.Context, cc *grpc.ClientConn) (grpc.BidiStreamingClient[discoveryv3.DiscoveryRequest, discoveryv3.DiscoveryResponse], error) {
 		return cdsv3.NewClusterDiscoveryServiceClient(cc).StreamClusters(ctx)
 	})
 }
 
-func (e *env) edsStream(t *testing.T) *xdsStream {
-	return e.openStream(t, func(ctx context.Context, cc *grpc.ClientConn) (grpc.BidiStreamingClient[discoveryv3.DiscoveryRequest, discoveryv3.DiscoveryResponse], error) {
+func (e *env) edsStream(tb testing.TB) *xdstest.SotWStream {
+	return e.openStream(tb, func(ctx context.Context, cc *grpc.ClientConn) (grpc.BidiStreamingClient[discoveryv3.DiscoveryRequest, discoveryv3.DiscoveryResponse], error) {
 		return edsv3.NewEndpointDiscoveryServiceClient(cc).StreamEndpoints(ctx)
 	})
 }
 
-func (e *env) ldsStream(t *testing.T) *xdsStream {
-	return e.openStream(t, func(ctx context.Context, cc *grpc.ClientConn) (grpc.BidiStreamingClient[discoveryv3.DiscoveryRequest, discoveryv3.DiscoveryResponse], error) {
+func (e *env) ldsStream(tb testing.TB) *xdstest.SotWStream {
+	return e.openStream(tb, func(ctx context.Context, cc *grpc.ClientConn) (grpc.BidiStreamingClient[discoveryv3.DiscoveryRequest, discoveryv3.DiscoveryResponse], error) {
 		return ldsv3.NewListenerDiscoveryServiceClient(cc).StreamListeners(ctx)
 	})
 }
 
-func (e *env) rdsStream(t *testing.T) *xdsStream {
-	return e.openStream(t, func(ctx context.Context, cc *grpc.ClientConn) (grpc.BidiStreamingClient[discoveryv3.DiscoveryRequest, discoveryv3.DiscoveryResponse], error) {
+func (e *env) rdsStream(tb testing.TB) *xdstest.SotWStream {
+	return e.openStream(tb, func(ctx context.Context, cc *grpc.ClientConn) (grpc.BidiStreamingClient[discoveryv3.DiscoveryRequest, discoveryv3.DiscoveryResponse], error) {
 		return rdsv3.NewRouteDiscoveryServiceClient(cc).StreamRoutes(ctx)
 	})
 }
 
 // stalledADS opens an ADS stream that nothing reads unless the test calls
-// Recv (newXDSStream can take it over later), on a connection of its own with fixed 64 KiB flow-control windows
-// (no BDP growth), so that a server writing to it blocks soon.
-func (e *env) stalledADS(t *testing.T) grpc.BidiStreamingClient[discoveryv3.DiscoveryRequest, discoveryv3.DiscoveryResponse] {
+// Recv (xdstest.NewSotW can take it over later, with cancel), on a
+// connection of its own with fixed 64 KiB flow-control windows (no BDP
+// growth), so that a server writing to it blocks soon. cancel ends it.
+func (e *env) stalledADS(t *testing.T) (s grpc.BidiStreamingClient[discoveryv3.DiscoveryRequest, discoveryv3.DiscoveryResponse], cancel context.CancelFunc) {
 	t.Helper()
-	cc, err := grpc.NewClient(e.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithInitialWindowSize(1<<16), grpc.WithInitialConnWindowSize(1<<16))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cc.Close() })
+	cc := xdstest.Dial(t, e.addr, grpc.WithInitialWindowSize(1<<16), grpc.WithInitialConnWindowSize(1<<16))
 	// Bounds the test's Recv calls, which have no timeout of their own.
-	ctx, cancel := context.WithTimeout(context.Background(), 2*defaultTestTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*xdstest.Timeout)
 	t.Cleanup(cancel)
 	s, err := discoveryv3.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s
+	return s, cancel
 }

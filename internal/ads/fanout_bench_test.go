@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -26,6 +25,7 @@ import (
 
 	"github.com/legation-io/legation/internal/resource"
 	"github.com/legation-io/legation/internal/store"
+	"github.com/legation-io/legation/internal/xdstest"
 )
 
 // The fan-out scenario of DESIGN.md's performance targets: every stream
@@ -51,7 +51,7 @@ func fanoutCLA(i int, base uint32) *endpointv3.ClusterLoadAssignment {
 	for j := range ports {
 		ports[j] = base + uint32(j)
 	}
-	return endpoints(fanoutCLAName(i), ports...)
+	return xdstest.Endpoints(fanoutCLAName(i), ports...)
 }
 
 // fanoutSeed writes the 200 assignments in one transaction and returns
@@ -61,10 +61,10 @@ func fanoutSeed(tb testing.TB, e *env) []string {
 	puts := make([]store.Put, 0, fanoutCLAs)
 	names := make([]string, 0, fanoutCLAs)
 	for i := 0; i < fanoutCLAs; i++ {
-		puts = append(puts, put(tb, resource.Endpoint, store.DefaultScope, fanoutCLA(i, 10000)))
+		puts = append(puts, xdstest.Put(tb, resource.Endpoint, store.DefaultScope, fanoutCLA(i, 10000)))
 		names = append(names, fanoutCLAName(i))
 	}
-	tbApply(tb, e, puts)
+	e.Apply(tb, puts)
 	return names
 }
 
@@ -100,8 +100,9 @@ func fanoutSeed(tb testing.TB, e *env) []string {
 //     client-alloc-B/stream/push the clients'. They come from one more
 //     push, made after the timed ones with every allocation profiled
 //     (runtime.MemProfileRate=1) and each allocation's stack telling whose
-//     it is (package ads and grpc-go's server side, or the clients and
-//     grpc-go's client side; see ownerOf).
+//     it is (packages ads and xdsstream, the stream core, and grpc-go's
+//     server side, or the clients and grpc-go's client side; see
+//     ownerOf).
 //   - wire-B/stream/push: gRPC message bytes received per stream (the
 //     DiscoveryResponse; without the 5-byte gRPC and 9-byte HTTP/2 frame
 //     headers).
@@ -115,7 +116,7 @@ func fanoutSeed(tb testing.TB, e *env) []string {
 // Each push must reach every stream exactly once, carrying exactly the
 // changed assignment; the benchmark fails otherwise.
 func BenchmarkFanout(b *testing.B) {
-	e := tbEnv(b)
+	e := newEnv(b)
 	names := fanoutSeed(b, e)
 	// The streams of one configuration outlive the runs of its
 	// sub-benchmark (testing runs it with b.N=1 first, then again): one
@@ -162,7 +163,7 @@ func BenchmarkFanout(b *testing.B) {
 // stream (the benchmark's receive loop and grpc-go's context watcher). The
 // split comes from an exact profile of the allocations made while the
 // streams open (runtime.MemProfileRate=1): server-heap-B/stream is the
-// heap the server's code (package ads, grpc-go's server side) still holds
+// heap the server's code (packages ads and xdsstream, grpc-go's server side) still holds
 // per stream, client-heap-B/stream the clients'. Goroutines are told apart
 // by their stacks: server-goroutines/stream, and server-B/stream, the
 // server's heap plus its share of the stack memory (by goroutine count,
@@ -170,15 +171,15 @@ func BenchmarkFanout(b *testing.B) {
 // connections) are amortised over the streams; the shared state (view,
 // encoded bodies) is counted once, not per stream.
 func BenchmarkIdleStreamMemory(b *testing.B) {
-	e := tbEnv(b)
+	e := newEnv(b)
 	names := fanoutSeed(b, e)
 	const n = 1000
 	b.Run(fmt.Sprintf("streams=%d", n), func(b *testing.B) {
 		var heap, stack, goroutines, serverHeap, clientHeap, serverG float64
 		for i := 0; i < b.N; i++ {
-			before := settledMemStats()
-			g0 := goroutinesByOwner()
-			p0 := readAllocProfile()
+			before := xdstest.SettledMemStats()
+			g0 := xdstest.GoroutinesByOwner(ownerOf)
+			p0 := xdstest.ReadAllocProfile()
 			rate := runtime.MemProfileRate
 			runtime.MemProfileRate = 1
 			f := &fanout{e: e, n: n, names: names}
@@ -188,20 +189,20 @@ func BenchmarkIdleStreamMemory(b *testing.B) {
 			})
 			f.open(b)
 			runtime.MemProfileRate = rate
-			after := settledMemStats()
-			g1 := goroutinesByOwner()
-			split := readAllocProfile().inUseSince(p0)
+			after := xdstest.SettledMemStats()
+			g1 := xdstest.GoroutinesByOwner(ownerOf)
+			split := xdstest.ReadAllocProfile().InUseSince(p0, ownerOf)
 			heap += float64(int64(after.HeapAlloc) - int64(before.HeapAlloc))
 			stack += float64(int64(after.StackInuse) - int64(before.StackInuse))
-			serverHeap += float64(split[allocServer].bytes)
-			clientHeap += float64(split[allocClient].bytes)
+			serverHeap += float64(split[xdstest.OwnedByServer].Bytes)
+			clientHeap += float64(split[xdstest.OwnedByClient].Bytes)
 			for _, c := range g1 {
 				goroutines += float64(c)
 			}
 			for _, c := range g0 {
 				goroutines -= float64(c)
 			}
-			serverG += float64(g1[allocServer] - g0[allocServer])
+			serverG += float64(g1[xdstest.OwnedByServer] - g0[xdstest.OwnedByServer])
 			f.close(b)
 		}
 		per := float64(b.N) * n
@@ -218,33 +219,6 @@ func BenchmarkIdleStreamMemory(b *testing.B) {
 	})
 }
 
-// goroutinesByOwner counts the goroutines by whose code started them.
-func goroutinesByOwner() map[allocOwner]int {
-	var recs []runtime.StackRecord
-	n, _ := runtime.GoroutineProfile(nil)
-	for {
-		recs = make([]runtime.StackRecord, n+100)
-		var ok bool
-		if n, ok = runtime.GoroutineProfile(recs); ok {
-			recs = recs[:n]
-			break
-		}
-	}
-	out := map[allocOwner]int{}
-	for _, r := range recs {
-		out[ownerOf(r.Stack())]++
-	}
-	return out
-}
-
-func settledMemStats() runtime.MemStats {
-	runtime.GC()
-	runtime.GC() // the first may leave finalizer-held objects for the second
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m
-}
-
 // fanout is N client streams subscribed to the fan-out scenario.
 type fanout struct {
 	e      *env
@@ -258,17 +232,14 @@ type fanout struct {
 	cls    []*fanoutClient
 	wg     sync.WaitGroup // the receive goroutines
 
-	// Counters the receive goroutines update.
-	pending  atomic.Int64 // responses still expected in this round
-	done     chan struct{}
-	bytes    atomic.Int64 // message bytes received in this round
-	received atomic.Int64 // responses received in all
-	wantRes  atomic.Int64 // resources each response of this round must hold
-	bad      atomic.Int64 // responses with another number of resources
-	errMu    sync.Mutex   // guards err
-	err      error        // the first stream failure
+	// What the receive goroutines record: the responses of the round,
+	// each of which must hold wantRes resources, and all those received.
+	round    *xdstest.Round
+	wantRes  atomic.Int64
+	received atomic.Int64
 
-	pushes int // pushes made on these streams
+	pushes  int // pushes made on these streams
+	metrics xdstest.PushMetrics
 }
 
 // fanoutChanges counts the changes made in this process, so that each
@@ -288,9 +259,9 @@ type fanoutClient struct {
 func (f *fanout) open(b *testing.B) {
 	b.Helper()
 	f.ctx, f.cancel = context.WithCancel(context.Background())
-	f.done = make(chan struct{}, 1)
+	f.round = xdstest.NewRound()
 	f.wantRes.Store(fanoutCLAs)
-	f.pending.Store(int64(f.n))
+	f.round.Start(f.n)
 	for i := 0; i < f.n; i++ {
 		if i%fanoutPerConn == 0 {
 			cc, err := grpc.NewClient(f.e.addr,
@@ -333,14 +304,7 @@ func (f *fanout) close(b *testing.B) {
 		cc.Close()
 	}
 	f.wg.Wait()
-	deadline := time.Now().Add(fanoutTimeout)
-	for len(f.e.srv.Streams()) > 0 {
-		if time.Now().After(deadline) {
-			b.Errorf("the server still holds %d streams after the clients closed them", len(f.e.srv.Streams()))
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	xdstest.WaitNoStreams(b, fanoutTimeout, func() int { return len(f.e.srv.Streams()) })
 }
 
 // receive counts each response of c's stream until the stream ends.
@@ -350,7 +314,7 @@ func (f *fanout) receive(c *fanoutClient) {
 	for {
 		if err := c.st.RecvMsg(m); err != nil {
 			if f.ctx.Err() == nil {
-				f.fail(err)
+				f.round.Fail(err)
 			}
 			return
 		}
@@ -358,52 +322,15 @@ func (f *fanout) receive(c *fanoutClient) {
 		c.ver = append(c.ver[:0], m.version...)
 		c.nonce = append(c.nonce[:0], m.nonce...)
 		c.mu.Unlock()
-		f.bytes.Add(int64(m.size))
 		f.received.Add(1)
-		if int64(m.resources) != f.wantRes.Load() {
-			f.bad.Add(1)
-		}
-		if f.pending.Add(-1) == 0 {
-			select {
-			case f.done <- struct{}{}:
-			default: // a failure already woke the benchmark
-			}
-		}
+		f.round.Got(m.size, int64(m.resources) == f.wantRes.Load())
 	}
-}
-
-func (f *fanout) fail(err error) {
-	f.errMu.Lock()
-	if f.err == nil {
-		f.err = err
-	}
-	f.errMu.Unlock()
-	select {
-	case f.done <- struct{}{}: // wake the benchmark to report it
-	default:
-	}
-}
-
-func (f *fanout) firstErr() error {
-	f.errMu.Lock()
-	defer f.errMu.Unlock()
-	return f.err
 }
 
 // wait blocks until every stream has had its response of this round.
 func (f *fanout) wait(b *testing.B, what string) {
 	b.Helper()
-	select {
-	case <-f.done:
-	case <-time.After(fanoutTimeout):
-		b.Fatalf("after %s only %d of %d streams have received %s", fanoutTimeout, int64(f.n)-f.pending.Load(), f.n, what)
-	}
-	if err := f.firstErr(); err != nil {
-		b.Fatalf("a stream failed: %v", err)
-	}
-	if bad := f.bad.Load(); bad > 0 {
-		b.Fatalf("%d responses with %s did not hold %d resources", bad, what, f.wantRes.Load())
-	}
+	f.round.Wait(b, fanoutTimeout, what, fmt.Sprintf("%d resources", f.wantRes.Load()))
 }
 
 // ackAll has every client ACK its last response, and returns once the
@@ -424,205 +351,64 @@ func (f *fanout) ackAll(b *testing.B) {
 			b.Fatalf("stream %d: ack: %v", i, err)
 		}
 	}
-	deadline := time.Now().Add(fanoutTimeout)
-	for {
+	xdstest.WaitAcked(b, fanoutTimeout, f.n, ver, func(ver string) int {
 		acked := 0
 		for _, s := range f.e.srv.Streams() {
 			if ts := s.Types[resource.Endpoint.Name]; ts != nil && strings.HasPrefix(s.NodeID, "fanout-") && ts.VersionAcked == ver {
 				acked++
 			}
 		}
-		if acked == f.n {
-			break
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("after %s the server has taken %d of %d ACKs of version %s", fanoutTimeout, acked, f.n, ver)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return acked
+	})
 	if got, want := f.received.Load(), int64(f.n)*int64(f.pushes+1); got != want {
 		b.Fatalf("the streams received %d responses in all, want %d (one per stream per push)", got, want)
 	}
 }
 
-// fanoutMark is a point of a push: when, the allocations so far and the
-// process's CPU time.
-type fanoutMark struct {
-	at  time.Time
-	mem runtime.MemStats
-	cpu time.Duration
-}
-
-func fanoutMarkNow() fanoutMark {
-	var m fanoutMark
-	m.at = time.Now()
-	runtime.ReadMemStats(&m.mem)
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err == nil {
-		m.cpu = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	}
-	return m
-}
-
 // run makes b.N timed pushes, then one more with every allocation
 // profiled, and reports the metrics of BenchmarkFanout.
 func (f *fanout) run(b *testing.B) {
-	var total, worst, cpu time.Duration
-	var allocBytes, allocs uint64
-	var wire int64
-	var gcs uint32
+	f.metrics = xdstest.PushMetrics{}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		start, end := f.push(b)
 		b.StopTimer()
-		d := end.at.Sub(start.at)
-		total += d
-		worst = max(worst, d)
-		cpu += end.cpu - start.cpu
-		allocBytes += end.mem.TotalAlloc - start.mem.TotalAlloc
-		allocs += end.mem.Mallocs - start.mem.Mallocs
-		gcs += end.mem.NumGC - start.mem.NumGC
-		wire += f.bytes.Load()
+		f.metrics.Add(start, end, f.round.Bytes())
 		f.ackAll(b)
 		b.StartTimer()
 	}
 	b.StopTimer()
-	pushes, per := float64(b.N), float64(b.N)*float64(f.n)
-	b.ReportMetric(total.Seconds()*1e3/pushes, "ms-until-all-sent")
-	b.ReportMetric(worst.Seconds()*1e3, "max-ms-until-all-sent")
-	b.ReportMetric(float64(allocBytes)/per, "alloc-B/stream/push")
-	b.ReportMetric(float64(allocs)/per, "allocs/stream/push")
-	b.ReportMetric(float64(wire)/per, "wire-B/stream/push")
-	b.ReportMetric(cpu.Seconds()*1e6/per, "cpu-us/stream/push")
-	b.ReportMetric(float64(gcs)/pushes, "gcs/push")
+	f.metrics.Report(b, f.n)
 
-	// The attributed push: profiling every allocation slows it down, so
-	// it is not one of the timed ones.
-	before := readAllocProfile()
-	rate := runtime.MemProfileRate
-	defer func() { runtime.MemProfileRate = rate }() // also if the push fails
-	runtime.MemProfileRate = 1
-	f.push(b)
-	runtime.MemProfileRate = rate
-	split := readAllocProfile().since(before)
+	split := xdstest.Attribute(ownerOf, func() { f.push(b) })
 	f.ackAll(b)
 	n := float64(f.n)
-	b.ReportMetric(float64(split[allocServer].bytes)/n, "server-alloc-B/stream/push")
-	b.ReportMetric(float64(split[allocServer].objects)/n, "server-allocs/stream/push")
-	b.ReportMetric(float64(split[allocClient].bytes)/n, "client-alloc-B/stream/push")
+	b.ReportMetric(float64(split[xdstest.OwnedByServer].Bytes)/n, "server-alloc-B/stream/push")
+	b.ReportMetric(float64(split[xdstest.OwnedByServer].Objects)/n, "server-allocs/stream/push")
+	b.ReportMetric(float64(split[xdstest.OwnedByClient].Bytes)/n, "client-alloc-B/stream/push")
 }
 
 // push applies one changed assignment and waits until every stream has
 // received it. start is when the view published the change, end when the
 // last stream had it.
-func (f *fanout) push(b *testing.B) (start, end fanoutMark) {
+func (f *fanout) push(b *testing.B) (start, end xdstest.Mark) {
 	b.Helper()
 	f.pushes++
 	f.wantRes.Store(1)
-	f.bytes.Store(0)
-	f.pending.Store(int64(f.n))
+	f.round.Start(f.n)
 	// The window starts when the view publishes the change, which wakes
-	// every stream; this goroutine waits on the same channel.
-	published := make(chan fanoutMark, 1)
-	go func(s *store.Snapshot) {
-		for {
-			select {
-			case <-s.Done():
-			case <-f.ctx.Done():
-				return
-			}
-			if s = s.Next(); len(s.Changes) > 0 {
-				published <- fanoutMarkNow()
-				return
-			}
-		}
-	}(f.e.view.Snapshot())
+	// every stream.
+	published := xdstest.MarkNextChange(f.ctx, f.e.View.Snapshot())
 	// One changed assignment: all its ports move.
 	c := int(fanoutChanges.Add(1))
-	prev := f.e.view.Snapshot().Revision
-	if rev := tbApply(b, f.e, []store.Put{put(b, resource.Endpoint, store.DefaultScope,
+	prev := f.e.View.Snapshot().Revision
+	if rev := f.e.Apply(b, []store.Put{xdstest.Put(b, resource.Endpoint, store.DefaultScope,
 		fanoutCLA(c%fanoutCLAs, uint32(1024+(c*fanoutEndpoints)%60000)))}); rev <= prev {
 		b.Fatalf("the apply changed nothing (revision %d)", rev)
 	}
 	f.wait(b, "the change")
-	end = fanoutMarkNow()
-	select {
-	case start = <-published:
-	case <-time.After(fanoutTimeout):
-		b.Fatal("the view published no snapshot with the change")
-	}
-	return start, end
-}
-
-// allocOwner is whose code made an allocation.
-type allocOwner int
-
-const (
-	allocOther  allocOwner = iota // etcd, the view, the runtime, the benchmark
-	allocServer                   // package ads and grpc-go's server side
-	allocClient                   // the benchmark's clients and grpc-go's client side
-)
-
-// allocProfile is runtime.MemProfile summed by stack.
-type allocProfile map[[32]uintptr]runtime.MemProfileRecord
-
-// readAllocProfile runs a GC, which publishes the allocations made so far,
-// and reads the allocation profile. Allocations are profiled one in
-// runtime.MemProfileRate bytes: set it to 1 for exact counts. One GC
-// only: sync.Pools keep their contents through one (in their victim
-// caches), so grpc-go's buffer pools stay warm.
-func readAllocProfile() allocProfile {
-	runtime.GC()
-	var recs []runtime.MemProfileRecord
-	n, _ := runtime.MemProfile(nil, true)
-	for {
-		recs = make([]runtime.MemProfileRecord, n+100)
-		var ok bool
-		if n, ok = runtime.MemProfile(recs, true); ok {
-			recs = recs[:n]
-			break
-		}
-	}
-	p := make(allocProfile, len(recs))
-	for _, r := range recs {
-		sum := p[r.Stack0]
-		sum.Stack0 = r.Stack0
-		sum.AllocBytes += r.AllocBytes
-		sum.AllocObjects += r.AllocObjects
-		sum.FreeBytes += r.FreeBytes
-		sum.FreeObjects += r.FreeObjects
-		p[r.Stack0] = sum
-	}
-	return p
-}
-
-// allocSum is what one owner allocated (or holds).
-type allocSum struct{ bytes, objects int64 }
-
-// since returns, by owner, what was allocated after prev was read.
-func (p allocProfile) since(prev allocProfile) map[allocOwner]allocSum {
-	out := map[allocOwner]allocSum{}
-	for k, r := range p {
-		o := out[ownerOf(r.Stack())]
-		o.bytes += r.AllocBytes - prev[k].AllocBytes
-		o.objects += r.AllocObjects - prev[k].AllocObjects
-		out[ownerOf(r.Stack())] = o
-	}
-	return out
-}
-
-// inUseSince returns, by owner, the growth of the memory in use since
-// prev was read.
-func (p allocProfile) inUseSince(prev allocProfile) map[allocOwner]allocSum {
-	out := map[allocOwner]allocSum{}
-	for k, r := range p {
-		o := out[ownerOf(r.Stack())]
-		q := prev[k]
-		o.bytes += (r.AllocBytes - r.FreeBytes) - (q.AllocBytes - q.FreeBytes)
-		o.objects += (r.AllocObjects - r.FreeObjects) - (q.AllocObjects - q.FreeObjects)
-		out[ownerOf(r.Stack())] = o
-	}
-	return out
+	end = xdstest.MarkNow()
+	return xdstest.WaitMark(b, published, fanoutTimeout), end
 }
 
 // ownerOf tells by its functions whose code an allocation's stack is.
@@ -633,8 +419,8 @@ func (p allocProfile) inUseSince(prev allocProfile) map[allocOwner]allocSum {
 // innermost 32 frames are recorded, which suffices for the server and the
 // raw clients; a decoding client's deep protobuf stacks may lose the
 // frames that name it.
-func ownerOf(stack []uintptr) allocOwner {
-	owner := allocOther
+func ownerOf(stack []uintptr) xdstest.Owner {
+	owner := xdstest.OwnedByOther
 	frames := runtime.CallersFrames(stack)
 	for more := true; more; {
 		var fr runtime.Frame
@@ -643,15 +429,15 @@ func ownerOf(stack []uintptr) allocOwner {
 		switch {
 		case strings.HasPrefix(fn, "go.etcd.io/"),
 			strings.HasPrefix(fn, "github.com/legation-io/legation/internal/store."),
-			strings.HasPrefix(fn, "github.com/legation-io/legation/internal/ads_test.tbApply"):
-			return allocOther
-		case owner != allocOther:
+			strings.HasPrefix(fn, "github.com/legation-io/legation/internal/xdstest.(*Env).Apply"):
+			return xdstest.OwnedByOther
+		case owner != xdstest.OwnedByOther:
 		case strings.HasPrefix(fn, "github.com/legation-io/legation/internal/ads."),
 			strings.Contains(fn, "grpc/internal/transport.(*http2Server)"),
 			strings.Contains(fn, "grpc/internal/transport.NewServerTransport"),
 			strings.HasPrefix(fn, "google.golang.org/grpc.(*Server)"),
 			strings.HasPrefix(fn, "google.golang.org/grpc.(*serverStream)"):
-			owner = allocServer
+			owner = xdstest.OwnedByServer
 		case strings.HasPrefix(fn, "github.com/legation-io/legation/internal/ads_test.(*fanout)"),
 			strings.HasPrefix(fn, "github.com/legation-io/legation/internal/ads_test.fanoutCodec"),
 			strings.Contains(fn, "grpc/internal/transport.(*http2Client)"),
@@ -660,7 +446,7 @@ func ownerOf(stack []uintptr) allocOwner {
 			strings.HasPrefix(fn, "google.golang.org/grpc.(*clientStream)"),
 			strings.HasPrefix(fn, "google.golang.org/grpc.newClientStream"),
 			strings.HasPrefix(fn, "google.golang.org/grpc.(*csAttempt)"):
-			owner = allocClient
+			owner = xdstest.OwnedByClient
 		}
 	}
 	return owner

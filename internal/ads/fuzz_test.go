@@ -25,6 +25,7 @@ import (
 	"github.com/legation-io/legation/internal/ads"
 	"github.com/legation-io/legation/internal/resource"
 	"github.com/legation-io/legation/internal/store"
+	"github.com/legation-io/legation/internal/xdstest"
 )
 
 // fuzzCatchup is the fuzz servers' CatchupTimeout: an input presenting a
@@ -37,14 +38,14 @@ const fuzzCatchup = 50 * time.Millisecond
 // of that state.
 func fuzzEnv(f *testing.F) (*env, int64) {
 	f.Helper()
-	e := tbEnv(f, func(c *ads.Config) { c.CatchupTimeout = fuzzCatchup })
-	rev := tbApply(f, e, []store.Put{
-		put(f, resource.Cluster, store.DefaultScope, cluster("a", 1)),
-		put(f, resource.Cluster, store.DefaultScope, cluster("b", 1)),
-		put(f, resource.Endpoint, store.DefaultScope, endpoints("a", 8080, 8081)),
-		put(f, resource.Endpoint, store.DefaultScope, endpoints("b", 9090)),
-		put(f, resource.Listener, store.DefaultScope, apiListener(f, "l1", "r1", true)),
-		put(f, resource.Route, store.DefaultScope, routeConfig("r1", "l1", "a")),
+	e := newEnv(f, func(c *ads.Config) { c.CatchupTimeout = fuzzCatchup })
+	rev := e.Apply(f, []store.Put{
+		xdstest.Put(f, resource.Cluster, store.DefaultScope, xdstest.Cluster("a", 1)),
+		xdstest.Put(f, resource.Cluster, store.DefaultScope, xdstest.Cluster("b", 1)),
+		xdstest.Put(f, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("a", 8080, 8081)),
+		xdstest.Put(f, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("b", 9090)),
+		xdstest.Put(f, resource.Listener, store.DefaultScope, xdstest.APIListener(f, "l1", "r1", true)),
+		xdstest.Put(f, resource.Route, store.DefaultScope, xdstest.Route("r1", "l1", "a")),
 	})
 	return e, rev
 }
@@ -218,7 +219,7 @@ func FuzzStreamRequests(f *testing.F) {
 // fuzzSequence sends seq and a probe on a new stream and checks what comes
 // back until the probe's answer or the end of the stream.
 func fuzzSequence(t *testing.T, client discoveryv3.AggregatedDiscoveryServiceClient, seq []*discoveryv3.DiscoveryRequest) {
-	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), xdstest.Timeout)
 	defer cancel()
 	st, err := client.StreamAggregatedResources(ctx)
 	if err != nil {
@@ -245,7 +246,7 @@ func fuzzSequence(t *testing.T, client discoveryv3.AggregatedDiscoveryServiceCli
 		resp, err := st.Recv()
 		if err != nil {
 			if ctx.Err() != nil {
-				t.Fatalf("after %s, neither an answer to the probe (%s) nor the end of the stream", defaultTestTimeout, probe.Name)
+				t.Fatalf("after %s, neither an answer to the probe (%s) nor the end of the stream", xdstest.Timeout, probe.Name)
 			}
 			s, ok := grpcstatus.FromError(err)
 			t.Logf("the stream ended: %v", err)
@@ -283,7 +284,7 @@ func fuzzCheckResponse(resp *discoveryv3.DiscoveryResponse, asked map[string]boo
 // fuzzFreshStream checks that a new stream is still served: a CDS wildcard
 // request gets both clusters at rev or later.
 func fuzzFreshStream(t *testing.T, client discoveryv3.AggregatedDiscoveryServiceClient, rev int64) {
-	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), xdstest.Timeout)
 	defer cancel()
 	st, err := client.StreamAggregatedResources(ctx)
 	if err != nil {

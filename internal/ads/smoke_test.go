@@ -7,22 +7,23 @@ import (
 
 	"github.com/legation-io/legation/internal/resource"
 	"github.com/legation-io/legation/internal/store"
+	"github.com/legation-io/legation/internal/xdstest"
 )
 
 func TestSmokeWildcardCDS(t *testing.T) {
 	e := newEnv(t)
-	r1 := e.apply(t, []store.Put{put(t, resource.Cluster, "default", cluster("a", 1)), put(t, resource.Cluster, "default", cluster("b", 1))})
+	r1 := e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("a", 1)), xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("b", 1))})
 	s := e.adsStream(t)
-	s.send(&discoveryv3.DiscoveryRequest{Node: node("n1", "c1"), TypeUrl: resource.Cluster.URL})
-	resp := s.expect()
-	if got := names(t, resp); len(got) != 2 || resp.GetVersionInfo() != ver(r1) {
+	s.Send(&discoveryv3.DiscoveryRequest{Node: xdstest.Node("n1", "c1"), TypeUrl: resource.Cluster.URL})
+	resp := s.Expect()
+	if got := xdstest.Names(t, resp); len(got) != 2 || resp.GetVersionInfo() != xdstest.Version(r1) {
 		t.Fatalf("got %v at %s, want [a b] at %d", got, resp.GetVersionInfo(), r1)
 	}
-	s.ack(resp)
-	s.expectNone()
-	r2 := e.apply(t, []store.Put{put(t, resource.Cluster, "default", cluster("a", 2))})
-	resp = s.expect()
-	if got := names(t, resp); len(got) != 2 || resp.GetVersionInfo() != ver(r2) {
+	s.Ack(resp)
+	s.ExpectNone()
+	r2 := e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("a", 2))})
+	resp = s.Expect()
+	if got := xdstest.Names(t, resp); len(got) != 2 || resp.GetVersionInfo() != xdstest.Version(r2) {
 		t.Fatalf("got %v at %s, want [a b] at %d", got, resp.GetVersionInfo(), r2)
 	}
 }

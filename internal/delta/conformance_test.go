@@ -19,6 +19,7 @@ import (
 	"github.com/legation-io/legation/internal/delta"
 	"github.com/legation-io/legation/internal/resource"
 	"github.com/legation-io/legation/internal/store"
+	"github.com/legation-io/legation/internal/xdstest"
 )
 
 // The conformance tests check the delta rules of xds-protocol.rst
@@ -39,7 +40,7 @@ func checkResp(t *testing.T, what string, resp *discoveryv3.DeltaDiscoveryRespon
 	if want == nil {
 		want = map[string]string{}
 	}
-	if diff := cmp.Diff(want, versions(resp)); diff != "" {
+	if diff := cmp.Diff(want, xdstest.Versions(resp)); diff != "" {
 		t.Errorf("%s: resources (-want +got):\n%s", what, diff)
 	}
 	if diff := cmp.Diff(wantRemoved, resp.GetRemovedResources(), cmpopts.EquateEmpty(), cmpopts.SortSlices(func(a, b string) bool { return a < b })); diff != "" {
@@ -72,7 +73,7 @@ func connectTimeoutOf(t *testing.T, resp *discoveryv3.DeltaDiscoveryResponse, na
 // ok, and returns it.
 func streamStatus(t *testing.T, e *env, id string, ok func(delta.StreamStatus) bool) delta.StreamStatus {
 	t.Helper()
-	deadline := time.Now().Add(defaultTestTimeout)
+	deadline := time.Now().Add(xdstest.Timeout)
 	var last []delta.StreamStatus
 	for time.Now().Before(deadline) {
 		last = e.srv.Streams()
@@ -99,28 +100,28 @@ func typeStatus(s delta.StreamStatus, typ *resource.Type) *delta.TypeStatus {
 func TestDeltaLegacyWildcard(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	r1 := e.apply(t, []store.Put{
-		put(t, resource.Cluster, store.DefaultScope, cluster("a", 1)),
-		put(t, resource.Cluster, store.DefaultScope, cluster("b", 1)),
-		put(t, resource.Endpoint, store.DefaultScope, endpoints("a", 1)),
+	r1 := e.Apply(t, []store.Put{
+		xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("a", 1)),
+		xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("b", 1)),
+		xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("a", 1)),
 	})
 	s := e.deltaADS(t)
-	s.send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n1"}, TypeUrl: resource.Cluster.URL})
-	resp := s.expectType(resource.Cluster)
+	s.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n1"}, TypeUrl: resource.Cluster.URL})
+	resp := s.ExpectType(resource.Cluster)
 	checkResp(t, "legacy wildcard CDS", resp, map[string]string{"a": v(r1), "b": v(r1)})
-	s.ack(resp)
-	s.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Endpoint.URL})
-	resp = s.expectType(resource.Endpoint)
+	s.Ack(resp)
+	s.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Endpoint.URL})
+	resp = s.ExpectType(resource.Endpoint)
 	checkResp(t, "EDS with no names is not a wildcard", resp, nil)
-	s.ack(resp)
-	r2 := e.apply(t, []store.Put{
-		put(t, resource.Cluster, store.DefaultScope, cluster("c", 1)),
-		put(t, resource.Endpoint, store.DefaultScope, endpoints("a", 2)),
+	s.Ack(resp)
+	r2 := e.Apply(t, []store.Put{
+		xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("c", 1)),
+		xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("a", 2)),
 	})
-	resp = s.expectType(resource.Cluster)
+	resp = s.ExpectType(resource.Cluster)
 	checkResp(t, "a new cluster", resp, map[string]string{"c": v(r2)})
-	s.ack(resp)
-	s.expectNone() // the endpoints are not subscribed
+	s.Ack(resp)
+	s.ExpectNone() // the endpoints are not subscribed
 }
 
 // Explicit "*" subscribes to everything, on any type; unsubscribing "*"
@@ -128,23 +129,23 @@ func TestDeltaLegacyWildcard(t *testing.T) {
 func TestDeltaExplicitWildcard(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	r1 := e.apply(t, []store.Put{
-		put(t, resource.Endpoint, store.DefaultScope, endpoints("a", 1)),
-		put(t, resource.Endpoint, store.DefaultScope, endpoints("b", 1)),
+	r1 := e.Apply(t, []store.Put{
+		xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("a", 1)),
+		xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("b", 1)),
 	})
 	s := e.deltaEDS(t)
-	s.send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n1"}, ResourceNamesSubscribe: []string{"*"}})
-	resp := s.expectType(resource.Endpoint)
+	s.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n1"}, ResourceNamesSubscribe: []string{"*"}})
+	resp := s.ExpectType(resource.Endpoint)
 	checkResp(t, "*", resp, map[string]string{"a": v(r1), "b": v(r1)})
-	s.ack(resp)
-	r2 := e.apply(t, []store.Put{put(t, resource.Endpoint, store.DefaultScope, endpoints("c", 1))})
-	resp = s.expectType(resource.Endpoint)
+	s.Ack(resp)
+	r2 := e.Apply(t, []store.Put{xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("c", 1))})
+	resp = s.ExpectType(resource.Endpoint)
 	checkResp(t, "a new resource under *", resp, map[string]string{"c": v(r2)})
-	s.ack(resp)
-	s.send(&discoveryv3.DeltaDiscoveryRequest{ResourceNamesUnsubscribe: []string{"*"}})
-	s.expectNone()
-	e.apply(t, []store.Put{put(t, resource.Endpoint, store.DefaultScope, endpoints("a", 2))})
-	s.expectNone() // no longer subscribed
+	s.Ack(resp)
+	s.Send(&discoveryv3.DeltaDiscoveryRequest{ResourceNamesUnsubscribe: []string{"*"}})
+	s.ExpectNone()
+	e.Apply(t, []store.Put{xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("a", 2))})
+	s.ExpectNone() // no longer subscribed
 }
 
 // Wildcard plus names: "*" and explicit names together; an explicit name
@@ -153,24 +154,24 @@ func TestDeltaExplicitWildcard(t *testing.T) {
 func TestDeltaWildcardPlusNames(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	r1 := e.apply(t, []store.Put{
-		put(t, resource.Cluster, store.DefaultScope, cluster("a", 1)),
-		put(t, resource.Cluster, store.DefaultScope, cluster("b", 1)),
+	r1 := e.Apply(t, []store.Put{
+		xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("a", 1)),
+		xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("b", 1)),
 	})
 	s := e.deltaADS(t)
-	s.send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n1"}, TypeUrl: resource.Cluster.URL,
+	s.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n1"}, TypeUrl: resource.Cluster.URL,
 		ResourceNamesSubscribe: []string{"*", "a", "x"}})
-	resp := s.expectType(resource.Cluster)
+	resp := s.ExpectType(resource.Cluster)
 	checkResp(t, "* + a + x", resp, map[string]string{"a": v(r1), "b": v(r1)}, "x")
-	s.ack(resp)
-	s.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Cluster.URL, ResourceNamesUnsubscribe: []string{"a"}})
-	s.expectNone()
-	r2 := e.apply(t, []store.Put{put(t, resource.Cluster, store.DefaultScope, cluster("a", 2))})
-	resp = s.expectType(resource.Cluster)
+	s.Ack(resp)
+	s.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Cluster.URL, ResourceNamesUnsubscribe: []string{"a"}})
+	s.ExpectNone()
+	r2 := e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("a", 2))})
+	resp = s.ExpectType(resource.Cluster)
 	checkResp(t, "a under * after unsubscribing the name a", resp, map[string]string{"a": v(r2)})
-	s.ack(resp)
-	r3 := e.apply(t, []store.Put{put(t, resource.Cluster, store.DefaultScope, cluster("x", 1))})
-	resp = s.expectType(resource.Cluster)
+	s.Ack(resp)
+	r3 := e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("x", 1))})
+	resp = s.ExpectType(resource.Cluster)
 	checkResp(t, "x created", resp, map[string]string{"x": v(r3)})
 }
 
@@ -180,34 +181,34 @@ func TestDeltaWildcardPlusNames(t *testing.T) {
 func TestDeltaNamedSubscribeUnsubscribe(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	r1 := e.apply(t, []store.Put{
-		put(t, resource.Endpoint, store.DefaultScope, endpoints("a", 1)),
-		put(t, resource.Endpoint, store.DefaultScope, endpoints("b", 1)),
-		put(t, resource.Endpoint, store.DefaultScope, endpoints("c", 1)),
+	r1 := e.Apply(t, []store.Put{
+		xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("a", 1)),
+		xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("b", 1)),
+		xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("c", 1)),
 	})
 	s := e.deltaADS(t)
-	s.send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n1"}, TypeUrl: resource.Endpoint.URL, ResourceNamesSubscribe: []string{"a"}})
-	resp := s.expectType(resource.Endpoint)
+	s.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n1"}, TypeUrl: resource.Endpoint.URL, ResourceNamesSubscribe: []string{"a"}})
+	resp := s.ExpectType(resource.Endpoint)
 	checkResp(t, "subscribe a", resp, map[string]string{"a": v(r1)})
-	s.ack(resp)
-	s.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Endpoint.URL, ResourceNamesSubscribe: []string{"b"}})
-	resp = s.expectType(resource.Endpoint)
+	s.Ack(resp)
+	s.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Endpoint.URL, ResourceNamesSubscribe: []string{"b"}})
+	resp = s.ExpectType(resource.Endpoint)
 	checkResp(t, "subscribe b", resp, map[string]string{"b": v(r1)})
-	s.ack(resp)
-	s.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Endpoint.URL, ResourceNamesUnsubscribe: []string{"a"}})
-	s.expectNone()
-	r2 := e.apply(t, []store.Put{
-		put(t, resource.Endpoint, store.DefaultScope, endpoints("a", 2)),
-		put(t, resource.Endpoint, store.DefaultScope, endpoints("b", 2)),
-		put(t, resource.Endpoint, store.DefaultScope, endpoints("c", 2)),
+	s.Ack(resp)
+	s.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Endpoint.URL, ResourceNamesUnsubscribe: []string{"a"}})
+	s.ExpectNone()
+	r2 := e.Apply(t, []store.Put{
+		xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("a", 2)),
+		xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("b", 2)),
+		xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("c", 2)),
 	})
-	resp = s.expectType(resource.Endpoint)
+	resp = s.ExpectType(resource.Endpoint)
 	checkResp(t, "a, b, c changed; only b subscribed", resp, map[string]string{"b": v(r2)})
-	s.ack(resp)
-	s.expectNone()
+	s.Ack(resp)
+	s.ExpectNone()
 	// Subscribing again sends the current version.
-	s.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Endpoint.URL, ResourceNamesSubscribe: []string{"a"}})
-	resp = s.expectType(resource.Endpoint)
+	s.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Endpoint.URL, ResourceNamesSubscribe: []string{"a"}})
+	resp = s.ExpectType(resource.Endpoint)
 	checkResp(t, "subscribe a again", resp, map[string]string{"a": v(r2)})
 }
 
@@ -216,35 +217,35 @@ func TestDeltaNamedSubscribeUnsubscribe(t *testing.T) {
 func TestDeltaPhantomUnsubscribe(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	r1 := e.apply(t, []store.Put{
-		put(t, resource.Cluster, store.DefaultScope, cluster("a", 1)),
-		put(t, resource.Endpoint, store.DefaultScope, endpoints("a", 1)),
-		put(t, resource.Endpoint, store.DefaultScope, endpoints("b", 1)),
+	r1 := e.Apply(t, []store.Put{
+		xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("a", 1)),
+		xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("a", 1)),
+		xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("b", 1)),
 	})
 	s := e.deltaADS(t)
-	s.send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n1"}, TypeUrl: resource.Cluster.URL})
-	resp := s.expectType(resource.Cluster)
+	s.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n1"}, TypeUrl: resource.Cluster.URL})
+	resp := s.ExpectType(resource.Cluster)
 	checkResp(t, "CDS", resp, map[string]string{"a": v(r1)})
-	s.ack(resp)
-	s.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Endpoint.URL, ResourceNamesSubscribe: []string{"a"}})
-	resp = s.expectType(resource.Endpoint)
+	s.Ack(resp)
+	s.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Endpoint.URL, ResourceNamesSubscribe: []string{"a"}})
+	resp = s.ExpectType(resource.Endpoint)
 	checkResp(t, "EDS", resp, map[string]string{"a": v(r1)})
-	s.ack(resp)
-	s.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Endpoint.URL, ResourceNamesUnsubscribe: []string{"b", "never"}})
-	s.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Cluster.URL, ResourceNamesUnsubscribe: []string{"a", "never"}})
-	s.expectNone()
-	r2 := e.apply(t, []store.Put{
-		put(t, resource.Cluster, store.DefaultScope, cluster("a", 2)),
-		put(t, resource.Endpoint, store.DefaultScope, endpoints("a", 2)),
-		put(t, resource.Endpoint, store.DefaultScope, endpoints("b", 2)),
+	s.Ack(resp)
+	s.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Endpoint.URL, ResourceNamesUnsubscribe: []string{"b", "never"}})
+	s.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Cluster.URL, ResourceNamesUnsubscribe: []string{"a", "never"}})
+	s.ExpectNone()
+	r2 := e.Apply(t, []store.Put{
+		xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("a", 2)),
+		xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("a", 2)),
+		xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("b", 2)),
 	})
-	resp = s.expectType(resource.Cluster)
+	resp = s.ExpectType(resource.Cluster)
 	checkResp(t, "CDS after phantom unsubscribes", resp, map[string]string{"a": v(r2)})
-	s.ack(resp)
-	resp = s.expectType(resource.Endpoint)
+	s.Ack(resp)
+	resp = s.ExpectType(resource.Endpoint)
 	checkResp(t, "EDS after phantom unsubscribes", resp, map[string]string{"a": v(r2)})
-	s.ack(resp)
-	s.expectNone()
+	s.Ack(resp)
+	s.ExpectNone()
 }
 
 // A name asked for that does not exist is listed in removed_resources,
@@ -252,27 +253,27 @@ func TestDeltaPhantomUnsubscribe(t *testing.T) {
 func TestDeltaAbsentNameRemoved(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	r1 := e.apply(t, []store.Put{put(t, resource.Endpoint, store.DefaultScope, endpoints("a", 1))})
+	r1 := e.Apply(t, []store.Put{xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("a", 1))})
 	s := e.deltaADS(t)
-	s.send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n1"}, TypeUrl: resource.Endpoint.URL, ResourceNamesSubscribe: []string{"a", "nope"}})
-	resp := s.expectType(resource.Endpoint)
+	s.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n1"}, TypeUrl: resource.Endpoint.URL, ResourceNamesSubscribe: []string{"a", "nope"}})
+	resp := s.ExpectType(resource.Endpoint)
 	checkResp(t, "a and nope", resp, map[string]string{"a": v(r1)}, "nope")
-	s.ack(resp)
-	e.apply(t, []store.Put{put(t, resource.Cluster, store.DefaultScope, cluster("nope", 1))}) // another type
-	s.expectNone()
-	s.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Endpoint.URL, ResourceNamesSubscribe: []string{"nope"}})
-	resp = s.expectType(resource.Endpoint)
+	s.Ack(resp)
+	e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("nope", 1))}) // another type
+	s.ExpectNone()
+	s.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Endpoint.URL, ResourceNamesSubscribe: []string{"nope"}})
+	resp = s.ExpectType(resource.Endpoint)
 	checkResp(t, "nope asked again", resp, nil, "nope")
-	s.ack(resp)
-	r2 := e.apply(t, []store.Put{put(t, resource.Endpoint, store.DefaultScope, endpoints("nope", 1))})
-	resp = s.expectType(resource.Endpoint)
+	s.Ack(resp)
+	r2 := e.Apply(t, []store.Put{xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("nope", 1))})
+	resp = s.ExpectType(resource.Endpoint)
 	checkResp(t, "nope created", resp, map[string]string{"nope": v(r2)})
-	s.ack(resp)
-	e.apply(t, nil, key(resource.Endpoint, "nope"))
-	resp = s.expectType(resource.Endpoint)
+	s.Ack(resp)
+	e.Apply(t, nil, xdstest.Key(resource.Endpoint, "nope"))
+	resp = s.ExpectType(resource.Endpoint)
 	checkResp(t, "nope deleted", resp, nil, "nope")
-	s.ack(resp)
-	s.expectNone()
+	s.Ack(resp)
+	s.ExpectNone()
 }
 
 // A deletion is sent as removed_resources, here on the per-type
@@ -280,23 +281,23 @@ func TestDeltaAbsentNameRemoved(t *testing.T) {
 func TestDeltaDeletionRemoved(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	r1 := e.apply(t, []store.Put{
-		put(t, resource.Cluster, store.DefaultScope, cluster("a", 1)),
-		put(t, resource.Cluster, store.DefaultScope, cluster("b", 1)),
+	r1 := e.Apply(t, []store.Put{
+		xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("a", 1)),
+		xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("b", 1)),
 	})
 	s := e.deltaCDS(t)
-	s.send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n1"}}) // no type_url: the service's
-	resp := s.expectType(resource.Cluster)
+	s.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n1"}}) // no type_url: the service's
+	resp := s.ExpectType(resource.Cluster)
 	checkResp(t, "CDS", resp, map[string]string{"a": v(r1), "b": v(r1)})
-	s.ack(resp)
-	r2 := e.apply(t, nil, key(resource.Cluster, "a"))
-	resp = s.expectType(resource.Cluster)
+	s.Ack(resp)
+	r2 := e.Apply(t, nil, xdstest.Key(resource.Cluster, "a"))
+	resp = s.ExpectType(resource.Cluster)
 	checkResp(t, "a deleted", resp, nil, "a")
 	if resp.GetSystemVersionInfo() != v(r2) {
 		t.Fatalf("system_version_info %q, want %d", resp.GetSystemVersionInfo(), r2)
 	}
-	s.ack(resp)
-	s.expectNone()
+	s.Ack(resp)
+	s.ExpectNone()
 	st := streamStatus(t, e, "n1", func(delta.StreamStatus) bool { return true })
 	if st.Protocol != "delta-cluster" {
 		t.Errorf("protocol %q, want delta-cluster", st.Protocol)
@@ -309,36 +310,36 @@ func TestDeltaDeletionRemoved(t *testing.T) {
 func TestDeltaScopeOverride(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	r1 := e.apply(t, []store.Put{
-		put(t, resource.Cluster, store.DefaultScope, cluster("a", 1)),
-		put(t, resource.Cluster, store.DefaultScope, cluster("b", 1)),
+	r1 := e.Apply(t, []store.Put{
+		xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("a", 1)),
+		xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("b", 1)),
 	})
-	r2 := e.apply(t, []store.Put{put(t, resource.Cluster, "g1", cluster("a", 2))})
+	r2 := e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, "g1", xdstest.Cluster("a", 2))})
 	s := e.deltaADS(t)
-	s.send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n1", Cluster: "g1"}, TypeUrl: resource.Cluster.URL})
-	resp := s.expectType(resource.Cluster)
+	s.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n1", Cluster: "g1"}, TypeUrl: resource.Cluster.URL})
+	resp := s.ExpectType(resource.Cluster)
 	checkResp(t, "override", resp, map[string]string{"a": v(r2), "b": v(r1)})
 	if got := connectTimeoutOf(t, resp, "a"); got != 2 {
 		t.Fatalf("a is the default's (%dms), want g1's", got)
 	}
-	s.ack(resp)
-	r3 := e.apply(t, []store.Put{put(t, resource.Cluster, store.DefaultScope, cluster("a", 3))})
-	s.expectNone() // overridden
-	e.apply(t, []store.Put{put(t, resource.Cluster, "g2", cluster("b", 9)), put(t, resource.Cluster, "g2", cluster("z", 9))})
-	s.expectNone() // another group
-	e.apply(t, nil, scopedKey(resource.Cluster, "g1", "a"))
-	resp = s.expectType(resource.Cluster)
+	s.Ack(resp)
+	r3 := e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("a", 3))})
+	s.ExpectNone() // overridden
+	e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, "g2", xdstest.Cluster("b", 9)), xdstest.Put(t, resource.Cluster, "g2", xdstest.Cluster("z", 9))})
+	s.ExpectNone() // another group
+	e.Apply(t, nil, xdstest.ScopedKey(resource.Cluster, "g1", "a"))
+	resp = s.ExpectType(resource.Cluster)
 	checkResp(t, "override deleted", resp, map[string]string{"a": v(r3)})
 	if got := connectTimeoutOf(t, resp, "a"); got != 3 {
 		t.Fatalf("a is %dms, want the default's 3ms", got)
 	}
-	s.ack(resp)
-	r5 := e.apply(t, []store.Put{put(t, resource.Cluster, "g1", cluster("c", 5))})
-	resp = s.expectType(resource.Cluster)
+	s.Ack(resp)
+	r5 := e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, "g1", xdstest.Cluster("c", 5))})
+	resp = s.ExpectType(resource.Cluster)
 	checkResp(t, "group-only resource", resp, map[string]string{"c": v(r5)})
-	s.ack(resp)
-	e.apply(t, nil, scopedKey(resource.Cluster, "g1", "c"))
-	resp = s.expectType(resource.Cluster)
+	s.Ack(resp)
+	e.Apply(t, nil, xdstest.ScopedKey(resource.Cluster, "g1", "c"))
+	resp = s.ExpectType(resource.Cluster)
 	checkResp(t, "group-only resource deleted", resp, nil, "c")
 }
 
@@ -348,44 +349,44 @@ func TestDeltaScopeOverride(t *testing.T) {
 func TestDeltaReconnectInitialVersions(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	r1 := e.apply(t, []store.Put{
-		put(t, resource.Cluster, store.DefaultScope, cluster("a", 1)),
-		put(t, resource.Cluster, store.DefaultScope, cluster("b", 1)),
-		put(t, resource.Cluster, store.DefaultScope, cluster("c", 1)),
-		put(t, resource.Endpoint, store.DefaultScope, endpoints("a", 1)),
-		put(t, resource.Endpoint, store.DefaultScope, endpoints("b", 1)),
-		put(t, resource.Endpoint, store.DefaultScope, endpoints("c", 1)),
+	r1 := e.Apply(t, []store.Put{
+		xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("a", 1)),
+		xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("b", 1)),
+		xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("c", 1)),
+		xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("a", 1)),
+		xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("b", 1)),
+		xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("c", 1)),
 	})
-	r2 := e.apply(t, []store.Put{
-		put(t, resource.Cluster, store.DefaultScope, cluster("b", 2)),
-		put(t, resource.Endpoint, store.DefaultScope, endpoints("b", 2)),
+	r2 := e.Apply(t, []store.Put{
+		xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("b", 2)),
+		xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("b", 2)),
 	})
-	e.apply(t, nil, key(resource.Cluster, "c"), key(resource.Endpoint, "c"))
+	e.Apply(t, nil, xdstest.Key(resource.Cluster, "c"), xdstest.Key(resource.Endpoint, "c"))
 
 	s := e.deltaADS(t)
-	s.send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n1"}, TypeUrl: resource.Cluster.URL,
+	s.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n1"}, TypeUrl: resource.Cluster.URL,
 		InitialResourceVersions: map[string]string{"a": v(r1), "b": v(r1), "c": v(r1), "d": v(r1)}})
-	resp := s.expectType(resource.Cluster)
+	resp := s.ExpectType(resource.Cluster)
 	checkResp(t, "CDS reconnect", resp, map[string]string{"b": v(r2)}, "c", "d")
-	s.ack(resp)
+	s.Ack(resp)
 	// Envoy resubscribes every name it wants on a new stream, presenting
 	// what it holds: only what changed is sent.
-	s.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Endpoint.URL, ResourceNamesSubscribe: []string{"a", "b", "c"},
+	s.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Endpoint.URL, ResourceNamesSubscribe: []string{"a", "b", "c"},
 		InitialResourceVersions: map[string]string{"a": v(r1), "b": v(r1), "c": v(r1)}})
-	resp = s.expectType(resource.Endpoint)
+	resp = s.ExpectType(resource.Endpoint)
 	checkResp(t, "EDS reconnect", resp, map[string]string{"b": v(r2)}, "c")
-	s.ack(resp)
-	s.expectNone()
+	s.Ack(resp)
+	s.ExpectNone()
 
 	// Holding everything at the current version: nothing at all is sent.
 	s2 := e.deltaCDS(t)
-	s2.send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n2"},
+	s2.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n2"},
 		InitialResourceVersions: map[string]string{"a": v(r1), "b": v(r2)}})
-	s2.expectNone()
-	r4 := e.apply(t, []store.Put{put(t, resource.Cluster, store.DefaultScope, cluster("a", 4))})
-	resp = s2.expectType(resource.Cluster)
+	s2.ExpectNone()
+	r4 := e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("a", 4))})
+	resp = s2.ExpectType(resource.Cluster)
 	checkResp(t, "a change after a silent reconnect", resp, map[string]string{"a": v(r4)})
-	s.expectType(resource.Cluster) // the first stream too
+	s.ExpectType(resource.Cluster) // the first stream too
 }
 
 // A name the client explicitly (re)subscribes is always sent, even if the
@@ -394,35 +395,35 @@ func TestDeltaReconnectInitialVersions(t *testing.T) {
 func TestDeltaSubscribeResends(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	r1 := e.apply(t, []store.Put{
-		put(t, resource.Cluster, store.DefaultScope, cluster("a", 1)),
-		put(t, resource.Cluster, store.DefaultScope, cluster("b", 1)),
-		put(t, resource.Endpoint, store.DefaultScope, endpoints("a", 1)),
+	r1 := e.Apply(t, []store.Put{
+		xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("a", 1)),
+		xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("b", 1)),
+		xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("a", 1)),
 	})
 	s := e.deltaADS(t)
-	s.send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n1"}, TypeUrl: resource.Cluster.URL})
-	resp := s.expectType(resource.Cluster)
+	s.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n1"}, TypeUrl: resource.Cluster.URL})
+	resp := s.ExpectType(resource.Cluster)
 	checkResp(t, "CDS", resp, map[string]string{"a": v(r1), "b": v(r1)})
-	s.ack(resp)
-	s.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Cluster.URL, ResourceNamesSubscribe: []string{"a"}})
-	resp = s.expectType(resource.Cluster)
+	s.Ack(resp)
+	s.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Cluster.URL, ResourceNamesSubscribe: []string{"a"}})
+	resp = s.ExpectType(resource.Cluster)
 	checkResp(t, "a subscribed while held", resp, map[string]string{"a": v(r1)})
-	s.ack(resp)
-	s.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Endpoint.URL, ResourceNamesSubscribe: []string{"a"}})
-	resp = s.expectType(resource.Endpoint)
+	s.Ack(resp)
+	s.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Endpoint.URL, ResourceNamesSubscribe: []string{"a"}})
+	resp = s.ExpectType(resource.Endpoint)
 	checkResp(t, "EDS a", resp, map[string]string{"a": v(r1)})
-	s.ack(resp)
-	s.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Endpoint.URL, ResourceNamesSubscribe: []string{"a"}})
-	resp = s.expectType(resource.Endpoint)
+	s.Ack(resp)
+	s.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Endpoint.URL, ResourceNamesSubscribe: []string{"a"}})
+	resp = s.ExpectType(resource.Endpoint)
 	checkResp(t, "EDS a again", resp, map[string]string{"a": v(r1)})
-	s.ack(resp)
-	s.expectNone()
+	s.Ack(resp)
+	s.ExpectNone()
 	// On a new stream, a name subscribed without being presented in
 	// initial_resource_versions is sent.
 	s2 := e.deltaADS(t)
-	s2.send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n2"}, TypeUrl: resource.Cluster.URL,
+	s2.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n2"}, TypeUrl: resource.Cluster.URL,
 		ResourceNamesSubscribe: []string{"a", "b"}, InitialResourceVersions: map[string]string{"a": v(r1)}})
-	resp = s2.expectType(resource.Cluster)
+	resp = s2.ExpectType(resource.Cluster)
 	checkResp(t, "b not presented", resp, map[string]string{"b": v(r1)})
 }
 
@@ -432,15 +433,15 @@ func TestDeltaSubscribeResends(t *testing.T) {
 func TestDeltaNoncesPerType(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	r1 := e.apply(t, []store.Put{
-		put(t, resource.Cluster, store.DefaultScope, cluster("a", 1)),
-		put(t, resource.Endpoint, store.DefaultScope, endpoints("a", 1)),
+	r1 := e.Apply(t, []store.Put{
+		xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("a", 1)),
+		xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("a", 1)),
 	})
 	s := e.deltaADS(t)
-	s.send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n1"}, TypeUrl: resource.Cluster.URL})
-	cds := s.expectType(resource.Cluster)
-	s.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Endpoint.URL, ResourceNamesSubscribe: []string{"a"}})
-	eds := s.expectType(resource.Endpoint)
+	s.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n1"}, TypeUrl: resource.Cluster.URL})
+	cds := s.ExpectType(resource.Cluster)
+	s.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Endpoint.URL, ResourceNamesSubscribe: []string{"a"}})
+	eds := s.ExpectType(resource.Endpoint)
 	if cds.GetNonce() == "" || eds.GetNonce() == "" || cds.GetNonce() == eds.GetNonce() {
 		t.Fatalf("nonces %q and %q: want distinct and non-empty", cds.GetNonce(), eds.GetNonce())
 	}
@@ -450,8 +451,8 @@ func TestDeltaNoncesPerType(t *testing.T) {
 	if got := typeStatus(st, resource.Cluster).Resources["a"]; got != (delta.ResourceStatus{VersionSent: v(r1)}) {
 		t.Errorf("cluster a before its ACK: %+v", got)
 	}
-	s.ack(cds)
-	s.nack(eds, "no thanks")
+	s.Ack(cds)
+	s.Nack(eds, "no thanks")
 	st = streamStatus(t, e, "n1", func(st delta.StreamStatus) bool {
 		return typeStatus(st, resource.Cluster).SystemVersionAcked == v(r1) && typeStatus(st, resource.Endpoint).LastNack != ""
 	})
@@ -462,13 +463,13 @@ func TestDeltaNoncesPerType(t *testing.T) {
 	if ep.Outstanding != "" || ep.NackVersion != v(r1) || ep.LastNack != "no thanks" || ep.SystemVersionAcked != "" || ep.Resources["a"].VersionAcked != "" {
 		t.Errorf("endpoint status after NACK: %+v", ep)
 	}
-	r2 := e.apply(t, []store.Put{put(t, resource.Endpoint, store.DefaultScope, endpoints("a", 2))})
-	eds2 := s.expectType(resource.Endpoint)
+	r2 := e.Apply(t, []store.Put{xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("a", 2))})
+	eds2 := s.ExpectType(resource.Endpoint)
 	checkResp(t, "EDS change after the NACK", eds2, map[string]string{"a": v(r2)})
 	if eds2.GetNonce() == eds.GetNonce() || eds2.GetNonce() == cds.GetNonce() {
 		t.Fatalf("nonce %q reused", eds2.GetNonce())
 	}
-	s.ack(eds2)
+	s.Ack(eds2)
 	st = streamStatus(t, e, "n1", func(st delta.StreamStatus) bool {
 		return typeStatus(st, resource.Endpoint).SystemVersionAcked == v(r2)
 	})
@@ -483,36 +484,36 @@ func TestDeltaNoncesPerType(t *testing.T) {
 func TestDeltaNACKNoLoop(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	r1 := e.apply(t, []store.Put{
-		put(t, resource.Cluster, store.DefaultScope, cluster("a", 1)),
-		put(t, resource.Cluster, store.DefaultScope, cluster("b", 1)),
+	r1 := e.Apply(t, []store.Put{
+		xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("a", 1)),
+		xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("b", 1)),
 	})
 	s := e.deltaADS(t)
-	s.send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n1", Cluster: "g1"}, TypeUrl: resource.Cluster.URL})
-	resp := s.expectType(resource.Cluster)
+	s.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n1", Cluster: "g1"}, TypeUrl: resource.Cluster.URL})
+	resp := s.ExpectType(resource.Cluster)
 	checkResp(t, "CDS", resp, map[string]string{"a": v(r1), "b": v(r1)})
-	s.nack(resp, "bad cluster")
-	s.expectNone()
-	e.apply(t, []store.Put{
-		put(t, resource.Endpoint, store.DefaultScope, endpoints("a", 1)),
-		put(t, resource.Cluster, "g2", cluster("a", 7)),
-		put(t, resource.Listener, store.DefaultScope, listener("l", "l")),
+	s.Nack(resp, "bad cluster")
+	s.ExpectNone()
+	e.Apply(t, []store.Put{
+		xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("a", 1)),
+		xdstest.Put(t, resource.Cluster, "g2", xdstest.Cluster("a", 7)),
+		xdstest.Put(t, resource.Listener, store.DefaultScope, listener("l", "l")),
 	})
-	s.expectNone()
+	s.ExpectNone()
 	// The client sends the NACK again (as Envoy may, e.g. with a new
 	// subscription of another type): still nothing.
-	s.nack(resp, "bad cluster")
-	s.expectNone()
-	r3 := e.apply(t, []store.Put{put(t, resource.Cluster, "g1", cluster("a", 3))})
-	resp = s.expectType(resource.Cluster)
+	s.Nack(resp, "bad cluster")
+	s.ExpectNone()
+	r3 := e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, "g1", xdstest.Cluster("a", 3))})
+	resp = s.ExpectType(resource.Cluster)
 	checkResp(t, "a change after the NACK", resp, map[string]string{"a": v(r3)})
-	s.nack(resp, "bad again")
-	s.expectNone()
-	r4 := e.apply(t, []store.Put{put(t, resource.Cluster, store.DefaultScope, cluster("b", 4))})
-	resp = s.expectType(resource.Cluster)
+	s.Nack(resp, "bad again")
+	s.ExpectNone()
+	r4 := e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("b", 4))})
+	resp = s.ExpectType(resource.Cluster)
 	checkResp(t, "another change after the NACK", resp, map[string]string{"b": v(r4)})
-	s.ack(resp)
-	s.expectNone()
+	s.Ack(resp)
+	s.ExpectNone()
 }
 
 // At most one outstanding response per type per stream; changes made while
@@ -521,33 +522,33 @@ func TestDeltaNACKNoLoop(t *testing.T) {
 func TestDeltaOneOutstandingCoalesces(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	r1 := e.apply(t, []store.Put{
-		put(t, resource.Cluster, store.DefaultScope, cluster("a", 1)),
-		put(t, resource.Cluster, store.DefaultScope, cluster("b", 1)),
-		put(t, resource.Endpoint, store.DefaultScope, endpoints("a", 1)),
+	r1 := e.Apply(t, []store.Put{
+		xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("a", 1)),
+		xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("b", 1)),
+		xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("a", 1)),
 	})
 	s := e.deltaADS(t)
-	s.send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n1"}, TypeUrl: resource.Cluster.URL})
-	first := s.expectType(resource.Cluster)
+	s.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n1"}, TypeUrl: resource.Cluster.URL})
+	first := s.ExpectType(resource.Cluster)
 	checkResp(t, "CDS", first, map[string]string{"a": v(r1), "b": v(r1)})
-	e.apply(t, []store.Put{put(t, resource.Cluster, store.DefaultScope, cluster("a", 2))})
-	r3 := e.apply(t, []store.Put{put(t, resource.Cluster, store.DefaultScope, cluster("b", 3))})
-	r4 := e.apply(t, []store.Put{put(t, resource.Cluster, store.DefaultScope, cluster("a", 4)), put(t, resource.Cluster, store.DefaultScope, cluster("c", 4))})
-	s.expectNone()
-	s.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Cluster.URL, ResponseNonce: "stale"})
-	s.expectNone()
-	s.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Endpoint.URL, ResourceNamesSubscribe: []string{"a"}})
-	resp := s.expectType(resource.Endpoint) // EDS is not held back by CDS
+	e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("a", 2))})
+	r3 := e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("b", 3))})
+	r4 := e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("a", 4)), xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("c", 4))})
+	s.ExpectNone()
+	s.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Cluster.URL, ResponseNonce: "stale"})
+	s.ExpectNone()
+	s.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Endpoint.URL, ResourceNamesSubscribe: []string{"a"}})
+	resp := s.ExpectType(resource.Endpoint) // EDS is not held back by CDS
 	checkResp(t, "EDS", resp, map[string]string{"a": v(r1)})
-	s.ack(resp)
-	s.ack(first)
-	resp = s.expectType(resource.Cluster)
+	s.Ack(resp)
+	s.Ack(first)
+	resp = s.ExpectType(resource.Cluster)
 	checkResp(t, "coalesced", resp, map[string]string{"a": v(r4), "b": v(r3), "c": v(r4)})
 	if resp.GetSystemVersionInfo() != v(r4) {
 		t.Errorf("system_version_info %q, want %d", resp.GetSystemVersionInfo(), r4)
 	}
-	s.ack(resp)
-	s.expectNone()
+	s.Ack(resp)
+	s.ExpectNone()
 }
 
 // Versions: a resource's version is the decimal etcd mod_revision of its
@@ -555,17 +556,17 @@ func TestDeltaOneOutstandingCoalesces(t *testing.T) {
 func TestDeltaVersions(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.apply(t, []store.Put{put(t, resource.Cluster, store.DefaultScope, cluster("a", 1))})
-	e.apply(t, []store.Put{put(t, resource.Cluster, "g1", cluster("b", 1))})
-	r3 := e.apply(t, []store.Put{put(t, resource.Listener, store.DefaultScope, listener("l", "l"))})
+	e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("a", 1))})
+	e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, "g1", xdstest.Cluster("b", 1))})
+	r3 := e.Apply(t, []store.Put{xdstest.Put(t, resource.Listener, store.DefaultScope, listener("l", "l"))})
 	s := e.deltaADS(t)
-	s.send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n1", Cluster: "g1"}, TypeUrl: resource.Cluster.URL})
-	resp := s.expectType(resource.Cluster)
-	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	s.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n1", Cluster: "g1"}, TypeUrl: resource.Cluster.URL})
+	resp := s.ExpectType(resource.Cluster)
+	ctx, cancel := context.WithTimeout(context.Background(), xdstest.Timeout)
 	defer cancel()
 	want := map[string]string{}
-	for _, k := range []store.Key{key(resource.Cluster, "a"), scopedKey(resource.Cluster, "g1", "b")} {
-		g, err := e.client.Get(ctx, e.store.EtcdKey(k))
+	for _, k := range []store.Key{xdstest.Key(resource.Cluster, "a"), xdstest.ScopedKey(resource.Cluster, "g1", "b")} {
+		g, err := e.Client.Get(ctx, e.Store.EtcdKey(k))
 		if err != nil || len(g.Kvs) != 1 {
 			t.Fatalf("get %s: %v %v", k, g, err)
 		}
@@ -582,10 +583,10 @@ func TestDeltaVersions(t *testing.T) {
 func TestDeltaStreamsStatus(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	r1 := e.apply(t, []store.Put{put(t, resource.Cluster, store.DefaultScope, cluster("a", 1))})
+	r1 := e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("a", 1))})
 	s := e.deltaADS(t)
-	s.send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n-status", Cluster: "g1"}, TypeUrl: resource.Cluster.URL})
-	resp := s.expectType(resource.Cluster)
+	s.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n-status", Cluster: "g1"}, TypeUrl: resource.Cluster.URL})
+	resp := s.ExpectType(resource.Cluster)
 	st := streamStatus(t, e, "n-status", func(st delta.StreamStatus) bool { return typeStatus(st, resource.Cluster).Outstanding != "" })
 	if st.Group != "g1" || st.Protocol != "delta-ads" || st.ConnectedAt.IsZero() {
 		t.Errorf("stream: %+v", st)
@@ -594,14 +595,14 @@ func TestDeltaStreamsStatus(t *testing.T) {
 		Resources: map[string]delta.ResourceStatus{"a": {VersionSent: v(r1)}}}, typeStatus(st, resource.Cluster)); diff != "" {
 		t.Errorf("before the ACK (-want +got):\n%s", diff)
 	}
-	s.ack(resp)
+	s.Ack(resp)
 	st = streamStatus(t, e, "n-status", func(st delta.StreamStatus) bool { return typeStatus(st, resource.Cluster).Outstanding == "" })
 	if diff := cmp.Diff(&delta.TypeStatus{SystemVersionSent: v(r1), SystemVersionAcked: v(r1), Wildcard: true, Held: 1,
 		Resources: map[string]delta.ResourceStatus{"a": {VersionSent: v(r1), VersionAcked: v(r1)}}}, typeStatus(st, resource.Cluster)); diff != "" {
 		t.Errorf("after the ACK (-want +got):\n%s", diff)
 	}
-	s.stream.CloseSend() //nolint:errcheck // the test only needs the server to see the end
-	deadline := time.Now().Add(defaultTestTimeout)
+	s.Client().CloseSend() //nolint:errcheck // the test only needs the server to see the end
+	deadline := time.Now().Add(xdstest.Timeout)
 	for len(e.srv.Streams()) != 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("closed stream still listed: %+v", e.srv.Streams())
@@ -615,10 +616,10 @@ func TestDeltaStreamsStatus(t *testing.T) {
 func TestDeltaBadRequests(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	r1 := e.apply(t, []store.Put{put(t, resource.Cluster, store.DefaultScope, cluster("a", 1))})
+	r1 := e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("a", 1))})
 	for _, tc := range []struct {
 		name string
-		open func(*testing.T) *deltaStream
+		open func(testing.TB) *xdstest.DeltaStream
 		req  *discoveryv3.DeltaDiscoveryRequest
 	}{
 		{"ADS without type_url", e.deltaADS, &discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n1"}}},
@@ -627,24 +628,24 @@ func TestDeltaBadRequests(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := tc.open(t)
-			s.send(tc.req)
-			if err := s.expectErr(); status.Code(err) != codes.InvalidArgument {
+			s.Send(tc.req)
+			if err := s.ExpectErr(); status.Code(err) != codes.InvalidArgument {
 				t.Fatalf("got %v, want InvalidArgument", err)
 			}
 		})
 	}
 	// An unknown type after a good request ends the stream too.
 	s := e.deltaADS(t)
-	s.send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n1"}, TypeUrl: resource.Cluster.URL})
-	resp := s.expectType(resource.Cluster)
-	s.ack(resp)
-	s.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: "bogus"})
-	if err := s.expectErr(); status.Code(err) != codes.InvalidArgument {
+	s.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n1"}, TypeUrl: resource.Cluster.URL})
+	resp := s.ExpectType(resource.Cluster)
+	s.Ack(resp)
+	s.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: "bogus"})
+	if err := s.ExpectErr(); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("got %v, want InvalidArgument", err)
 	}
 	s = e.deltaADS(t)
-	s.send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n2"}, TypeUrl: resource.Cluster.URL})
-	checkResp(t, "after bad requests", s.expectType(resource.Cluster), map[string]string{"a": v(r1)})
+	s.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n2"}, TypeUrl: resource.Cluster.URL})
+	checkResp(t, "after bad requests", s.ExpectType(resource.Cluster), map[string]string{"a": v(r1)})
 }
 
 // Promise 3: a client presenting a version newer than the view waits for
@@ -652,11 +653,11 @@ func TestDeltaBadRequests(t *testing.T) {
 func TestDeltaCatchupUnavailable(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	r1 := e.apply(t, []store.Put{put(t, resource.Cluster, store.DefaultScope, cluster("a", 1))})
+	r1 := e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("a", 1))})
 	s := e.deltaADS(t)
-	s.send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n1"}, TypeUrl: resource.Cluster.URL,
+	s.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n1"}, TypeUrl: resource.Cluster.URL,
 		InitialResourceVersions: map[string]string{"a": v(r1 + 1000)}})
-	if err := s.expectErr(); status.Code(err) != codes.Unavailable {
+	if err := s.ExpectErr(); status.Code(err) != codes.Unavailable {
 		t.Fatalf("got %v, want Unavailable", err)
 	}
 }
@@ -667,49 +668,49 @@ func TestDeltaCatchupUnavailable(t *testing.T) {
 func TestDeltaMakeBeforeBreak(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	r1 := e.apply(t, []store.Put{
-		put(t, resource.Cluster, store.DefaultScope, cluster("c1", 1)),
-		put(t, resource.Endpoint, store.DefaultScope, endpoints("c1", 1)),
-		put(t, resource.Route, store.DefaultScope, routeConfig("r1", "c1")),
+	r1 := e.Apply(t, []store.Put{
+		xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("c1", 1)),
+		xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("c1", 1)),
+		xdstest.Put(t, resource.Route, store.DefaultScope, xdstest.Route("r1", "*", "c1")),
 	})
 	s := e.deltaADS(t)
-	s.send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n1"}, TypeUrl: resource.Cluster.URL})
-	resp := s.expectType(resource.Cluster)
+	s.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n1"}, TypeUrl: resource.Cluster.URL})
+	resp := s.ExpectType(resource.Cluster)
 	checkResp(t, "CDS", resp, map[string]string{"c1": v(r1)})
-	s.ack(resp)
-	s.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Endpoint.URL, ResourceNamesSubscribe: []string{"c1", "c2"}})
-	resp = s.expectType(resource.Endpoint)
+	s.Ack(resp)
+	s.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Endpoint.URL, ResourceNamesSubscribe: []string{"c1", "c2"}})
+	resp = s.ExpectType(resource.Endpoint)
 	checkResp(t, "EDS", resp, map[string]string{"c1": v(r1)}, "c2")
-	s.ack(resp)
-	s.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Route.URL, ResourceNamesSubscribe: []string{"r1"}})
-	resp = s.expectType(resource.Route)
+	s.Ack(resp)
+	s.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Route.URL, ResourceNamesSubscribe: []string{"r1"}})
+	resp = s.ExpectType(resource.Route)
 	checkResp(t, "RDS", resp, map[string]string{"r1": v(r1)})
-	s.ack(resp)
+	s.Ack(resp)
 
 	// One apply moves r1 from c1 to a new c2 and deletes c1.
-	r2 := e.apply(t, []store.Put{
-		put(t, resource.Cluster, store.DefaultScope, cluster("c2", 1)),
-		put(t, resource.Endpoint, store.DefaultScope, endpoints("c2", 1)),
-		put(t, resource.Route, store.DefaultScope, routeConfig("r1", "c2")),
-	}, key(resource.Cluster, "c1"), key(resource.Endpoint, "c1"))
-	cds := s.expectType(resource.Cluster)
+	r2 := e.Apply(t, []store.Put{
+		xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("c2", 1)),
+		xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("c2", 1)),
+		xdstest.Put(t, resource.Route, store.DefaultScope, xdstest.Route("r1", "*", "c2")),
+	}, xdstest.Key(resource.Cluster, "c1"), xdstest.Key(resource.Endpoint, "c1"))
+	cds := s.ExpectType(resource.Cluster)
 	checkResp(t, "CDS first, c1 kept", cds, map[string]string{"c2": v(r2)})
-	eds := s.expectType(resource.Endpoint)
+	eds := s.ExpectType(resource.Endpoint)
 	checkResp(t, "EDS second", eds, map[string]string{"c2": v(r2)})
-	rds := s.expectType(resource.Route)
+	rds := s.ExpectType(resource.Route)
 	checkResp(t, "RDS third", rds, map[string]string{"r1": v(r2)})
-	s.ack(cds)
-	s.ack(eds)
-	s.expectNone() // c1 stays until r1 is ACKed
-	s.ack(rds)
+	s.Ack(cds)
+	s.Ack(eds)
+	s.ExpectNone() // c1 stays until r1 is ACKed
+	s.Ack(rds)
 	// The cluster and its endpoints go once r1 is ACKed, in push order.
-	resp = s.expectType(resource.Cluster)
+	resp = s.ExpectType(resource.Cluster)
 	checkResp(t, "c1 removed after the RDS ACK", resp, nil, "c1")
-	s.ack(resp)
-	resp = s.expectType(resource.Endpoint)
+	s.Ack(resp)
+	resp = s.ExpectType(resource.Endpoint)
 	checkResp(t, "c1's endpoints removed after the RDS ACK", resp, nil, "c1")
-	s.ack(resp)
-	s.expectNone()
+	s.Ack(resp)
+	s.ExpectNone()
 }
 
 // Make before break must not hold a removal forever when the referrers'
@@ -718,24 +719,24 @@ func TestDeltaMakeBeforeBreak(t *testing.T) {
 func TestDeltaMakeBeforeBreakReferrerUnchanged(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	r1 := e.apply(t, []store.Put{
-		put(t, resource.Cluster, store.DefaultScope, cluster("c1", 1)),
-		put(t, resource.Cluster, store.DefaultScope, cluster("c2", 1)),
-		put(t, resource.Listener, store.DefaultScope, listener("l", "default")),
-		put(t, resource.Listener, "g1", listener("l", "g1")),
+	r1 := e.Apply(t, []store.Put{
+		xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("c1", 1)),
+		xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("c2", 1)),
+		xdstest.Put(t, resource.Listener, store.DefaultScope, listener("l", "default")),
+		xdstest.Put(t, resource.Listener, "g1", listener("l", "g1")),
 	})
 	s := e.deltaADS(t)
-	s.send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n1", Cluster: "g1"}, TypeUrl: resource.Cluster.URL})
-	resp := s.expectType(resource.Cluster)
+	s.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n1", Cluster: "g1"}, TypeUrl: resource.Cluster.URL})
+	resp := s.ExpectType(resource.Cluster)
 	checkResp(t, "CDS", resp, map[string]string{"c1": v(r1), "c2": v(r1)})
-	s.ack(resp)
-	s.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Listener.URL})
-	resp = s.expectType(resource.Listener)
+	s.Ack(resp)
+	s.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Listener.URL})
+	resp = s.ExpectType(resource.Listener)
 	checkResp(t, "LDS", resp, map[string]string{"l": v(r1)})
-	s.ack(resp)
-	e.apply(t, []store.Put{put(t, resource.Listener, store.DefaultScope, listener("l", "default2"))}, key(resource.Cluster, "c1"))
-	resp = s.expectType(resource.Cluster)
+	s.Ack(resp)
+	e.Apply(t, []store.Put{xdstest.Put(t, resource.Listener, store.DefaultScope, listener("l", "default2"))}, xdstest.Key(resource.Cluster, "c1"))
+	resp = s.ExpectType(resource.Cluster)
 	checkResp(t, "c1 removed", resp, nil, "c1")
-	s.ack(resp)
-	s.expectNone()
+	s.Ack(resp)
+	s.ExpectNone()
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/legation-io/legation/internal/resource"
 	"github.com/legation-io/legation/internal/store"
+	"github.com/legation-io/legation/internal/xdstest"
 )
 
 // A presented version names a mod_revision, not a key. Where another
@@ -23,17 +24,17 @@ import (
 // resolves to rc1/wild, also @r1. Presenting r1, it gets rc1/wild.
 func TestDeltaReconnectAliasMoved(t *testing.T) {
 	e := newEnv(t)
-	r1 := e.apply(t, []store.Put{
-		put(t, resource.VirtualHost, "default", vhost("rc1/exact", "a.example.com")),
-		put(t, resource.VirtualHost, "default", vhost("rc1/wild", "*.example.com")),
+	r1 := e.Apply(t, []store.Put{
+		xdstest.Put(t, resource.VirtualHost, "default", vhost("rc1/exact", "a.example.com")),
+		xdstest.Put(t, resource.VirtualHost, "default", vhost("rc1/wild", "*.example.com")),
 	})
-	e.apply(t, nil, store.Key{Type: resource.VirtualHost, Scope: "default", Name: "rc1/exact"})
+	e.Apply(t, nil, store.Key{Type: resource.VirtualHost, Scope: "default", Name: "rc1/exact"})
 	s := e.deltaADS(t)
-	s.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.VirtualHost.URL,
+	s.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.VirtualHost.URL,
 		ResourceNamesSubscribe:  []string{"rc1/a.example.com"},
 		InitialResourceVersions: map[string]string{"rc1/a.example.com": fmt.Sprint(r1)}})
 	want := []vhdsGot{{"rc1/wild", fmt.Sprint(r1), []string{"rc1/a.example.com"}}}
-	if diff := cmp.Diff(want, vhdsResources(s.expect())); diff != "" {
+	if diff := cmp.Diff(want, vhdsResources(s.Expect())); diff != "" {
 		t.Fatalf("reconnect (-want +got):\n%s", diff)
 	}
 }
@@ -44,16 +45,16 @@ func TestDeltaReconnectAliasMoved(t *testing.T) {
 // the client gets the default.
 func TestDeltaReconnectOverrideGone(t *testing.T) {
 	e := newEnv(t)
-	r1 := e.apply(t, []store.Put{
-		put(t, resource.Cluster, "default", cluster("x", 1000)),
-		put(t, resource.Cluster, "c1", cluster("x", 2000)),
+	r1 := e.Apply(t, []store.Put{
+		xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("x", 1000)),
+		xdstest.Put(t, resource.Cluster, "c1", xdstest.Cluster("x", 2000)),
 	})
-	e.apply(t, nil, store.Key{Type: resource.Cluster, Scope: "c1", Name: "x"})
+	e.Apply(t, nil, store.Key{Type: resource.Cluster, Scope: "c1", Name: "x"})
 	s := e.deltaADS(t)
-	s.send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n", Cluster: "c1"}, TypeUrl: resource.Cluster.URL,
+	s.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n", Cluster: "c1"}, TypeUrl: resource.Cluster.URL,
 		InitialResourceVersions: map[string]string{"x": fmt.Sprint(r1)}})
-	resp := s.expect()
-	if diff := cmp.Diff(map[string]string{"x": fmt.Sprint(r1)}, versions(resp)); diff != "" {
+	resp := s.Expect()
+	if diff := cmp.Diff(map[string]string{"x": fmt.Sprint(r1)}, xdstest.Versions(resp)); diff != "" {
 		t.Fatalf("reconnect (-want +got):\n%s", diff)
 	}
 	m, err := resource.Unmarshal(resource.Cluster, resp.GetResources()[0].GetResource().GetValue())

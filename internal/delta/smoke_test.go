@@ -10,39 +10,40 @@ import (
 
 	"github.com/legation-io/legation/internal/resource"
 	"github.com/legation-io/legation/internal/store"
+	"github.com/legation-io/legation/internal/xdstest"
 )
 
 func TestDeltaSmoke(t *testing.T) {
 	e := newEnv(t)
-	r1 := e.apply(t, []store.Put{put(t, resource.Cluster, "default", cluster("a", 1)), put(t, resource.Cluster, "default", cluster("b", 1))})
+	r1 := e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("a", 1)), xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("b", 1))})
 	s := e.deltaADS(t)
-	s.send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n1"}, TypeUrl: resource.Cluster.URL})
-	resp := s.expect()
+	s.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n1"}, TypeUrl: resource.Cluster.URL})
+	resp := s.Expect()
 	want := map[string]string{"a": fmt.Sprint(r1), "b": fmt.Sprint(r1)}
-	if diff := cmp.Diff(want, versions(resp)); diff != "" || resp.GetSystemVersionInfo() != fmt.Sprint(r1) {
+	if diff := cmp.Diff(want, xdstest.Versions(resp)); diff != "" || resp.GetSystemVersionInfo() != fmt.Sprint(r1) {
 		t.Fatalf("first response (-want +got):\n%s system %s", diff, resp.GetSystemVersionInfo())
 	}
-	s.ack(resp)
-	s.expectNone()
-	r2 := e.apply(t, []store.Put{put(t, resource.Cluster, "default", cluster("a", 2))})
-	resp = s.expect()
-	if diff := cmp.Diff(map[string]string{"a": fmt.Sprint(r2)}, versions(resp)); diff != "" {
+	s.Ack(resp)
+	s.ExpectNone()
+	r2 := e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("a", 2))})
+	resp = s.Expect()
+	if diff := cmp.Diff(map[string]string{"a": fmt.Sprint(r2)}, xdstest.Versions(resp)); diff != "" {
 		t.Fatalf("one change sends one resource (-want +got):\n%s", diff)
 	}
-	s.ack(resp)
-	r3 := e.apply(t, nil, key(resource.Cluster, "b"))
-	resp = s.expect()
+	s.Ack(resp)
+	r3 := e.Apply(t, nil, xdstest.Key(resource.Cluster, "b"))
+	resp = s.Expect()
 	if len(resp.GetResources()) != 0 || !cmp.Equal(resp.GetRemovedResources(), []string{"b"}) || resp.GetSystemVersionInfo() != fmt.Sprint(r3) {
-		t.Fatalf("deletion: got %v removed %v at %s", versions(resp), resp.GetRemovedResources(), resp.GetSystemVersionInfo())
+		t.Fatalf("deletion: got %v removed %v at %s", xdstest.Versions(resp), resp.GetRemovedResources(), resp.GetSystemVersionInfo())
 	}
-	s.ack(resp)
+	s.Ack(resp)
 
 	// Reconnect with what it holds: nothing is resent.
 	s2 := e.deltaADS(t)
-	s2.send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n1"}, TypeUrl: resource.Cluster.URL,
+	s2.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n1"}, TypeUrl: resource.Cluster.URL,
 		InitialResourceVersions: map[string]string{"a": fmt.Sprint(r2), "b": fmt.Sprint(r1)}})
-	resp = s2.expect()
+	resp = s2.Expect()
 	if len(resp.GetResources()) != 0 || !cmp.Equal(resp.GetRemovedResources(), []string{"b"}) {
-		t.Fatalf("reconnect: got %v removed %v, want only b removed", versions(resp), resp.GetRemovedResources())
+		t.Fatalf("reconnect: got %v removed %v, want only b removed", xdstest.Versions(resp), resp.GetRemovedResources())
 	}
 }

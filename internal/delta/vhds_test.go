@@ -10,6 +10,7 @@ import (
 
 	"github.com/legation-io/legation/internal/resource"
 	"github.com/legation-io/legation/internal/store"
+	"github.com/legation-io/legation/internal/xdstest"
 )
 
 func vhost(name string, domains ...string) *routev3.VirtualHost {
@@ -38,15 +39,15 @@ func vhdsResources(resp *discoveryv3.DeltaDiscoveryResponse) []vhdsGot {
 // host, the alias attached; a host nothing matches is removed.
 func TestDeltaVHDSAliases(t *testing.T) {
 	e := newEnv(t)
-	r1 := e.apply(t, []store.Put{
-		put(t, resource.VirtualHost, "default", vhost("rc1/exact", "a.example.com")),
-		put(t, resource.VirtualHost, "default", vhost("rc1/wild", "*.example.com")),
-		put(t, resource.VirtualHost, "default", vhost("rc2/other", "a.example.com")),
+	r1 := e.Apply(t, []store.Put{
+		xdstest.Put(t, resource.VirtualHost, "default", vhost("rc1/exact", "a.example.com")),
+		xdstest.Put(t, resource.VirtualHost, "default", vhost("rc1/wild", "*.example.com")),
+		xdstest.Put(t, resource.VirtualHost, "default", vhost("rc2/other", "a.example.com")),
 	})
 	s := e.deltaADS(t)
-	s.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.VirtualHost.URL,
+	s.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.VirtualHost.URL,
 		ResourceNamesSubscribe: []string{"rc1/a.example.com", "rc1/b.example.com", "rc1/nothing.test"}})
-	resp := s.expect()
+	resp := s.Expect()
 	want := []vhdsGot{
 		{"rc1/exact", fmt.Sprint(r1), []string{"rc1/a.example.com"}},
 		{"rc1/wild", fmt.Sprint(r1), []string{"rc1/b.example.com"}},
@@ -57,25 +58,25 @@ func TestDeltaVHDSAliases(t *testing.T) {
 	if diff := cmp.Diff([]string{"rc1/nothing.test"}, resp.GetRemovedResources()); diff != "" {
 		t.Fatalf("removed (-want +got):\n%s", diff)
 	}
-	s.ack(resp)
-	s.expectNone()
+	s.Ack(resp)
+	s.ExpectNone()
 
 	// The exact virtual host goes: the alias now resolves to the wildcard.
-	r2 := e.apply(t, nil, store.Key{Type: resource.VirtualHost, Scope: "default", Name: "rc1/exact"})
-	resp = s.expect()
+	r2 := e.Apply(t, nil, store.Key{Type: resource.VirtualHost, Scope: "default", Name: "rc1/exact"})
+	resp = s.Expect()
 	want = []vhdsGot{{"rc1/wild", fmt.Sprint(r1), []string{"rc1/a.example.com"}}}
 	if diff := cmp.Diff(want, vhdsResources(resp)); diff != "" || len(resp.GetRemovedResources()) != 0 {
 		t.Fatalf("after deleting rc1/exact at %d (-want +got):\n%s removed %v", r2, diff, resp.GetRemovedResources())
 	}
-	s.ack(resp)
+	s.Ack(resp)
 
 	// A virtual host of another route configuration changes: nothing.
-	e.apply(t, []store.Put{put(t, resource.VirtualHost, "default", vhost("rc2/other", "c.example.com"))})
-	s.expectNone()
+	e.Apply(t, []store.Put{xdstest.Put(t, resource.VirtualHost, "default", vhost("rc2/other", "c.example.com"))})
+	s.ExpectNone()
 
 	// A host that appears is sent.
-	r4 := e.apply(t, []store.Put{put(t, resource.VirtualHost, "default", vhost("rc1/late", "nothing.test"))})
-	resp = s.expect()
+	r4 := e.Apply(t, []store.Put{xdstest.Put(t, resource.VirtualHost, "default", vhost("rc1/late", "nothing.test"))})
+	resp = s.Expect()
 	want = []vhdsGot{{"rc1/late", fmt.Sprint(r4), []string{"rc1/nothing.test"}}}
 	if diff := cmp.Diff(want, vhdsResources(resp)); diff != "" {
 		t.Fatalf("late host (-want +got):\n%s", diff)

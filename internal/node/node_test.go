@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
@@ -18,18 +17,13 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/legation-io/legation/internal/devetcd"
 	"github.com/legation-io/legation/internal/node"
 	"github.com/legation-io/legation/internal/resource"
 	"github.com/legation-io/legation/internal/store"
 	"github.com/legation-io/legation/internal/store/storetest"
-)
-
-const (
-	testTimeout      = 30 * time.Second       // for what must happen
-	testShortTimeout = 300 * time.Millisecond // for what must not
+	"github.com/legation-io/legation/internal/xdstest"
 )
 
 // checkLeaks fails the test if goroutines started during it are still
@@ -48,7 +42,7 @@ type running struct {
 }
 
 // testConfig is a config on 127.0.0.1 with free ports.
-func testConfig(t *testing.T) node.Config {
+func testConfig(t testing.TB) node.Config {
 	cfg := node.DefaultConfig()
 	cfg.XDSAddr = "127.0.0.1:0"
 	cfg.HTTPAddr = "127.0.0.1:0"
@@ -61,7 +55,7 @@ func testConfig(t *testing.T) node.Config {
 }
 
 // start runs a Node until stop is called or the test ends.
-func start(t *testing.T, cfg node.Config) *running {
+func start(t testing.TB, cfg node.Config) *running {
 	t.Helper()
 	n, err := node.New(cfg)
 	if err != nil {
@@ -87,7 +81,7 @@ func (r *running) stop(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Run() = %v, want nil", err)
 		}
-	case <-time.After(testTimeout):
+	case <-time.After(xdstest.Timeout):
 		t.Fatal("Run did not return after its ctx ended")
 	}
 }
@@ -95,7 +89,7 @@ func (r *running) stop(t *testing.T) {
 // httpClient keeps no idle connections, so none outlive a test.
 var httpClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
 
-func get(t *testing.T, r *running, path string) (int, string) {
+func get(t testing.TB, r *running, path string) (int, string) {
 	t.Helper()
 	resp, err := httpClient.Get("http://" + r.HTTPAddr() + path)
 	if err != nil {
@@ -109,25 +103,9 @@ func get(t *testing.T, r *running, path string) (int, string) {
 	return resp.StatusCode, string(body)
 }
 
-// waitFor polls cond until it holds, failing the test after testTimeout.
-func waitFor(t *testing.T, what string, cond func() (bool, string)) {
+func waitReady(t testing.TB, r *running) {
 	t.Helper()
-	deadline := time.Now().Add(testTimeout)
-	for {
-		ok, last := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s; last: %s", what, last)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func waitReady(t *testing.T, r *running) {
-	t.Helper()
-	waitFor(t, "/readyz 200", func() (bool, string) {
+	xdstest.WaitFor(t, "/readyz 200", func() (bool, string) {
 		code, body := get(t, r, "/readyz")
 		return code == http.StatusOK, body
 	})
@@ -143,7 +121,7 @@ type debugView struct {
 	HistoryFrom int64          `json:"history_from"`
 }
 
-func getDebugView(t *testing.T, r *running) (int, debugView) {
+func getDebugView(t testing.TB, r *running) (int, debugView) {
 	t.Helper()
 	code, body := get(t, r, "/debug/view")
 	var v debugView
@@ -158,7 +136,7 @@ func getDebugView(t *testing.T, r *running) (int, debugView) {
 func waitClusters(t *testing.T, r *running, rev int64, want int) debugView {
 	t.Helper()
 	var v debugView
-	waitFor(t, "the cluster in /debug/view", func() (bool, string) {
+	xdstest.WaitFor(t, "the cluster in /debug/view", func() (bool, string) {
 		var code int
 		code, v = getDebugView(t, r)
 		return code == http.StatusOK && v.Revision >= rev && v.Types["cluster"] == want, jsonString(v)
@@ -175,24 +153,13 @@ func jsonString(v any) string {
 // the revision.
 func putCluster(t *testing.T, c *clientv3.Client, prefix, name string) int64 {
 	t.Helper()
-	body, err := resource.Marshal(resource.Cluster, &clusterv3.Cluster{
-		Name:                 name,
-		ConnectTimeout:       durationpb.New(time.Second),
-		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	s, err := store.New(store.Config{Client: c, Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), xdstest.Timeout)
 	defer cancel()
-	plan, err := s.MakePlan(ctx, store.PlanRequest{Puts: []store.Put{{
-		Key:  store.Key{Type: resource.Cluster, Scope: store.DefaultScope, Name: name},
-		Body: body,
-	}}})
+	plan, err := s.MakePlan(ctx, store.PlanRequest{Puts: []store.Put{xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster(name, 1000))}})
 	if err != nil {
 		t.Fatalf("plan: %v", err)
 	}
@@ -223,7 +190,7 @@ func grpcHealth(t *testing.T, r *running) (healthpb.HealthClient, func()) {
 
 func checkHealth(t *testing.T, hc healthpb.HealthClient) healthpb.HealthCheckResponse_ServingStatus {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), xdstest.Timeout)
 	defer cancel()
 	resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
 	if err != nil {
@@ -246,7 +213,7 @@ func freeAddr(t *testing.T) string {
 // checkClosed checks that nothing listens on addr any more.
 func checkClosed(t *testing.T, what, addr string) {
 	t.Helper()
-	c, err := net.DialTimeout("tcp", addr, testShortTimeout)
+	c, err := net.DialTimeout("tcp", addr, xdstest.ShortTimeout)
 	if err == nil {
 		c.Close()
 		t.Errorf("%s %s still accepts connections after Run returned", what, addr)
@@ -336,12 +303,12 @@ func TestNotReadyUntilEtcdAnswers(t *testing.T) {
 		t.Errorf("gRPC health without etcd = %v, want NOT_SERVING", got)
 	}
 	// Still not ready a while later.
-	time.Sleep(testShortTimeout)
+	time.Sleep(xdstest.ShortTimeout)
 	if code, _ := get(t, r, "/readyz"); code != http.StatusServiceUnavailable {
 		t.Errorf("/readyz without etcd = %d, want 503", code)
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), xdstest.Timeout)
 	defer cancel()
 	srv, err := devetcd.Start(ctx, devetcd.Config{Dir: t.TempDir(), ClientAddr: etcdAddr})
 	if err != nil {
@@ -349,7 +316,7 @@ func TestNotReadyUntilEtcdAnswers(t *testing.T) {
 	}
 	defer srv.Close()
 	waitReady(t, r)
-	waitFor(t, "gRPC health SERVING", func() (bool, string) {
+	xdstest.WaitFor(t, "gRPC health SERVING", func() (bool, string) {
 		got := checkHealth(t, hc)
 		return got == healthpb.HealthCheckResponse_SERVING, got.String()
 	})
@@ -408,7 +375,7 @@ func TestShutdownDrainBound(t *testing.T) {
 
 	hc, closeHC := grpcHealth(t, r)
 	defer closeHC()
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), xdstest.Timeout)
 	defer cancel()
 	w, err := hc.Watch(ctx, &healthpb.HealthCheckRequest{})
 	if err != nil {
@@ -447,7 +414,7 @@ func TestDevModeEtcdPortTaken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), xdstest.Timeout)
 	defer cancel()
 	err = n.Run(ctx)
 	if err == nil || !strings.Contains(err.Error(), "--dev-etcd-addr") {

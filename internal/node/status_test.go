@@ -16,6 +16,7 @@ import (
 	"github.com/legation-io/legation/internal/resource"
 	"github.com/legation-io/legation/internal/status"
 	"github.com/legation-io/legation/internal/store"
+	"github.com/legation-io/legation/internal/xdstest"
 )
 
 // TestNodeStatus: a replica records the nodes it serves in etcd, with
@@ -24,21 +25,21 @@ import (
 func TestNodeStatus(t *testing.T) {
 	checkLeaks(t)
 	e := newXDSEnv(t)
-	rev := e.apply(t, []store.Put{putOf(t, resource.Cluster, store.DefaultScope, edsCluster("a", 100))})
+	rev := e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("a", 100))})
 	cfg := e.config(t)
 	cfg.Name = "replica-s"
 	r := startXDS(t, cfg, rev)
 	cc := dial(t, r)
 
-	s, _ := openADS(t, cc)
-	s.request(&discoveryv3.DiscoveryRequest{Node: xdsNode("envoy-1", "c1"), TypeUrl: resource.Cluster.URL})
-	cds := s.expect()
-	s.request(&discoveryv3.DiscoveryRequest{TypeUrl: resource.Cluster.URL, VersionInfo: "", ResponseNonce: cds.GetNonce(),
+	s := xdstest.OpenSotW(t, cc)
+	s.Send(&discoveryv3.DiscoveryRequest{Node: xdstest.Node("envoy-1", "c1"), TypeUrl: resource.Cluster.URL})
+	cds := s.Expect()
+	s.Send(&discoveryv3.DiscoveryRequest{TypeUrl: resource.Cluster.URL, VersionInfo: "", ResponseNonce: cds.GetNonce(),
 		ErrorDetail: &rpcstatus.Status{Code: 3, Message: "cluster a: bad thing"}})
 
-	client := e.etcd.Client(t)
+	client := e.Etcd.Client(t)
 	var ns status.NodeStatus
-	waitFor(t, "envoy-1's status record with the NACK", func() (bool, string) {
+	xdstest.WaitFor(t, "envoy-1's status record with the NACK", func() (bool, string) {
 		var err error
 		ns, err = status.Get(context.Background(), client, e.prefix, "envoy-1")
 		if err != nil {
@@ -51,7 +52,7 @@ func TestNodeStatus(t *testing.T) {
 	}
 
 	var out, errOut bytes.Buffer
-	args := []string{"--etcd-endpoints", e.etcd.Endpoint, "--etcd-prefix", e.prefix, "-o", "json", "status", "envoy-1"}
+	args := []string{"--etcd-endpoints", e.Etcd.Endpoint, "--etcd-prefix", e.prefix, "-o", "json", "status", "envoy-1"}
 	if code := adminctl.Run(context.Background(), args, strings.NewReader(""), &out, &errOut); code != 0 {
 		t.Fatalf("xdsadmin status: exit %d: %s", code, &errOut)
 	}

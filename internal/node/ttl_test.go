@@ -9,36 +9,21 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	runtimev3 "github.com/envoyproxy/go-control-plane/envoy/service/runtime/v3"
-	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
-	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/legation-io/legation/internal/lease"
 	"github.com/legation-io/legation/internal/resource"
 	"github.com/legation-io/legation/internal/store"
+	"github.com/legation-io/legation/internal/xdstest"
 )
 
 // applyTTL writes puts under one lease of ttl and returns the revision
 // and the lease.
 func (e *xdsEnv) applyTTL(t *testing.T, ttl time.Duration, puts ...store.Put) (int64, int64) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
-	defer cancel()
-	plan, err := e.store.MakePlan(ctx, store.PlanRequest{Puts: puts, TTL: ttl})
-	if err != nil {
-		t.Fatalf("plan: %v", err)
-	}
-	res, err := e.store.Apply(ctx, plan, store.ApplyOptions{})
-	if err != nil {
-		t.Fatalf("apply: %v", err)
-	}
+	res := e.ApplyRequest(t, store.PlanRequest{Puts: puts, TTL: ttl})
 	return res.Revision, res.Lease
-}
-
-func runtimeLayer(name, key, value string) *runtimev3.Runtime {
-	return &runtimev3.Runtime{Name: name, Layer: &structpb.Struct{Fields: map[string]*structpb.Value{key: structpb.NewStringValue(value)}}}
 }
 
 // atOrAfter reports whether version v is revision rev or later: the
@@ -93,69 +78,6 @@ func checkTTL(t *testing.T, what string, w wrapped, max time.Duration) {
 	}
 }
 
-// deltaStream is a raw delta ADS client.
-type deltaStream struct {
-	t    *testing.T
-	s    grpc.BidiStreamingClient[discoveryv3.DeltaDiscoveryRequest, discoveryv3.DeltaDiscoveryResponse]
-	recv chan *discoveryv3.DeltaDiscoveryResponse
-}
-
-func openDelta(t *testing.T, cc *grpc.ClientConn) *deltaStream {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	s, err := discoveryv3.NewAggregatedDiscoveryServiceClient(cc).DeltaAggregatedResources(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := &deltaStream{t: t, s: s, recv: make(chan *discoveryv3.DeltaDiscoveryResponse, 16)}
-	go func() { // ends with the stream
-		defer close(d.recv)
-		for {
-			r, err := s.Recv()
-			if err != nil {
-				return
-			}
-			d.recv <- r
-		}
-	}()
-	return d
-}
-
-func (d *deltaStream) send(r *discoveryv3.DeltaDiscoveryRequest) {
-	d.t.Helper()
-	if err := d.s.Send(r); err != nil {
-		d.t.Fatalf("delta send: %v", err)
-	}
-}
-
-// expect waits for the next response and ACKs it.
-func (d *deltaStream) expect() *discoveryv3.DeltaDiscoveryResponse {
-	d.t.Helper()
-	select {
-	case r, ok := <-d.recv:
-		if !ok {
-			d.t.Fatal("delta stream ended")
-		}
-		d.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: r.GetTypeUrl(), ResponseNonce: r.GetNonce()})
-		return r
-	case <-time.After(testTimeout):
-		d.t.Fatal("no delta response")
-		return nil
-	}
-}
-
-func (d *deltaStream) expectNone(within time.Duration) {
-	d.t.Helper()
-	select {
-	case r, ok := <-d.recv:
-		if ok {
-			d.t.Fatalf("unexpected delta response: %v", r)
-		}
-	case <-time.After(within):
-	}
-}
-
 func byName(rs []*discoveryv3.Resource) map[string]*discoveryv3.Resource {
 	m := map[string]*discoveryv3.Resource{}
 	for _, r := range rs {
@@ -173,10 +95,10 @@ func byName(rs []*discoveryv3.Resource) map[string]*discoveryv3.Resource {
 func TestTTLResources(t *testing.T) {
 	checkLeaks(t)
 	e := newXDSEnv(t)
-	perm := putOf(t, resource.Cluster, store.DefaultScope, edsCluster("perm", 100))
-	rev1 := e.apply(t, []store.Put{perm})
-	temp := putOf(t, resource.Cluster, store.DefaultScope, edsCluster("temp", 100))
-	flag := putOf(t, resource.Runtime, store.DefaultScope, runtimeLayer("override", "feature.x", "on"))
+	perm := xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("perm", 100))
+	rev1 := e.Apply(t, []store.Put{perm})
+	temp := xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("temp", 100))
+	flag := xdstest.Put(t, resource.Runtime, store.DefaultScope, xdstest.Runtime("override", "feature.x", "on"))
 	const ttl = 3 * time.Second
 	rev2, leaseID := e.applyTTL(t, ttl, temp, flag)
 	if rev2 <= rev1 || leaseID == 0 {
@@ -186,9 +108,9 @@ func TestTTLResources(t *testing.T) {
 	cc := dial(t, r)
 
 	// A SotW client with both features.
-	s, _ := openADS(t, cc)
-	s.request(&discoveryv3.DiscoveryRequest{Node: ttlNode("ttl", "c1"), TypeUrl: resource.Cluster.URL})
-	cds := s.expect()
+	s := xdstest.OpenSotW(t, cc)
+	s.Send(&discoveryv3.DiscoveryRequest{Node: ttlNode("ttl", "c1"), TypeUrl: resource.Cluster.URL})
+	cds := s.Expect()
 	got := unwrap(t, cds, resource.Cluster)
 	if !atOrAfter(cds.GetVersionInfo(), rev2) || len(got) != 2 || got["perm"].isWrap {
 		t.Fatalf("CDS: version %s, %v; want version %d, perm plain and temp wrapped", cds.GetVersionInfo(), got, rev2)
@@ -197,37 +119,37 @@ func TestTTLResources(t *testing.T) {
 	if !proto.Equal(got["temp"].body, temp.Body) {
 		t.Errorf("CDS temp: body %v, want %v", got["temp"].body, temp.Body)
 	}
-	s.ack(cds)
-	s.request(&discoveryv3.DiscoveryRequest{TypeUrl: resource.Runtime.URL, ResourceNames: []string{"override"}})
-	rtds := s.expect()
+	s.Ack(cds)
+	s.Send(&discoveryv3.DiscoveryRequest{TypeUrl: resource.Runtime.URL, ResourceNames: []string{"override"}})
+	rtds := s.Expect()
 	rtdsAt := time.Now()
 	rt := unwrap(t, rtds, resource.Runtime)["override"]
 	checkTTL(t, "RTDS override", rt, ttl)
-	s.ack(rtds, "override")
+	s.Ack(rtds, "override")
 
 	// A SotW client without the features.
-	plain, _ := openADS(t, cc)
-	plain.request(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "plain", Cluster: "c1", ClientFeatures: []string{lease.FeatureResourceInSotW}}, TypeUrl: resource.Cluster.URL})
-	pcds := plain.expect()
-	checkResponse(t, "CDS without TTL support", pcds, ver(rev2), resource.Cluster, perm, temp)
-	plain.ack(pcds)
+	plain := xdstest.OpenSotW(t, cc)
+	plain.Send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "plain", Cluster: "c1", ClientFeatures: []string{lease.FeatureResourceInSotW}}, TypeUrl: resource.Cluster.URL})
+	pcds := plain.Expect()
+	checkResponse(t, "CDS without TTL support", pcds, xdstest.Version(rev2), resource.Cluster, perm, temp)
+	plain.Ack(pcds)
 
 	// Delta clients, with and without the feature.
-	d := openDelta(t, cc)
-	d.send(&discoveryv3.DeltaDiscoveryRequest{Node: ttlNode("delta-ttl", "c1"), TypeUrl: resource.Cluster.URL})
-	dr := byName(d.expect().GetResources())
+	d := xdstest.OpenDelta(t, cc)
+	d.Send(&discoveryv3.DeltaDiscoveryRequest{Node: ttlNode("delta-ttl", "c1"), TypeUrl: resource.Cluster.URL})
+	dr := byName(d.ExpectAck().GetResources())
 	if dr["perm"].GetTtl() != nil || dr["temp"].GetTtl() == nil || dr["temp"].GetTtl().AsDuration() > ttl || dr["temp"].GetResource() == nil {
 		t.Fatalf("delta CDS: %v; want perm without a ttl and temp with one in (0, %s]", dr, ttl)
 	}
 	tempVersion := dr["temp"].GetVersion()
-	dp := openDelta(t, cc)
-	dp.send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "delta-plain", Cluster: "c1"}, TypeUrl: resource.Cluster.URL})
-	if dpr := byName(dp.expect().GetResources()); dpr["temp"].GetTtl() != nil || len(dpr) != 2 {
+	dp := xdstest.OpenDelta(t, cc)
+	dp.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "delta-plain", Cluster: "c1"}, TypeUrl: resource.Cluster.URL})
+	if dpr := byName(dp.ExpectAck().GetResources()); dpr["temp"].GetTtl() != nil || len(dpr) != 2 {
 		t.Fatalf("delta CDS without TTL support: %v; want both, without a ttl", dpr)
 	}
 
 	// /debug/streams shows the TTL'd resources of each stream.
-	waitFor(t, "the TTL'd resources in /debug/streams", func() (bool, string) {
+	xdstest.WaitFor(t, "the TTL'd resources in /debug/streams", func() (bool, string) {
 		_, body := get(t, r, "/debug/streams")
 		return strings.Count(body, `"ttl_resources"`) == 2 && strings.Contains(body, `"next_heartbeat"`), body
 	})
@@ -237,14 +159,14 @@ func TestTTLResources(t *testing.T) {
 	for time.Since(rtdsAt) < time.Second {
 		time.Sleep(20 * time.Millisecond)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), xdstest.Timeout)
 	defer cancel()
-	if _, err := e.store.RefreshLease(ctx, leaseID); err != nil {
+	if _, err := e.Store.RefreshLease(ctx, leaseID); err != nil {
 		t.Fatal(err)
 	}
 	refreshed := time.Now()
 	for range 2 {
-		hb := s.expect()
+		hb := s.Expect()
 		switch hb.GetTypeUrl() {
 		case resource.Runtime.URL:
 			w := unwrap(t, hb, resource.Runtime)["override"]
@@ -256,7 +178,7 @@ func TestTTLResources(t *testing.T) {
 			if was, now := rtdsAt.Add(rt.ttl), time.Now().Add(w.ttl); now.Sub(was) < 500*time.Millisecond {
 				t.Errorf("RTDS heartbeat: the client's expiry moved by %s, want about 1s", now.Sub(was))
 			}
-			s.ack(hb, "override")
+			s.Ack(hb, "override")
 		case resource.Cluster.URL:
 			// Full state: the whole set again at the same version, the
 			// TTL'd cluster with its body and the new TTL.
@@ -265,34 +187,34 @@ func TestTTLResources(t *testing.T) {
 				t.Errorf("CDS heartbeat: version %s, %v; want version %s with both clusters", hb.GetVersionInfo(), g, cds.GetVersionInfo())
 			}
 			checkTTL(t, "CDS heartbeat", g["temp"], ttl)
-			s.ack(hb)
+			s.Ack(hb)
 		default:
 			t.Fatalf("heartbeat of unexpected type %s", hb.GetTypeUrl())
 		}
 	}
-	dh := d.expect()
+	dh := d.ExpectAck()
 	if len(dh.GetResources()) != 1 || len(dh.GetRemovedResources()) != 0 {
 		t.Fatalf("delta heartbeat: %v; want temp alone", dh)
 	}
 	if h := dh.GetResources()[0]; h.GetName() != "temp" || h.GetVersion() != tempVersion || h.GetResource() != nil || h.GetTtl() == nil || h.GetTtl().AsDuration() > ttl {
 		t.Errorf("delta heartbeat: %v; want temp at version %s, no body, a ttl in (0, %s]", h, tempVersion, ttl)
 	}
-	plain.expectNone()
-	dp.expectNone(testShortTimeout)
+	plain.ExpectNone()
+	dp.ExpectNone()
 
 	// The lease expires: removed from every client.
-	rem := unwrap(t, s.expect(), resource.Cluster)
+	rem := unwrap(t, s.Expect(), resource.Cluster)
 	if _, ok := rem["temp"]; ok || len(rem) != 1 {
 		t.Errorf("CDS after expiry: %v; want perm alone", rem)
 	}
 	if time.Since(refreshed) < ttl-time.Second {
 		t.Errorf("temp was removed %s after a refresh to %s", time.Since(refreshed), ttl)
 	}
-	if rem := unwrap(t, plain.expect(), resource.Cluster); len(rem) != 1 {
+	if rem := unwrap(t, plain.Expect(), resource.Cluster); len(rem) != 1 {
 		t.Errorf("CDS without TTL support after expiry: %v; want perm alone", rem)
 	}
-	for _, c := range []*deltaStream{d, dp} {
-		if got := c.expect().GetRemovedResources(); len(got) != 1 || got[0] != "temp" {
+	for _, c := range []*xdstest.DeltaStream{d, dp} {
+		if got := c.ExpectAck().GetRemovedResources(); len(got) != 1 || got[0] != "temp" {
 			t.Errorf("delta after expiry: removed %v, want [temp]", got)
 		}
 	}
@@ -304,33 +226,33 @@ func TestTTLResources(t *testing.T) {
 func TestTTLScopeOverride(t *testing.T) {
 	checkLeaks(t)
 	e := newXDSEnv(t)
-	def := putOf(t, resource.Runtime, store.DefaultScope, runtimeLayer("flags", "feature.x", "off"))
-	e.apply(t, []store.Put{def})
-	over := putOf(t, resource.Runtime, "c1", runtimeLayer("flags", "feature.x", "on"))
+	def := xdstest.Put(t, resource.Runtime, store.DefaultScope, xdstest.Runtime("flags", "feature.x", "off"))
+	e.Apply(t, []store.Put{def})
+	over := xdstest.Put(t, resource.Runtime, "c1", xdstest.Runtime("flags", "feature.x", "on"))
 	rev, _ := e.applyTTL(t, 2*time.Second, over)
 	r := startXDS(t, e.config(t), rev)
 	cc := dial(t, r)
 
-	s, _ := openADS(t, cc)
-	s.request(&discoveryv3.DiscoveryRequest{Node: ttlNode("n1", "c1"), TypeUrl: resource.Runtime.URL, ResourceNames: []string{"flags"}})
-	first := s.expect()
+	s := xdstest.OpenSotW(t, cc)
+	s.Send(&discoveryv3.DiscoveryRequest{Node: ttlNode("n1", "c1"), TypeUrl: resource.Runtime.URL, ResourceNames: []string{"flags"}})
+	first := s.Expect()
 	w := unwrap(t, first, resource.Runtime)["flags"]
 	checkTTL(t, "the override", w, 2*time.Second)
 	if !proto.Equal(w.body, over.Body) {
 		t.Fatalf("the override: body %v, want %v", w.body, over.Body)
 	}
-	s.ack(first, "flags")
-	d := openDelta(t, cc)
-	d.send(&discoveryv3.DeltaDiscoveryRequest{Node: ttlNode("n2", "c1"), TypeUrl: resource.Runtime.URL, ResourceNamesSubscribe: []string{"flags"}})
-	if got := d.expect().GetResources(); len(got) != 1 || got[0].GetTtl() == nil {
+	s.Ack(first, "flags")
+	d := xdstest.OpenDelta(t, cc)
+	d.Send(&discoveryv3.DeltaDiscoveryRequest{Node: ttlNode("n2", "c1"), TypeUrl: resource.Runtime.URL, ResourceNamesSubscribe: []string{"flags"}})
+	if got := d.ExpectAck().GetResources(); len(got) != 1 || got[0].GetTtl() == nil {
 		t.Fatalf("delta: %v; want the override with a ttl", got)
 	}
 
-	after := s.expect()
+	after := s.Expect()
 	if w := unwrap(t, after, resource.Runtime)["flags"]; w.isWrap || !proto.Equal(w.body, def.Body) {
 		t.Errorf("after expiry: %v; want the default resource, plain", w)
 	}
-	got := d.expect()
+	got := d.ExpectAck()
 	if len(got.GetResources()) != 1 || got.GetResources()[0].GetTtl() != nil || !proto.Equal(got.GetResources()[0].GetResource(), def.Body) {
 		t.Errorf("delta after expiry: %v; want the default resource without a ttl", got)
 	}
@@ -343,7 +265,7 @@ func TestTTLAfterRestart(t *testing.T) {
 	e := newXDSEnv(t)
 	const ttl = 8 * time.Second
 	applying := time.Now()
-	rev, _ := e.applyTTL(t, ttl, putOf(t, resource.Runtime, store.DefaultScope, runtimeLayer("temp", "k", "v")))
+	rev, _ := e.applyTTL(t, ttl, xdstest.Put(t, resource.Runtime, store.DefaultScope, xdstest.Runtime("temp", "k", "v")))
 	applied := time.Now() // the lease was granted between the two
 	first := startXDS(t, e.config(t), rev)
 	first.stop(t)
@@ -352,10 +274,10 @@ func TestTTLAfterRestart(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	r := startXDS(t, e.config(t), rev)
-	s, _ := openADS(t, dial(t, r))
+	s := xdstest.OpenSotW(t, dial(t, r))
 	asked := time.Now()
-	s.request(&discoveryv3.DiscoveryRequest{Node: ttlNode("n1", "c1"), TypeUrl: resource.Runtime.URL, ResourceNames: []string{"temp"}})
-	w := unwrap(t, s.expect(), resource.Runtime)["temp"]
+	s.Send(&discoveryv3.DiscoveryRequest{Node: ttlNode("n1", "c1"), TypeUrl: resource.Runtime.URL, ResourceNames: []string{"temp"}})
+	w := unwrap(t, s.Expect(), resource.Runtime)["temp"]
 	most, least := ttl-asked.Sub(applied), ttl-asked.Sub(applying)
 	// A lower bound of the time left: at most what is left, and etcd's
 	// whole seconds make it at most one second less.

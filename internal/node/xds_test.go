@@ -12,75 +12,47 @@ import (
 	"testing"
 	"time"
 
-	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	clusterservice "github.com/envoyproxy/go-control-plane/envoy/service/cluster/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/anypb"
-	"google.golang.org/protobuf/types/known/durationpb"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/legation-io/legation/internal/node"
 	"github.com/legation-io/legation/internal/resource"
 	"github.com/legation-io/legation/internal/store"
-	"github.com/legation-io/legation/internal/store/storetest"
+	"github.com/legation-io/legation/internal/xdstest"
 )
 
-// xdsEnv is a real etcd and a store writing resources to it the way
-// xdsadmin does; replicas started with its config serve them.
+// xdsEnv is the test kit's env (a real etcd, a store writing resources
+// to it the way xdsadmin does, and a view) under prefix; replicas started
+// with its config serve them.
 type xdsEnv struct {
-	etcd   *storetest.Etcd
-	store  *store.Store
+	*xdstest.Env
 	prefix string
 }
 
-func newXDSEnv(t *testing.T) *xdsEnv {
-	t.Helper()
-	e := &xdsEnv{etcd: storetest.Start(t, storetest.Options{}), prefix: "/xds-test/"}
-	var err error
-	if e.store, err = store.New(store.Config{Client: e.etcd.Client(t), Prefix: e.prefix}); err != nil {
-		t.Fatal(err)
-	}
-	return e
+func newXDSEnv(tb testing.TB) *xdsEnv {
+	tb.Helper()
+	const prefix = "/xds-test/"
+	return &xdsEnv{Env: xdstest.NewEnv(tb, xdstest.Options{Prefix: prefix}), prefix: prefix}
 }
 
 // config is a replica config in etcd mode on e.
-func (e *xdsEnv) config(t *testing.T) node.Config {
-	cfg := testConfig(t)
-	cfg.EtcdEndpoints = []string{e.etcd.Endpoint}
+func (e *xdsEnv) config(tb testing.TB) node.Config {
+	cfg := testConfig(tb)
+	cfg.EtcdEndpoints = []string{e.Etcd.Endpoint}
 	cfg.EtcdPrefix = e.prefix
 	return cfg
 }
 
-// apply writes puts and deletes in one transaction and returns its
-// revision.
-func (e *xdsEnv) apply(t *testing.T, puts []store.Put, deletes ...store.Key) int64 {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
-	defer cancel()
-	plan, err := e.store.MakePlan(ctx, store.PlanRequest{Puts: puts, Deletes: deletes})
-	if err != nil {
-		t.Fatalf("plan: %v", err)
-	}
-	res, err := e.store.Apply(ctx, plan, store.ApplyOptions{})
-	if err != nil {
-		t.Fatalf("apply: %v", err)
-	}
-	return res.Revision
-}
-
 // startXDS starts a replica with cfg and waits until its view is at rev
 // or later.
-func startXDS(t *testing.T, cfg node.Config, rev int64) *running {
+func startXDS(t testing.TB, cfg node.Config, rev int64) *running {
 	t.Helper()
 	r := start(t, cfg)
 	waitReady(t, r)
@@ -89,55 +61,13 @@ func startXDS(t *testing.T, cfg node.Config, rev int64) *running {
 }
 
 // waitRevision waits until /debug/view shows revision rev or later.
-func waitRevision(t *testing.T, r *running, rev int64) {
+func waitRevision(t testing.TB, r *running, rev int64) {
 	t.Helper()
-	waitFor(t, fmt.Sprintf("the view at revision %d", rev), func() (bool, string) {
+	xdstest.WaitFor(t, fmt.Sprintf("the view at revision %d", rev), func() (bool, string) {
 		code, v := getDebugView(t, r)
 		return code == http.StatusOK && v.Revision >= rev, jsonString(v)
 	})
 }
-
-func putOf(t *testing.T, typ *resource.Type, scope string, m proto.Message) store.Put {
-	t.Helper()
-	body, err := resource.Marshal(typ, m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return store.Put{Key: store.Key{Type: typ, Scope: scope, Name: typ.NameOf(m)}, Body: body}
-}
-
-// edsCluster is an EDS cluster over ADS; ms makes versions differ.
-func edsCluster(name string, ms int64) *clusterv3.Cluster {
-	return &clusterv3.Cluster{
-		Name:                 name,
-		ConnectTimeout:       durationpb.New(time.Duration(ms) * time.Millisecond),
-		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
-		EdsClusterConfig: &clusterv3.Cluster_EdsClusterConfig{
-			ServiceName: name,
-			EdsConfig: &corev3.ConfigSource{
-				ConfigSourceSpecifier: &corev3.ConfigSource_Ads{Ads: &corev3.AggregatedConfigSource{}},
-				ResourceApiVersion:    corev3.ApiVersion_V3,
-			},
-		},
-	}
-}
-
-// loadAssignment is one endpoint on 127.0.0.1:port for cluster name.
-func loadAssignment(name string, port uint32) *endpointv3.ClusterLoadAssignment {
-	return &endpointv3.ClusterLoadAssignment{ClusterName: name, Endpoints: []*endpointv3.LocalityLbEndpoints{{
-		Locality:            &corev3.Locality{Zone: "z1"},
-		LoadBalancingWeight: wrapperspb.UInt32(1),
-		LbEndpoints: []*endpointv3.LbEndpoint{{
-			LoadBalancingWeight: wrapperspb.UInt32(1),
-			HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
-				Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
-					Address: "127.0.0.1", PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: port}}}},
-			}},
-		}},
-	}}}
-}
-
-func ver(rev int64) string { return fmt.Sprint(rev) }
 
 // bodies returns the bodies of puts, in order.
 func bodies(puts ...store.Put) []*anypb.Any {
@@ -207,23 +137,21 @@ func fetchREST(t *testing.T, r *running, path string, req *discoveryv3.Discovery
 	return code, resp, body
 }
 
-func xdsNode(id, cluster string) *corev3.Node { return &corev3.Node{Id: id, Cluster: cluster} }
-
 // TestRESTJSON polls the REST-JSON endpoints of a replica: full state,
 // 304 at the current version, 200 at an older one, named resources,
 // scopes, and every kind of bad request.
 func TestRESTJSON(t *testing.T) {
 	checkLeaks(t)
 	e := newXDSEnv(t)
-	a, b := putOf(t, resource.Cluster, store.DefaultScope, edsCluster("a", 100)), putOf(t, resource.Cluster, store.DefaultScope, edsCluster("b", 100))
-	ea, eb := putOf(t, resource.Endpoint, store.DefaultScope, loadAssignment("a", 8001)), putOf(t, resource.Endpoint, store.DefaultScope, loadAssignment("b", 8002))
-	rev1 := e.apply(t, []store.Put{a, b, ea, eb})
+	a, b := xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("a", 100)), xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("b", 100))
+	ea, eb := xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("a", 8001)), xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("b", 8002))
+	rev1 := e.Apply(t, []store.Put{a, b, ea, eb})
 	cfg := e.config(t)
 	cfg.CatchupTimeout = 200 * time.Millisecond
 	r := startXDS(t, cfg, rev1)
 
 	const clusters, endpoints = "/v3/discovery:clusters", "/v3/discovery:endpoints"
-	n1 := xdsNode("n1", "c1")
+	n1 := xdstest.Node("n1", "c1")
 
 	// The literal body of the README's curl example.
 	code, body, h := post(t, r, http.MethodPost, clusters, `{"node":{"id":"n1","cluster":"c1"}}`)
@@ -234,77 +162,77 @@ func TestRESTJSON(t *testing.T) {
 	if err := protojson.Unmarshal([]byte(body), resp); err != nil {
 		t.Fatalf("not a DiscoveryResponse: %v\n%s", err, body)
 	}
-	checkResponse(t, "clusters, no version", resp, ver(rev1), resource.Cluster, a, b)
+	checkResponse(t, "clusters, no version", resp, xdstest.Version(rev1), resource.Cluster, a, b)
 
 	code, resp, body = fetchREST(t, r, clusters, &discoveryv3.DiscoveryRequest{Node: n1, ResourceNames: []string{}, TypeUrl: resource.Cluster.URL})
 	if code != http.StatusOK {
 		t.Fatalf("clusters with the type_url = %d %q, want 200", code, body)
 	}
-	checkResponse(t, "clusters with the type_url", resp, ver(rev1), resource.Cluster, a, b)
+	checkResponse(t, "clusters with the type_url", resp, xdstest.Version(rev1), resource.Cluster, a, b)
 
 	// As in the README, with the proto field name.
-	code, body, _ = post(t, r, http.MethodPost, clusters, `{"node":{"id":"n1","cluster":"c1"},"version_info":"`+ver(rev1)+`"}`)
+	code, body, _ = post(t, r, http.MethodPost, clusters, `{"node":{"id":"n1","cluster":"c1"},"version_info":"`+xdstest.Version(rev1)+`"}`)
 	if code != http.StatusNotModified || body != "" {
 		t.Errorf("clusters at the current version = %d %q, want 304 with an empty body", code, body)
 	}
 
 	// A change to the clusters: the old version gets the new state.
-	a2 := putOf(t, resource.Cluster, store.DefaultScope, edsCluster("a", 200))
-	rev2 := e.apply(t, []store.Put{a2})
+	a2 := xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("a", 200))
+	rev2 := e.Apply(t, []store.Put{a2})
 	waitRevision(t, r, rev2)
-	code, resp, body = fetchREST(t, r, clusters, &discoveryv3.DiscoveryRequest{Node: n1, VersionInfo: ver(rev1)})
+	code, resp, body = fetchREST(t, r, clusters, &discoveryv3.DiscoveryRequest{Node: n1, VersionInfo: xdstest.Version(rev1)})
 	if code != http.StatusOK {
 		t.Fatalf("clusters at an older version = %d %q, want 200", code, body)
 	}
-	checkResponse(t, "clusters at an older version", resp, ver(rev2), resource.Cluster, a2, b)
+	checkResponse(t, "clusters at an older version", resp, xdstest.Version(rev2), resource.Cluster, a2, b)
 
 	// A change to the endpoints only: the clusters held at rev2 are
 	// current, while the version is the view's revision.
-	ea3 := putOf(t, resource.Endpoint, store.DefaultScope, loadAssignment("a", 9001))
-	rev3 := e.apply(t, []store.Put{ea3})
+	ea3 := xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("a", 9001))
+	rev3 := e.Apply(t, []store.Put{ea3})
 	waitRevision(t, r, rev3)
-	if code, _, body := fetchREST(t, r, clusters, &discoveryv3.DiscoveryRequest{Node: n1, VersionInfo: ver(rev2)}); code != http.StatusNotModified {
+	if code, _, body := fetchREST(t, r, clusters, &discoveryv3.DiscoveryRequest{Node: n1, VersionInfo: xdstest.Version(rev2)}); code != http.StatusNotModified {
 		t.Errorf("clusters at %d after an endpoint change = %d %q, want 304", rev2, code, body)
 	}
 	code, resp, body = fetchREST(t, r, clusters, &discoveryv3.DiscoveryRequest{Node: n1, VersionInfo: "not-ours"})
 	if code != http.StatusOK {
 		t.Fatalf("clusters at a foreign version = %d %q, want 200", code, body)
 	}
-	checkResponse(t, "clusters at a foreign version", resp, ver(rev3), resource.Cluster, a2, b)
+	checkResponse(t, "clusters at a foreign version", resp, xdstest.Version(rev3), resource.Cluster, a2, b)
 
 	// Named resources: only those asked for (and existing).
 	code, resp, body = fetchREST(t, r, endpoints, &discoveryv3.DiscoveryRequest{Node: n1, ResourceNames: []string{"a", "missing"}})
 	if code != http.StatusOK {
 		t.Fatalf("endpoints [a missing] = %d %q, want 200", code, body)
 	}
-	checkResponse(t, "endpoints [a missing]", resp, ver(rev3), resource.Endpoint, ea3)
-	if code, _, body := fetchREST(t, r, endpoints, &discoveryv3.DiscoveryRequest{Node: n1, ResourceNames: []string{"b"}, VersionInfo: ver(rev1)}); code != http.StatusNotModified {
+	checkResponse(t, "endpoints [a missing]", resp, xdstest.Version(rev3), resource.Endpoint, ea3)
+	if code, _, body := fetchREST(t, r, endpoints, &discoveryv3.DiscoveryRequest{Node: n1, ResourceNames: []string{"b"}, VersionInfo: xdstest.Version(rev1)}); code != http.StatusNotModified {
 		t.Errorf("endpoints [b] at %d, unchanged since = %d %q, want 304", rev1, code, body)
 	}
-	code, resp, body = fetchREST(t, r, endpoints, &discoveryv3.DiscoveryRequest{Node: n1, ResourceNames: []string{"a"}, VersionInfo: ver(rev2)})
+	code, resp, body = fetchREST(t, r, endpoints, &discoveryv3.DiscoveryRequest{Node: n1, ResourceNames: []string{"a"}, VersionInfo: xdstest.Version(rev2)})
 	if code != http.StatusOK {
 		t.Fatalf("endpoints [a] at %d, changed since = %d %q, want 200", rev2, code, body)
 	}
-	checkResponse(t, "endpoints [a] at an older version", resp, ver(rev3), resource.Endpoint, ea3)
+	checkResponse(t, "endpoints [a] at an older version", resp, xdstest.Version(rev3), resource.Endpoint, ea3)
 
 	// Scopes: group c1 overrides cluster a; group c2 sees the default,
 	// and a change in c1's scope is none of its business.
-	aC1 := putOf(t, resource.Cluster, "c1", edsCluster("a", 300))
-	rev4 := e.apply(t, []store.Put{aC1})
+	aC1 := xdstest.Put(t, resource.Cluster, "c1", xdstest.Cluster("a", 300))
+	rev4 := e.Apply(t, []store.Put{aC1})
 	waitRevision(t, r, rev4)
-	code, resp, body = fetchREST(t, r, clusters, &discoveryv3.DiscoveryRequest{Node: n1, VersionInfo: ver(rev3)})
+	code, resp, body = fetchREST(t, r, clusters, &discoveryv3.DiscoveryRequest{Node: n1, VersionInfo: xdstest.Version(rev3)})
 	if code != http.StatusOK {
 		t.Fatalf("clusters of group c1 after its scope changed = %d %q, want 200", code, body)
 	}
-	checkResponse(t, "clusters of group c1", resp, ver(rev4), resource.Cluster, aC1, b)
-	if code, _, body := fetchREST(t, r, clusters, &discoveryv3.DiscoveryRequest{Node: xdsNode("n2", "c2"), VersionInfo: ver(rev3)}); code != http.StatusNotModified {
+	checkResponse(t, "clusters of group c1", resp, xdstest.Version(rev4), resource.Cluster, aC1, b)
+	if code, _, body := fetchREST(t, r, clusters, &discoveryv3.DiscoveryRequest{Node: xdstest.Node("n2", "c2"), VersionInfo: xdstest.Version(rev3)}); code != http.StatusNotModified {
 		t.Errorf("clusters of group c2 after c1's scope changed = %d %q, want 304", code, body)
 	}
-	code, resp, body = fetchREST(t, r, clusters, &discoveryv3.DiscoveryRequest{Node: xdsNode("n2", "c2")})
+	code, resp, body = fetchREST(t, r, clusters, &discoveryv3.DiscoveryRequest{Node: xdstest.Node("n2", "c2")})
 	if code != http.StatusOK {
 		t.Fatalf("clusters of group c2 = %d %q, want 200", code, body)
 	}
-	checkResponse(t, "clusters of group c2", resp, ver(rev4), resource.Cluster, a2, b)
+	checkResponse(t, "clusters of group c2", resp, xdstest.Version(rev4), resource.Cluster, a2, b)
 
 	bad := []struct {
 		name, method, path, body string
@@ -319,7 +247,7 @@ func TestRESTJSON(t *testing.T) {
 		{"PUT", http.MethodPut, endpoints, `{}`, http.StatusMethodNotAllowed, "POST"},
 		{"unknown path", http.MethodPost, "/v3/discovery:nope", `{}`, http.StatusNotFound, "/v3/discovery:nope"},
 		{"body over 1 MiB", http.MethodPost, clusters, `{"node":{"id":"` + strings.Repeat("n", 1<<20) + `"}}`, http.StatusRequestEntityTooLarge, "1 MiB"},
-		{"version ahead of the view", http.MethodPost, clusters, `{"version_info":"` + ver(rev4+1000) + `"}`, http.StatusServiceUnavailable, "retry elsewhere"},
+		{"version ahead of the view", http.MethodPost, clusters, `{"version_info":"` + xdstest.Version(rev4+1000) + `"}`, http.StatusServiceUnavailable, "retry elsewhere"},
 	}
 	for _, tt := range bad {
 		t.Run(tt.name, func(t *testing.T) {
@@ -334,114 +262,11 @@ func TestRESTJSON(t *testing.T) {
 	}
 }
 
-// xdsStream is a raw SotW stream to a replica.
-type xdsStream struct {
-	t    *testing.T
-	send func(*discoveryv3.DiscoveryRequest) error
-	recv chan recvResult
-}
-
-type recvResult struct {
-	resp *discoveryv3.DiscoveryResponse
-	err  error
-}
-
 // dial returns a connection to the replica's --xds-addr, closed when the
 // test ends.
-func dial(t *testing.T, r *running, opts ...grpc.DialOption) *grpc.ClientConn {
-	t.Helper()
-	cc, err := grpc.NewClient(r.XDSAddr(), append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cc.Close() })
-	return cc
-}
-
-// openADS opens an ADS stream on cc; cancel ends it.
-func openADS(t *testing.T, cc *grpc.ClientConn) (*xdsStream, context.CancelFunc) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	s, err := discoveryv3.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return newStream(t, s), cancel
-}
-
-func newStream(t *testing.T, s grpc.BidiStreamingClient[discoveryv3.DiscoveryRequest, discoveryv3.DiscoveryResponse]) *xdsStream {
-	x := &xdsStream{t: t, send: s.Send, recv: make(chan recvResult, 16)}
-	go func() { // ends with the stream
-		for {
-			resp, err := s.Recv()
-			x.recv <- recvResult{resp, err}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	return x
-}
-
-func (x *xdsStream) request(r *discoveryv3.DiscoveryRequest) {
-	x.t.Helper()
-	if err := x.send(r); err != nil {
-		x.t.Fatalf("send: %v", err)
-	}
-}
-
-// ack acknowledges resp, keeping names.
-func (x *xdsStream) ack(resp *discoveryv3.DiscoveryResponse, names ...string) {
-	x.t.Helper()
-	x.request(&discoveryv3.DiscoveryRequest{TypeUrl: resp.GetTypeUrl(), VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce(), ResourceNames: names})
-}
-
-// expect waits for the next response.
-func (x *xdsStream) expect() *discoveryv3.DiscoveryResponse {
-	x.t.Helper()
-	select {
-	case r := <-x.recv:
-		if r.err != nil {
-			x.t.Fatalf("stream ended: %v", r.err)
-		}
-		if r.resp.GetNonce() == "" {
-			x.t.Errorf("response of %s without a nonce", r.resp.GetTypeUrl())
-		}
-		return r.resp
-	case <-time.After(testTimeout):
-		x.t.Fatal("no response")
-		return nil
-	}
-}
-
-// expectNone fails if a response arrives within the short timeout.
-func (x *xdsStream) expectNone() {
-	x.t.Helper()
-	select {
-	case r := <-x.recv:
-		if r.err != nil {
-			x.t.Fatalf("stream ended: %v", r.err)
-		}
-		x.t.Fatalf("unexpected response: version %s, type %s, %d resources", r.resp.GetVersionInfo(), r.resp.GetTypeUrl(), len(r.resp.GetResources()))
-	case <-time.After(testShortTimeout):
-	}
-}
-
-// expectEnd waits for the stream to end and returns its status.
-func (x *xdsStream) expectEnd() *grpcstatus.Status {
-	x.t.Helper()
-	for {
-		select {
-		case r := <-x.recv:
-			if r.err != nil {
-				return grpcstatus.Convert(r.err)
-			}
-		case <-time.After(testTimeout):
-			x.t.Fatal("the stream did not end")
-			return nil
-		}
-	}
+func dial(tb testing.TB, r *running, opts ...grpc.DialOption) *grpc.ClientConn {
+	tb.Helper()
+	return xdstest.Dial(tb, r.XDSAddr(), opts...)
 }
 
 // TestADS: a replica serves ADS on --xds-addr: CDS and EDS get what etcd
@@ -450,28 +275,28 @@ func (x *xdsStream) expectEnd() *grpcstatus.Status {
 func TestADS(t *testing.T) {
 	checkLeaks(t)
 	e := newXDSEnv(t)
-	a, b := putOf(t, resource.Cluster, store.DefaultScope, edsCluster("a", 100)), putOf(t, resource.Cluster, store.DefaultScope, edsCluster("b", 100))
-	ea, eb := putOf(t, resource.Endpoint, store.DefaultScope, loadAssignment("a", 8001)), putOf(t, resource.Endpoint, store.DefaultScope, loadAssignment("b", 8002))
-	rev1 := e.apply(t, []store.Put{a, b, ea, eb})
+	a, b := xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("a", 100)), xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("b", 100))
+	ea, eb := xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("a", 8001)), xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("b", 8002))
+	rev1 := e.Apply(t, []store.Put{a, b, ea, eb})
 	r := startXDS(t, e.config(t), rev1)
 
-	s, _ := openADS(t, dial(t, r))
-	s.request(&discoveryv3.DiscoveryRequest{Node: xdsNode("n1", "c1"), TypeUrl: resource.Cluster.URL})
-	cds := s.expect()
-	checkResponse(t, "CDS", cds, ver(rev1), resource.Cluster, a, b)
-	s.ack(cds)
-	s.request(&discoveryv3.DiscoveryRequest{TypeUrl: resource.Endpoint.URL, ResourceNames: []string{"a"}})
-	eds := s.expect()
-	checkResponse(t, "EDS [a]", eds, ver(rev1), resource.Endpoint, ea)
-	s.ack(eds, "a")
-	s.expectNone()
+	s := xdstest.OpenSotW(t, dial(t, r))
+	s.Send(&discoveryv3.DiscoveryRequest{Node: xdstest.Node("n1", "c1"), TypeUrl: resource.Cluster.URL})
+	cds := s.Expect()
+	checkResponse(t, "CDS", cds, xdstest.Version(rev1), resource.Cluster, a, b)
+	s.Ack(cds)
+	s.Send(&discoveryv3.DiscoveryRequest{TypeUrl: resource.Endpoint.URL, ResourceNames: []string{"a"}})
+	eds := s.Expect()
+	checkResponse(t, "EDS [a]", eds, xdstest.Version(rev1), resource.Endpoint, ea)
+	s.Ack(eds, "a")
+	s.ExpectNone()
 
-	a2 := putOf(t, resource.Cluster, store.DefaultScope, edsCluster("a", 200))
-	rev2 := e.apply(t, []store.Put{a2})
-	cds = s.expect()
-	checkResponse(t, "CDS after a change", cds, ver(rev2), resource.Cluster, a2, b)
-	s.ack(cds)
-	s.expectNone()
+	a2 := xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("a", 200))
+	rev2 := e.Apply(t, []store.Put{a2})
+	cds = s.Expect()
+	checkResponse(t, "CDS after a change", cds, xdstest.Version(rev2), resource.Cluster, a2, b)
+	s.Ack(cds)
+	s.ExpectNone()
 }
 
 // TestPerTypeServices: the per-type SotW services on --xds-addr, streaming
@@ -479,61 +304,40 @@ func TestADS(t *testing.T) {
 func TestPerTypeServices(t *testing.T) {
 	checkLeaks(t)
 	e := newXDSEnv(t)
-	a := putOf(t, resource.Cluster, store.DefaultScope, edsCluster("a", 100))
-	rev := e.apply(t, []store.Put{a})
+	a := xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("a", 100))
+	rev := e.Apply(t, []store.Put{a})
 	r := startXDS(t, e.config(t), rev)
 	cc := dial(t, r)
 	client := clusterservice.NewClusterDiscoveryServiceClient(cc)
 
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), xdstest.Timeout)
 	defer cancel()
 	st, err := client.StreamClusters(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := newStream(t, st)
-	s.request(&discoveryv3.DiscoveryRequest{Node: xdsNode("n1", "c1")})
-	checkResponse(t, "StreamClusters", s.expect(), ver(rev), resource.Cluster, a)
+	s := xdstest.NewSotW(t, st, cancel)
+	s.Send(&discoveryv3.DiscoveryRequest{Node: xdstest.Node("n1", "c1")})
+	checkResponse(t, "StreamClusters", s.Expect(), xdstest.Version(rev), resource.Cluster, a)
 
-	resp, err := client.FetchClusters(ctx, &discoveryv3.DiscoveryRequest{Node: xdsNode("n1", "c1")})
+	resp, err := client.FetchClusters(ctx, &discoveryv3.DiscoveryRequest{Node: xdstest.Node("n1", "c1")})
 	if err != nil {
 		t.Fatalf("FetchClusters: %v", err)
 	}
-	checkResponse(t, "FetchClusters", resp, ver(rev), resource.Cluster, a)
-	_, err = client.FetchClusters(ctx, &discoveryv3.DiscoveryRequest{Node: xdsNode("n1", "c1"), VersionInfo: ver(rev)})
+	checkResponse(t, "FetchClusters", resp, xdstest.Version(rev), resource.Cluster, a)
+	_, err = client.FetchClusters(ctx, &discoveryv3.DiscoveryRequest{Node: xdstest.Node("n1", "c1"), VersionInfo: xdstest.Version(rev)})
 	if grpcstatus.Code(err) != codes.Unavailable {
 		t.Errorf("FetchClusters at the current version = %v, want UNAVAILABLE (not modified)", err)
 	}
 }
 
-// debugStreams is the body of /debug/streams.
-type debugStreams struct {
-	Streams []struct {
-		ID          uint64    `json:"id"`
-		NodeID      string    `json:"node_id"`
-		Group       string    `json:"group"`
-		Protocol    string    `json:"protocol"`
-		ConnectedAt time.Time `json:"connected_at"`
-		Types       map[string]struct {
-			VersionSent  string `json:"version_sent"`
-			VersionAcked string `json:"version_acked"`
-			Nonce        string `json:"nonce"`
-			NackVersion  string `json:"nack_version"`
-			LastNack     string `json:"last_nack"`
-			Wildcard     bool   `json:"wildcard"`
-			Subscribed   int    `json:"subscribed_names"`
-			Resources    int    `json:"resources"`
-		} `json:"types"`
-	} `json:"streams"`
-}
-
-func getStreams(t *testing.T, r *running) debugStreams {
+func getStreams(t *testing.T, r *running) xdstest.DebugStreams {
 	t.Helper()
 	code, body := get(t, r, "/debug/streams")
 	if code != http.StatusOK {
 		t.Fatalf("/debug/streams = %d %q", code, body)
 	}
-	var d debugStreams
+	var d xdstest.DebugStreams
 	if err := json.Unmarshal([]byte(body), &d); err != nil {
 		t.Fatalf("/debug/streams: %v in %q", err, body)
 	}
@@ -548,9 +352,9 @@ func getStreams(t *testing.T, r *running) debugStreams {
 func TestDebugStreams(t *testing.T) {
 	checkLeaks(t)
 	e := newXDSEnv(t)
-	rev := e.apply(t, []store.Put{
-		putOf(t, resource.Cluster, store.DefaultScope, edsCluster("a", 100)),
-		putOf(t, resource.Cluster, store.DefaultScope, edsCluster("b", 100)),
+	rev := e.Apply(t, []store.Put{
+		xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("a", 100)),
+		xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("b", 100)),
 	})
 	r := startXDS(t, e.config(t), rev)
 	if d := getStreams(t, r); len(d.Streams) != 0 {
@@ -558,40 +362,40 @@ func TestDebugStreams(t *testing.T) {
 	}
 
 	cc := dial(t, r)
-	s, endADS := openADS(t, cc)
-	s.request(&discoveryv3.DiscoveryRequest{Node: xdsNode("n1", "c1"), TypeUrl: resource.Cluster.URL})
-	cds := s.expect()
-	var d debugStreams
-	waitFor(t, "the ADS stream in /debug/streams", func() (bool, string) {
+	s := xdstest.OpenSotW(t, cc)
+	s.Send(&discoveryv3.DiscoveryRequest{Node: xdstest.Node("n1", "c1"), TypeUrl: resource.Cluster.URL})
+	cds := s.Expect()
+	var d xdstest.DebugStreams
+	xdstest.WaitFor(t, "the ADS stream in /debug/streams", func() (bool, string) {
 		d = getStreams(t, r)
-		return len(d.Streams) == 1 && d.Streams[0].Types["cluster"].VersionSent == cds.GetVersionInfo(), jsonString(d)
+		return len(d.Streams) == 1 && d.Streams[0].Types["cluster"] != nil && d.Streams[0].Types["cluster"].VersionSent == cds.GetVersionInfo(), jsonString(d)
 	})
 	st := d.Streams[0]
 	if st.NodeID != "n1" || st.Group != "c1" || st.Protocol != "sotw-ads" || st.ConnectedAt.IsZero() {
 		t.Errorf("stream = %s, want node n1, group c1, protocol sotw-ads, a connection time", jsonString(st))
 	}
-	if ts := st.Types["cluster"]; ts.Nonce != cds.GetNonce() || !ts.Wildcard || ts.Resources != 2 || ts.VersionAcked != "" {
+	if ts := st.Types["cluster"]; ts == nil || ts.Nonce != cds.GetNonce() || !ts.Wildcard || ts.Resources != 2 || ts.VersionAcked != "" {
 		t.Errorf("cluster state = %s, want nonce %q, wildcard, 2 resources, nothing ACKed", jsonString(ts), cds.GetNonce())
 	}
 
-	s.ack(cds)
-	waitFor(t, "the ACK in /debug/streams", func() (bool, string) {
+	s.Ack(cds)
+	xdstest.WaitFor(t, "the ACK in /debug/streams", func() (bool, string) {
 		d = getStreams(t, r)
-		return len(d.Streams) == 1 && d.Streams[0].Types["cluster"].VersionAcked == cds.GetVersionInfo(), jsonString(d)
+		return len(d.Streams) == 1 && d.Streams[0].Types["cluster"] != nil && d.Streams[0].Types["cluster"].VersionAcked == cds.GetVersionInfo(), jsonString(d)
 	})
 
 	// A NACK of the next version shows with its message.
-	e.apply(t, []store.Put{putOf(t, resource.Cluster, store.DefaultScope, edsCluster("a", 200))})
-	cds2 := s.expect()
-	s.request(&discoveryv3.DiscoveryRequest{TypeUrl: resource.Cluster.URL, VersionInfo: cds.GetVersionInfo(), ResponseNonce: cds2.GetNonce(),
+	e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("a", 200))})
+	cds2 := s.Expect()
+	s.Send(&discoveryv3.DiscoveryRequest{TypeUrl: resource.Cluster.URL, VersionInfo: cds.GetVersionInfo(), ResponseNonce: cds2.GetNonce(),
 		ErrorDetail: grpcstatus.New(codes.InvalidArgument, "cluster a: bad").Proto()})
-	waitFor(t, "the NACK in /debug/streams", func() (bool, string) {
+	xdstest.WaitFor(t, "the NACK in /debug/streams", func() (bool, string) {
 		d = getStreams(t, r)
 		if len(d.Streams) != 1 {
 			return false, jsonString(d)
 		}
 		ts := d.Streams[0].Types["cluster"]
-		return ts.NackVersion == cds2.GetVersionInfo() && ts.LastNack == "cluster a: bad" && ts.VersionAcked == cds.GetVersionInfo() && ts.VersionSent == cds2.GetVersionInfo(), jsonString(d)
+		return ts != nil && ts.NackVersion == cds2.GetVersionInfo() && ts.LastNack == "cluster a: bad" && ts.VersionAcked == cds.GetVersionInfo() && ts.VersionSent == cds2.GetVersionInfo(), jsonString(d)
 	})
 
 	// A per-type stream shows its own protocol.
@@ -601,17 +405,17 @@ func TestDebugStreams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s2 := newStream(t, cs)
-	s2.request(&discoveryv3.DiscoveryRequest{Node: xdsNode("n2", "c2")})
-	s2.expect()
-	waitFor(t, "both streams in /debug/streams", func() (bool, string) {
+	s2 := xdstest.NewSotW(t, cs, cancel)
+	s2.Send(&discoveryv3.DiscoveryRequest{Node: xdstest.Node("n2", "c2")})
+	s2.Expect()
+	xdstest.WaitFor(t, "both streams in /debug/streams", func() (bool, string) {
 		d = getStreams(t, r)
 		return len(d.Streams) == 2 && d.Streams[1].NodeID == "n2" && d.Streams[1].Protocol == "sotw-cluster", jsonString(d)
 	})
 
-	endADS()
+	s.Cancel()
 	cancel()
-	waitFor(t, "no stream in /debug/streams", func() (bool, string) {
+	xdstest.WaitFor(t, "no stream in /debug/streams", func() (bool, string) {
 		d = getStreams(t, r)
 		return len(d.Streams) == 0, jsonString(d)
 	})
@@ -680,9 +484,9 @@ func TestDebugLoopbackOnly(t *testing.T) {
 func TestSotwOptions(t *testing.T) {
 	checkLeaks(t)
 	e := newXDSEnv(t)
-	a := putOf(t, resource.Cluster, store.DefaultScope, edsCluster("a", 100))
-	ea := putOf(t, resource.Endpoint, store.DefaultScope, loadAssignment("a", 8001))
-	rev := e.apply(t, []store.Put{a, ea})
+	a := xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("a", 100))
+	ea := xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("a", 8001))
+	rev := e.Apply(t, []store.Put{a, ea})
 
 	// Two replicas of different options on one etcd: standalone, so that
 	// each serves its own streams instead of relaying to the node's home.
@@ -697,18 +501,18 @@ func TestSotwOptions(t *testing.T) {
 	cfg.GroupBy = "id"
 	tuned := startXDS(t, cfg, rev)
 
-	reconnect := func(r *running, typ *resource.Type, names ...string) *xdsStream {
-		s, _ := openADS(t, dial(t, r))
-		s.request(&discoveryv3.DiscoveryRequest{Node: xdsNode("n1", "c1"), TypeUrl: typ.URL, VersionInfo: ver(rev), ResourceNames: names})
+	reconnect := func(r *running, typ *resource.Type, names ...string) *xdstest.SotWStream {
+		s := xdstest.OpenSotW(t, dial(t, r))
+		s.Send(&discoveryv3.DiscoveryRequest{Node: xdstest.Node("n1", "c1"), TypeUrl: typ.URL, VersionInfo: xdstest.Version(rev), ResourceNames: names})
 		return s
 	}
 	// Wildcard CDS at the current version: nothing to send, either way.
-	reconnect(plain, resource.Cluster).expectNone()
-	reconnect(tuned, resource.Cluster).expectNone()
+	reconnect(plain, resource.Cluster).ExpectNone()
+	reconnect(tuned, resource.Cluster).ExpectNone()
 	// Named EDS at the current version: resent unless trusted.
-	checkResponse(t, "EDS on a new stream", reconnect(plain, resource.Endpoint, "a").expect(), ver(rev), resource.Endpoint, ea)
-	reconnect(tuned, resource.Endpoint, "a").expectNone()
-	waitFor(t, "the streams of node n1 in group n1 (--group-by id)", func() (bool, string) {
+	checkResponse(t, "EDS on a new stream", reconnect(plain, resource.Endpoint, "a").Expect(), xdstest.Version(rev), resource.Endpoint, ea)
+	reconnect(tuned, resource.Endpoint, "a").ExpectNone()
+	xdstest.WaitFor(t, "the streams of node n1 in group n1 (--group-by id)", func() (bool, string) {
 		d := getStreams(t, tuned)
 		for _, st := range d.Streams {
 			if st.Group != "n1" {
@@ -720,23 +524,23 @@ func TestSotwOptions(t *testing.T) {
 
 	began := time.Now()
 	s := reconnect(tuned, resource.Cluster)
-	s.request(&discoveryv3.DiscoveryRequest{TypeUrl: resource.Listener.URL, VersionInfo: ver(rev + 1000)})
-	if st := s.expectEnd(); st.Code() != codes.Unavailable {
+	s.Send(&discoveryv3.DiscoveryRequest{TypeUrl: resource.Listener.URL, VersionInfo: xdstest.Version(rev + 1000)})
+	if st := grpcstatus.Convert(s.ExpectErr()); st.Code() != codes.Unavailable {
 		t.Errorf("a version ahead of the view ended the stream with %v, want UNAVAILABLE", st)
 	}
 	if d, dflt := time.Since(began), node.DefaultConfig().CatchupTimeout; d < cfg.CatchupTimeout || d >= dflt {
 		t.Errorf("the stream ended after %s, want the %s catch-up timeout set, not the default %s", d, cfg.CatchupTimeout, dflt)
 	}
 
-	s, _ = openADS(t, dial(t, tuned))
-	s.request(&discoveryv3.DiscoveryRequest{Node: xdsNode("n1", "c1"), TypeUrl: resource.Endpoint.URL, ResourceNames: []string{strings.Repeat("x", 8192)}})
-	if st := s.expectEnd(); st.Code() != codes.ResourceExhausted {
+	s = xdstest.OpenSotW(t, dial(t, tuned))
+	s.Send(&discoveryv3.DiscoveryRequest{Node: xdstest.Node("n1", "c1"), TypeUrl: resource.Endpoint.URL, ResourceNames: []string{strings.Repeat("x", 8192)}})
+	if st := grpcstatus.Convert(s.ExpectErr()); st.Code() != codes.ResourceExhausted {
 		t.Errorf("a request above --max-recv-msg-size ended the stream with %v, want RESOURCE_EXHAUSTED", st)
 	}
 	// The plain replica takes the same request.
-	s, _ = openADS(t, dial(t, plain))
-	s.request(&discoveryv3.DiscoveryRequest{Node: xdsNode("n1", "c1"), TypeUrl: resource.Endpoint.URL, ResourceNames: []string{strings.Repeat("x", 8192)}})
-	if resp := s.expect(); len(resp.GetResources()) != 0 {
+	s = xdstest.OpenSotW(t, dial(t, plain))
+	s.Send(&discoveryv3.DiscoveryRequest{Node: xdstest.Node("n1", "c1"), TypeUrl: resource.Endpoint.URL, ResourceNames: []string{strings.Repeat("x", 8192)}})
+	if resp := s.Expect(); len(resp.GetResources()) != 0 {
 		t.Errorf("EDS for a missing name = %d resources, want none", len(resp.GetResources()))
 	}
 }

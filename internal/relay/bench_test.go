@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+
+	"github.com/legation-io/legation/internal/xdstest"
 )
 
 // BenchmarkRelayOverhead measures what relaying adds to a stream: one op
@@ -28,7 +30,7 @@ func BenchmarkRelayOverhead(b *testing.B) {
 		{"relayed", ra.addr},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			client := discoveryv3.NewAggregatedDiscoveryServiceClient(dial(b, bc.addr))
+			client := discoveryv3.NewAggregatedDiscoveryServiceClient(xdstest.Dial(b, bc.addr))
 			b.ReportAllocs()
 			for b.Loop() {
 				ctx, cancel := context.WithCancel(context.Background())

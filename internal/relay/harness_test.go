@@ -7,18 +7,13 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/prometheus/client_golang/prometheus"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/legation-io/legation/internal/ads"
 	"github.com/legation-io/legation/internal/delta"
@@ -26,23 +21,20 @@ import (
 	"github.com/legation-io/legation/internal/relay"
 	"github.com/legation-io/legation/internal/resource"
 	"github.com/legation-io/legation/internal/store"
-	"github.com/legation-io/legation/internal/store/storetest"
 	"github.com/legation-io/legation/internal/xdsstream"
+	"github.com/legation-io/legation/internal/xdstest"
 )
 
-// Two timeouts: a long one for what must happen, a short one for what must
-// not.
-const (
-	defaultTestTimeout      = 20 * time.Second
-	defaultTestShortTimeout = 300 * time.Millisecond
-)
-
-// cluster is one embedded etcd and replicas serving it, each with its own
-// view, SotW and delta servers and Relay on a real gRPC server on
-// 127.0.0.1, as xds-node builds them.
+// cluster is the test kit's env (one embedded etcd and a store) and
+// replicas serving it, each with its own view, SotW and delta servers and
+// Relay on a real gRPC server on 127.0.0.1, as xds-node builds them.
+//
+// The relay's tests import both internal/ads and internal/delta: a relay
+// forwards either protocol's streams, and the tests must show which
+// replica's SotW or delta server ends up holding each stream, with the
+// homes set per test (node.Node builds its relay from the shard ring).
 type cluster struct {
-	client *clientv3.Client
-	store  *store.Store
+	*xdstest.Env
 
 	mu       sync.Mutex // guards replicas
 	replicas map[string]*replica
@@ -70,33 +62,7 @@ type replicaOption func(*relay.Config)
 
 func newCluster(tb testing.TB) *cluster {
 	tb.Helper()
-	etcd := storetest.Start(tb, storetest.Options{})
-	client := etcd.Client(tb)
-	c := &cluster{client: client, replicas: map[string]*replica{}}
-	var err error
-	if c.store, err = store.New(store.Config{Client: client}); err != nil {
-		tb.Fatal(err)
-	}
-	return c
-}
-
-// startView runs a view of etcd until tb ends and waits for its load.
-func startView(tb testing.TB, client *clientv3.Client) *store.View {
-	tb.Helper()
-	view, err := store.NewView(store.ViewConfig{Client: client})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); view.Run(ctx) }() //nolint:errcheck // nil on cancel
-	tb.Cleanup(func() { cancel(); <-done })
-	select {
-	case <-view.Ready():
-	case <-time.After(defaultTestTimeout):
-		tb.Fatal("view not ready")
-	}
-	return view
+	return &cluster{Env: xdstest.NewEnv(tb, xdstest.Options{}), replicas: map[string]*replica{}}
 }
 
 // addReplica starts replica name.
@@ -104,7 +70,7 @@ func (c *cluster) addReplica(tb testing.TB, name string, opts ...replicaOption) 
 	tb.Helper()
 	r := &replica{name: name, reg: prometheus.NewRegistry()}
 	r.homes.Store(&map[string]string{})
-	r.view = startView(tb, c.client)
+	r.view = xdstest.StartView(tb, store.ViewConfig{Client: c.Client})
 	var err error
 	if r.delta, err = delta.New(delta.Config{Config: xdsstream.Config{Source: r.view, Registerer: r.reg}}); err != nil {
 		tb.Fatal(err)
@@ -125,24 +91,18 @@ func (c *cluster) addReplica(tb testing.TB, name string, opts ...replicaOption) 
 	if r.relay, err = relay.New(cfg); err != nil {
 		tb.Fatal(err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	r.addr = lis.Addr().String()
 	r.grpc = grpc.NewServer(append(grpcapi.ServerOptions(), grpc.StreamInterceptor(r.relay.StreamInterceptor()))...)
-	grpcapi.Register(r.grpc, grpcapi.Services{SotW: r.sotw, Delta: r.delta})
 	hs := health.NewServer()
-	healthpb.RegisterHealthServer(r.grpc, hs)
-	served := make(chan struct{})
-	go func() { defer close(served); r.grpc.Serve(lis) }() //nolint:errcheck // ends with Stop
-	// Cleanups run last in, first out: the relay closes after its server.
+	grpcapi.Register(r.grpc, grpcapi.Services{SotW: r.sotw, Delta: r.delta, Health: hs})
+	// Cleanups run last in, first out: the relay closes after its server,
+	// which stops before its health service.
 	tb.Cleanup(func() {
 		if err := r.relay.Close(); err != nil {
 			tb.Errorf("relay %s: Close: %v", name, err)
 		}
 	})
-	tb.Cleanup(func() { r.grpc.Stop(); <-served; hs.Shutdown() })
+	tb.Cleanup(hs.Shutdown)
+	r.addr = xdstest.Serve(tb, r.grpc)
 	c.mu.Lock()
 	c.replicas[name] = r
 	c.mu.Unlock()
@@ -183,177 +143,48 @@ func (r *replica) setHomes(m map[string]string) { r.homes.Store(&m) }
 // revision, once every replica's view has it.
 func (c *cluster) apply(tb testing.TB, clusters ...*clusterv3.Cluster) int64 {
 	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
-	defer cancel()
 	var puts []store.Put
 	for _, m := range clusters {
-		body, err := resource.Marshal(resource.Cluster, m)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		puts = append(puts, store.Put{Key: store.Key{Type: resource.Cluster, Scope: store.DefaultScope, Name: m.GetName()}, Body: body})
+		puts = append(puts, xdstest.Put(tb, resource.Cluster, store.DefaultScope, m))
 	}
-	plan, err := c.store.MakePlan(ctx, store.PlanRequest{Puts: puts})
-	if err != nil {
-		tb.Fatalf("plan: %v", err)
-	}
-	res, err := c.store.Apply(ctx, plan, store.ApplyOptions{})
-	if err != nil {
-		tb.Fatalf("apply: %v", err)
-	}
+	rev := c.Apply(tb, puts)
 	c.mu.Lock()
 	var views []*store.View
 	for _, r := range c.replicas {
 		views = append(views, r.view)
 	}
 	c.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), xdstest.Timeout)
+	defer cancel()
 	for _, v := range views {
-		if _, err := v.WaitRevision(ctx, res.Revision); err != nil {
+		if _, err := v.WaitRevision(ctx, rev); err != nil {
 			tb.Fatal(err)
 		}
 	}
-	return res.Revision
-}
-
-// edsCluster is an EDS cluster; ms varies its content.
-func edsCluster(name string, ms int64) *clusterv3.Cluster {
-	return &clusterv3.Cluster{
-		Name:                 name,
-		ConnectTimeout:       durationpb.New(time.Duration(ms) * time.Millisecond),
-		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
-		EdsClusterConfig: &clusterv3.Cluster_EdsClusterConfig{
-			ServiceName: name,
-			EdsConfig:   &corev3.ConfigSource{ConfigSourceSpecifier: &corev3.ConfigSource_Ads{Ads: &corev3.AggregatedConfigSource{}}, ResourceApiVersion: corev3.ApiVersion_V3},
-		},
-	}
+	return rev
 }
 
 func clusters(n int) []*clusterv3.Cluster {
 	out := make([]*clusterv3.Cluster, n)
 	for i := range out {
-		out[i] = edsCluster(fmt.Sprintf("c%03d", i), 1000)
+		out[i] = xdstest.Cluster(fmt.Sprintf("c%03d", i), 1000)
 	}
 	return out
 }
 
-// dial returns a client connection to addr, closed when tb ends.
-func dial(tb testing.TB, addr string) *grpc.ClientConn {
-	tb.Helper()
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { cc.Close() })
-	return cc
-}
-
-// stream is a client xDS stream, SotW or delta, with a receive goroutine.
-type stream[Req, Resp any] struct {
-	t      *testing.T
-	s      grpc.BidiStreamingClient[Req, Resp]
-	recv   chan result[Resp]
-	cancel context.CancelFunc
-}
-
-type result[Resp any] struct {
-	resp *Resp
-	err  error
-}
-
-type (
-	sotwStream  = stream[discoveryv3.DiscoveryRequest, discoveryv3.DiscoveryResponse]
-	deltaStream = stream[discoveryv3.DeltaDiscoveryRequest, discoveryv3.DeltaDiscoveryResponse]
-)
-
-// open opens a stream with f on a new connection to addr; it is cancelled
-// when t ends.
-func open[Req, Resp any](t *testing.T, addr string, f func(context.Context, *grpc.ClientConn) (grpc.BidiStreamingClient[Req, Resp], error)) *stream[Req, Resp] {
+// adsStream opens a SotW ADS stream on a new connection to addr.
+func adsStream(t *testing.T, addr string) *xdstest.SotWStream {
 	t.Helper()
-	cc := dial(t, addr)
-	ctx, cancel := context.WithCancel(context.Background())
-	s, err := f(ctx, cc)
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	x := &stream[Req, Resp]{t: t, s: s, recv: make(chan result[Resp], 100), cancel: cancel}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			r, err := s.Recv()
-			x.recv <- result[Resp]{r, err}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	return x
+	return xdstest.OpenSotW(t, xdstest.Dial(t, addr))
 }
 
-func adsStream(t *testing.T, addr string) *sotwStream {
-	return open(t, addr, func(ctx context.Context, cc *grpc.ClientConn) (grpc.BidiStreamingClient[discoveryv3.DiscoveryRequest, discoveryv3.DiscoveryResponse], error) {
-		return discoveryv3.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(ctx)
-	})
+// deltaADSStream opens a delta ADS stream on a new connection to addr.
+func deltaADSStream(t *testing.T, addr string) *xdstest.DeltaStream {
+	t.Helper()
+	return xdstest.OpenDelta(t, xdstest.Dial(t, addr))
 }
 
-func deltaADSStream(t *testing.T, addr string) *deltaStream {
-	return open(t, addr, func(ctx context.Context, cc *grpc.ClientConn) (grpc.BidiStreamingClient[discoveryv3.DeltaDiscoveryRequest, discoveryv3.DeltaDiscoveryResponse], error) {
-		return discoveryv3.NewAggregatedDiscoveryServiceClient(cc).DeltaAggregatedResources(ctx)
-	})
-}
-
-func (x *stream[Req, Resp]) send(r *Req) {
-	x.t.Helper()
-	if err := x.s.Send(r); err != nil {
-		x.t.Fatalf("send: %v", err)
-	}
-}
-
-// expect waits for the next response and fails the test without one.
-func (x *stream[Req, Resp]) expect() *Resp {
-	x.t.Helper()
-	select {
-	case r := <-x.recv:
-		if r.err != nil {
-			x.t.Fatalf("stream ended: %v", r.err)
-		}
-		return r.resp
-	case <-time.After(defaultTestTimeout):
-		x.t.Fatal("no response")
-		return nil
-	}
-}
-
-// expectNone fails the test if the stream gets a response or ends within
-// the short timeout.
-func (x *stream[Req, Resp]) expectNone() {
-	x.t.Helper()
-	select {
-	case r := <-x.recv:
-		x.t.Fatalf("unexpected response %v or end %v", r.resp, r.err)
-	case <-time.After(defaultTestShortTimeout):
-	}
-}
-
-// expectErr waits for the stream to end and returns its error.
-func (x *stream[Req, Resp]) expectErr() error {
-	x.t.Helper()
-	for {
-		select {
-		case r := <-x.recv:
-			if r.err != nil {
-				return r.err
-			}
-		case <-time.After(defaultTestTimeout):
-			x.t.Fatal("stream did not end")
-			return nil
-		}
-	}
-}
-
-func node(id string) *corev3.Node { return &corev3.Node{Id: id, Cluster: "test"} }
+func node(id string) *corev3.Node { return xdstest.Node(id, "test") }
 
 // cdsRequest is a wildcard CDS request from node id.
 func cdsRequest(id string) *discoveryv3.DiscoveryRequest {
@@ -369,13 +200,7 @@ func deltaCDSRequest(id string) *discoveryv3.DeltaDiscoveryRequest {
 // timeout.
 func waitFor(tb testing.TB, what string, cond func() bool) {
 	tb.Helper()
-	deadline := time.Now().Add(defaultTestTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	xdstest.WaitFor(tb, what, func() (bool, string) { return cond(), "" })
 }
 
 // metric returns the value of the unlabelled counter or gauge name in

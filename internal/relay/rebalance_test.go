@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/legation-io/legation/internal/relay"
+	"github.com/legation-io/legation/internal/xdstest"
 )
 
 // ring is a Rebalance home func from a map of node ids to replica names;
@@ -25,9 +26,9 @@ func ring(self string, m map[string]string) func(string) (string, bool) {
 
 // expectMoved waits for x to end with UNAVAILABLE "rebalance: home moved
 // to <to>".
-func expectMoved[Req, Resp any](t *testing.T, what string, x *stream[Req, Resp], to string) {
+func expectMoved(t *testing.T, what string, x interface{ ExpectErr() error }, to string) {
 	t.Helper()
-	err := x.expectErr()
+	err := x.ExpectErr()
 	st := status.Convert(err)
 	if st.Code() != codes.Unavailable || st.Message() != "rebalance: home moved to "+to {
 		t.Errorf("%s ended with %v, want UNAVAILABLE rebalance: home moved to %s", what, err, to)
@@ -45,18 +46,18 @@ func TestRebalance(t *testing.T) {
 	c.apply(t, clusters(1)...)
 	a.setHomes(map[string]string{"n3": "b", "n4": "b", "n5": "b", "n6": "b"})
 
-	streams := map[string]*sotwStream{}
+	streams := map[string]*xdstest.SotWStream{}
 	for _, id := range []string{"n1", "n2", "n3", "n4", "n5", "n6", ""} {
 		s := adsStream(t, a.addr)
-		s.send(cdsRequest(id))
-		s.expect()
+		s.Send(cdsRequest(id))
+		s.Expect()
 		streams[id] = s
 	}
 	d1 := deltaADSStream(t, a.addr)
-	d1.send(deltaCDSRequest("n1"))
-	d1.expect()
+	d1.Send(deltaCDSRequest("n1"))
+	d1.Expect()
 
-	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), xdstest.Timeout)
 	defer cancel()
 	// n1 moves from a to b, n3 from b to a, n5 from b to c; n2 stays on
 	// a, n4 and n6 on b (as far as a knows); "" has no home.
@@ -68,7 +69,7 @@ func TestRebalance(t *testing.T) {
 	expectMoved(t, "n3", streams["n3"], "a")
 	expectMoved(t, "n5", streams["n5"], "c")
 	for _, id := range []string{"n2", "n4", "n6", ""} {
-		streams[id].expectNone()
+		streams[id].ExpectNone()
 	}
 	if n := metric(t, a.reg, "legation_relay_rebalance_closes_total"); n != 4 {
 		t.Errorf("legation_relay_rebalance_closes_total = %v, want 4", n)
@@ -83,7 +84,7 @@ func TestRebalance(t *testing.T) {
 		t.Errorf("B's Rebalance closed %d streams, want 1", got)
 	}
 	expectMoved(t, "n6 (closed by its home)", streams["n6"], "a")
-	streams["n4"].expectNone()
+	streams["n4"].ExpectNone()
 	if n := len(streamsOf(b, "n4")); n != 1 {
 		t.Errorf("B serves %d streams of n4, want 1", n)
 	}
@@ -97,14 +98,14 @@ func TestRebalancePacing(t *testing.T) {
 	c := newCluster(t)
 	a := c.addReplica(t, "a", func(cfg *relay.Config) { cfg.Rate, cfg.Burst = 4, 1 })
 	c.apply(t, clusters(1)...)
-	var all []*sotwStream
+	var all []*xdstest.SotWStream
 	for _, id := range []string{"n1", "n2", "n3", "n4", "n5"} {
 		s := adsStream(t, a.addr)
-		s.send(cdsRequest(id))
-		s.expect()
+		s.Send(cdsRequest(id))
+		s.Expect()
 		all = append(all, s)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), xdstest.Timeout)
 	defer cancel()
 	start := time.Now()
 	got := a.relay.Rebalance(ctx, func(string) (string, bool) { return "b", false })
@@ -130,8 +131,8 @@ func TestRebalanceStops(t *testing.T) {
 	c.apply(t, clusters(1)...)
 	for _, id := range []string{"n1", "n2", "n3"} {
 		s := adsStream(t, a.addr)
-		s.send(cdsRequest(id))
-		s.expect()
+		s.Send(cdsRequest(id))
+		s.Expect()
 	}
 	moved := func(string) (string, bool) { return "b", false }
 
@@ -143,7 +144,7 @@ func TestRebalanceStops(t *testing.T) {
 	select {
 	case n := <-first:
 		t.Fatalf("the first Rebalance returned %d without waiting for a token", n)
-	case <-time.After(defaultTestShortTimeout):
+	case <-time.After(xdstest.ShortTimeout):
 	}
 	if got := a.relay.Rebalance(context.Background(), func(string) (string, bool) { return "a", true }); got != 0 {
 		t.Errorf("the second Rebalance, where nothing moved, closed %d", got)
@@ -153,12 +154,12 @@ func TestRebalanceStops(t *testing.T) {
 		if n != 1 {
 			t.Errorf("the superseded Rebalance closed %d, want 1", n)
 		}
-	case <-time.After(defaultTestTimeout):
+	case <-time.After(xdstest.Timeout):
 		t.Fatal("the superseded Rebalance did not return")
 	}
 
 	// ctx ends while it waits for a token.
-	ctx, cancel := context.WithTimeout(context.Background(), defaultTestShortTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), xdstest.ShortTimeout)
 	defer cancel()
 	if got := a.relay.Rebalance(ctx, moved); got != 0 {
 		t.Errorf("Rebalance with a short ctx closed %d, want 0", got)
@@ -170,7 +171,7 @@ func TestRebalanceStops(t *testing.T) {
 	select {
 	case n := <-third:
 		t.Fatalf("Rebalance returned %d without waiting for a token", n)
-	case <-time.After(defaultTestShortTimeout):
+	case <-time.After(xdstest.ShortTimeout):
 	}
 	if err := a.relay.Close(); err != nil {
 		t.Fatal(err)
@@ -180,7 +181,7 @@ func TestRebalanceStops(t *testing.T) {
 		if n != 0 {
 			t.Errorf("Rebalance stopped by Close closed %d, want 0", n)
 		}
-	case <-time.After(defaultTestTimeout):
+	case <-time.After(xdstest.Timeout):
 		t.Fatal("Close did not stop Rebalance")
 	}
 	if got := a.relay.Rebalance(context.Background(), moved); got != 0 {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/legation-io/legation/internal/relay"
 	"github.com/legation-io/legation/internal/wire"
+	"github.com/legation-io/legation/internal/xdstest"
 )
 
 // ignoreNonce compares responses but for their nonces, which are per
@@ -46,25 +46,25 @@ func TestRelayToHome(t *testing.T) {
 	b.setHomes(map[string]string{"nb": "a"})
 
 	sotw := adsStream(t, a.addr)
-	sotw.send(cdsRequest("nb"))
-	got := sotw.expect()
-	if got.GetVersionInfo() != ver(rev) || len(got.GetResources()) != 3 {
+	sotw.Send(cdsRequest("nb"))
+	got := sotw.Expect()
+	if got.GetVersionInfo() != xdstest.Version(rev) || len(got.GetResources()) != 3 {
 		t.Fatalf("relayed SotW response: version %s with %d resources, want %d with 3", got.GetVersionInfo(), len(got.GetResources()), rev)
 	}
 	dlt := deltaADSStream(t, a.addr)
-	dlt.send(deltaCDSRequest("nb"))
-	gotDelta := dlt.expect()
+	dlt.Send(deltaCDSRequest("nb"))
+	gotDelta := dlt.Expect()
 
 	// The same, from B directly, now that B's ring agrees.
 	b.setHomes(map[string]string{})
 	direct := adsStream(t, b.addr)
-	direct.send(cdsRequest("nb"))
-	if diff := cmp.Diff(direct.expect(), got, ignoreNonce); diff != "" {
+	direct.Send(cdsRequest("nb"))
+	if diff := cmp.Diff(direct.Expect(), got, ignoreNonce); diff != "" {
 		t.Errorf("relayed SotW response differs from a direct one (-direct +relayed):\n%s", diff)
 	}
 	directDelta := deltaADSStream(t, b.addr)
-	directDelta.send(deltaCDSRequest("nb"))
-	if diff := cmp.Diff(directDelta.expect(), gotDelta, ignoreNonce); diff != "" {
+	directDelta.Send(deltaCDSRequest("nb"))
+	if diff := cmp.Diff(directDelta.Expect(), gotDelta, ignoreNonce); diff != "" {
 		t.Errorf("relayed delta response differs from a direct one (-direct +relayed):\n%s", diff)
 	}
 
@@ -103,16 +103,16 @@ func TestRelayToHome(t *testing.T) {
 	}
 
 	// Both directions keep flowing: ACKs go to B, B's pushes come back.
-	sotw.send(&discoveryv3.DiscoveryRequest{TypeUrl: got.GetTypeUrl(), VersionInfo: got.GetVersionInfo(), ResponseNonce: got.GetNonce()})
-	dlt.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: gotDelta.GetTypeUrl(), ResponseNonce: gotDelta.GetNonce()})
-	sotw.expectNone()
-	rev = c.apply(t, edsCluster("c001", 2000))
-	push := sotw.expect()
-	if push.GetVersionInfo() != ver(rev) || len(push.GetResources()) != 3 {
+	sotw.Send(&discoveryv3.DiscoveryRequest{TypeUrl: got.GetTypeUrl(), VersionInfo: got.GetVersionInfo(), ResponseNonce: got.GetNonce()})
+	dlt.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: gotDelta.GetTypeUrl(), ResponseNonce: gotDelta.GetNonce()})
+	sotw.ExpectNone()
+	rev = c.apply(t, xdstest.Cluster("c001", 2000))
+	push := sotw.Expect()
+	if push.GetVersionInfo() != xdstest.Version(rev) || len(push.GetResources()) != 3 {
 		t.Errorf("relayed SotW push: version %s with %d resources, want %d with 3", push.GetVersionInfo(), len(push.GetResources()), rev)
 	}
-	dpush := dlt.expect()
-	if len(dpush.GetResources()) != 1 || dpush.GetResources()[0].GetName() != "c001" || dpush.GetResources()[0].GetVersion() != ver(rev) {
+	dpush := dlt.Expect()
+	if len(dpush.GetResources()) != 1 || dpush.GetResources()[0].GetName() != "c001" || dpush.GetResources()[0].GetVersion() != xdstest.Version(rev) {
 		t.Errorf("relayed delta push: %v, want c001 at version %d", dpush.GetResources(), rev)
 	}
 }
@@ -128,14 +128,14 @@ func TestServeLocally(t *testing.T) {
 
 	for _, id := range []string{"na", ""} {
 		s := adsStream(t, a.addr)
-		s.send(cdsRequest(id))
-		got := s.expect()
-		if got.GetVersionInfo() != ver(rev) || len(got.GetResources()) != 2 {
+		s.Send(cdsRequest(id))
+		got := s.Expect()
+		if got.GetVersionInfo() != xdstest.Version(rev) || len(got.GetResources()) != 2 {
 			t.Errorf("node %q: response version %s with %d resources, want %d with 2", id, got.GetVersionInfo(), len(got.GetResources()), rev)
 		}
 		d := deltaADSStream(t, a.addr)
-		d.send(deltaCDSRequest(id))
-		if got := d.expect(); len(got.GetResources()) != 2 {
+		d.Send(deltaCDSRequest(id))
+		if got := d.Expect(); len(got.GetResources()) != 2 {
 			t.Errorf("node %q: delta response with %d resources, want 2", id, len(got.GetResources()))
 		}
 		infos := streamsOf(a, id)
@@ -165,18 +165,18 @@ func TestRelayPerType(t *testing.T) {
 	rev := c.apply(t, clusters(2)...)
 	a.setHomes(map[string]string{"nb": "b"})
 
-	s := open(t, a.addr, func(ctx context.Context, cc *grpc.ClientConn) (grpc.BidiStreamingClient[discoveryv3.DiscoveryRequest, discoveryv3.DiscoveryResponse], error) {
+	s := xdstest.Open(t, xdstest.Dial(t, a.addr), func(ctx context.Context, cc *grpc.ClientConn) (grpc.BidiStreamingClient[discoveryv3.DiscoveryRequest, discoveryv3.DiscoveryResponse], error) {
 		return clusterv3.NewClusterDiscoveryServiceClient(cc).StreamClusters(ctx)
 	})
-	s.send(cdsRequest("nb"))
-	if got := s.expect(); got.GetVersionInfo() != ver(rev) || len(got.GetResources()) != 2 {
+	s.Send(cdsRequest("nb"))
+	if got := s.Expect(); got.GetVersionInfo() != xdstest.Version(rev) || len(got.GetResources()) != 2 {
 		t.Errorf("response version %s with %d resources, want %d with 2", got.GetVersionInfo(), len(got.GetResources()), rev)
 	}
-	d := open(t, a.addr, func(ctx context.Context, cc *grpc.ClientConn) (grpc.BidiStreamingClient[discoveryv3.DeltaDiscoveryRequest, discoveryv3.DeltaDiscoveryResponse], error) {
+	d := xdstest.Open(t, xdstest.Dial(t, a.addr), func(ctx context.Context, cc *grpc.ClientConn) (grpc.BidiStreamingClient[discoveryv3.DeltaDiscoveryRequest, discoveryv3.DeltaDiscoveryResponse], error) {
 		return clusterv3.NewClusterDiscoveryServiceClient(cc).DeltaClusters(ctx)
 	})
-	d.send(deltaCDSRequest("nb"))
-	if got := d.expect(); len(got.GetResources()) != 2 {
+	d.Send(deltaCDSRequest("nb"))
+	if got := d.Expect(); len(got.GetResources()) != 2 {
 		t.Errorf("delta response with %d resources, want 2", len(got.GetResources()))
 	}
 	if got := sotwNodes(b); !slices.Equal(got, []string{"nb"}) {
@@ -227,8 +227,8 @@ func TestUnreachableHomeFallsBack(t *testing.T) {
 
 	for i, id := range []string{"n-gone", "n-mute"} {
 		s := adsStream(t, a.addr)
-		s.send(cdsRequest(id))
-		if got := s.expect(); got.GetVersionInfo() != ver(rev) || len(got.GetResources()) != 2 {
+		s.Send(cdsRequest(id))
+		if got := s.Expect(); got.GetVersionInfo() != xdstest.Version(rev) || len(got.GetResources()) != 2 {
 			t.Errorf("%s: response version %s with %d resources, want %d with 2", id, got.GetVersionInfo(), len(got.GetResources()), rev)
 		}
 		if f := metric(t, a.reg, "legation_relay_fallbacks_total"); f != float64(i+1) {
@@ -253,13 +253,13 @@ func TestClientCancelEndsBothLegs(t *testing.T) {
 	a.setHomes(map[string]string{"nb": "b"})
 
 	s := adsStream(t, a.addr)
-	s.send(cdsRequest("nb"))
-	s.expect()
+	s.Send(cdsRequest("nb"))
+	s.Expect()
 	d := deltaADSStream(t, a.addr)
-	d.send(deltaCDSRequest("nb"))
-	d.expect()
-	s.cancel()
-	d.cancel()
+	d.Send(deltaCDSRequest("nb"))
+	d.Expect()
+	s.Cancel()
+	d.Cancel()
 	waitFor(t, "both legs to end", func() bool {
 		return len(a.relay.Streams())+len(b.relay.Streams())+len(b.sotw.Streams())+len(b.delta.Streams()) == 0 &&
 			metric(t, a.reg, "legation_relay_streams_relayed") == 0
@@ -276,13 +276,13 @@ func TestHomeEndsStream(t *testing.T) {
 	a.setHomes(map[string]string{"nb": "b"})
 
 	s := adsStream(t, a.addr)
-	s.send(cdsRequest("nb"))
-	s.expect()
+	s.Send(cdsRequest("nb"))
+	s.Expect()
 	d := deltaADSStream(t, a.addr)
-	d.send(deltaCDSRequest("nb"))
-	d.expect()
+	d.Send(deltaCDSRequest("nb"))
+	d.Expect()
 	b.grpc.Stop()
-	for name, err := range map[string]error{"SotW": s.expectErr(), "delta": d.expectErr()} {
+	for name, err := range map[string]error{"SotW": s.ExpectErr(), "delta": d.ExpectErr()} {
 		if code := status.Code(err); code != codes.Unavailable {
 			t.Errorf("%s: stream ended with %v, want UNAVAILABLE", name, err)
 		}
@@ -295,7 +295,7 @@ func TestHomeEndsStream(t *testing.T) {
 func TestBadFirstRequest(t *testing.T) {
 	c := newCluster(t)
 	a := c.addReplica(t, "a")
-	cc := dial(t, a.addr)
+	cc := xdstest.Dial(t, a.addr)
 	methods := []string{
 		"/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources",
 		"/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources",
@@ -311,7 +311,7 @@ func TestBadFirstRequest(t *testing.T) {
 	for _, m := range methods {
 		for name, in := range inputs {
 			t.Run(m[strings.LastIndex(m, "/")+1:]+"/"+name, func(t *testing.T) {
-				ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+				ctx, cancel := context.WithTimeout(context.Background(), xdstest.Timeout)
 				defer cancel()
 				cs, err := cc.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, m, grpc.ForceCodecV2(wire.Codec{}))
 				if err != nil {
@@ -336,9 +336,9 @@ func TestBadFirstRequest(t *testing.T) {
 func TestOtherMethodsPassThrough(t *testing.T) {
 	c := newCluster(t)
 	a := c.addReplica(t, "a")
-	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), xdstest.Timeout)
 	defer cancel()
-	w, err := healthpb.NewHealthClient(dial(t, a.addr)).Watch(ctx, &healthpb.HealthCheckRequest{})
+	w, err := healthpb.NewHealthClient(xdstest.Dial(t, a.addr)).Watch(ctx, &healthpb.HealthCheckRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -387,8 +387,6 @@ func TestConfig(t *testing.T) {
 	}
 }
 
-func ver(rev int64) string { return strconv.FormatInt(rev, 10) }
-
 // Relayed streams to one home share one connection, kept ConnIdleTimeout
 // after the last one ends, then closed; the next stream dials again.
 func TestConnPool(t *testing.T) {
@@ -399,18 +397,18 @@ func TestConnPool(t *testing.T) {
 	a.setHomes(map[string]string{"n1": "b", "n2": "b"})
 
 	for round := range 2 {
-		var open []*sotwStream
+		var open []*xdstest.SotWStream
 		for _, id := range []string{"n1", "n2"} {
 			s := adsStream(t, a.addr)
-			s.send(cdsRequest(id))
-			s.expect()
+			s.Send(cdsRequest(id))
+			s.Expect()
 			open = append(open, s)
 		}
 		if n := relay.PooledConns(a.relay); n != 1 {
 			t.Errorf("round %d: %d pooled connections for two streams to one home, want 1", round, n)
 		}
 		for _, s := range open {
-			s.cancel()
+			s.Cancel()
 		}
 		waitFor(t, "the idle connection to close", func() bool { return relay.PooledConns(a.relay) == 0 })
 	}
@@ -446,8 +444,8 @@ func TestUnreachableHomeNext(t *testing.T) {
 	a.setHomes(map[string]string{"n-to-b": "gone", "n-to-self": "gone", "n-twice": "gone"})
 
 	s := adsStream(t, a.addr)
-	s.send(cdsRequest("n-to-b"))
-	if got := s.expect(); got.GetVersionInfo() != ver(rev) || len(got.GetResources()) != 2 {
+	s.Send(cdsRequest("n-to-b"))
+	if got := s.Expect(); got.GetVersionInfo() != xdstest.Version(rev) || len(got.GetResources()) != 2 {
 		t.Errorf("n-to-b: response version %s with %d resources, want %d with 2", got.GetVersionInfo(), len(got.GetResources()), rev)
 	}
 	if infos := streamsOf(a, "n-to-b"); len(infos) != 1 || infos[0].ServedBy != "b" {
@@ -457,8 +455,8 @@ func TestUnreachableHomeNext(t *testing.T) {
 
 	for _, id := range []string{"n-to-self", "n-twice"} {
 		s := adsStream(t, a.addr)
-		s.send(cdsRequest(id))
-		s.expect()
+		s.Send(cdsRequest(id))
+		s.Expect()
 		if infos := streamsOf(a, id); len(infos) != 1 || infos[0].ServedBy != relay.Local {
 			t.Errorf("%s: A's streams %+v, want one served locally", id, infos)
 		}

@@ -1,4 +1,4 @@
-package delta_test
+package node_test
 
 import (
 	"bytes"
@@ -11,18 +11,19 @@ import (
 	"testing"
 	"time"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 
 	"github.com/legation-io/legation/internal/resource"
 	"github.com/legation-io/legation/internal/store"
+	"github.com/legation-io/legation/internal/xdstest"
 )
 
-// The equivalence property: after any sequence of applies, a delta client
-// that ACKs everything, reconstructing its state from resources and
-// removed_resources, holds exactly what a SotW client on the same server
-// holds, and exactly etcd's state at the final revision as resolved for
-// its group (the default scope overridden by the group's).
+// The equivalence of the two protocols, on a replica (which serves both):
+// after any sequence of applies, a delta client that ACKs everything,
+// reconstructing its state from resources and removed_resources, holds
+// exactly what a SotW client on the same replica holds, and exactly etcd's
+// state at the final revision as resolved for its group (the default scope
+// overridden by the group's).
 //
 // One difference is the protocol's, not the server's: SotW cannot say an
 // endpoint set is gone (EDS responses carry what changed and a client
@@ -102,8 +103,8 @@ func sortedNames(m map[string]bool) []string {
 // ACKing every response from its own goroutine. reconnect opens a new
 // stream presenting what it holds in initial_resource_versions.
 type deltaFollower struct {
-	t *testing.T
-	e *env
+	t    *testing.T
+	addr string // the replica's --xds-addr
 
 	mu       sync.Mutex // guards the fields below
 	state    eqState
@@ -114,8 +115,8 @@ type deltaFollower struct {
 	done   chan struct{}
 }
 
-func newDeltaFollower(t *testing.T, e *env) *deltaFollower {
-	f := &deltaFollower{t: t, e: e, state: newEqState(),
+func newDeltaFollower(t *testing.T, addr string) *deltaFollower {
+	f := &deltaFollower{t: t, addr: addr, state: newEqState(),
 		versions: map[*resource.Type]map[string]string{resource.Cluster: {}, resource.Endpoint: {}}}
 	f.connect()
 	t.Cleanup(f.stop)
@@ -124,22 +125,16 @@ func newDeltaFollower(t *testing.T, e *env) *deltaFollower {
 
 func (f *deltaFollower) connect() {
 	f.t.Helper()
-	cc := f.e.dial(f.t)
-	ctx, cancel := context.WithCancel(context.Background())
-	s, err := discoveryv3.NewAggregatedDiscoveryServiceClient(cc).DeltaAggregatedResources(ctx)
-	if err != nil {
-		cancel()
-		f.t.Fatal(err)
-	}
-	d := newDeltaStream(f.t, s)
+	d := xdstest.OpenDelta(f.t, xdstest.Dial(f.t, f.addr))
 	f.mu.Lock()
 	cdsHeld, edsHeld := clone(f.versions[resource.Cluster]), clone(f.versions[resource.Endpoint])
 	f.mu.Unlock()
-	d.send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: eqNodeID, Cluster: eqGroup}, TypeUrl: resource.Cluster.URL,
+	d.Send(&discoveryv3.DeltaDiscoveryRequest{Node: xdstest.Node(eqNodeID, eqGroup), TypeUrl: resource.Cluster.URL,
 		InitialResourceVersions: cdsHeld})
-	d.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Endpoint.URL, ResourceNamesSubscribe: eqEDSNames,
+	d.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Endpoint.URL, ResourceNamesSubscribe: eqEDSNames,
 		InitialResourceVersions: edsHeld})
-	f.cancel, f.done = cancel, make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	f.cancel, f.done = func() { cancel(); d.Cancel() }, make(chan struct{})
 	go f.follow(ctx, d)
 }
 
@@ -151,26 +146,26 @@ func clone(m map[string]string) map[string]string {
 	return out
 }
 
-func (f *deltaFollower) follow(ctx context.Context, d *deltaStream) {
+func (f *deltaFollower) follow(ctx context.Context, d *xdstest.DeltaStream) {
 	defer close(f.done)
 	for {
-		var r deltaResult
+		var r xdstest.Result[discoveryv3.DeltaDiscoveryResponse]
 		select {
-		case r = <-d.recv:
+		case r = <-d.Recv():
 		case <-ctx.Done():
 			return
 		}
-		if r.err != nil {
+		if r.Err != nil {
 			if ctx.Err() == nil {
-				f.fail(fmt.Errorf("delta stream ended: %w", r.err))
+				f.fail(fmt.Errorf("delta stream ended: %w", r.Err))
 			}
 			return
 		}
-		if err := f.apply(r.resp); err != nil {
+		if err := f.apply(r.Resp); err != nil {
 			f.fail(err)
 			return
 		}
-		if err := d.stream.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: r.resp.GetTypeUrl(), ResponseNonce: r.resp.GetNonce()}); err != nil {
+		if err := d.Client().Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: r.Resp.GetTypeUrl(), ResponseNonce: r.Resp.GetNonce()}); err != nil {
 			if ctx.Err() == nil {
 				f.fail(fmt.Errorf("delta ACK: %w", err))
 			}
@@ -252,45 +247,39 @@ type sotwFollower struct {
 	err   error
 }
 
-func newSotwFollower(t *testing.T, e *env) *sotwFollower {
+func newSotwFollower(t *testing.T, addr string) *sotwFollower {
 	t.Helper()
 	f := &sotwFollower{state: newEqState()}
-	x := e.sotwADS(t)
-	for _, r := range []*discoveryv3.DiscoveryRequest{
-		{Node: &corev3.Node{Id: eqNodeID + "-sotw", Cluster: eqGroup}, TypeUrl: resource.Cluster.URL},
-		{TypeUrl: resource.Endpoint.URL, ResourceNames: eqEDSNames},
-	} {
-		if err := x.stream.Send(r); err != nil {
-			t.Fatal(err)
-		}
-	}
+	x := xdstest.OpenSotW(t, xdstest.Dial(t, addr))
+	x.Send(&discoveryv3.DiscoveryRequest{Node: xdstest.Node(eqNodeID+"-sotw", eqGroup), TypeUrl: resource.Cluster.URL})
+	x.Send(&discoveryv3.DiscoveryRequest{TypeUrl: resource.Endpoint.URL, ResourceNames: eqEDSNames})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	t.Cleanup(func() { cancel(); <-done })
 	go func() {
 		defer close(done)
 		for {
-			var r sotwResult
+			var r xdstest.Result[discoveryv3.DiscoveryResponse]
 			select {
-			case r = <-x.recv:
+			case r = <-x.Recv():
 			case <-ctx.Done():
 				return
 			}
-			if r.err != nil {
+			if r.Err != nil {
 				if ctx.Err() == nil {
-					f.fail(fmt.Errorf("sotw stream ended: %w", r.err))
+					f.fail(fmt.Errorf("sotw stream ended: %w", r.Err))
 				}
 				return
 			}
-			if err := f.apply(r.resp); err != nil {
+			if err := f.apply(r.Resp); err != nil {
 				f.fail(err)
 				return
 			}
-			ack := &discoveryv3.DiscoveryRequest{TypeUrl: r.resp.GetTypeUrl(), VersionInfo: r.resp.GetVersionInfo(), ResponseNonce: r.resp.GetNonce()}
-			if r.resp.GetTypeUrl() == resource.Endpoint.URL {
+			ack := &discoveryv3.DiscoveryRequest{TypeUrl: r.Resp.GetTypeUrl(), VersionInfo: r.Resp.GetVersionInfo(), ResponseNonce: r.Resp.GetNonce()}
+			if r.Resp.GetTypeUrl() == resource.Endpoint.URL {
 				ack.ResourceNames = eqEDSNames
 			}
-			if err := x.stream.Send(ack); err != nil {
+			if err := x.Client().Send(ack); err != nil {
 				if ctx.Err() == nil {
 					f.fail(fmt.Errorf("sotw ACK: %w", err))
 				}
@@ -342,11 +331,11 @@ func (f *sotwFollower) snapshot() (eqState, error) {
 
 // etcdState reads etcd at rev and resolves it for eqGroup: the default
 // scope overridden by the group, endpoints limited to the subscribed names.
-func etcdState(t *testing.T, e *env, rev int64) eqState {
+func etcdState(t *testing.T, e *xdsEnv, rev int64) eqState {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), xdstest.Timeout)
 	defer cancel()
-	res, err := e.store.List(ctx, store.ListOptions{Revision: rev})
+	res, err := e.Store.List(ctx, store.ListOptions{Revision: rev})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -384,23 +373,23 @@ type eqChooser func(n int) (int, bool)
 // eqRun drives up to steps random applies (puts with random content and
 // deletes, in the default scope, the clients' group and another group;
 // sometimes a delta reconnect), stopping early when the chooser runs out,
-// then checks the property.
-func eqRun(t *testing.T, e *env, choose eqChooser, steps int) {
+// then checks the property on the clients of the replica at addr.
+func eqRun(t *testing.T, e *xdsEnv, addr string, choose eqChooser, steps int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), xdstest.Timeout)
 	defer cancel()
 	// What exists, to delete only what does (a delete of nothing is an
 	// error of the store's).
 	exists := map[store.Key]bool{}
-	res, err := e.store.List(ctx, store.ListOptions{})
+	res, err := e.Store.List(ctx, store.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range res.Resources {
 		exists[r.Key] = true
 	}
-	df := newDeltaFollower(t, e)
-	sf := newSotwFollower(t, e)
+	df := newDeltaFollower(t, addr)
+	sf := newSotwFollower(t, addr)
 	rev := res.Revision
 	var log []string
 	for step := 0; step < steps; step++ {
@@ -437,16 +426,16 @@ func eqRun(t *testing.T, e *env, choose eqChooser, steps int) {
 				continue
 			}
 			if k.Type == resource.Cluster {
-				puts = append(puts, put(t, k.Type, k.Scope, cluster(k.Name, int64(val+1))))
+				puts = append(puts, xdstest.Put(t, k.Type, k.Scope, xdstest.Cluster(k.Name, int64(val+1))))
 			} else {
-				puts = append(puts, put(t, k.Type, k.Scope, endpoints(k.Name, uint32(8000+val))))
+				puts = append(puts, xdstest.Put(t, k.Type, k.Scope, xdstest.Endpoints(k.Name, uint32(8000+val))))
 			}
 			log = append(log, fmt.Sprintf("put %s=%d", k, val))
 		}
 		if len(puts)+len(dels) == 0 {
 			continue
 		}
-		rev = e.apply(t, puts, dels...)
+		rev = e.Apply(t, puts, dels...)
 		for _, p := range puts {
 			exists[p.Key] = true
 		}
@@ -456,7 +445,7 @@ func eqRun(t *testing.T, e *env, choose eqChooser, steps int) {
 		log = append(log, fmt.Sprintf("= revision %d", rev))
 	}
 	want := etcdState(t, e, rev)
-	deadline := time.Now().Add(defaultTestTimeout)
+	deadline := time.Now().Add(xdstest.Timeout)
 	for {
 		dState, dErr := df.snapshot()
 		sState, sErr := sf.snapshot()
@@ -482,19 +471,32 @@ func eqRun(t *testing.T, e *env, choose eqChooser, steps int) {
 	}
 }
 
+// startEq starts an env and a standalone replica serving it, with
+// catchup as its CatchupTimeout.
+func startEq(tb testing.TB, catchup time.Duration) (*xdsEnv, *running) {
+	tb.Helper()
+	e := newXDSEnv(tb)
+	cfg := e.config(tb)
+	cfg.Standalone = true
+	cfg.CatchupTimeout = catchup
+	r := start(tb, cfg)
+	waitReady(tb, r)
+	return e, r
+}
+
 func TestDeltaEquivalence(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
+	checkLeaks(t)
+	e, r := startEq(t, time.Second)
 	rng := rand.New(rand.NewPCG(20240601, 7))
-	eqRun(t, e, func(n int) (int, bool) { return rng.IntN(n), true }, 30)
+	eqRun(t, e, r.XDSAddr(), func(n int) (int, bool) { return rng.IntN(n), true }, 30)
 }
 
 // FuzzDeltaEquivalence drives eqRun from the fuzz input: each byte is one
 // choice, so an input is a short sequence of applies and reconnects. One
-// env serves every input of a fuzz process; each input starts from an
-// empty etcd state with new clients.
+// env and replica serve every input of a fuzz process; each input starts
+// from an empty etcd state with new clients.
 func FuzzDeltaEquivalence(f *testing.F) {
-	e := newEnvTB(f, 50*time.Millisecond)
+	e, r := startEq(f, 50*time.Millisecond)
 	f.Add([]byte{0, 0, 0, 0, 1, 2, 1, 1, 1, 0, 1, 1, 1, 0, 3, 0, 1, 0, 0, 0})
 	f.Add([]byte{2, 1, 1, 2, 3, 0, 0, 1, 0, 0, 1, 1, 0, 0, 0, 0, 3, 0, 0, 1, 1, 2, 0})
 	f.Add([]byte{1, 0, 1, 0, 2, 1, 0, 1, 0, 3, 3, 0, 1, 1, 0, 0, 1, 0, 1, 0, 0})
@@ -503,7 +505,7 @@ func FuzzDeltaEquivalence(f *testing.F) {
 			in = in[:64] // keep each input fast
 		}
 		clearScopes(t, e)
-		eqRun(t, e, func(n int) (int, bool) {
+		eqRun(t, e, r.XDSAddr(), func(n int) (int, bool) {
 			if len(in) == 0 {
 				return 0, false
 			}
@@ -515,21 +517,9 @@ func FuzzDeltaEquivalence(f *testing.F) {
 }
 
 // clearScopes deletes every resource of the scopes eqRun writes.
-func clearScopes(t *testing.T, e *env) {
+func clearScopes(t *testing.T, e *xdsEnv) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
-	defer cancel()
 	for _, s := range eqScopes {
-		plan, err := e.store.MakePlan(ctx, store.PlanRequest{Prune: true, PruneScope: s})
-		if err != nil {
-			t.Fatal(err)
-		}
-		res, err := e.store.Apply(ctx, plan, store.ApplyOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := e.view.WaitRevision(ctx, res.Revision); err != nil {
-			t.Fatal(err)
-		}
+		e.ApplyRequest(t, store.PlanRequest{Prune: true, PruneScope: s})
 	}
 }
