@@ -368,9 +368,9 @@ func (n *Node) Run(ctx context.Context) error {
 		n.log.Warn("closing the etcd client", "err", err)
 	}
 	if etcd != nil {
-		etcd.Close() //nolint:errcheck // always nil
+		etcd.Close() // always nil
 	}
-	n.relay.Close() //nolint:errcheck // always nil
+	n.relay.Close() // always nil
 	n.log.Info("xds-node stopped")
 	return err
 }
@@ -448,7 +448,7 @@ func (n *Node) drain() {
 	defer cancel()
 	if err := n.httpSrv.Shutdown(ctx); err != nil {
 		n.log.Warn("HTTP drain timed out; closing the remaining connections", "timeout", n.cfg.ShutdownTimeout.String())
-		n.httpSrv.Close() //nolint:errcheck // only the listener's error, already closed
+		n.httpSrv.Close() // only the listener's error, already closed
 	}
 	wg.Wait()
 }

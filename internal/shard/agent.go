@@ -205,7 +205,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		wg.Wait()
 		// After Leave, Close is a no-op; otherwise it stops the
 		// membership.
-		m.Close() //nolint:errcheck // always nil
+		m.Close() // always nil
 	}()
 	changed := m.Changed()
 	tick := time.NewTicker(a.cfg.Tick)
