@@ -21,7 +21,7 @@ type AgentConfig struct {
 	// Alone keeps the replica out of any cluster (xds-node's dev mode and
 	// --standalone): Run joins nothing and only waits for its ctx, Home and
 	// Next always answer this replica, Leave does nothing. Membership is
-	// then not validated; only its Name is used.
+	// then not validated; only its Name is used, and must not be empty.
 	Alone bool
 
 	// Ready reports whether this replica can serve (its view is current).
@@ -89,7 +89,12 @@ func (c AgentConfig) Validate() error {
 			c.RetryInterval, c.Tick, c.RingGrace, c.SettleDelay)
 	}
 	if c.Alone {
-		return validName(c.Membership.Name)
+		// Only Home and Next use the name: not the registry or gossip,
+		// whose rules validName checks.
+		if c.Membership.Name == "" {
+			return errors.New("shard: agent: Membership.Name is required")
+		}
+		return nil
 	}
 	if c.Ready == nil {
 		return errors.New("shard: agent: Ready is required")
