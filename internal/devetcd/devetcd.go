@@ -56,11 +56,11 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.PeerAddr == "" {
 		cfg.PeerAddr = "127.0.0.1:0"
 	}
-	clientAddr, err := resolvePort(cfg.ClientAddr)
+	clientAddr, err := ResolvePort(cfg.ClientAddr)
 	if err != nil {
 		return nil, fmt.Errorf("devetcd: client address: %w", err)
 	}
-	peerAddr, err := resolvePort(cfg.PeerAddr)
+	peerAddr, err := ResolvePort(cfg.PeerAddr)
 	if err != nil {
 		return nil, fmt.Errorf("devetcd: peer address: %w", err)
 	}
@@ -122,10 +122,11 @@ func (s *Server) Close() error {
 	return nil
 }
 
-// resolvePort replaces port 0 by a free port. The port is free when
-// checked; another process could take it before etcd binds it, which the
-// caller sees as a start error.
-func resolvePort(addr string) (string, error) {
+// ResolvePort replaces port 0 in addr (host:port) by a port free on host,
+// so that a client can be pointed at the server before Start: Start then
+// binds that port. The port is free when checked; another process could
+// take it before etcd binds it, which Start reports as an error.
+func ResolvePort(addr string) (string, error) {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return "", err

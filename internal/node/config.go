@@ -12,11 +12,13 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/legation-io/legation/internal/scope"
 )
 
 // Config configures a Node. Each field but Logger, Registerer and Gatherer
-// is a flag of xds-node (DESIGN.md, "Processes"); errors from Validate name
-// the flag.
+// is a flag of xds-node (README, "xds-node"); errors from Validate name the
+// flag.
 type Config struct {
 	// EtcdEndpoints are the etcd servers (--etcd-endpoints), as host:port
 	// or http://host:port. Empty: dev mode, an embedded single-member etcd
@@ -36,8 +38,8 @@ type Config struct {
 	// service.
 	XDSAddr string
 	// HTTPAddr is the HTTP listen address (--http-addr): REST-JSON
-	// /v3/discovery:*, /healthz, /readyz, /metrics, /debug/view and
-	// /debug/streams.
+	// /v3/discovery:*, /healthz, /readyz, /metrics, /debug/view,
+	// /debug/streams and /debug/cluster.
 	HTTPAddr string
 	// GossipAddr is the memberlist bind address (--gossip-addr), UDP and
 	// TCP; its host must be an IP address or empty. Etcd mode only: in dev
@@ -106,8 +108,8 @@ type Config struct {
 	Gatherer prometheus.Gatherer
 }
 
-// DefaultConfig returns the defaults of DESIGN.md: dev mode with an
-// embedded etcd on 127.0.0.1:2379, xDS on :18000, HTTP on :18001.
+// DefaultConfig returns the flags' defaults (README, "xds-node"): dev mode
+// with an embedded etcd on 127.0.0.1:2379, xDS on :18000, HTTP on :18001.
 func DefaultConfig() Config {
 	name, err := os.Hostname()
 	if err != nil || name == "" {
@@ -127,7 +129,7 @@ func DefaultConfig() Config {
 		GroupBy:         "cluster",         // Node.cluster
 		DialTimeout:     5 * time.Second,   // etcd client set-up calls
 		ShutdownTimeout: 10 * time.Second,  // drain budget
-		CatchupTimeout:  5 * time.Second,   // DESIGN.md, promise 3
+		CatchupTimeout:  5 * time.Second,   // promise 3 (docs/design.md)
 		MaxRecvMsgSize:  4 << 20,           // gRPC's default
 		RebalanceRate:   50,                // streams closed per second after a membership change
 		EtcdStaleAfter:  3 * time.Second,   // three missed progress notifications
@@ -170,7 +172,7 @@ func (c *Config) Validate() error {
 	if strings.TrimSpace(c.Name) == "" {
 		add(errors.New("--name: empty"))
 	}
-	if _, _, err := parseGroupBy(c.GroupBy); err != nil {
+	if _, err := scope.ParseGroupBy(c.GroupBy); err != nil {
 		add(err)
 	}
 	if c.DialTimeout < 0 {
@@ -213,24 +215,6 @@ func (c *Config) Validate() error {
 	// The errors name flags and are shown to the user as they are, one a
 	// line.
 	return errors.Join(errs...)
-}
-
-// parseGroupBy parses a --group-by value: "cluster", "id" or
-// "metadata:KEY". It returns the kind and, for metadata, the key. The xDS
-// server derives groups (ads.ParseGroupBy); this checks the syntax with a
-// message naming the flag, so a typo fails at start-up.
-func parseGroupBy(s string) (kind, key string, err error) {
-	switch s {
-	case "cluster", "id":
-		return s, "", nil
-	}
-	if k, ok := strings.CutPrefix(s, "metadata:"); ok {
-		if k == "" || strings.TrimSpace(k) != k {
-			return "", "", fmt.Errorf("--group-by %q: metadata needs a key, as in metadata:team", s)
-		}
-		return "metadata", k, nil
-	}
-	return "", "", fmt.Errorf("--group-by %q: want cluster, id or metadata:KEY", s)
 }
 
 // checkListenAddr checks a host:port to listen on; host may be empty (all

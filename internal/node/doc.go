@@ -1,11 +1,15 @@
-// Package node is the xds-node replica process: it wires the etcd client
-// (or, in dev mode, an embedded single-member etcd), the store's View, the
-// gRPC server (the SotW xDS services of package ads and the standard gRPC
-// health service), and the HTTP endpoints (REST-JSON xDS, /healthz,
-// /readyz, /metrics, /debug/view, /debug/streams), and owns their start-up
-// and graceful shutdown.
+// Package node is the xds-node replica process, its composition root: New
+// builds every part from a Config (the etcd client, or in dev mode the
+// address of an embedded single-member etcd; the store's View; the lease
+// tracker; the status writer and CSDS; the cluster agent of package
+// shard; the relay; the SotW (ads) and delta servers; the gRPC server, on
+// which package grpcapi registers the services; the HTTP mux), and Run
+// starts the embedded etcd in dev mode, runs the parts and owns their
+// graceful shutdown. The HTTP endpoints (/healthz, /readyz, /metrics and
+// REST-JSON) are in node.go, the /debug/ ones in debug.go.
 //
-// It holds no per-stream state (package ads does) and does not track
-// membership yet: that comes with internal/shard, on the gossip address
-// Config already accepts.
+// It holds no per-stream state (package xdsstream and the protocol
+// packages do), no cluster policy (when to tell the ring this replica is
+// not ready, when to rebalance, which addresses to advertise: package
+// shard's Agent does) and no relaying (package relay).
 package node

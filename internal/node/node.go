@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -26,7 +25,6 @@ import (
 	"github.com/legation-io/legation/internal/grpcapi"
 	"github.com/legation-io/legation/internal/lease"
 	"github.com/legation-io/legation/internal/relay"
-	"github.com/legation-io/legation/internal/resource"
 	"github.com/legation-io/legation/internal/scope"
 	"github.com/legation-io/legation/internal/shard"
 	"github.com/legation-io/legation/internal/status"
@@ -34,81 +32,44 @@ import (
 	"github.com/legation-io/legation/internal/xdsstream"
 )
 
-// Node is one xds-node replica. New binds its listeners; Run does the rest.
+// Node is one xds-node replica: every part built by New, run by Run.
 // XDSAddr, HTTPAddr and the HTTP handlers may be used from any goroutine.
 type Node struct {
-	cfg      Config
-	log      *slog.Logger
-	reg      prometheus.Registerer
-	xdsLis   net.Listener
-	httpLis  net.Listener
-	grpcSrv  *grpc.Server
-	health   *health.Server
-	httpSrv  *http.Server
+	cfg     Config
+	log     *slog.Logger
+	reg     prometheus.Registerer
+	xdsLis  net.Listener
+	httpLis net.Listener
+	// devEtcdAddr is the client address of the embedded etcd (port 0
+	// resolved), which client points at; empty unless dev mode.
+	devEtcdAddr string
+	client      *clientv3.Client
+	view        *store.View
+	leases      *lease.Tracker
+	status      *status.Writer
+	csds        *status.CSDS
+	cluster     *shard.Agent
+	relay       *relay.Relay
+	sotw        *ads.Server
+	delta       *delta.Server
+	grpcSrv     *grpc.Server
+	health      *health.Server
+	httpSrv     *http.Server
+
 	started  atomic.Bool // set by the first Run or Close
 	stopping atomic.Bool // set when Run's ctx ends: no longer ready
-	// view is nil until Run has connected to etcd.
-	view atomic.Pointer[store.View]
-	// leases is nil until Run has connected to etcd; it is set before
-	// view, and streams are served only once the view is ready.
-	leases atomic.Pointer[lease.Tracker]
-	// member is nil until Run has joined the cluster (and in dev mode).
-	member atomic.Pointer[shard.Membership]
-	// csds is nil until Run has connected to etcd.
-	csds  atomic.Pointer[status.CSDS]
-	relay *relay.Relay
-	sotw  *ads.Server
-	delta *delta.Server
+	// devEtcdUp is set once the embedded etcd serves (dev mode), for
+	// readiness's reason.
+	devEtcdUp atomic.Bool
 }
 
-// viewSource is the ads.Source of a node: its view once Run made it.
-type viewSource struct{ n *Node }
-
-func (v viewSource) Snapshot() *store.Snapshot {
-	if view := v.n.view.Load(); view != nil {
-		return view.Snapshot()
-	}
-	return nil
-}
-
-func (v viewSource) WaitRevision(ctx context.Context, rev int64) (*store.Snapshot, error) {
-	view := v.n.view.Load()
-	if view == nil {
-		return nil, errors.New("node: no view yet")
-	}
-	return view.WaitRevision(ctx, rev)
-}
-
-// leaseSource is the ads.Leases and delta.Leases of a node: its lease
-// tracker once Run made it.
-type leaseSource struct{ n *Node }
-
-// never is the notice of a node without a tracker: never done.
-var never = lease.Notice{}
-
-func (l leaseSource) Expiry(ctx context.Context, e *store.Entry) time.Time {
-	if t := l.n.leases.Load(); t != nil {
-		return t.Expiry(ctx, e)
-	}
-	return time.Now() // unreachable while serving: the shortest TTL
-}
-
-func (l leaseSource) Notice() *lease.Notice {
-	if t := l.n.leases.Load(); t != nil {
-		return t.Notice()
-	}
-	return &never
-}
-
-func (l leaseSource) NextCheck(id int64) time.Time {
-	if t := l.n.leases.Load(); t != nil {
-		return t.NextCheck(id)
-	}
-	return time.Time{}
-}
-
-// New checks cfg and binds the xDS and HTTP listeners; it does no other
-// I/O. Call Run, or Close if Run will not be called.
+// New checks cfg, binds the xDS and HTTP listeners and builds every part
+// of the replica: the etcd client (which connects on first use), the view,
+// the lease tracker, the status writer and CSDS, the cluster agent, the
+// relay, the SotW and delta servers, the gRPC server with its services and
+// the HTTP mux. It does no other I/O; in dev mode it picks the embedded
+// etcd's port when --dev-etcd-addr's is 0. Call Run, or Close if Run will
+// not be called.
 func New(cfg Config) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -137,51 +98,108 @@ func New(cfg Config) (*Node, error) {
 		n.xdsLis.Close()
 		return nil, fmt.Errorf("node: --http-addr: %w", err)
 	}
-	if err := newMetrics(n.reg, n.ready); err != nil {
-		n.xdsLis.Close()
-		n.httpLis.Close()
+	if err := n.build(gatherer); err != nil {
+		n.release() //nolint:errcheck // the build error is the one to report
 		return nil, err
+	}
+	return n, nil
+}
+
+// build builds the parts of n once its listeners are bound. What it built
+// that holds resources (the etcd client) is in n, for release, even on
+// error.
+func (n *Node) build(gatherer prometheus.Gatherer) error {
+	cfg := n.cfg
+	if err := newMetrics(n.reg, n.ready); err != nil {
+		return err
+	}
+	endpoints := cfg.EtcdEndpoints
+	if cfg.DevMode() {
+		addr, err := devetcd.ResolvePort(cfg.DevEtcdAddr)
+		if err != nil {
+			return fmt.Errorf("node: --dev-etcd-addr: %w", err)
+		}
+		n.devEtcdAddr = addr
+		endpoints = []string{addr}
+	}
+	// clientv3.New does not connect: the first request does, once Run
+	// started what answers it, and the view retries until etcd answers.
+	var err error
+	n.client, err = clientv3.New(clientv3.Config{
+		Endpoints:   endpoints,
+		DialTimeout: cfg.DialTimeout,
+		// Keepalive pings find a member that stopped answering (frozen,
+		// or cut off): the client then uses the others.
+		DialKeepAliveTime:    2 * time.Second,
+		DialKeepAliveTimeout: 2 * time.Second,
+		Logger:               zap.NewNop(),
+	})
+	if err != nil {
+		return fmt.Errorf("node: etcd client for %v: %w", endpoints, err)
+	}
+	if n.view, err = store.NewView(store.ViewConfig{
+		Client:     n.client,
+		Prefix:     cfg.EtcdPrefix,
+		Logger:     n.log,
+		Registerer: n.reg,
+	}); err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	if n.leases, err = lease.New(lease.Config{
+		Client:     n.client,
+		Prefix:     cfg.EtcdPrefix,
+		Logger:     n.log,
+		Registerer: n.reg,
+	}); err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	if n.status, err = status.NewWriter(status.Config{
+		Client:     n.client,
+		Prefix:     cfg.EtcdPrefix,
+		Replica:    cfg.Name,
+		Source:     n.nodeStatus,
+		Logger:     n.log,
+		Registerer: n.reg,
+	}); err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	if n.csds, err = status.NewCSDS(status.CSDSConfig{Client: n.client, Prefix: cfg.EtcdPrefix, Logger: n.log}); err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	if n.cluster, err = shard.NewAgent(n.agentConfig()); err != nil {
+		return fmt.Errorf("node: cluster membership (--gossip-addr, --advertise-addr, --join, --name): %w", err)
 	}
 
 	groupBy, err := scope.ParseGroupBy(cfg.GroupBy)
 	if err != nil {
-		n.xdsLis.Close()
-		n.httpLis.Close()
-		return nil, err
+		return err
 	}
 	xcfg := xdsstream.Config{
-		Source:         viewSource{n},
+		Source:         n.view,
 		GroupBy:        groupBy,
 		CatchupTimeout: cfg.CatchupTimeout,
-		Leases:         leaseSource{n},
+		Leases:         n.leases,
 		Logger:         n.log,
 		Registerer:     n.reg,
 	}
-	n.delta, err = delta.New(delta.Config{Config: xcfg})
-	if err != nil {
-		n.xdsLis.Close()
-		n.httpLis.Close()
-		return nil, fmt.Errorf("node: %w", err)
+	if n.delta, err = delta.New(delta.Config{Config: xcfg}); err != nil {
+		return fmt.Errorf("node: %w", err)
 	}
-	n.sotw, err = ads.New(ads.Config{Config: xcfg, TrustVersion: cfg.SotwTrustVersion})
-	if err != nil {
-		n.xdsLis.Close()
-		n.httpLis.Close()
-		return nil, fmt.Errorf("node: %w", err)
+	if n.sotw, err = ads.New(ads.Config{Config: xcfg, TrustVersion: cfg.SotwTrustVersion}); err != nil {
+		return fmt.Errorf("node: %w", err)
 	}
 	rcfg := relay.DefaultConfig()
 	rcfg.Self = cfg.Name
-	rcfg.Home = n.home
-	rcfg.Next = n.next
+	rcfg.Home = n.cluster.Home
+	rcfg.Next = n.cluster.Next
 	rcfg.Rate = cfg.RebalanceRate
 	rcfg.Burst = max(1, int(cfg.RebalanceRate/5))
 	rcfg.Logger = n.log
 	rcfg.Registerer = n.reg
 	if n.relay, err = relay.New(rcfg); err != nil {
-		n.xdsLis.Close()
-		n.httpLis.Close()
-		return nil, fmt.Errorf("node: %w", err)
+		return fmt.Errorf("node: %w", err)
 	}
+
 	n.grpcSrv = grpc.NewServer(append(grpcapi.ServerOptions(),
 		grpc.MaxRecvMsgSize(cfg.MaxRecvMsgSize),
 		grpc.StreamInterceptor(n.relay.StreamInterceptor()))...)
@@ -189,22 +207,60 @@ func New(cfg Config) (*Node, error) {
 	// health.NewServer reports the server ("") SERVING; it is not until
 	// the view is loaded.
 	n.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
-	grpcapi.Register(n.grpcSrv, grpcapi.Services{SotW: n.sotw, Delta: n.delta, CSDS: csdsService{n: n}, Health: n.health})
+	grpcapi.Register(n.grpcSrv, grpcapi.Services{SotW: n.sotw, Delta: n.delta, CSDS: n.csds, Health: n.health})
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", n.serveHealthz)
 	mux.HandleFunc("GET /readyz", n.serveReadyz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
-	mux.Handle("GET /debug/view", n.debugOnly(http.HandlerFunc(n.serveDebugView)))
-	mux.Handle("GET /debug/streams", n.debugOnly(http.HandlerFunc(n.serveDebugStreams)))
-	mux.Handle("GET /debug/cluster", n.debugOnly(http.HandlerFunc(n.serveDebugCluster)))
+	n.handleDebug(mux)
 	mux.Handle(ads.RESTPattern, n.sotw.RESTHandler())
 	n.httpSrv = &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(n.log.Handler(), slog.LevelDebug),
 	}
-	return n, nil
+	return nil
+}
+
+// agentConfig is the config of the replica's cluster agent: alone in dev
+// mode and with --standalone, else a member of the cluster of the
+// replicas sharing its etcd prefix (docs/design.md, "The cluster"), at
+// the addresses derived from the flags and the bound listeners.
+func (n *Node) agentConfig() shard.AgentConfig {
+	c := shard.DefaultAgentConfig()
+	c.Alone = n.cfg.DevMode() || n.cfg.Standalone
+	c.Membership.Name = n.cfg.Name
+	c.Membership.Client = n.client
+	c.Membership.Prefix = n.cfg.EtcdPrefix
+	c.Membership.Logger = n.log
+	c.Membership.Registerer = n.reg
+	if !c.Alone {
+		c.Membership.SetReplicaAddrs(shard.ReplicaAddrs{
+			Gossip:    n.cfg.GossipAddr,
+			Advertise: n.cfg.AdvertiseAddr,
+			XDS:       n.cfg.XDSAddr,
+			XDSBound:  n.XDSAddr(),
+			HTTPBound: n.HTTPAddr(),
+			Join:      n.cfg.Join,
+		})
+	}
+	c.Ready = n.ready
+	c.Rebalance = n.rebalance
+	return c
+}
+
+// rebalance closes the streams whose node's home moved away from this
+// replica (shard.AgentConfig.Rebalance: called once the cluster agent has
+// joined).
+func (n *Node) rebalance(ctx context.Context) {
+	home := func(nodeID string) (string, bool) {
+		name, _, self := n.cluster.Home(nodeID)
+		return name, self
+	}
+	if moved := n.relay.Rebalance(ctx, home); moved > 0 {
+		n.log.Info("rebalanced streams after a membership change", "closed", moved, "members", n.cluster.Membership().Ring().Len())
+	}
 }
 
 // XDSAddr is the bound address of the gRPC listener.
@@ -213,37 +269,39 @@ func (n *Node) XDSAddr() string { return n.xdsLis.Addr().String() }
 // HTTPAddr is the bound address of the HTTP listener.
 func (n *Node) HTTPAddr() string { return n.httpLis.Addr().String() }
 
-// Close releases the listeners of a Node whose Run was not called. After
-// Run has started it does nothing: Run releases everything when its ctx
-// ends. It is safe to call more than once.
+// Close releases the listeners and the etcd client of a Node whose Run was
+// not called. After Run has started it does nothing: Run releases
+// everything when its ctx ends. It is safe to call more than once.
 func (n *Node) Close() error {
 	if !n.started.CompareAndSwap(false, true) {
 		return nil
 	}
-	return errors.Join(n.xdsLis.Close(), n.httpLis.Close())
+	return n.release()
 }
 
-// backend is what Run starts for the data: the embedded etcd (dev mode),
-// the etcd client and the view with its goroutines.
-type backend struct {
-	etcd     *devetcd.Server // nil unless dev mode
-	client   *clientv3.Client
-	cancel   context.CancelFunc // stops the view's goroutines
-	wg       sync.WaitGroup     // the view's goroutines
-	fatal    <-chan error       // the embedded etcd's fatal errors; nil blocks
-	endpoint []string
+// release closes the listeners and the etcd client.
+func (n *Node) release() error {
+	err := errors.Join(n.xdsLis.Close(), n.httpLis.Close())
+	if n.client != nil {
+		if cerr := n.client.Close(); cerr != nil && !errors.Is(cerr, context.Canceled) {
+			err = errors.Join(err, cerr)
+		}
+	}
+	return err
 }
 
 // Run serves until ctx ends, then shuts down gracefully and returns nil. It
 // returns an error if the embedded etcd cannot start or fails, or a server
 // stops on its own; everything it started is stopped first. In dev mode it
-// starts the embedded etcd; otherwise it connects to EtcdEndpoints, and
-// until etcd answers the node runs, not ready. Call it once.
+// starts the embedded etcd; otherwise the etcd client connects to
+// EtcdEndpoints, and until etcd answers the node runs, not ready. Call it
+// once.
 //
 // On shutdown it stops being ready (/readyz 503, gRPC health
-// NOT_SERVING), drains the gRPC and HTTP servers within ShutdownTimeout
-// and cuts what is left, then stops the view, the etcd client and the
-// embedded etcd, waiting for every goroutine it started.
+// NOT_SERVING), leaves the cluster, drains the gRPC and HTTP servers
+// within ShutdownTimeout and cuts what is left, then stops the view, the
+// lease tracker, the status writer and the cluster agent, closes the etcd
+// client and the embedded etcd, waiting for every goroutine it started.
 func (n *Node) Run(ctx context.Context) error {
 	if !n.started.CompareAndSwap(false, true) {
 		return errors.New("node: Run called twice, or after Close")
@@ -273,13 +331,21 @@ func (n *Node) Run(ctx context.Context) error {
 		}
 	}()
 
-	b := &backend{}
-	err := n.startBackend(ctx, b)
+	// The parts run until partsCtx ends, after the drain: the view keeps
+	// serving draining streams, and the status writer keeps their records.
+	partsCtx, stopParts := context.WithCancel(context.WithoutCancel(ctx))
+	var parts sync.WaitGroup
+	etcd, err := n.startEtcd(ctx)
 	if err == nil {
+		var fatal <-chan error // nil blocks
+		if etcd != nil {
+			fatal = etcd.Err()
+		}
+		n.runParts(partsCtx, &parts)
 		select {
 		case <-ctx.Done():
 		case err = <-serveErr:
-		case err = <-b.fatal:
+		case err = <-fatal:
 			err = fmt.Errorf("node: embedded etcd: %w", err)
 		}
 	} else if ctx.Err() != nil {
@@ -291,144 +357,68 @@ func (n *Node) Run(ctx context.Context) error {
 	n.stopping.Store(true)
 	n.health.Shutdown() // NOT_SERVING now, and SERVING is never set again
 	// Peers re-home this replica's nodes at once; its streams drain.
-	n.leave()
+	if err := n.cluster.Leave(2 * time.Second); err != nil {
+		n.log.Warn("leaving the cluster", "err", err)
+	}
 	n.drain()
 	servers.Wait()
-	b.close(n.log)
-	n.relay.Close() //nolint:errcheck // always nil
+	stopParts()
+	parts.Wait()
+	if err := n.client.Close(); err != nil && !errors.Is(err, context.Canceled) {
+		n.log.Warn("closing the etcd client", "err", err)
+	}
+	if etcd != nil {
+		etcd.Close() // always nil
+	}
+	n.relay.Close() // always nil
 	n.log.Info("xds-node stopped")
 	return err
 }
 
-// startBackend starts the embedded etcd (dev mode), the etcd client and
-// the view. What it started is in b, for b.close, even on error.
-func (n *Node) startBackend(ctx context.Context, b *backend) error {
-	b.endpoint = n.cfg.EtcdEndpoints
-	if n.cfg.DevMode() {
-		n.log.Info("dev mode: starting an embedded etcd", "client_addr", n.cfg.DevEtcdAddr, "data_dir", n.cfg.DataDir)
-		srv, err := devetcd.Start(ctx, devetcd.Config{
-			Dir:        n.cfg.DataDir,
-			ClientAddr: n.cfg.DevEtcdAddr,
-			Logger:     n.log,
-		})
-		if err != nil {
-			return fmt.Errorf("node: dev mode (move the embedded etcd with --dev-etcd-addr, or use a real one with --etcd-endpoints): %w", err)
-		}
-		b.etcd = srv
-		b.fatal = srv.Err()
-		b.endpoint = []string{srv.Endpoint()}
+// startEtcd starts the embedded etcd in dev mode, where the client points;
+// it returns nil otherwise.
+func (n *Node) startEtcd(ctx context.Context) (*devetcd.Server, error) {
+	if !n.cfg.DevMode() {
+		return nil, nil
 	}
-	// clientv3.New does not wait for a connection: the view retries until
-	// etcd answers.
-	client, err := clientv3.New(clientv3.Config{
-		Endpoints:   b.endpoint,
-		DialTimeout: n.cfg.DialTimeout,
-		// Keepalive pings find a member that stopped answering (frozen,
-		// or cut off): the client then uses the others.
-		DialKeepAliveTime:    2 * time.Second,
-		DialKeepAliveTimeout: 2 * time.Second,
-		Logger:               zap.NewNop(),
-	})
-	if err != nil {
-		return fmt.Errorf("node: etcd client for %v: %w", b.endpoint, err)
-	}
-	b.client = client
-	view, err := store.NewView(store.ViewConfig{
-		Client:     client,
-		Prefix:     n.cfg.EtcdPrefix,
+	n.log.Info("dev mode: starting an embedded etcd", "client_addr", n.cfg.DevEtcdAddr, "data_dir", n.cfg.DataDir)
+	srv, err := devetcd.Start(ctx, devetcd.Config{
+		Dir:        n.cfg.DataDir,
+		ClientAddr: n.devEtcdAddr,
 		Logger:     n.log,
-		Registerer: n.reg,
 	})
 	if err != nil {
-		return fmt.Errorf("node: %w", err)
+		return nil, fmt.Errorf("node: dev mode (move the embedded etcd with --dev-etcd-addr, or use a real one with --etcd-endpoints): %w", err)
 	}
-	tracker, err := lease.New(lease.Config{
-		Client:     client,
-		Prefix:     n.cfg.EtcdPrefix,
-		Logger:     n.log,
-		Registerer: n.reg,
-	})
-	if err != nil {
-		return fmt.Errorf("node: %w", err)
-	}
-	writer, err := status.NewWriter(status.Config{
-		Client:     client,
-		Prefix:     n.cfg.EtcdPrefix,
-		Replica:    n.cfg.Name,
-		Source:     n.nodeStatus,
-		Logger:     n.log,
-		Registerer: n.reg,
-	})
-	if err != nil {
-		return fmt.Errorf("node: %w", err)
-	}
-	csds, err := status.NewCSDS(status.CSDSConfig{Client: client, Prefix: n.cfg.EtcdPrefix, Logger: n.log})
-	if err != nil {
-		return fmt.Errorf("node: %w", err)
-	}
-	n.csds.Store(csds)
-	n.leases.Store(tracker)
-	n.view.Store(view)
-
-	vctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	b.cancel = cancel
-	if n.clustered() {
-		// A bad cluster setting fails the start, not a retry loop.
-		if err := n.shardConfig(client).Validate(); err != nil {
-			return fmt.Errorf("node: cluster membership (--gossip-addr, --advertise-addr, --join, --name): %w", err)
-		}
-	}
-	b.wg.Add(4)
-	go func() {
-		defer b.wg.Done()
-		// Records of the nodes served here; revoked when vctx ends.
-		writer.Run(vctx) //nolint:errcheck // it returns nil once vctx ends
-	}()
-	if n.clustered() {
-		b.wg.Add(1)
-		go func() {
-			defer b.wg.Done()
-			n.runCluster(vctx, client)
-		}()
-	}
-	go func() {
-		defer b.wg.Done()
-		view.Run(vctx) //nolint:errcheck // it returns nil once vctx ends
-	}()
-	go func() {
-		defer b.wg.Done()
-		tracker.Run(vctx) //nolint:errcheck // it returns nil once vctx ends
-	}()
-	go func() {
-		defer b.wg.Done()
-		start := time.Now()
-		select {
-		case <-view.Ready():
-		case <-vctx.Done():
-			return
-		}
-		s := view.Snapshot()
-		n.log.Info("xds-node loaded the view", "revision", s.Revision, "resources", s.Len(),
-			"etcd", b.endpoint, "load_time", time.Since(start).Round(time.Millisecond).String())
-		n.watchReadiness(vctx)
-	}()
-	return nil
+	n.devEtcdUp.Store(true)
+	return srv, nil
 }
 
-// close stops what startBackend started, in reverse order.
-func (b *backend) close(log *slog.Logger) {
-	if b.cancel != nil {
-		b.cancel()
-		b.wg.Wait()
+// runParts starts the view, the lease tracker, the status writer, the
+// cluster agent and the readiness watcher, each until ctx ends, counted in
+// wg.
+func (n *Node) runParts(ctx context.Context, wg *sync.WaitGroup) {
+	// Each returns nil once ctx ends.
+	for _, run := range []func(context.Context) error{
+		n.view.Run,
+		n.leases.Run,
+		n.status.Run, // records of the nodes served here; revoked when ctx ends
+		n.cluster.Run,
+	} {
+		wg.Go(func() { run(ctx) }) //nolint:errcheck // nil once ctx ends
 	}
-	if b.client != nil {
-		if err := b.client.Close(); err != nil && !errors.Is(err, context.Canceled) {
-			log.Warn("closing the etcd client", "err", err)
+	wg.Go(func() {
+		start := time.Now()
+		select {
+		case <-n.view.Ready():
+		case <-ctx.Done():
+			return
 		}
-	}
-	if b.etcd != nil {
-		b.etcd.Close() //nolint:errcheck // always nil
-	}
+		s := n.view.Snapshot()
+		n.log.Info("xds-node loaded the view", "revision", s.Revision, "resources", s.Len(),
+			"etcd", n.client.Endpoints(), "load_time", time.Since(start).Round(time.Millisecond).String())
+		n.watchReadiness(ctx)
+	})
 }
 
 // drain stops the gRPC and HTTP servers, each given ShutdownTimeout to let
@@ -458,7 +448,7 @@ func (n *Node) drain() {
 	defer cancel()
 	if err := n.httpSrv.Shutdown(ctx); err != nil {
 		n.log.Warn("HTTP drain timed out; closing the remaining connections", "timeout", n.cfg.ShutdownTimeout.String())
-		n.httpSrv.Close() //nolint:errcheck // only the listener's error, already closed
+		n.httpSrv.Close() // only the listener's error, already closed
 	}
 	wg.Wait()
 }
@@ -468,21 +458,17 @@ func (n *Node) readiness() (bool, string) {
 	if n.stopping.Load() {
 		return false, "shutting down"
 	}
-	v := n.view.Load()
-	if v == nil {
-		if n.cfg.DevMode() {
+	select {
+	case <-n.view.Ready():
+	default:
+		if n.cfg.DevMode() && !n.devEtcdUp.Load() {
 			return false, "starting the embedded etcd"
 		}
-		return false, "connecting to etcd"
-	}
-	select {
-	case <-v.Ready():
-	default:
 		return false, "loading the view from etcd"
 	}
-	if quiet := time.Since(v.LastHeard()); quiet > n.cfg.EtcdStaleAfter {
+	if quiet := time.Since(n.view.LastHeard()); quiet > n.cfg.EtcdStaleAfter {
 		return false, fmt.Sprintf("etcd unreachable: nothing heard from it for %s; serving the view at revision %d meanwhile",
-			quiet.Round(time.Second), v.Snapshot().Revision)
+			quiet.Round(time.Second), n.view.Snapshot().Revision)
 	}
 	return true, ""
 }
@@ -490,6 +476,33 @@ func (n *Node) readiness() (bool, string) {
 func (n *Node) ready() bool {
 	ok, _ := n.readiness()
 	return ok
+}
+
+// watchReadiness keeps the gRPC health status in step with readiness
+// (the view current, etcd heard from lately) until ctx ends.
+func (n *Node) watchReadiness(ctx context.Context) {
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	last := false
+	for {
+		if ok, why := n.readiness(); ok != last {
+			last = ok
+			st := healthpb.HealthCheckResponse_NOT_SERVING
+			if ok {
+				st = healthpb.HealthCheckResponse_SERVING
+				n.log.Info("ready", "revision", n.view.Snapshot().Revision)
+			} else {
+				n.log.Warn("not ready", "why", why)
+			}
+			// After a shutdown began this is ignored (health.Shutdown).
+			n.health.SetServingStatus("", st)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
 }
 
 // serveHealthz answers 200 while the process runs: liveness only.
@@ -510,83 +523,7 @@ func (n *Node) serveReadyz(w http.ResponseWriter, _ *http.Request) {
 	fmt.Fprintln(w, "ok")
 }
 
-// viewStatus is the body of /debug/view.
-type viewStatus struct {
-	// Loaded is false until the view's first load; the other fields are
-	// then zero and Reason says why.
-	Loaded bool   `json:"loaded"`
-	Reason string `json:"reason,omitempty"`
-	// Revision is the etcd revision of the latest snapshot.
-	Revision int64 `json:"revision"`
-	// Resources counts the resources held, and Types per type name.
-	Resources int            `json:"resources"`
-	Types     map[string]int `json:"types,omitempty"`
-	// Malformed counts the etcd keys skipped because their values do
-	// not decode.
-	Malformed int `json:"malformed"`
-	// HistoryFrom is the oldest revision from which the view knows every
-	// change.
-	HistoryFrom int64 `json:"history_from"`
-}
-
-// serveDebugStreams lists every open xDS stream, SotW and delta, as JSON.
-func (n *Node) serveDebugStreams(w http.ResponseWriter, _ *http.Request) {
-	w.Header().Set("Content-Type", "application/json")
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	var leases []lease.Info
-	if t := n.leases.Load(); t != nil {
-		leases = t.Tracked()
-	}
-	enc.Encode(struct { //nolint:errcheck // the client went away
-		Streams      []ads.StreamStatus   `json:"streams"`
-		DeltaStreams []delta.StreamStatus `json:"delta_streams"`
-		Leases       []lease.Info         `json:"leases,omitempty"`
-		Relay        []relay.StreamInfo   `json:"relay"`
-	}{n.sotw.Streams(), n.delta.Streams(), leases, n.relayStreams()})
-}
-
-// debugOnly lets only loopback clients reach h, unless DebugOpen.
-func (n *Node) debugOnly(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !n.cfg.DebugOpen {
-			host, _, err := net.SplitHostPort(r.RemoteAddr)
-			ip := net.ParseIP(host)
-			if err != nil || ip == nil || !ip.IsLoopback() {
-				http.Error(w, "debug endpoints answer loopback clients only (see --debug-open)", http.StatusForbidden)
-				return
-			}
-		}
-		h.ServeHTTP(w, r)
-	})
-}
-
-// serveDebugView reports the view's latest snapshot as JSON; 503 before
-// the first load.
-func (n *Node) serveDebugView(w http.ResponseWriter, _ *http.Request) {
-	var st viewStatus
-	var s *store.Snapshot
-	if v := n.view.Load(); v != nil {
-		s = v.Snapshot()
-	}
-	code := http.StatusOK
-	if s == nil {
-		_, st.Reason = n.readiness()
-		code = http.StatusServiceUnavailable
-	} else {
-		st = viewStatus{Loaded: true, Revision: s.Revision, Resources: s.Len(),
-			Malformed: s.Malformed, HistoryFrom: s.HistoryFrom, Types: map[string]int{}}
-		for _, t := range resource.All() {
-			c := 0
-			s.Walk(t, "", func(*store.Entry) bool { c++; return true })
-			if c > 0 {
-				st.Types[t.Name] = c
-			}
-		}
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	enc.Encode(st) //nolint:errcheck // the client went away
+// nodeStatus is the status writer's source: the nodes this replica serves.
+func (n *Node) nodeStatus() []status.NodeStatus {
+	return status.FromStreams(n.cfg.Name, xdsstream.Summaries(n.sotw.Streams()), xdsstream.Summaries(n.delta.Streams()))
 }

@@ -1,7 +1,6 @@
 package scope
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 
@@ -16,17 +15,20 @@ import (
 type GroupFunc func(*corev3.Node) string
 
 // ParseGroupBy returns the GroupFunc of a --group-by value: "cluster",
-// "id" or "metadata:KEY" (a string field of the node's metadata).
+// "id" or "metadata:KEY" (a string field of the node's metadata; KEY is
+// not empty and has no leading or trailing space). It is also xds-node's
+// check of the flag: its errors name --group-by and are shown to the user
+// as they are.
 func ParseGroupBy(s string) (GroupFunc, error) {
-	switch {
-	case s == "" || s == "cluster":
+	switch s {
+	case "cluster":
 		return func(n *corev3.Node) string { return clean(n.GetCluster()) }, nil
-	case s == "id":
+	case "id":
 		return func(n *corev3.Node) string { return clean(n.GetId()) }, nil
-	case strings.HasPrefix(s, "metadata:"):
-		key := strings.TrimPrefix(s, "metadata:")
-		if key == "" {
-			return nil, errors.New("scope: --group-by metadata:KEY needs a key")
+	}
+	if key, ok := strings.CutPrefix(s, "metadata:"); ok {
+		if key == "" || strings.TrimSpace(key) != key {
+			return nil, fmt.Errorf("--group-by %q: metadata needs a key, as in metadata:team", s)
 		}
 		return func(n *corev3.Node) string {
 			v, ok := n.GetMetadata().GetFields()[key]
@@ -39,7 +41,7 @@ func ParseGroupBy(s string) (GroupFunc, error) {
 			return ""
 		}, nil
 	}
-	return nil, fmt.Errorf("scope: --group-by %q: want cluster, id or metadata:KEY", s)
+	return nil, fmt.Errorf("--group-by %q: want cluster, id or metadata:KEY", s)
 }
 
 // clean maps a group that cannot be a scope (it would hold '/', or is the

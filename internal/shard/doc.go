@@ -18,7 +18,14 @@
 // everywhere once gossip has converged. It is immutable and swapped
 // atomically; Changed tells when a new one is in place.
 //
-// The package does not relay streams, move them, or serve anything: it only
-// answers "who is alive" and "whose is this node". It never writes under
-// <prefix>resources/.
+// The Agent is a replica's cluster policy over its Membership: it joins
+// once etcd answers (retrying), tells the ring the replica is not ready
+// only after a grace (replicas that lose etcd together notice seconds
+// apart), and calls the rebalance it is given once the ring has settled
+// after a change. Config.SetReplicaAddrs derives the addresses a replica
+// advertises from its flags and bound listeners.
+//
+// The package does not relay streams, move them, or serve anything: it
+// answers "who is alive" and "whose is this node", and says when homes may
+// have moved. It never writes under <prefix>resources/.
 package shard

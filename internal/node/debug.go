@@ -1,0 +1,137 @@
+package node
+
+import (
+	"encoding/json"
+	"net"
+	"net/http"
+
+	"github.com/legation-io/legation/internal/ads"
+	"github.com/legation-io/legation/internal/delta"
+	"github.com/legation-io/legation/internal/lease"
+	"github.com/legation-io/legation/internal/relay"
+	"github.com/legation-io/legation/internal/resource"
+	"github.com/legation-io/legation/internal/shard"
+	"github.com/legation-io/legation/internal/store"
+)
+
+// handleDebug registers the /debug/ endpoints on mux, each answering
+// loopback clients only unless DebugOpen. Their JSON is for people and
+// scripts: keep its shape (README, "xds-node").
+func (n *Node) handleDebug(mux *http.ServeMux) {
+	mux.Handle("GET /debug/view", n.debugOnly(http.HandlerFunc(n.serveDebugView)))
+	mux.Handle("GET /debug/streams", n.debugOnly(http.HandlerFunc(n.serveDebugStreams)))
+	mux.Handle("GET /debug/cluster", n.debugOnly(http.HandlerFunc(n.serveDebugCluster)))
+}
+
+// debugOnly lets only loopback clients reach h, unless DebugOpen.
+func (n *Node) debugOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !n.cfg.DebugOpen {
+			host, _, err := net.SplitHostPort(r.RemoteAddr)
+			ip := net.ParseIP(host)
+			if err != nil || ip == nil || !ip.IsLoopback() {
+				http.Error(w, "debug endpoints answer loopback clients only (see --debug-open)", http.StatusForbidden)
+				return
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// writeJSON writes v as indented JSON with code.
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v) //nolint:errcheck // the client went away
+}
+
+// viewStatus is the body of /debug/view.
+type viewStatus struct {
+	// Loaded is false until the view's first load; the other fields are
+	// then zero and Reason says why.
+	Loaded bool   `json:"loaded"`
+	Reason string `json:"reason,omitempty"`
+	// Revision is the etcd revision of the latest snapshot.
+	Revision int64 `json:"revision"`
+	// Resources counts the resources held, and Types per type name.
+	Resources int            `json:"resources"`
+	Types     map[string]int `json:"types,omitempty"`
+	// Malformed counts the etcd keys skipped because their values do
+	// not decode.
+	Malformed int `json:"malformed"`
+	// HistoryFrom is the oldest revision from which the view knows every
+	// change.
+	HistoryFrom int64 `json:"history_from"`
+}
+
+// serveDebugView reports the view's latest snapshot as JSON; 503 before
+// the first load.
+func (n *Node) serveDebugView(w http.ResponseWriter, _ *http.Request) {
+	var st viewStatus
+	s := n.view.Snapshot()
+	code := http.StatusOK
+	if s == nil {
+		_, st.Reason = n.readiness()
+		code = http.StatusServiceUnavailable
+	} else {
+		st = viewStatus{Loaded: true, Revision: s.Revision, Resources: s.Len(),
+			Malformed: s.Malformed, HistoryFrom: s.HistoryFrom, Types: map[string]int{}}
+		for _, t := range resource.All() {
+			c := 0
+			s.Walk(t, "", func(*store.Entry) bool { c++; return true })
+			if c > 0 {
+				st.Types[t.Name] = c
+			}
+		}
+	}
+	writeJSON(w, code, st)
+}
+
+// serveDebugStreams lists every open xDS stream, SotW and delta, the
+// tracked leases and the streams the relay saw, as JSON.
+func (n *Node) serveDebugStreams(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, struct {
+		Streams      []ads.StreamStatus   `json:"streams"`
+		DeltaStreams []delta.StreamStatus `json:"delta_streams"`
+		Leases       []lease.Info         `json:"leases,omitempty"`
+		Relay        []relay.StreamInfo   `json:"relay"`
+	}{n.sotw.Streams(), n.delta.Streams(), n.leases.Tracked(), n.relay.Streams()})
+}
+
+// clusterStatus is the body of /debug/cluster. Members, Ring and Shares
+// are null until the replica has joined the cluster, and always in dev
+// mode and with --standalone.
+type clusterStatus struct {
+	Self      string             `json:"self"`
+	Clustered bool               `json:"clustered"`
+	Ready     bool               `json:"ready"`
+	Members   []shard.Member     `json:"members"`
+	Ring      []string           `json:"ring"`
+	Shares    map[string]float64 `json:"ring_shares"`
+	Relayed   int                `json:"streams_relayed"`
+	Local     int                `json:"streams_local"`
+}
+
+// serveDebugCluster reports the members, the ring and how many streams are
+// served here or relayed, as JSON.
+func (n *Node) serveDebugCluster(w http.ResponseWriter, _ *http.Request) {
+	cs := clusterStatus{Self: n.cfg.Name, Clustered: n.cluster.Clustered(), Ready: n.ready()}
+	if m := n.cluster.Membership(); m != nil {
+		cs.Members = m.Members()
+		r := m.Ring()
+		for _, mem := range r.Members() {
+			cs.Ring = append(cs.Ring, mem.Name)
+		}
+		cs.Shares = r.Shares()
+	}
+	for _, s := range n.relay.Streams() {
+		if s.ServedBy == relay.Local {
+			cs.Local++
+		} else {
+			cs.Relayed++
+		}
+	}
+	writeJSON(w, http.StatusOK, cs)
+}
