@@ -248,7 +248,7 @@ func up(ctx context.Context, fs *flag.FlagSet, dir *string, args []string, stdou
 		fmt.Fprintf(stderr, "local: down: %v\n", err)
 		code = 1
 	}
-	c.Close() //nolint:errcheck // everything is down: Down reported
+	c.Close() // everything is down: Down reported
 	shut, cancelShut := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancelShut()
 	srv.Shutdown(shut) //nolint:errcheck // a client left hanging is not ours to wait for

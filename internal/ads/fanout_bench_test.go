@@ -28,7 +28,7 @@ import (
 	"github.com/legation-io/legation/internal/xdstest"
 )
 
-// The fan-out scenario of DESIGN.md's performance targets: every stream
+// The fan-out scenario of the performance targets in docs/design.md: every stream
 // subscribes (EDS, by name, over ADS) to the same 200 ClusterLoadAssignments
 // of 20 endpoints each; one push changes one of them.
 const (
@@ -69,9 +69,10 @@ func fanoutSeed(tb testing.TB, e *env) []string {
 }
 
 // BenchmarkFanout measures one endpoint change fanned out to N SotW ADS
-// streams over real gRPC on 127.0.0.1, all in this process (DESIGN.md:
-// "one endpoint change fanned out to 10,000 SotW streams in one process:
-// all sent <= 300 ms; <= 1.5 KB allocated per stream per push").
+// streams over real gRPC on 127.0.0.1, all in this process: the server
+// side of the target "one endpoint change, 10,000 SotW streams on one
+// replica" of docs/design.md (the clients' ACKs are the load tool's to
+// measure).
 //
 // Set-up, not measured: a real embedded etcd, view and server; N streams
 // on N/100 connections, each subscribed to the 200 assignments and having
@@ -151,8 +152,8 @@ func BenchmarkFanout(b *testing.B) {
 }
 
 // BenchmarkIdleStreamMemory reports the memory each idle SotW stream costs
-// (DESIGN.md: "server memory per idle stream, beyond shared state <= 50
-// KB"): 1000 ADS streams on 10 connections, subscribed to the 200
+// (docs/design.md: "memory per connected stream ... beyond shared state:
+// at most 50 KB"): 1000 ADS streams on 10 connections, subscribed to the 200
 // assignments and having ACKed them; heap and goroutine stacks are read
 // after runtime.GC before the streams open and once they are idle.
 //

@@ -44,7 +44,9 @@ func TestLifecycle(t *testing.T) {
 	go func() { served <- srv.Serve(ln) }()
 	t.Cleanup(func() {
 		srv.Close()
-		<-served
+		if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+			t.Errorf("control server: %v", err)
+		}
 	})
 	cl := localcluster.NewClient(tc.Dir)
 

@@ -66,7 +66,9 @@ func start(t testing.TB, cfg node.Config) *running {
 	go func() { r.done <- n.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		<-r.done
+		if err := <-r.done; err != nil {
+			t.Errorf("node Run: %v", err)
+		}
 	})
 	return r
 }
