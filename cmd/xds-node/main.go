@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"strings"
@@ -96,6 +97,15 @@ func parseFlags(args []string) (node.Config, error) {
 		"not ready after hearing nothing from etcd for this long (the last view is still served)")
 	fs.BoolVar(&cfg.DebugOpen, "debug-open", cfg.DebugOpen,
 		"let /debug/ endpoints answer clients that are not on loopback")
+	fs.StringVar(&cfg.TLSCertFile, "tls-cert-file", cfg.TLSCertFile,
+		"PEM certificate of this replica: the xDS and HTTP ports serve TLS, and relaying to other replicas presents it; reloaded when it changes")
+	fs.StringVar(&cfg.TLSKeyFile, "tls-key-file", cfg.TLSKeyFile, "PEM private key of --tls-cert-file; reloaded when it changes")
+	fs.StringVar(&cfg.ClientCAFile, "client-ca-file", cfg.ClientCAFile,
+		"PEM CA certificates: the xDS port requires client certificates chaining to them (mTLS), and identities are checked against the authorization rules; reloaded when it changes")
+	fs.StringSliceVar(&cfg.ReplicaIdentities, "replica-identity", cfg.ReplicaIdentities,
+		"patterns of the identities replicas present (relay markers are trusted only from them), comma separated; empty: this replica's own certificate identity")
+	fs.StringVar(&cfg.AuthzDefaultTrustDomain, "authz-default-trust-domain", cfg.AuthzDefaultTrustDomain,
+		"with mTLS, let SPIFFE identities of this trust domain that have no rule claim any node and group; empty: no rule, no access")
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "Usage: xds-node [flags]\n\n"+
 			"One Legation replica. With no flag: dev mode, an embedded etcd on 127.0.0.1:2379.\n"+
@@ -118,6 +128,19 @@ func parseFlags(args []string) (node.Config, error) {
 	}
 	cfg.EtcdEndpoints = cleanList(cfg.EtcdEndpoints)
 	cfg.Join = cleanList(cfg.Join)
+	cfg.ReplicaIdentities = cleanList(cfg.ReplicaIdentities)
+	if cfg.DevMode() {
+		// Dev mode is private until the operator picks an address: its
+		// listeners default to loopback, not every interface.
+		for _, f := range []struct {
+			name string
+			addr *string
+		}{{"xds-addr", &cfg.XDSAddr}, {"http-addr", &cfg.HTTPAddr}, {"gossip-addr", &cfg.GossipAddr}} {
+			if !fs.Changed(f.name) {
+				*f.addr = loopbackDefault(*f.addr)
+			}
+		}
+	}
 	logger, err := newLogger(*logLevel, *logFormat)
 	if err != nil {
 		return cfg, err
@@ -144,6 +167,14 @@ func applyEnv(fs *pflag.FlagSet) error {
 		}
 	})
 	return errors.Join(errs...)
+}
+
+// loopbackDefault is addr with an empty host replaced by 127.0.0.1.
+func loopbackDefault(addr string) string {
+	if host, port, err := net.SplitHostPort(addr); err == nil && host == "" {
+		return net.JoinHostPort("127.0.0.1", port)
+	}
+	return addr
 }
 
 // cleanList trims the items of a comma list and drops empty ones, so

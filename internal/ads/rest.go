@@ -31,7 +31,9 @@ var restPaths = map[string]*resource.Type{
 // RESTHandler serves REST-JSON polling: POST /v3/discovery:TYPE with a
 // DiscoveryRequest in proto3 JSON. 200 with a DiscoveryResponse; 304 with
 // no body when the request's version_info is current; 400 for a bad body;
-// 404 for an unknown path; 405 for another method; 503 when this replica
+// 401 for a client that did not authenticate and 403 for one claiming a
+// node, group or secret it may not (Config.Authorizer); 404 for an
+// unknown path; 405 for another method; 503 when this replica
 // cannot answer (not loaded, or behind the version presented).
 func (s *Server) RESTHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -64,6 +66,12 @@ func (s *Server) RESTHandler() http.Handler {
 		switch {
 		case status.Code(err) == codes.InvalidArgument:
 			http.Error(w, status.Convert(err).Message(), http.StatusBadRequest)
+			return
+		case status.Code(err) == codes.Unauthenticated:
+			http.Error(w, status.Convert(err).Message(), http.StatusUnauthorized)
+			return
+		case status.Code(err) == codes.PermissionDenied:
+			http.Error(w, status.Convert(err).Message(), http.StatusForbidden)
 			return
 		case err != nil:
 			http.Error(w, status.Convert(err).Message(), http.StatusServiceUnavailable)

@@ -84,12 +84,24 @@ func (s *Server) Fetch(ctx context.Context, r *discoveryv3.DiscoveryRequest, t *
 	} else if r.GetTypeUrl() != "" && r.GetTypeUrl() != t.URL {
 		return nil, false, status.Errorf(codes.InvalidArgument, "%v: type_url %q on the %s endpoint", ErrBadRequest, r.GetTypeUrl(), t.Name)
 	}
+	group := s.core.Config.GroupBy(r.GetNode())
+	if a := s.core.Config.Authorizer; a != nil {
+		// A poll is checked as a stream's first request is: its node, and
+		// secrets (docs/design.md, "Security").
+		_, err := a.Authorize(ctx, r.GetNode(), group)
+		if err == nil && t == resource.Secret {
+			err = a.Secrets(ctx, group)
+		}
+		if err != nil {
+			s.core.Metrics.Denied.Inc()
+			return nil, false, err
+		}
+	}
 	presented := parseVersion(r.GetVersionInfo())
 	snap, err := s.core.CatchUp(ctx, presented)
 	if err != nil {
 		return nil, false, err
 	}
-	group := s.core.Config.GroupBy(r.GetNode())
 	names := r.GetResourceNames()
 	wildcard := len(names) == 0 || contains(names, "*")
 	if presented >= 0 && scope.UnchangedSince(snap, t, group, names, wildcard, presented) {

@@ -13,7 +13,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/legation-io/legation/internal/authz"
 	"github.com/legation-io/legation/internal/scope"
+	"github.com/legation-io/legation/internal/tlsfiles"
 )
 
 // Config configures a Node. Each field but Logger, Registerer and Gatherer
@@ -98,6 +100,27 @@ type Config struct {
 	// DebugOpen (--debug-open) lets /debug/ endpoints answer clients that
 	// are not on loopback. Default false: only 127.0.0.0/8 and ::1.
 	DebugOpen bool
+	// TLSCertFile and TLSKeyFile (--tls-cert-file, --tls-key-file) are
+	// the replica's certificate and key, PEM: with them the xDS and HTTP
+	// ports serve TLS, and replicas relay to each other over mTLS with
+	// them. Both or neither. Reloaded when they change.
+	TLSCertFile string
+	TLSKeyFile  string
+	// ClientCAFile (--client-ca-file), PEM, needs TLSCertFile: the xDS
+	// port then requires client certificates that chain to it, the
+	// client's identity decides what it may claim (authorization rules in
+	// etcd), and the REST endpoints, CSDS and /debug/ require one too.
+	// Replicas' certificates must chain to it. Reloaded when it changes.
+	ClientCAFile string
+	// ReplicaIdentities (--replica-identity) are patterns ('*' any run,
+	// '?' one character) of the identities replicas present: only their
+	// relay markers and forwarded client identities are trusted. Empty:
+	// the identity of the replica's own certificate.
+	ReplicaIdentities []string
+	// AuthzDefaultTrustDomain (--authz-default-trust-domain): a SPIFFE
+	// identity of this trust domain with no rule may claim any node id and
+	// group (not admin). Empty: no rule, no access.
+	AuthzDefaultTrustDomain string
 	// Logger gets the node's logs; nil discards them.
 	Logger *slog.Logger
 	// Registerer gets the node's and the view's metrics. Nil: a fresh
@@ -193,6 +216,7 @@ func (c *Config) Validate() error {
 	if c.MaxRecvMsgSize <= 0 {
 		add(fmt.Errorf("--max-recv-msg-size %d: must be positive", c.MaxRecvMsgSize))
 	}
+	add(c.validateTLS())
 	if c.Gatherer == nil && c.Registerer != nil {
 		if _, ok := c.Registerer.(prometheus.Gatherer); !ok {
 			add(errors.New("the Registerer is not a prometheus.Gatherer: set Gatherer for /metrics"))
@@ -216,6 +240,43 @@ func (c *Config) Validate() error {
 	// line.
 	return errors.Join(errs...)
 }
+
+// validateTLS checks the TLS and authorization flags against each other;
+// the files themselves are checked when New loads them.
+func (c *Config) validateTLS() error {
+	var errs []error
+	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
+		errs = append(errs, errors.New("--tls-cert-file and --tls-key-file: give both or neither"))
+	}
+	if c.ClientCAFile != "" && c.TLSCertFile == "" {
+		errs = append(errs, errors.New("--client-ca-file needs --tls-cert-file and --tls-key-file (mTLS is TLS with client certificates)"))
+	}
+	if c.TLSCertFile != "" && c.ClientCAFile == "" && !c.DevMode() && !c.Standalone {
+		errs = append(errs, errors.New("--tls-cert-file in a cluster needs --client-ca-file: replicas relay to each other over mTLS and check each other's certificates with it"))
+	}
+	if c.ClientCAFile == "" {
+		if len(c.ReplicaIdentities) > 0 {
+			errs = append(errs, errors.New("--replica-identity needs mTLS (--client-ca-file)"))
+		}
+		if c.AuthzDefaultTrustDomain != "" {
+			errs = append(errs, errors.New("--authz-default-trust-domain needs mTLS (--client-ca-file)"))
+		}
+	}
+	for _, p := range c.ReplicaIdentities {
+		if _, err := authz.ParsePattern(p); err != nil {
+			errs = append(errs, fmt.Errorf("--replica-identity: %w", err))
+		}
+	}
+	if td := c.AuthzDefaultTrustDomain; td != "" {
+		if err := tlsfiles.ValidateSPIFFE("spiffe://" + td); err != nil || strings.Contains(td, "/") {
+			errs = append(errs, fmt.Errorf("--authz-default-trust-domain %q: want a SPIFFE trust domain such as example.org (lowercase letters, digits, '.', '-', '_')", td))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// MTLS reports whether clients must present certificates.
+func (c *Config) MTLS() bool { return c.ClientCAFile != "" }
 
 // checkListenAddr checks a host:port to listen on; host may be empty (all
 // interfaces) and port 0 picks a free one.

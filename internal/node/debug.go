@@ -15,7 +15,7 @@ import (
 )
 
 // handleDebug registers the /debug/ endpoints on mux, each answering
-// loopback clients only unless DebugOpen. Their JSON is for people and
+// admins only with mTLS on, else loopback clients only unless DebugOpen. Their JSON is for people and
 // scripts: keep its shape (README, "xds-node").
 func (n *Node) handleDebug(mux *http.ServeMux) {
 	mux.Handle("GET /debug/view", n.debugOnly(http.HandlerFunc(n.serveDebugView)))
@@ -23,8 +23,12 @@ func (n *Node) handleDebug(mux *http.ServeMux) {
 	mux.Handle("GET /debug/cluster", n.debugOnly(http.HandlerFunc(n.serveDebugCluster)))
 }
 
-// debugOnly lets only loopback clients reach h, unless DebugOpen.
+// debugOnly lets only admins reach h with mTLS on (docs/design.md,
+// "Security"); without, only loopback clients, unless DebugOpen.
 func (n *Node) debugOnly(h http.Handler) http.Handler {
+	if n.guard.MTLS() {
+		return n.guard.AdminHTTP(h)
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !n.cfg.DebugOpen {
 			host, _, err := net.SplitHostPort(r.RemoteAddr)

@@ -2,6 +2,8 @@ package node
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,15 +13,19 @@ import (
 	"sync/atomic"
 	"time"
 
+	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/legation-io/legation/internal/access"
 	"github.com/legation-io/legation/internal/ads"
+	"github.com/legation-io/legation/internal/authz"
 	"github.com/legation-io/legation/internal/delta"
 	"github.com/legation-io/legation/internal/devetcd"
 	"github.com/legation-io/legation/internal/grpcapi"
@@ -29,6 +35,7 @@ import (
 	"github.com/legation-io/legation/internal/shard"
 	"github.com/legation-io/legation/internal/status"
 	"github.com/legation-io/legation/internal/store"
+	"github.com/legation-io/legation/internal/tlsfiles"
 	"github.com/legation-io/legation/internal/xdsstream"
 )
 
@@ -48,13 +55,19 @@ type Node struct {
 	leases      *lease.Tracker
 	status      *status.Writer
 	csds        *status.CSDS
-	cluster     *shard.Agent
-	relay       *relay.Relay
-	sotw        *ads.Server
-	delta       *delta.Server
-	grpcSrv     *grpc.Server
-	health      *health.Server
-	httpSrv     *http.Server
+	// tls is the replica's certificate and client CA, nil without TLS;
+	// rules the authorization rules, nil without mTLS.
+	tls        *tlsfiles.Files
+	rules      *authz.Watcher
+	guard      *access.Guard
+	replicaIDs []authz.Pattern
+	cluster    *shard.Agent
+	relay      *relay.Relay
+	sotw       *ads.Server
+	delta      *delta.Server
+	grpcSrv    *grpc.Server
+	health     *health.Server
+	httpSrv    *http.Server
 
 	started  atomic.Bool // set by the first Run or Close
 	stopping atomic.Bool // set when Run's ctx ends: no longer ready
@@ -166,6 +179,9 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 	if n.csds, err = status.NewCSDS(status.CSDSConfig{Client: n.client, Prefix: cfg.EtcdPrefix, Logger: n.log}); err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
+	if err := n.buildAccess(); err != nil {
+		return err
+	}
 	if n.cluster, err = shard.NewAgent(n.agentConfig()); err != nil {
 		return fmt.Errorf("node: cluster membership (--gossip-addr, --advertise-addr, --join, --name): %w", err)
 	}
@@ -179,6 +195,7 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 		GroupBy:        groupBy,
 		CatchupTimeout: cfg.CatchupTimeout,
 		Leases:         n.leases,
+		Authorizer:     n.guard,
 		Logger:         n.log,
 		Registerer:     n.reg,
 	}
@@ -194,15 +211,30 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 	rcfg.Next = n.cluster.Next
 	rcfg.Rate = cfg.RebalanceRate
 	rcfg.Burst = max(1, int(cfg.RebalanceRate/5))
+	rcfg.TrustMarker = n.guard.TrustRelay
+	rcfg.Forward = n.guard.Forward
+	if n.tls != nil {
+		// Replicas relay to each other over mTLS, each checking that the
+		// other presents a replica's identity.
+		rcfg.DialOptions = append(rcfg.DialOptions, grpc.WithTransportCredentials(credentials.NewTLS(n.tls.ClientConfig(n.verifyReplica))))
+	}
 	rcfg.Logger = n.log
 	rcfg.Registerer = n.reg
 	if n.relay, err = relay.New(rcfg); err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
 
-	n.grpcSrv = grpc.NewServer(append(grpcapi.ServerOptions(),
+	opts := append(grpcapi.ServerOptions(),
 		grpc.MaxRecvMsgSize(cfg.MaxRecvMsgSize),
-		grpc.StreamInterceptor(n.relay.StreamInterceptor()))...)
+		// CSDS answers admins only (with mTLS); the relay comes after, so
+		// an xDS stream it relays is checked at its home.
+		grpc.ChainStreamInterceptor(n.guard.AdminStreamInterceptor(statusv3.ClientStatusDiscoveryService_StreamClientStatus_FullMethodName),
+			n.relay.StreamInterceptor()),
+		grpc.ChainUnaryInterceptor(n.guard.AdminUnaryInterceptor(statusv3.ClientStatusDiscoveryService_FetchClientStatus_FullMethodName)))
+	if n.tls != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(n.tls.ServerConfig(xdsClientAuth(cfg.MTLS())))))
+	}
+	n.grpcSrv = grpc.NewServer(opts...)
 	n.health = health.NewServer()
 	// health.NewServer reports the server ("") SERVING; it is not until
 	// the view is loaded.
@@ -216,9 +248,103 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 	n.handleDebug(mux)
 	mux.Handle(ads.RESTPattern, n.sotw.RESTHandler())
 	n.httpSrv = &http.Server{
-		Handler:           mux,
+		Handler:           n.guard.HTTP(mux),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(n.log.Handler(), slog.LevelDebug),
+	}
+	if n.tls != nil {
+		// Health, readiness and metrics stay reachable without a client
+		// certificate (load balancers, Prometheus); REST and /debug/ ask
+		// for one (access.Guard).
+		auth := tls.NoClientCert
+		if cfg.MTLS() {
+			auth = tls.VerifyClientCertIfGiven
+		}
+		n.httpSrv.TLSConfig = n.tls.ServerConfig(auth)
+	}
+	return nil
+}
+
+// xdsClientAuth is the xDS port's client-certificate policy.
+func xdsClientAuth(mtls bool) tls.ClientAuthType {
+	if mtls {
+		return tls.RequireAndVerifyClientCert
+	}
+	return tls.NoClientCert
+}
+
+// buildAccess loads the TLS files, makes the authorization rules' watcher
+// (mTLS) and the guard that judges clients.
+func (n *Node) buildAccess() error {
+	cfg := n.cfg
+	var err error
+	if cfg.TLSCertFile != "" {
+		if n.tls, err = tlsfiles.New(tlsfiles.Config{
+			CertFile: cfg.TLSCertFile,
+			KeyFile:  cfg.TLSKeyFile,
+			CAFile:   cfg.ClientCAFile,
+			Logger:   n.log,
+		}); err != nil {
+			return fmt.Errorf("node: %w", err)
+		}
+	}
+	gcfg := access.Config{MTLS: cfg.MTLS(), Logger: n.log}
+	if cfg.MTLS() {
+		for _, p := range cfg.ReplicaIdentities {
+			pat, err := authz.ParsePattern(p)
+			if err != nil {
+				return fmt.Errorf("node: --replica-identity: %w", err)
+			}
+			n.replicaIDs = append(n.replicaIDs, pat)
+		}
+		if n.rules, err = authz.NewWatcher(authz.WatcherConfig{
+			Client:             n.client,
+			Prefix:             cfg.EtcdPrefix,
+			Logger:             n.log,
+			Registerer:         n.reg,
+			DefaultTrustDomain: cfg.AuthzDefaultTrustDomain,
+		}); err != nil {
+			return fmt.Errorf("node: %w", err)
+		}
+		gcfg.Rules = func() (access.Table, <-chan struct{}) {
+			t, changed := n.rules.Current()
+			return t, changed
+		}
+		gcfg.RulesReady = n.rules.Ready()
+		gcfg.ReadyTimeout = cfg.CatchupTimeout
+		gcfg.Replica = n.isReplica
+	}
+	if n.guard, err = access.New(gcfg); err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	return nil
+}
+
+// isReplica reports whether identity is a replica's: it matches
+// --replica-identity, or, without that flag, is this replica's own
+// certificate's identity.
+func (n *Node) isReplica(identity string) bool {
+	if len(n.replicaIDs) > 0 {
+		for _, p := range n.replicaIDs {
+			if p.Match(identity) {
+				return true
+			}
+		}
+		return false
+	}
+	own, err := tlsfiles.Identity(n.tls.Certificate())
+	return err == nil && own == identity
+}
+
+// verifyReplica checks that a replica relayed to presents a replica's
+// identity.
+func (n *Node) verifyReplica(leaf *x509.Certificate) error {
+	id, err := tlsfiles.Identity(leaf)
+	if err != nil {
+		return err
+	}
+	if !n.isReplica(id) {
+		return fmt.Errorf("peer identity %q is not a replica's (--replica-identity)", id)
 	}
 	return nil
 }
@@ -311,7 +437,9 @@ func (n *Node) Run(ctx context.Context) error {
 		mode = "dev"
 	}
 	n.log.Info("xds-node starting", "name", n.cfg.Name, "mode", mode,
-		"xds_addr", n.XDSAddr(), "http_addr", n.HTTPAddr(), "etcd_prefix", n.cfg.EtcdPrefix)
+		"xds_addr", n.XDSAddr(), "http_addr", n.HTTPAddr(), "etcd_prefix", n.cfg.EtcdPrefix,
+		"tls", n.tls != nil, "mtls", n.cfg.MTLS())
+	n.warnInsecure()
 
 	// The servers come first so that /healthz answers, and /readyz says
 	// why not ready, while etcd starts.
@@ -326,7 +454,11 @@ func (n *Node) Run(ctx context.Context) error {
 	}()
 	go func() {
 		defer servers.Done()
-		if err := n.httpSrv.Serve(n.httpLis); !errors.Is(err, http.ErrServerClosed) {
+		serve := n.httpSrv.Serve
+		if n.tls != nil {
+			serve = func(l net.Listener) error { return n.httpSrv.ServeTLS(l, "", "") }
+		}
+		if err := serve(n.httpLis); !errors.Is(err, http.ErrServerClosed) {
 			serveErr <- fmt.Errorf("node: HTTP server on %s: %w", n.HTTPAddr(), err)
 		}
 	}()
@@ -375,6 +507,19 @@ func (n *Node) Run(ctx context.Context) error {
 	return err
 }
 
+// warnInsecure says once, at start, what is not authenticated
+// (docs/design.md, "Security": never silently insecure).
+func (n *Node) warnInsecure() {
+	switch {
+	case n.tls == nil:
+		n.log.Warn("INSECURE: xDS and HTTP are served over plaintext (no --tls-cert-file): clients are not authenticated, " +
+			"any client may claim any node id and group and read CSDS; secrets are sent to loopback clients only")
+	case !n.cfg.MTLS():
+		n.log.Warn("INSECURE: TLS without client certificates (no --client-ca-file): clients are not authenticated, " +
+			"any client may claim any node id and group and read CSDS; secrets are sent to loopback clients only")
+	}
+}
+
 // startEtcd starts the embedded etcd in dev mode, where the client points;
 // it returns nil otherwise.
 func (n *Node) startEtcd(ctx context.Context) (*devetcd.Server, error) {
@@ -399,12 +544,19 @@ func (n *Node) startEtcd(ctx context.Context) (*devetcd.Server, error) {
 // wg.
 func (n *Node) runParts(ctx context.Context, wg *sync.WaitGroup) {
 	// Each returns nil once ctx ends.
-	for _, run := range []func(context.Context) error{
+	runs := []func(context.Context) error{
 		n.view.Run,
 		n.leases.Run,
 		n.status.Run, // records of the nodes served here; revoked when ctx ends
 		n.cluster.Run,
-	} {
+	}
+	if n.tls != nil {
+		runs = append(runs, n.tls.Run) // reloads the files when they change
+	}
+	if n.rules != nil {
+		runs = append(runs, n.rules.Run)
+	}
+	for _, run := range runs {
 		wg.Go(func() { run(ctx) }) //nolint:errcheck // nil once ctx ends
 	}
 	wg.Go(func() {
@@ -465,6 +617,13 @@ func (n *Node) readiness() (bool, string) {
 			return false, "starting the embedded etcd"
 		}
 		return false, "loading the view from etcd"
+	}
+	if n.rules != nil {
+		select {
+		case <-n.rules.Ready():
+		default:
+			return false, "loading the authorization rules from etcd"
+		}
 	}
 	if quiet := time.Since(n.view.LastHeard()); quiet > n.cfg.EtcdStaleAfter {
 		return false, fmt.Sprintf("etcd unreachable: nothing heard from it for %s; serving the view at revision %d meanwhile",

@@ -10,6 +10,7 @@ type metrics struct {
 	relayed         prometheus.Gauge
 	fallbacks       prometheus.Counter
 	rebalanceCloses prometheus.Counter
+	untrusted       prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -20,9 +21,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "legation_relay_fallbacks_total", Help: "Streams served locally because their home replica could not be reached."}),
 		rebalanceCloses: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "legation_relay_rebalance_closes_total", Help: "Streams closed because their home replica moved."}),
+		untrusted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "legation_relay_untrusted_markers_total", Help: "Streams carrying a relay marker from a peer that is not a replica, treated as any client's."}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.relayed, m.fallbacks, m.rebalanceCloses} {
+		for _, c := range []prometheus.Collector{m.relayed, m.fallbacks, m.rebalanceCloses, m.untrusted} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("relay: metrics: %w", err)
 			}

@@ -36,6 +36,10 @@ const MarkerKey = "x-legation-relayed"
 // relaying replica that the home accepted the stream.
 const ServedByKey = "x-legation-served-by"
 
+// forwardedPrefix starts the metadata keys a replica forwards about a
+// relayed stream's client (Config.Forward): a client's own are dropped.
+const forwardedPrefix = "x-legation-client-"
+
 // Local is StreamInfo.ServedBy of a stream served by this replica.
 const Local = "local"
 
@@ -59,6 +63,14 @@ type Config struct {
 	// once the home is declared dead, rather than being served here and
 	// moved again then. Same rules as Home. Nil: served here.
 	Next func(nodeID string, unreachable []string) (name, addr string, self bool)
+	// TrustMarker, if set, reports whether the MarkerKey on the stream of
+	// ctx may be trusted (its peer is a replica); a stream whose marker is
+	// not trusted is treated as any client's. Nil: every marker is.
+	TrustMarker func(ctx context.Context) bool
+	// Forward, if set, returns metadata sent to the home with each stream
+	// relayed: what the home needs to know of the client (its identity).
+	// Its keys replace the client's own of the same names.
+	Forward func(ctx context.Context) metadata.MD
 	// DialOptions are appended to the options of the connections to home
 	// replicas, after the defaults (insecure transport credentials, and
 	// reconnection backoff capped at 5s so that a home that comes back is
@@ -267,6 +279,11 @@ func (r *Relay) StreamInterceptor() grpc.StreamServerInterceptor {
 func (r *Relay) intercept(srv any, ss grpc.ServerStream, method string, k kind, handler grpc.StreamHandler) error {
 	ctx := ss.Context()
 	relayedBy, marked := marker(ctx)
+	if marked && r.cfg.TrustMarker != nil && !r.cfg.TrustMarker(ctx) {
+		// Anyone may send the marker; only a replica's counts.
+		relayedBy, marked = "", false
+		r.metrics.untrusted.Inc()
+	}
 	if marked {
 		// Tell the relaying replica at once that its stream got here: the
 		// first response may be long in coming (promise 4: maybe never).
@@ -373,17 +390,25 @@ func marker(ctx context.Context) (string, bool) {
 }
 
 // outgoing is the metadata of a relay stream: the client's, but for
-// what gRPC sets itself and this package's keys, and the marker.
+// what gRPC sets itself and this package's keys, then what Forward says
+// of the client, and the marker.
 func (r *Relay) outgoing(ctx context.Context) metadata.MD {
 	in, _ := metadata.FromIncomingContext(ctx)
-	out := make(metadata.MD, len(in)+1)
+	var fwd metadata.MD
+	if r.cfg.Forward != nil {
+		fwd = r.cfg.Forward(ctx)
+	}
+	out := make(metadata.MD, len(in)+len(fwd)+1)
 	for k, v := range in {
 		switch {
 		case strings.HasPrefix(k, ":"), strings.HasPrefix(k, "grpc-"),
 			k == "content-type", k == "user-agent", k == "te",
-			k == MarkerKey, k == ServedByKey:
+			k == MarkerKey, k == ServedByKey, strings.HasPrefix(k, forwardedPrefix):
 			continue
 		}
+		out[k] = v
+	}
+	for k, v := range fwd {
 		out[k] = v
 	}
 	out[MarkerKey] = []string{r.cfg.Self}

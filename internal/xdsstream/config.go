@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/legation-io/legation/internal/lease"
@@ -40,6 +41,23 @@ type Leases interface {
 
 var _ Leases = (*lease.Tracker)(nil)
 
+// Authorizer decides what the client of a stream or poll may claim and
+// see (docs/design.md, "Security"). Its methods may be called from many
+// goroutines at once; ctx is the stream's or the request's, which carries
+// the client's identity.
+type Authorizer interface {
+	// Authorize returns nil if the client of ctx may claim node n, whose
+	// group is group, else the error the stream or poll ends with
+	// (PermissionDenied, or Unavailable while the rules are not loaded).
+	// recheck, when not nil, is closed once the decision may have
+	// changed (the rules changed): the stream then asks again.
+	Authorize(ctx context.Context, n *corev3.Node, group string) (recheck <-chan struct{}, err error)
+	// Secrets returns nil if the client of ctx may be sent the SDS
+	// secrets of group's scope and the default scope, else the error
+	// (PermissionDenied) the stream or poll ends with.
+	Secrets(ctx context.Context, group string) error
+}
+
 // Config is what a SotW or delta server is built from.
 type Config struct {
 	// Source is the view to serve. Required.
@@ -54,6 +72,10 @@ type Config struct {
 	// their extensions (promise 8); nil: no TTL is put on the wire and no
 	// heartbeat is sent, whatever the clients advertise.
 	Leases Leases
+	// Authorizer, if set, checks every node a client claims and every
+	// request for secrets; nil allows every claim and every secret (the
+	// caller decided the clients are trusted).
+	Authorizer Authorizer
 	// Logger gets NACKs and stream errors; nil discards.
 	Logger *slog.Logger
 	// Registerer gets the server's metrics; nil registers none.

@@ -17,6 +17,7 @@ type Metrics struct {
 	CatchupFailures prometheus.Counter
 	Heartbeats      *prometheus.CounterVec // by type
 	TTLResources    prometheus.Gauge
+	Denied          prometheus.Counter
 }
 
 func newMetrics(p Protocol, reg prometheus.Registerer) *Metrics {
@@ -46,10 +47,12 @@ func newMetrics(p Protocol, reg prometheus.Registerer) *Metrics {
 			Name: name("ttl_heartbeats_total"), Help: "TTL heartbeats sent to " + p.Title + " clients after a lease extension, by type."}, []string{"type"}),
 		TTLResources: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: name("ttl_resources"), Help: "TTL'd resources held with their TTL by " + p.Title + " clients, summed over streams."}),
+		Denied: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: name("denied_total"), Help: p.Title + " streams and polls refused by authorization: a node, group or secret the client may not claim, or a rule revoked."}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Streams, m.Responses, m.ResourcesSent, m.Nacks, m.BytesSent, m.Encodes,
-			m.StaleNonces, m.BadRequests, m.Catchups, m.CatchupFailures, m.Heartbeats, m.TTLResources)
+			m.StaleNonces, m.BadRequests, m.Catchups, m.CatchupFailures, m.Heartbeats, m.TTLResources, m.Denied)
 	}
 	return m
 }

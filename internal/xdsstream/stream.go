@@ -74,6 +74,11 @@ type Stream[T Reporter] struct {
 	changed func(store.EntryChange)
 	holds   func(t *resource.Type, key string, h TTLHeld) bool
 	nonces  uint64
+	// recheck is closed when the Authorizer's decision on the stream's
+	// node may have changed; nil: nothing to wait for.
+	recheck <-chan struct{}
+	// secretsOK: the Authorizer allowed the stream secrets.
+	secretsOK bool
 	// notice is the lease-extension notice the stream waits on, from its
 	// first TTL'd resource on; nil before.
 	notice   *lease.Notice
@@ -136,6 +141,12 @@ func Serve[Q any, R interface {
 			s.Advance()
 		case <-extended:
 			s.leasesExtended()
+		case <-s.recheck:
+			// The rules changed: a stream whose client may no longer
+			// claim its node ends (docs/design.md, "Security").
+			if err := s.authorize(s.Node, s.Group); err != nil {
+				return err
+			}
 		case err := <-errc:
 			return EndErr(err)
 		case <-ctx.Done():
@@ -147,8 +158,9 @@ func Serve[Q any, R interface {
 	}
 }
 
-// handle takes one request: its type, the node on the first one, then the
-// protocol's rules at the latest snapshot.
+// handle takes one request: its type, the node on the first one (which
+// the client must be allowed to claim), then the protocol's rules at the
+// latest snapshot.
 func handle[R Request, T Reporter](s *Stream[T], rules Rules[R], r R) error {
 	t, err := s.typeOf(r.GetTypeUrl())
 	if err != nil {
@@ -157,9 +169,55 @@ func handle[R Request, T Reporter](s *Stream[T], rules Rules[R], r R) error {
 	}
 	if s.Node == nil {
 		s.setNode(r.GetNode())
+		if err := s.authorize(s.Node, s.Group); err != nil {
+			return err
+		}
+	} else if n := r.GetNode(); n != nil && (n.GetId() != s.Node.GetId() || s.core.Config.GroupBy(n) != s.Group) {
+		// The stream keeps its first node; a client naming another one
+		// later must be allowed that one too, or the stream ends.
+		if err := s.authorize(n, s.core.Config.GroupBy(n)); err != nil {
+			return err
+		}
+	}
+	if t == resource.Secret && !s.secretsOK {
+		if err := s.secrets(); err != nil {
+			return err
+		}
 	}
 	s.Advance()
 	return rules.Handle(t, r)
+}
+
+// authorize asks the Authorizer whether the client may claim node n of
+// group, and keeps the channel that says when to ask again.
+func (s *Stream[T]) authorize(n *corev3.Node, group string) error {
+	a := s.core.Config.Authorizer
+	if a == nil {
+		return nil
+	}
+	recheck, err := a.Authorize(s.Ctx, n, group)
+	if err != nil {
+		s.core.Metrics.Denied.Inc()
+		s.Log.Info("stream refused", "claimed_node", n.GetId(), "claimed_group", group, "err", status.Convert(err).Message())
+		return err
+	}
+	s.recheck = recheck
+	return nil
+}
+
+// secrets asks the Authorizer whether the client may be sent secrets.
+func (s *Stream[T]) secrets() error {
+	a := s.core.Config.Authorizer
+	if a == nil {
+		s.secretsOK = true
+		return nil
+	}
+	if err := a.Secrets(s.Ctx, s.Group); err != nil {
+		s.core.Metrics.Denied.Inc()
+		return err
+	}
+	s.secretsOK = true
+	return nil
 }
 
 // setNode takes the stream's node from its first request: a client sends
