@@ -2,6 +2,7 @@ package xdstest
 
 import (
 	"context"
+	"crypto/tls"
 	"net"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/legation-io/legation/internal/store"
@@ -159,6 +161,18 @@ func Serve(tb testing.TB, g *grpc.Server) string {
 	go func() { defer close(served); g.Serve(lis) }() //nolint:errcheck // ends with Stop
 	tb.Cleanup(func() { g.Stop(); <-served })
 	return lis.Addr().String()
+}
+
+// DialTLS returns a client connection to addr over TLS with cfg, closed
+// when tb ends.
+func DialTLS(tb testing.TB, addr string, cfg *tls.Config, opts ...grpc.DialOption) *grpc.ClientConn {
+	tb.Helper()
+	cc, err := grpc.NewClient(addr, append(opts, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { cc.Close() })
+	return cc
 }
 
 // Dial returns a client connection to addr without TLS, closed when tb
