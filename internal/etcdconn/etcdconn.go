@@ -56,8 +56,8 @@ func (s Security) TLSFlags() bool { return s.CACert != "" || s.Cert != "" || s.K
 // IsZero reports whether no flag is set.
 func (s Security) IsZero() bool { return s == Security{} }
 
-// setFlags names the flags set, as "--etcd-cacert, --etcd-username".
-func (s Security) setFlags() string {
+// SetFlags names the flags set, as "--etcd-cacert, --etcd-username".
+func (s Security) SetFlags() string {
 	var names []string
 	for _, f := range []struct{ name, v string }{
 		{FlagCACert, s.CACert}, {FlagCert, s.Cert}, {FlagKey, s.Key}, {FlagUsername, s.Username}, {FlagPassword, s.Password},
