@@ -19,9 +19,9 @@ const (
 	// etcdMetricsPort serves a member's /health and /metrics in plain
 	// HTTP when its clients are served over TLS (Config.EtcdTLS).
 	etcdMetricsPort = 2381
-	xdsPort        = 18000
-	httpPort       = 18001
-	gossipPort     = 7946
+	xdsPort         = 18000
+	httpPort        = 18001
+	gossipPort      = 7946
 )
 
 // Limits of Config's counts: members on .11 to .20, replicas on .21 up.
