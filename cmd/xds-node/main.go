@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/pflag"
 
+	"github.com/legation-io/legation/internal/etcdconn"
 	"github.com/legation-io/legation/internal/node"
 )
 
@@ -64,7 +65,8 @@ func parseFlags(args []string) (node.Config, error) {
 	fs := pflag.NewFlagSet("xds-node", pflag.ContinueOnError)
 	fs.SortFlags = false
 	fs.StringSliceVar(&cfg.EtcdEndpoints, "etcd-endpoints", cfg.EtcdEndpoints,
-		"etcd endpoints, comma separated (host:port or http://host:port); empty: dev mode, an embedded single-member etcd")
+		"etcd endpoints, comma separated (host:port, http://host:port or https://host:port); empty: dev mode, an embedded single-member etcd")
+	cfg.EtcdSecurity.AddFlags(fs)
 	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "embedded etcd data directory (dev mode only)")
 	fs.StringVar(&cfg.DevEtcdAddr, "dev-etcd-addr", cfg.DevEtcdAddr,
 		"client address of the embedded etcd (dev mode only; xdsadmin's default endpoint)")
@@ -163,6 +165,9 @@ func applyEnv(fs *pflag.FlagSet) error {
 			return
 		}
 		if err := fs.Set(f.Name, v); err != nil {
+			if f.Name == etcdconn.FlagPassword {
+				v = "[redacted]"
+			}
 			errs = append(errs, fmt.Errorf("%s=%q (--%s): %w", env, v, f.Name, err))
 		}
 	})

@@ -2,6 +2,8 @@ package main
 
 import (
 	"errors"
+	"io"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -9,6 +11,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/legation-io/legation/internal/etcdconn"
 	"github.com/legation-io/legation/internal/node"
 )
 
@@ -91,6 +94,33 @@ func TestParseFlags(t *testing.T) {
 				}
 			},
 		},
+		{
+			name: "etcd TLS and auth flags, password from env",
+			env:  map[string]string{"LEGATION_ETCD_PASSWORD": "hunter2"},
+			args: []string{"--etcd-endpoints", "https://a:2379,https://b:2379", "--etcd-cacert", "ca.pem",
+				"--etcd-cert", "c.pem", "--etcd-key", "k.pem", "--etcd-username", "replica"},
+			check: func(t *testing.T, cfg node.Config) {
+				want := etcdconn.Security{CACert: "ca.pem", Cert: "c.pem", Key: "k.pem", Username: "replica", Password: "hunter2"}
+				if cfg.EtcdSecurity != want || len(cfg.EtcdEndpoints) != 2 {
+					t.Errorf("got %v %v, want %v with two endpoints", cfg.EtcdEndpoints, cfg.EtcdSecurity, want)
+				}
+			},
+		},
+		{
+			name:    "etcd flags in dev mode",
+			args:    []string{"--etcd-cert", "c.pem", "--etcd-key", "k.pem"},
+			wantErr: "--etcd-cert, --etcd-key: only with --etcd-endpoints",
+		},
+		{
+			name:    "TLS flags with an http endpoint",
+			args:    []string{"--etcd-endpoints", "http://a:2379", "--etcd-cacert", "ca.pem"},
+			wantErr: `--etcd-cacert (TLS) with --etcd-endpoints "http://a:2379", which is http://`,
+		},
+		{
+			name:    "username without password",
+			args:    []string{"--etcd-endpoints", "a:2379", "--etcd-username", "replica"},
+			wantErr: "--etcd-username without --etcd-password (or LEGATION_ETCD_PASSWORD)",
+		},
 		{name: "bad flag value", args: []string{"--shutdown-timeout", "soon"}, wantErr: `"--shutdown-timeout"`},
 		{name: "bad env value", env: map[string]string{"LEGATION_SHUTDOWN_TIMEOUT": "soon"}, wantErr: "LEGATION_SHUTDOWN_TIMEOUT"},
 		{name: "invalid env config", env: map[string]string{"LEGATION_GROUP_BY": "labels"}, wantErr: "--group-by"},
@@ -131,7 +161,23 @@ func TestParseFlags(t *testing.T) {
 }
 
 func TestParseFlagsHelp(t *testing.T) {
-	if _, err := parseFlags([]string{"--help"}); !errors.Is(err, pflag.ErrHelp) {
+	// The usage goes to os.Stderr: catch it, to check that a password in
+	// the environment does not show as a default.
+	t.Setenv(etcdconn.PasswordEnv, "hunter2")
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr := os.Stderr
+	os.Stderr = w
+	_, err = parseFlags([]string{"--help"})
+	os.Stderr = stderr
+	w.Close()
+	usage, _ := io.ReadAll(r)
+	if !errors.Is(err, pflag.ErrHelp) {
 		t.Errorf("parseFlags(--help) = %v, want pflag.ErrHelp", err)
+	}
+	if !strings.Contains(string(usage), "--etcd-password") || strings.Contains(string(usage), "hunter2") {
+		t.Errorf("usage without --etcd-password, or with the password:\n%s", usage)
 	}
 }

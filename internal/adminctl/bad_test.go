@@ -132,6 +132,34 @@ resources:
 			wantSub: "etcd at 127.0.0.1:1 is unreachable (after 1s): ",
 		},
 		{
+			name: "TLS flags with an http:// endpoint",
+			args: []string{"--etcd-endpoints", "http://127.0.0.1:1", "--etcd-cert", "c.pem", "--etcd-key", "k.pem", "get", "cluster"},
+			raw:  true,
+			want: `--etcd-cert, --etcd-key (TLS) with --etcd-endpoints "http://127.0.0.1:1", which is http:// (plain text): use https:// or host:port`,
+		},
+		{
+			name: "http:// and https:// endpoints",
+			args: []string{"--etcd-endpoints", "http://127.0.0.1:1,https://127.0.0.1:2", "get", "cluster"},
+			raw:  true,
+			want: `--etcd-endpoints: "http://127.0.0.1:1" is http:// (plain text) and "https://127.0.0.1:2" is https:// (TLS): all must be one or the other`,
+		},
+		{
+			name: "password from the environment without a username",
+			args: []string{"get", "cluster"},
+			vars: map[string]string{"LEGATION_ETCD_PASSWORD": "hunter2"},
+			want: "--etcd-password (or LEGATION_ETCD_PASSWORD) without --etcd-username",
+		},
+		{
+			name: "username without a password",
+			args: []string{"get", "cluster", "--etcd-username", "admin"},
+			want: "--etcd-username without --etcd-password (or LEGATION_ETCD_PASSWORD)",
+		},
+		{
+			name: "missing CA file",
+			args: []string{"get", "cluster", "--etcd-cacert", "/no/such/ca.pem"},
+			want: "--etcd-cacert /no/such/ca.pem: no such file",
+		},
+		{
 			name: "bad -o",
 			args: []string{"get", "cluster", "-o", "xml"},
 			want: `-o/--output "xml": want one of table, yaml, json`,

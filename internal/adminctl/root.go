@@ -15,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/legation-io/legation/internal/etcdconn"
 	"github.com/legation-io/legation/internal/resource"
 	"github.com/legation-io/legation/internal/store"
 )
@@ -34,8 +35,14 @@ const EnvPrefix = "LEGATION_"
 
 // Options are the global flags, shared by every command.
 type Options struct {
-	// Endpoints are the etcd endpoints (host:port or URLs). At least one.
+	// Endpoints are the etcd endpoints (host:port, http://host:port or
+	// https://host:port, all http:// or all https://). At least one.
 	Endpoints []string
+	// Security is TLS and authentication to etcd: --etcd-cacert,
+	// --etcd-cert, --etcd-key, --etcd-username, --etcd-password (or
+	// LEGATION_ETCD_PASSWORD). Zero: neither, unless an endpoint is
+	// https://.
+	Security etcdconn.Security
 	// Prefix is the etcd key prefix; it starts and ends with '/'.
 	Prefix string
 	// DialTimeout bounds the connection to etcd: a command against an
@@ -69,9 +76,14 @@ func DefaultOptions() Options {
 
 // Validate checks the options.
 func (o *Options) Validate() error {
-	switch {
-	case len(o.Endpoints) == 0:
+	if len(o.Endpoints) == 0 {
 		return errors.New("--etcd-endpoints: at least one endpoint is needed")
+	}
+	eo := o.etcdOptions()
+	if err := eo.Validate(); err != nil {
+		return err
+	}
+	switch {
 	case !strings.HasPrefix(o.Prefix, "/") || !strings.HasSuffix(o.Prefix, "/"):
 		return fmt.Errorf("--etcd-prefix %q: must start and end with '/'", o.Prefix)
 	case o.DialTimeout <= 0:
@@ -89,6 +101,12 @@ func (o *Options) Validate() error {
 		}
 	}
 	return fmt.Errorf("-o/--output %q: want one of %s", o.Output, strings.Join(outputFormats, ", "))
+}
+
+// etcdOptions are the etcd client's endpoints and security, as package
+// etcdconn takes them.
+func (o *Options) etcdOptions() etcdconn.Options {
+	return etcdconn.Options{Endpoints: o.Endpoints, Security: o.Security}
 }
 
 // app is the state of one command line run: the options and streams.
@@ -152,7 +170,9 @@ command line wins over the environment.`,
 		return usageError(c, err)
 	})
 	pf := root.PersistentFlags()
-	pf.StringSliceVar(&a.opts.Endpoints, "etcd-endpoints", a.opts.Endpoints, "etcd endpoints, comma-separated")
+	pf.StringSliceVar(&a.opts.Endpoints, "etcd-endpoints", a.opts.Endpoints,
+		"etcd endpoints, comma-separated: host:port, http://host:port or https://host:port")
+	a.opts.Security.AddFlags(pf)
 	pf.StringVar(&a.opts.Prefix, "etcd-prefix", a.opts.Prefix, "etcd key prefix of Legation's keys")
 	pf.DurationVar(&a.opts.DialTimeout, "dial-timeout", a.opts.DialTimeout, "how long to try to reach etcd before failing")
 	pf.DurationVar(&a.opts.Timeout, "timeout", a.opts.Timeout, "bound on each command's work with etcd (0: none; watch: only the connection)")
@@ -182,6 +202,9 @@ func (a *app) applyEnv(fs *pflag.FlagSet) error {
 			return
 		}
 		if serr := fs.Set(f.Name, v); serr != nil {
+			if f.Name == etcdconn.FlagPassword {
+				v = "[redacted]"
+			}
 			err = fmt.Errorf("environment %s=%q: %w", name, v, serr)
 		}
 	})
@@ -252,15 +275,20 @@ func (c *conn) Close() error { return c.client.Close() }
 // unreachable etcd would otherwise wait for the whole command timeout.
 func (a *app) connect(ctx context.Context) (*conn, error) {
 	eps := strings.Join(a.opts.Endpoints, ",")
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   a.opts.Endpoints,
-		DialTimeout: a.opts.DialTimeout,
-		Logger:      zap.NewNop(),
-		// Let the client send what the server accepts: etcd allows
-		// --max-request-bytes plus gRPC framing (512 KiB); the client's own
-		// default of 2 MiB would otherwise cap a raised server limit.
-		MaxCallSendMsgSize: int(a.opts.MaxRequestBytes) + 512*1024,
-	})
+	eo := a.opts.etcdOptions()
+	// Reads the certificate files: errors name the flag and the file.
+	cfg, err := eo.ClientConfig()
+	if err != nil {
+		return nil, err
+	}
+	cfg.DialTimeout = a.opts.DialTimeout
+	cfg.Logger = zap.NewNop()
+	// Let the client send what the server accepts: etcd allows
+	// --max-request-bytes plus gRPC framing (512 KiB); the client's own
+	// default of 2 MiB would otherwise cap a raised server limit.
+	cfg.MaxCallSendMsgSize = int(a.opts.MaxRequestBytes) + 512*1024
+	// With a username, New authenticates, within --dial-timeout.
+	cli, err := clientv3.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("etcd at %s: %w", eps, err)
 	}

@@ -114,7 +114,11 @@ func (c *Cluster) etcdEndpoints() []string {
 	}
 	var eps []string
 	for i := 1; i <= c.cfg.EtcdMembers; i++ {
-		eps = append(eps, hostPort(etcdIP(c.cfg.Net, i), etcdClientPort))
+		ep := hostPort(etcdIP(c.cfg.Net, i), etcdClientPort)
+		if c.cfg.EtcdTLS != nil {
+			ep = "https://" + ep
+		}
+		eps = append(eps, ep)
 	}
 	return eps
 }
@@ -276,7 +280,9 @@ func (c *Cluster) namesLocked() string {
 	if n := len(c.etcd); n > 0 {
 		names = append(names, fmt.Sprintf("%s to %s", c.etcd[0].name, c.etcd[n-1].name))
 	}
-	names = append(names, fmt.Sprintf("%s to %s", c.replicas[0].name, c.replicas[len(c.replicas)-1].name))
+	if n := len(c.replicas); n > 0 {
+		names = append(names, fmt.Sprintf("%s to %s", c.replicas[0].name, c.replicas[n-1].name))
+	}
 	if c.lb != nil {
 		names = append(names, c.lb.name)
 	}
@@ -589,6 +595,9 @@ func (c *Cluster) waitDone(ctx context.Context, name string, r *run, sig string)
 func (c *Cluster) etcdArgs(p *proc) []string {
 	ip := etcdIP(c.cfg.Net, p.index)
 	client := "http://" + hostPort(ip, etcdClientPort)
+	if c.cfg.EtcdTLS != nil {
+		client = "https://" + hostPort(ip, etcdClientPort)
+	}
 	peer := "http://" + hostPort(ip, etcdPeerPort)
 	var initial []string
 	for i := 1; i <= c.cfg.EtcdMembers; i++ {
@@ -606,6 +615,17 @@ func (c *Cluster) etcdArgs(p *proc) []string {
 		"--initial-cluster", strings.Join(initial, ","),
 		"--initial-cluster-state", "new",
 		"--initial-cluster-token", "legation-" + c.cfg.NamePrefix + c.cfg.Net,
+	}
+	if t := c.cfg.EtcdTLS; t != nil {
+		args = append(args, "--cert-file", t.CertFile, "--key-file", t.KeyFile,
+			// /health in plain HTTP, for waitHealthy.
+			"--listen-metrics-urls", "http://"+hostPort(ip, etcdMetricsPort))
+		if t.TrustedCAFile != "" {
+			args = append(args, "--trusted-ca-file", t.TrustedCAFile)
+		}
+		if t.ClientCertAuth {
+			args = append(args, "--client-cert-auth")
+		}
 	}
 	return append(args, c.cfg.EtcdFlags...)
 }

@@ -16,9 +16,12 @@ import (
 const (
 	etcdClientPort = 2379
 	etcdPeerPort   = 2380
-	xdsPort        = 18000
-	httpPort       = 18001
-	gossipPort     = 7946
+	// etcdMetricsPort serves a member's /health and /metrics in plain
+	// HTTP when its clients are served over TLS (Config.EtcdTLS).
+	etcdMetricsPort = 2381
+	xdsPort         = 18000
+	httpPort        = 18001
+	gossipPort      = 7946
 )
 
 // Limits of Config's counts: members on .11 to .20, replicas on .21 up.
@@ -50,8 +53,9 @@ type Config struct {
 	// EtcdEndpoints, host:port, is an etcd the cluster does not own, for
 	// a cluster of replicas only (EtcdMembers zero). Empty: the members'.
 	EtcdEndpoints []string
-	// Replicas is how many xds-node replicas Up starts, 1 to 200.
-	// AddReplica adds more.
+	// Replicas is how many xds-node replicas Up starts, up to 200.
+	// AddReplica adds more. Zero, without HAProxy: etcd members only, for
+	// tests that run replicas in-process (or add them later).
 	Replicas int
 	// HAProxy puts HAProxy in front of the replicas (round robin over
 	// those whose /readyz is 200). False: clients dial replicas directly.
@@ -68,6 +72,12 @@ type Config struct {
 	XDSNodeBin string
 	// HAProxyBin is the haproxy binary. Empty: HAProxyPath's.
 	HAProxyBin string
+	// EtcdTLS, when not nil, has the members serve clients over TLS only
+	// (https://, also in the endpoints given to replicas) with these
+	// files; replicas then need XDSNodeFlags for etcd's TLS (--etcd-cacert,
+	// and with ClientCertAuth --etcd-cert and --etcd-key). Nil: plain
+	// http.
+	EtcdTLS *EtcdTLS
 	// EtcdFlags are extra flags for every etcd member, after the ones
 	// this package sets.
 	EtcdFlags []string
@@ -89,6 +99,25 @@ type Config struct {
 	// its own. Nil: discard.
 	Logger *slog.Logger
 }
+
+// EtcdTLS are the TLS files of the etcd members' client URLs.
+type EtcdTLS struct {
+	// CertFile and KeyFile are the members' server certificate and key
+	// (etcd's --cert-file, --key-file). The certificate must name the
+	// member's address, Net + (10+I), as an IP SAN.
+	CertFile, KeyFile string
+	// TrustedCAFile is the CA file for client certificates (etcd's
+	// --trusted-ca-file).
+	TrustedCAFile string
+	// ClientCertAuth requires clients to present a certificate the CA
+	// signed (etcd's --client-cert-auth); with etcd's auth enabled, its CN
+	// is then the user of requests without a token.
+	ClientCertAuth bool
+}
+
+// EtcdAddr is the client address (host:port) of etcd member i (from 1) of
+// a cluster on net, for certificates made before the cluster starts.
+func EtcdAddr(net string, i int) string { return hostPort(etcdIP(net, i), etcdClientPort) }
 
 // DefaultConfig is 3 etcd members, 3 replicas and HAProxy on 127.0.10.,
 // with state in ${TMPDIR:-/tmp}/legation-cluster. The binaries are left
@@ -157,8 +186,14 @@ func (c *Config) Validate() error {
 			add("EtcdEndpoints: %q is not host:port", ep)
 		}
 	}
-	if c.Replicas < 1 || c.Replicas > maxReplicas {
-		add("Replicas %d: want 1 to %d", c.Replicas, maxReplicas)
+	switch {
+	case c.Replicas < 0 || c.Replicas > maxReplicas:
+		add("Replicas %d: want 0 to %d", c.Replicas, maxReplicas)
+	case c.Replicas == 0 && (c.HAProxy || c.EtcdMembers == 0):
+		add("Replicas 0: only for etcd members without HAProxy")
+	}
+	if t := c.EtcdTLS; t != nil && (t.CertFile == "" || t.KeyFile == "" || t.ClientCertAuth && t.TrustedCAFile == "") {
+		add("EtcdTLS: CertFile and KeyFile, and with ClientCertAuth TrustedCAFile, are needed")
 	}
 	if !namePattern.MatchString(c.NamePrefix) {
 		add("NamePrefix %q: letters, digits, '-', '_' and '.' only", c.NamePrefix)

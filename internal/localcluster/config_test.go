@@ -21,6 +21,11 @@ func TestValidate(t *testing.T) {
 		{"replicas only on an etcd of its own", func(c *Config) {
 			c.EtcdMembers, c.EtcdEndpoints, c.EtcdBin, c.HAProxy = 0, []string{"127.0.0.1:2379"}, "", false
 		}, nil},
+		{"etcd members only, over TLS", func(c *Config) {
+			c.Replicas, c.HAProxy = 0, false
+			c.EtcdTLS = &EtcdTLS{CertFile: "s.pem", KeyFile: "s-key.pem", TrustedCAFile: "ca.pem", ClientCertAuth: true}
+		}, nil},
+		{"etcd TLS without a key", func(c *Config) { c.EtcdTLS = &EtcdTLS{CertFile: "s.pem"} }, []string{"EtcdTLS"}},
 		{"no dir", func(c *Config) { c.Dir = "" }, []string{"Dir: empty"}},
 		{"long dir", func(c *Config) { c.Dir = "/tmp/" + strings.Repeat("d", 100) }, []string{"socket haproxy.sock", "socket control.sock"}},
 		{"dir with a space and HAProxy", func(c *Config) { c.Dir = "/tmp/a b" }, []string{"no spaces"}},

@@ -230,6 +230,9 @@ func probe(prefix string, cfg Config) error {
 	}
 	for i := 1; i <= cfg.EtcdMembers; i++ {
 		tcp = append(tcp, hostPort(etcdIP(prefix, i), etcdClientPort), hostPort(etcdIP(prefix, i), etcdPeerPort))
+		if cfg.EtcdTLS != nil {
+			tcp = append(tcp, hostPort(etcdIP(prefix, i), etcdMetricsPort))
+		}
 	}
 	for i := 1; i <= cfg.Replicas; i++ {
 		ip := replicaIP(prefix, i)

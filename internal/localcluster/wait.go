@@ -88,6 +88,9 @@ func (c *Cluster) waitHealthy(ctx context.Context, p *proc) error {
 	switch p.kind {
 	case kindEtcd:
 		addr, path = hostPort(etcdIP(c.cfg.Net, p.index), etcdClientPort), "/health"
+		if c.cfg.EtcdTLS != nil {
+			addr = hostPort(etcdIP(c.cfg.Net, p.index), etcdMetricsPort)
+		}
 	case kindReplica:
 		addr, path = hostPort(replicaIP(c.cfg.Net, p.index), httpPort), "/readyz"
 	default:

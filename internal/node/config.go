@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/legation-io/legation/internal/authz"
+	"github.com/legation-io/legation/internal/etcdconn"
 	"github.com/legation-io/legation/internal/scope"
 	"github.com/legation-io/legation/internal/tlsfiles"
 )
@@ -22,10 +22,20 @@ import (
 // is a flag of xds-node (README, "xds-node"); errors from Validate name the
 // flag.
 type Config struct {
-	// EtcdEndpoints are the etcd servers (--etcd-endpoints), as host:port
-	// or http://host:port. Empty: dev mode, an embedded single-member etcd
-	// in DataDir serving on DevEtcdAddr.
+	// EtcdEndpoints are the etcd servers (--etcd-endpoints), as host:port,
+	// http://host:port or https://host:port (all http:// or all
+	// https://). Empty: dev mode, an embedded single-member etcd in
+	// DataDir serving on DevEtcdAddr.
 	EtcdEndpoints []string
+	// EtcdSecurity is TLS and authentication to etcd (--etcd-cacert,
+	// --etcd-cert, --etcd-key, --etcd-username, --etcd-password or
+	// LEGATION_ETCD_PASSWORD; see package etcdconn). Etcd mode only: dev
+	// mode's embedded etcd is plain text without authentication. Zero:
+	// neither, unless an endpoint is https://. With a username, New
+	// authenticates to etcd (etcd's client does, in clientv3.New), so etcd
+	// must answer within DialTimeout; with a client certificate alone (its
+	// CN the etcd user) New needs no etcd.
+	EtcdSecurity etcdconn.Security
 	// DataDir holds the embedded etcd's data (--data-dir). Dev mode only.
 	DataDir string
 	// DevEtcdAddr is the host:port the embedded etcd serves clients on
@@ -159,6 +169,12 @@ func DefaultConfig() Config {
 	}
 }
 
+// etcdOptions are the etcd client's endpoints and security, as package
+// etcdconn takes them.
+func (c *Config) etcdOptions() etcdconn.Options {
+	return etcdconn.Options{Endpoints: c.EtcdEndpoints, Security: c.EtcdSecurity, Logger: c.Logger}
+}
+
 // DevMode reports whether the config runs an embedded etcd.
 func (c *Config) DevMode() bool { return len(c.EtcdEndpoints) == 0 }
 
@@ -171,8 +187,10 @@ func (c *Config) Validate() error {
 			errs = append(errs, err)
 		}
 	}
-	for _, ep := range c.EtcdEndpoints {
-		add(checkEndpoint(ep))
+	eo := c.etcdOptions()
+	add(eo.Validate())
+	if c.DevMode() && !c.EtcdSecurity.IsZero() {
+		add(fmt.Errorf("%s: only with --etcd-endpoints: dev mode's embedded etcd is plain text without authentication", c.EtcdSecurity.SetFlags()))
 	}
 	if c.DevMode() {
 		if c.DataDir == "" {
@@ -310,37 +328,6 @@ func checkHost(flag, addr string) error {
 		return fmt.Errorf("%s %q: want host or host:port", flag, addr)
 	}
 	return nil
-}
-
-// checkEndpoint checks an etcd endpoint: host:port or http://host:port.
-func checkEndpoint(ep string) error {
-	if !strings.Contains(ep, "://") {
-		host, port, err := net.SplitHostPort(ep)
-		if err != nil {
-			return fmt.Errorf("--etcd-endpoints %q: %w (want host:port or http://host:port)", ep, err)
-		}
-		if host == "" {
-			return fmt.Errorf("--etcd-endpoints %q: no host", ep)
-		}
-		if p, err := parsePort(port); err != nil || p == 0 {
-			return fmt.Errorf("--etcd-endpoints %q: bad port %q", ep, port)
-		}
-		return nil
-	}
-	u, err := url.Parse(ep)
-	if err != nil {
-		return fmt.Errorf("--etcd-endpoints %q: %w", ep, err)
-	}
-	switch u.Scheme {
-	case "http":
-		if u.Host == "" {
-			return fmt.Errorf("--etcd-endpoints %q: no host", ep)
-		}
-		return nil
-	case "https":
-		return fmt.Errorf("--etcd-endpoints %q: TLS to etcd is not supported yet", ep)
-	}
-	return fmt.Errorf("--etcd-endpoints %q: scheme %q: want http or none", ep, u.Scheme)
 }
 
 func parsePort(port string) (int, error) {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/legation-io/legation/internal/etcdconn"
 	"github.com/legation-io/legation/internal/node"
 )
 
@@ -51,7 +52,23 @@ func TestValidate(t *testing.T) {
 		{"prefix without trailing slash", func(c *node.Config) { c.EtcdPrefix = "/legation" }, "--etcd-prefix"},
 		{"prefix empty", func(c *node.Config) { c.EtcdPrefix = "" }, "--etcd-prefix"},
 		{"endpoint without port", func(c *node.Config) { c.EtcdEndpoints = []string{"etcd-1"} }, "--etcd-endpoints \"etcd-1\""},
-		{"endpoint https", func(c *node.Config) { c.EtcdEndpoints = []string{"https://etcd-1:2379"} }, "TLS"},
+		{"endpoint https", func(c *node.Config) { c.EtcdEndpoints = []string{"https://etcd-1:2379"} }, ""},
+		{"etcd TLS and auth", func(c *node.Config) {
+			c.EtcdEndpoints = []string{"etcd-1:2379"}
+			c.EtcdSecurity = etcdconn.Security{CACert: "ca.pem", Cert: "c.pem", Key: "k.pem", Username: "u", Password: "p"}
+		}, ""},
+		{"endpoints http and https", func(c *node.Config) { c.EtcdEndpoints = []string{"http://etcd-1:2379", "https://etcd-2:2379"} }, "all must be one or the other"},
+		{"TLS flag with an http endpoint", func(c *node.Config) {
+			c.EtcdEndpoints = []string{"http://etcd-1:2379"}
+			c.EtcdSecurity.CACert = "ca.pem"
+		}, "--etcd-cacert (TLS) with --etcd-endpoints \"http://etcd-1:2379\""},
+		{"etcd cert without key", func(c *node.Config) {
+			c.EtcdEndpoints = []string{"etcd-1:2379"}
+			c.EtcdSecurity.Cert = "c.pem"
+		}, "--etcd-cert without --etcd-key"},
+		{"etcd password in dev mode", func(c *node.Config) {
+			c.EtcdSecurity = etcdconn.Security{Username: "u", Password: "p"}
+		}, "--etcd-username, --etcd-password: only with --etcd-endpoints"},
 		{"endpoint scheme", func(c *node.Config) { c.EtcdEndpoints = []string{"ftp://etcd-1:2379"} }, "--etcd-endpoints"},
 		{"endpoint port zero", func(c *node.Config) { c.EtcdEndpoints = []string{"etcd-1:0"} }, "--etcd-endpoints"},
 		{"advertise bad", func(c *node.Config) { c.AdvertiseAddr = "host:port" }, "--advertise-addr"},

@@ -80,8 +80,9 @@ type Node struct {
 // of the replica: the etcd client (which connects on first use), the view,
 // the lease tracker, the status writer and CSDS, the cluster agent, the
 // relay, the SotW and delta servers, the gRPC server with its services and
-// the HTTP mux. It does no other I/O; in dev mode it picks the embedded
-// etcd's port when --dev-etcd-addr's is 0. Call Run, or Close if Run will
+// the HTTP mux. It does no other I/O but reading the etcd certificate
+// files, and authenticating to etcd when EtcdSecurity has a username; in
+// dev mode it picks the embedded etcd's port when --dev-etcd-addr's is 0. Call Run, or Close if Run will
 // not be called.
 func New(cfg Config) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
@@ -126,29 +127,32 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 	if err := newMetrics(n.reg, n.ready); err != nil {
 		return err
 	}
-	endpoints := cfg.EtcdEndpoints
+	opts := cfg.etcdOptions()
+	opts.Logger = n.log
 	if cfg.DevMode() {
 		addr, err := devetcd.ResolvePort(cfg.DevEtcdAddr)
 		if err != nil {
 			return fmt.Errorf("node: --dev-etcd-addr: %w", err)
 		}
 		n.devEtcdAddr = addr
-		endpoints = []string{addr}
+		opts.Endpoints = []string{addr}
 	}
-	// clientv3.New does not connect: the first request does, once Run
-	// started what answers it, and the view retries until etcd answers.
-	var err error
-	n.client, err = clientv3.New(clientv3.Config{
-		Endpoints:   endpoints,
-		DialTimeout: cfg.DialTimeout,
-		// Keepalive pings find a member that stopped answering (frozen,
-		// or cut off): the client then uses the others.
-		DialKeepAliveTime:    2 * time.Second,
-		DialKeepAliveTimeout: 2 * time.Second,
-		Logger:               zap.NewNop(),
-	})
+	// Reads the certificate files: a bad one stops the start here.
+	ccfg, err := opts.ClientConfig()
 	if err != nil {
-		return fmt.Errorf("node: etcd client for %v: %w", endpoints, err)
+		return fmt.Errorf("node: %w", err)
+	}
+	ccfg.DialTimeout = cfg.DialTimeout
+	// Keepalive pings find a member that stopped answering (frozen, or
+	// cut off): the client then uses the others.
+	ccfg.DialKeepAliveTime = 2 * time.Second
+	ccfg.DialKeepAliveTimeout = 2 * time.Second
+	ccfg.Logger = zap.NewNop()
+	// clientv3.New does not connect (but with a username, see below): the
+	// first request does, once Run started what answers it, and the view
+	// retries until etcd answers.
+	if n.client, err = clientv3.New(ccfg); err != nil {
+		return fmt.Errorf("node: etcd client for %v: %w", opts.Endpoints, err)
 	}
 	if n.view, err = store.NewView(store.ViewConfig{
 		Client:     n.client,
