@@ -91,6 +91,18 @@ func TestParseFlags(t *testing.T) {
 				}
 			},
 		},
+		{
+			name: "gossip key file",
+			env:  map[string]string{"LEGATION_ETCD_ENDPOINTS": "a:2379", "LEGATION_GOSSIP_KEY_FILE": "/run/secrets/gossip.keys"},
+			check: func(t *testing.T, cfg node.Config) {
+				if cfg.GossipKeyFile != "/run/secrets/gossip.keys" {
+					t.Errorf("got gossip key file %q, want /run/secrets/gossip.keys", cfg.GossipKeyFile)
+				}
+			},
+		},
+		{name: "gossip key file in dev mode", args: []string{"--gossip-key-file", "k"}, wantErr: "--gossip-key-file: set in dev mode"},
+		{name: "gossip key file standalone", args: []string{"--etcd-endpoints", "a:2379", "--standalone", "--gossip-key-file", "k"},
+			wantErr: "--gossip-key-file: set with --standalone"},
 		{name: "bad flag value", args: []string{"--shutdown-timeout", "soon"}, wantErr: `"--shutdown-timeout"`},
 		{name: "bad env value", env: map[string]string{"LEGATION_SHUTDOWN_TIMEOUT": "soon"}, wantErr: "LEGATION_SHUTDOWN_TIMEOUT"},
 		{name: "invalid env config", env: map[string]string{"LEGATION_GROUP_BY": "labels"}, wantErr: "--group-by"},
