@@ -110,9 +110,9 @@ func ValidateSPIFFE(id string) error {
 		case ".", "..":
 			return fmt.Errorf("bad SPIFFE id: path segment %q is not allowed", seg)
 		}
-		for i := 0; i < len(seg); i++ {
-			if c := seg[i]; !isSPIFFEPathChar(c) {
-				return fmt.Errorf("bad SPIFFE id: character %q in path segment %q (allowed: letters, digits, '.', '-', '_')", c, seg)
+		for _, c := range seg {
+			if !isSPIFFEPathChar(c) {
+				return fmt.Errorf("bad SPIFFE id: character %q in path segment %q (allowed: ASCII letters, digits, '.', '-', '_')", c, seg)
 			}
 		}
 	}
@@ -128,8 +128,7 @@ func ValidateTrustDomain(td string) error {
 	case len(td) > maxTrustDomainBytes:
 		return fmt.Errorf("trust domain longer than %d bytes", maxTrustDomainBytes)
 	}
-	for i := 0; i < len(td); i++ {
-		c := td[i]
+	for _, c := range td {
 		if (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '-' || c == '_' {
 			continue
 		}
@@ -141,7 +140,7 @@ func ValidateTrustDomain(td string) error {
 	return nil
 }
 
-func isSPIFFEPathChar(c byte) bool {
+func isSPIFFEPathChar(c rune) bool {
 	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '-' || c == '_'
 }
 
