@@ -28,10 +28,10 @@ func testRules() []Rule {
 
 func TestAllows(t *testing.T) {
 	tests := []struct {
-		name                   string
-		td                     string // DefaultTrustDomain
+		name                  string
+		td                    string // DefaultTrustDomain
 		identity, node, group string
-		want                   string // "" allowed, else the refusal
+		want                  string // "" allowed, else the refusal
 	}{
 		{name: "exact node", identity: edgeID, node: "gw-1"},
 		{name: "glob node", identity: edgeID, node: "edge-7"},
