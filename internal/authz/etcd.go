@@ -76,21 +76,34 @@ func encode(r Rule) (string, error) {
 // Grant validates r and stores it under prefix, replacing any rule of the
 // same identity. An invalid rule is not written.
 func Grant(ctx context.Context, c *clientv3.Client, prefix string, r Rule) error {
+	_, _, err := Replace(ctx, c, prefix, r)
+	return err
+}
+
+// Replace is Grant that also returns the rule it replaced, if there was
+// a valid one (replaced reports whether any value was there, valid or
+// not).
+func Replace(ctx context.Context, c *clientv3.Client, prefix string, r Rule) (prev Rule, replaced bool, err error) {
 	if err := checkPrefix(prefix); err != nil {
-		return err
+		return Rule{}, false, err
 	}
 	if err := r.Validate(); err != nil {
-		return fmt.Errorf("authz: %w", err)
+		return Rule{}, false, fmt.Errorf("authz: %w", err)
 	}
 	v, err := encode(r)
 	if err != nil {
-		return err
+		return Rule{}, false, err
 	}
 	k := Key(prefix, r.Identity)
-	if _, err := c.Put(ctx, k, v); err != nil {
-		return fmt.Errorf("authz: put %s: %w", k, err)
+	resp, err := c.Put(ctx, k, v, clientv3.WithPrevKV())
+	if err != nil {
+		return Rule{}, false, fmt.Errorf("authz: put %s: %w", k, err)
 	}
-	return nil
+	if resp.PrevKv == nil {
+		return Rule{}, false, nil
+	}
+	prev, _ = Decode(prefix, k, resp.PrevKv.Value) // a malformed one is just gone
+	return prev, true, nil
 }
 
 // Revoke deletes identity's rule under prefix and reports whether there
