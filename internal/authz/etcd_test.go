@@ -115,7 +115,17 @@ func TestGrantListRevoke(t *testing.T) {
 
 	t.Run("grant replaces", func(t *testing.T) {
 		r := Rule{Identity: dnsID, Nodes: []string{"mesh-2"}, Admin: true}
-		if err := Grant(ctx, c, prefix, r); err != nil {
+		prev, replaced, err := Replace(ctx, c, prefix, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := testRules()[1]; !replaced || !cmp.Equal(prev, want) {
+			t.Errorf("Replace = %+v, %v; want %+v, true", prev, replaced, want)
+		}
+		if _, replaced, err := Replace(ctx, c, prefix, Rule{Identity: "new", Nodes: []string{"n"}}); err != nil || replaced {
+			t.Errorf("Replace of a new identity = %v, %v; want false, nil", replaced, err)
+		}
+		if _, err := Revoke(ctx, c, prefix, "new"); err != nil {
 			t.Fatal(err)
 		}
 		rules, err := List(ctx, c, prefix)
