@@ -289,6 +289,8 @@ func TestWatcherReloadsAfterCompaction(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	junk := Dir(prefix) + "junk"
+	putRaw(t, c, junk, "junk")
 	proxy := storetest.NewProxy(t, e.Endpoint)
 	pc, err := clientv3.New(clientv3.Config{
 		Endpoints: []string{proxy.Addr}, DialTimeout: 2 * time.Second, Logger: zap.NewNop(),
@@ -327,6 +329,11 @@ func TestWatcherReloadsAfterCompaction(t *testing.T) {
 	})
 	if got := tw.gauge(t, "legation_authz_reloads_total"); got <= reloads {
 		t.Errorf("legation_authz_reloads_total = %v, want more than %v", got, reloads)
+	}
+	// The reload met the same malformed value at the same revision: it
+	// was warned about once.
+	if n := tw.warn.count(junk); n != 1 {
+		t.Errorf("%d warnings about %s, want 1 across the reload", n, junk)
 	}
 }
 
