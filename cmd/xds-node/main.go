@@ -79,6 +79,8 @@ func parseFlags(args []string) (node.Config, error) {
 		"ip[:port] other replicas use for gossip and relaying xDS streams; empty: derived")
 	fs.StringSliceVar(&cfg.Join, "join", cfg.Join,
 		"seed replicas' gossip addresses, comma separated host[:port]; empty: discover peers through etcd")
+	fs.StringVar(&cfg.GossipKeyFile, "gossip-key-file", cfg.GossipKeyFile,
+		"gossip keyring file: one base64 key (16, 24 or 32 bytes) a line, the first encrypts, all decrypt; re-read while running (etcd mode); empty: gossip unencrypted")
 	fs.BoolVar(&cfg.Standalone, "standalone", cfg.Standalone,
 		"in etcd mode, stay out of any cluster: no gossip, no relaying; serve every node here")
 	fs.StringVar(&cfg.Name, "name", cfg.Name, "replica name")

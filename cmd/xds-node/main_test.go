@@ -121,6 +121,18 @@ func TestParseFlags(t *testing.T) {
 			args:    []string{"--etcd-endpoints", "a:2379", "--etcd-username", "replica"},
 			wantErr: "--etcd-username without --etcd-password (or LEGATION_ETCD_PASSWORD)",
 		},
+		{
+			name: "gossip key file",
+			env:  map[string]string{"LEGATION_ETCD_ENDPOINTS": "a:2379", "LEGATION_GOSSIP_KEY_FILE": "/run/secrets/gossip.keys"},
+			check: func(t *testing.T, cfg node.Config) {
+				if cfg.GossipKeyFile != "/run/secrets/gossip.keys" {
+					t.Errorf("got gossip key file %q, want /run/secrets/gossip.keys", cfg.GossipKeyFile)
+				}
+			},
+		},
+		{name: "gossip key file in dev mode", args: []string{"--gossip-key-file", "k"}, wantErr: "--gossip-key-file: set in dev mode"},
+		{name: "gossip key file standalone", args: []string{"--etcd-endpoints", "a:2379", "--standalone", "--gossip-key-file", "k"},
+			wantErr: "--gossip-key-file: set with --standalone"},
 		{name: "bad flag value", args: []string{"--shutdown-timeout", "soon"}, wantErr: `"--shutdown-timeout"`},
 		{name: "bad env value", env: map[string]string{"LEGATION_SHUTDOWN_TIMEOUT": "soon"}, wantErr: "LEGATION_SHUTDOWN_TIMEOUT"},
 		{name: "invalid env config", env: map[string]string{"LEGATION_GROUP_BY": "labels"}, wantErr: "--group-by"},

@@ -66,6 +66,14 @@ type Config struct {
 	// (--join; the port defaults to --gossip-addr's, or 7946). Empty:
 	// discover peers through the etcd registry.
 	Join []string
+	// GossipKeyFile (--gossip-key-file) is the gossip keyring, one base64
+	// key a line, the first encrypting (shard.ReadKeyFile): gossip is
+	// then encrypted and authenticated, and the file is re-read while the
+	// replica runs, so keys rotate without a restart. Empty: gossip in
+	// clear, with a warning at start. Etcd mode only, and not with
+	// Standalone: a replica that gossips with no one refuses it, so that a
+	// forgotten --etcd-endpoints does not pass for an encrypted cluster.
+	GossipKeyFile string
 	// Standalone (--standalone) keeps a replica in etcd mode out of any
 	// cluster: no gossip, no registry, no relaying; it serves every node
 	// that connects. Dev mode is always standalone.
@@ -209,6 +217,14 @@ func (c *Config) Validate() error {
 	}
 	for _, j := range c.Join {
 		add(checkHost("--join", j))
+	}
+	if c.GossipKeyFile != "" {
+		switch {
+		case c.DevMode():
+			add(errors.New("--gossip-key-file: set in dev mode (no --etcd-endpoints), where the replica gossips with no one; set --etcd-endpoints, or drop the flag"))
+		case c.Standalone:
+			add(errors.New("--gossip-key-file: set with --standalone, where the replica gossips with no one; drop one of them"))
+		}
 	}
 	if strings.TrimSpace(c.Name) == "" {
 		add(errors.New("--name: empty"))

@@ -35,6 +35,9 @@ func TestValidate(t *testing.T) {
 		{"sotw trust version and debug open", func(c *node.Config) { c.SotwTrustVersion, c.DebugOpen = true, true }, ""},
 		{"tiny catchup timeout", func(c *node.Config) { c.CatchupTimeout = time.Millisecond }, ""},
 		{"tiny max recv msg size", func(c *node.Config) { c.MaxRecvMsgSize = 1 }, ""},
+		{"gossip key file in etcd mode", func(c *node.Config) {
+			c.EtcdEndpoints, c.GossipKeyFile = []string{"10.0.0.1:2379"}, "/etc/legation/gossip.keys"
+		}, ""},
 
 		{"group by empty", func(c *node.Config) { c.GroupBy = "" }, "--group-by"},
 		{"group by unknown", func(c *node.Config) { c.GroupBy = "labels" }, "--group-by \"labels\""},
@@ -79,6 +82,10 @@ func TestValidate(t *testing.T) {
 		{"negative catchup timeout", func(c *node.Config) { c.CatchupTimeout = -time.Second }, "--catchup-timeout -1s"},
 		{"zero max recv msg size", func(c *node.Config) { c.MaxRecvMsgSize = 0 }, "--max-recv-msg-size 0: must be positive"},
 		{"negative max recv msg size", func(c *node.Config) { c.MaxRecvMsgSize = -1 }, "--max-recv-msg-size -1"},
+		{"gossip key file in dev mode", func(c *node.Config) { c.GossipKeyFile = "gossip.keys" }, "--gossip-key-file: set in dev mode"},
+		{"gossip key file standalone", func(c *node.Config) {
+			c.EtcdEndpoints, c.Standalone, c.GossipKeyFile = []string{"10.0.0.1:2379"}, true, "gossip.keys"
+		}, "--gossip-key-file: set with --standalone"},
 		{"registerer not a gatherer", func(c *node.Config) {
 			c.Registerer = prometheus.WrapRegistererWith(prometheus.Labels{"replica": "a"}, prometheus.NewRegistry())
 		}, "Gatherer"},

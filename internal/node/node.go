@@ -81,12 +81,20 @@ type Node struct {
 // the lease tracker, the status writer and CSDS, the cluster agent, the
 // relay, the SotW and delta servers, the gRPC server with its services and
 // the HTTP mux. It does no other I/O but reading the etcd certificate
-// files, and authenticating to etcd when EtcdSecurity has a username; in
-// dev mode it picks the embedded etcd's port when --dev-etcd-addr's is 0. Call Run, or Close if Run will
+// files and --gossip-key-file to check them, and authenticating to etcd
+// when EtcdSecurity has a username; in dev mode it picks the embedded
+// etcd's port when --dev-etcd-addr's is 0. Call Run, or Close if Run will
 // not be called.
 func New(cfg Config) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if cfg.GossipKeyFile != "" {
+		// Checked now, so that a bad file stops the replica at start
+		// instead of leaving its agent retrying to join.
+		if _, err := shard.ReadKeyFile(cfg.GossipKeyFile); err != nil {
+			return nil, fmt.Errorf("node: --gossip-key-file: %w", err)
+		}
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger, reg: cfg.Registerer}
 	if n.log == nil {
@@ -365,6 +373,7 @@ func (n *Node) agentConfig() shard.AgentConfig {
 	c.Membership.Prefix = n.cfg.EtcdPrefix
 	c.Membership.Logger = n.log
 	c.Membership.Registerer = n.reg
+	c.Membership.GossipKeyFile = n.cfg.GossipKeyFile
 	if !c.Alone {
 		c.Membership.SetReplicaAddrs(shard.ReplicaAddrs{
 			Gossip:    n.cfg.GossipAddr,
@@ -444,6 +453,12 @@ func (n *Node) Run(ctx context.Context) error {
 		"xds_addr", n.XDSAddr(), "http_addr", n.HTTPAddr(), "etcd_prefix", n.cfg.EtcdPrefix,
 		"tls", n.tls != nil, "mtls", n.cfg.MTLS())
 	n.warnInsecure()
+	if n.cluster.Clustered() && n.cfg.GossipKeyFile == "" {
+		// Once per process: the risk is the configuration's, not an event.
+		n.log.Warn("gossip is unencrypted and unauthenticated (no --gossip-key-file): any host that reaches the gossip port can join the ring, "+
+			"be made the home of Envoy nodes and be relayed their streams, and reads every replica's record; see README, \"Gossip encryption\"",
+			"gossip_addr", n.cfg.GossipAddr)
+	}
 
 	// The servers come first so that /healthz answers, and /readyz says
 	// why not ready, while etcd starts.

@@ -36,6 +36,8 @@ func TestConfigValidate(t *testing.T) {
 			c.LeaseTTL = 1500 * time.Millisecond
 		}, ""},
 		{"empty bind host", func(c *shard.Config) { c.BindAddr = ":7946" }, ""},
+		{"a key file that is not read", func(c *shard.Config) { c.GossipKeyFile = "/nonexistent/gossip.keys" }, ""},
+		{"key file interval too short", func(c *shard.Config) { c.GossipKeyInterval = time.Millisecond }, "GossipKeyInterval 1ms is below 10ms"},
 		{"no name", func(c *shard.Config) { c.Name = "" }, "Name is required"},
 		{"slash in name", func(c *shard.Config) { c.Name = "a/b" }, "holds a '/'"},
 		{"control char in name", func(c *shard.Config) { c.Name = "a\nb" }, "control character"},

@@ -10,12 +10,16 @@
 //   - memberlist (SWIM gossip) for liveness: a replica that stops answering
 //     probes leaves the alive set within seconds; one that leaves gracefully
 //     leaves it at once. Each member's gossip meta carries its record, so
-//     every replica knows the others' xDS addresses and readiness.
+//     every replica knows the others' xDS addresses and readiness. With
+//     Config.GossipKeyFile, gossip is encrypted and authenticated with
+//     memberlist's keyring, kept current from the file (keyring.go): a
+//     host without a key is never admitted.
 //
 // The Ring is a consistent hash with virtual nodes over the alive members
 // that are Ready (all alive members when none is), built the same way on
 // every replica from the same members: the same node id has the same home
-// everywhere once gossip has converged. It is immutable and swapped
+// everywhere once gossip has converged. Its members are those gossip
+// admitted, never the registry's, which only says where to try to join. It is immutable and swapped
 // atomically; Changed tells when a new one is in place.
 //
 // The Agent is a replica's cluster policy over its Membership: it joins

@@ -3,6 +3,7 @@ package shard
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log"
@@ -102,6 +103,22 @@ func Start(ctx context.Context, cfg Config) (*Membership, error) {
 	if err != nil {
 		return nil, err
 	}
+	var keySum [sha256.Size]byte // of the key file's content in use
+	if cfg.GossipKeyFile != "" {
+		data, err := readKeyFile(cfg.GossipKeyFile)
+		if err != nil {
+			return nil, err
+		}
+		keys, err := parseKeys(cfg.GossipKeyFile, data)
+		if err != nil {
+			return nil, err
+		}
+		if mlc.Keyring, err = newKeyring(keys); err != nil {
+			return nil, err
+		}
+		keySum = sha256.Sum256(data)
+		m.metrics.keys.Set(float64(len(keys)))
+	}
 	m.ml, err = memberlist.Create(mlc)
 	if err != nil {
 		return nil, fmt.Errorf("shard: start memberlist on %s: %w", cfg.BindAddr, err)
@@ -125,6 +142,10 @@ func Start(ctx context.Context, cfg Config) (*Membership, error) {
 	go m.announceLoop(root)
 	go m.registryLoop(root, ka)
 	go m.discoveryLoop(root)
+	if mlc.Keyring != nil {
+		m.wg.Add(1)
+		go m.keyLoop(root, mlc.Keyring, keySum)
+	}
 
 	select {
 	case <-m.joined:
@@ -138,7 +159,8 @@ func Start(ctx context.Context, cfg Config) (*Membership, error) {
 		m.Leave(m.cfg.TCPTimeout) //nolint:errcheck // the registration error is the one to report
 		return nil, err
 	}
-	m.log.Info("shard: joined the cluster", "gossip_addr", m.Self().GossipAddr, "members", m.Ring().Len())
+	m.log.Info("shard: joined the cluster", "gossip_addr", m.Self().GossipAddr, "members", m.Ring().Len(),
+		"gossip_encrypted", mlc.Keyring != nil)
 	return m, nil
 }
 
@@ -161,6 +183,12 @@ func (m *Membership) memberlistConfig() (*memberlist.Config, error) {
 			c.AdvertisePort = port
 		}
 	}
+	// With a keyring (Start sets it from GossipKeyFile), what is sent is
+	// encrypted and what is received must be: a packet or stream in clear
+	// or under another key is dropped (memberlist's defaults, said here
+	// because they are what keeps a replica without the key off the ring).
+	c.GossipVerifyIncoming = true
+	c.GossipVerifyOutgoing = true
 	c.ProbeInterval = m.cfg.ProbeInterval
 	c.ProbeTimeout = m.cfg.ProbeTimeout
 	c.SuspicionMult = m.cfg.SuspicionMult

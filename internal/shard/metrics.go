@@ -13,6 +13,9 @@ type metrics struct {
 	ringChanges prometheus.Counter
 	leaseLost   prometheus.Counter
 	badMeta     prometheus.Counter
+	keys        prometheus.Gauge   // keys in the gossip keyring
+	keyReloads  prometheus.Counter // key file changes applied
+	keyErrors   prometheus.Counter // key file re-reads that failed
 }
 
 func newMetrics() *metrics {
@@ -27,11 +30,17 @@ func newMetrics() *metrics {
 			Name: "legation_shard_registry_lease_lost_total", Help: "Times the registry lease was lost (expired or not kept alive) and registration started again."}),
 		badMeta: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "legation_shard_bad_meta_total", Help: "Gossip members left off the ring because their meta did not decode."}),
+		keys: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "legation_shard_gossip_keys", Help: "Keys in the gossip keyring (--gossip-key-file); 0: gossip is not encrypted."}),
+		keyReloads: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "legation_shard_gossip_key_file_reloads_total", Help: "Times a changed gossip key file was read and its keys put in the keyring."}),
+		keyErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "legation_shard_gossip_key_file_errors_total", Help: "Times a changed gossip key file could not be read or parsed; the keyring in use was kept."}),
 	}
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.alive, m.ringMembers, m.ringChanges, m.leaseLost, m.badMeta}
+	return []prometheus.Collector{m.alive, m.ringMembers, m.ringChanges, m.leaseLost, m.badMeta, m.keys, m.keyReloads, m.keyErrors}
 }
 
 // register registers the collectors on reg (nil: nothing), all or none.

@@ -1,0 +1,33 @@
+// Package authz owns the authorization rules: which node ids and groups a
+// client identity may claim, and which identities are administrators. It
+// stores the rules in etcd (one JSON value per identity under
+// "<prefix>authz/"), validates them, compiles them into an immutable Table
+// that answers "may this identity claim this node and group?", and keeps
+// every replica's Table current with a Watcher.
+//
+// It does not establish identities (package tlsfiles reads them from
+// verified certificates: the SPIFFE URI SAN, else the first DNS SAN, else
+// the Subject CN) and does not enforce anything itself: the xDS stream
+// core asks a Table and refuses the stream.
+//
+// # Rules
+//
+// A Rule binds one identity, compared as an exact string, to glob patterns
+// of node ids (Nodes) and of groups (Groups), and may make it an admin. A
+// node's group is the scope it reads besides "default" (see package scope);
+// the empty group means the default scope only, and is allowed to every
+// identity whose Nodes match. A non-empty group must match one of Groups:
+// a rule with no Groups confines its nodes to the default scope.
+//
+// Without a rule an identity is denied everything, unless it is a SPIFFE id
+// in the configured default trust domain (Options.DefaultTrustDomain), which
+// may then claim any node id and any group but is never an admin. A rule
+// for an identity always wins over that default.
+//
+// # Patterns
+//
+// '*' matches any run of characters, '/' included; '?' matches exactly one
+// character; '\' makes the next character literal; every other character
+// is itself. Matching costs at most len(pattern)*len(subject) steps, never
+// exponential (see Pattern.Match).
+package authz
