@@ -3,6 +3,7 @@ package tlsfiles
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/asn1"
 	"errors"
 	"fmt"
 	"strings"
@@ -27,11 +28,11 @@ func Identity(cert *x509.Certificate) (string, error) {
 		return "", errors.New("tlsfiles: no certificate")
 	}
 	var spiffe []string
-	for _, u := range cert.URIs {
+	for _, u := range uriSANs(cert) {
 		// Any case of "spiffe" counts as meant to be a SPIFFE ID, so that
 		// "SPIFFE://..." is refused, not skipped.
-		if strings.EqualFold(u.Scheme, "spiffe") {
-			spiffe = append(spiffe, u.String())
+		if len(u) >= len("spiffe:") && strings.EqualFold(u[:len("spiffe:")], "spiffe:") {
+			spiffe = append(spiffe, u)
 		}
 	}
 	switch {
@@ -172,4 +173,42 @@ func validatePath(path string) error {
 		}
 	}
 	return nil
+}
+
+var oidSubjectAltName = asn1.ObjectIdentifier{2, 5, 29, 17}
+
+// uriSANs returns cert's URI SANs as written in the certificate.
+// cert.URIs will not do: url.Parse lowers the scheme's case, and the
+// SPIFFE ID specification wants the SAN itself checked. A certificate
+// built by hand, with no raw extension, falls back on cert.URIs.
+func uriSANs(cert *x509.Certificate) []string {
+	for _, ext := range cert.Extensions {
+		if !ext.Id.Equal(oidSubjectAltName) {
+			continue
+		}
+		// GeneralNames ::= SEQUENCE OF GeneralName; a URI is
+		// [6] IMPLICIT IA5String (RFC 5280, section 4.2.1.6).
+		// x509.ParseCertificate has already checked the encoding.
+		var seq asn1.RawValue
+		if rest, err := asn1.Unmarshal(ext.Value, &seq); err != nil || len(rest) > 0 || !seq.IsCompound {
+			break
+		}
+		var uris []string
+		for b := seq.Bytes; len(b) > 0; {
+			var name asn1.RawValue
+			var err error
+			if b, err = asn1.Unmarshal(b, &name); err != nil {
+				break
+			}
+			if name.Class == asn1.ClassContextSpecific && name.Tag == 6 {
+				uris = append(uris, string(name.Bytes))
+			}
+		}
+		return uris
+	}
+	uris := make([]string, 0, len(cert.URIs))
+	for _, u := range cert.URIs {
+		uris = append(uris, u.String())
+	}
+	return uris
 }
