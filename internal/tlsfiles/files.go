@@ -159,11 +159,7 @@ func (f *Files) pollPair(w *watch, now time.Time) {
 	}
 	// Parsed again at every poll, not only when the content changes: a
 	// certificate not yet valid becomes valid with time.
-	err := errors.Join(certErr, keyErr)
-	var p *pair
-	if err == nil {
-		p, err = f.cfg.parsePair(certPEM, keyPEM, now)
-	}
+	p, err := f.cfg.parsePair(certPEM, certErr, keyPEM, keyErr, now)
 	if err != nil {
 		if w.pair.seen(contentSum(certPEM, certErr, keyPEM, keyErr)) {
 			f.logger.Warn("tlsfiles: keeping the last good certificate and key", "err", err)

@@ -56,23 +56,28 @@ func (c Config) readFile(k kind) ([]byte, error) {
 func (c Config) loadPair(now time.Time) (*pair, error) {
 	certPEM, certErr := c.readFile(certKind)
 	keyPEM, keyErr := c.readFile(keyKind)
-	if certErr != nil || keyErr != nil {
-		return nil, errors.Join(certErr, keyErr)
-	}
-	return c.parsePair(certPEM, keyPEM, now)
+	return c.parsePair(certPEM, certErr, keyPEM, keyErr, now)
 }
 
-// parsePair checks certPEM and keyPEM, collecting every problem it can
-// find: one file's problem does not hide the other's.
-func (c Config) parsePair(certPEM, keyPEM []byte, now time.Time) (*pair, error) {
-	var errs []error
-	ders, certs, err := parseCerts(certPEM)
-	if err != nil {
-		errs = append(errs, fmt.Errorf("%s: %w", c.fileName(certKind), err))
+// parsePair checks certPEM and keyPEM, read with the errors certErr and
+// keyErr, collecting every problem it can find: one file's problem does
+// not hide the other's.
+func (c Config) parsePair(certPEM []byte, certErr error, keyPEM []byte, keyErr error, now time.Time) (*pair, error) {
+	errs := []error{certErr, keyErr}
+	var ders [][]byte
+	var certs []*x509.Certificate
+	if certErr == nil {
+		var err error
+		if ders, certs, err = parseCerts(certPEM); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", c.fileName(certKind), err))
+		}
 	}
-	key, err := parseKey(keyPEM)
-	if err != nil {
-		errs = append(errs, fmt.Errorf("%s: %w", c.fileName(keyKind), err))
+	var key crypto.Signer
+	if keyErr == nil {
+		var err error
+		if key, err = parseKey(keyPEM); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", c.fileName(keyKind), err))
+		}
 	}
 	var id string
 	if len(certs) > 0 {
@@ -80,6 +85,7 @@ func (c Config) parsePair(certPEM, keyPEM []byte, now time.Time) (*pair, error) 
 		if err := checkValidity(leaf, now); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", c.fileName(certKind), err))
 		}
+		var err error
 		id, err = Identity(leaf)
 		if errors.Is(err, ErrNoIdentity) {
 			// Not an error here: a server certificate need not name
@@ -96,8 +102,8 @@ func (c Config) parsePair(certPEM, keyPEM []byte, now time.Time) (*pair, error) 
 				"(replace both files together)", c.fileName(keyKind), c.fileName(certKind)))
 		}
 	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 	return &pair{
 		cert:    &tls.Certificate{Certificate: ders, PrivateKey: key, Leaf: certs[0]},
