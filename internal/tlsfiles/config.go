@@ -49,13 +49,17 @@ func DefaultConfig() Config {
 // negative. New calls it.
 func (c Config) Validate() error {
 	var errs []error
+	prefix := ""
+	if c.Flag == "" {
+		prefix = "tlsfiles: "
+	}
 	switch {
 	case c.CertFile != "" && c.KeyFile == "":
-		errs = append(errs, fmt.Errorf("%s is set but %s is not: give both or neither",
-			c.flagName(certKind), c.flagName(keyKind)))
+		errs = append(errs, fmt.Errorf("%s%s is set but %s is not: give both or neither",
+			prefix, c.flagName(certKind), c.flagName(keyKind)))
 	case c.CertFile == "" && c.KeyFile != "":
-		errs = append(errs, fmt.Errorf("%s is set but %s is not: give both or neither",
-			c.flagName(keyKind), c.flagName(certKind)))
+		errs = append(errs, fmt.Errorf("%s%s is set but %s is not: give both or neither",
+			prefix, c.flagName(keyKind), c.flagName(certKind)))
 	}
 	if c.Interval < 0 {
 		errs = append(errs, fmt.Errorf("tlsfiles: Interval %v is negative", c.Interval))
@@ -79,7 +83,7 @@ func (c Config) flagName(k kind) string {
 	if c.Flag != "" {
 		return c.Flag + suffix
 	}
-	return "tlsfiles: " + [...]string{"CertFile", "KeyFile", "CAFile"}[k]
+	return [...]string{"CertFile", "KeyFile", "CAFile"}[k]
 }
 
 // fileName is how errors about the file of kind begin: "--tls-cert-file

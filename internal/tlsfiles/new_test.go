@@ -78,7 +78,7 @@ func TestNewErrors(t *testing.T) {
 		{
 			name: "cert without key, no flag",
 			cfg:  tlsfiles.Config{CertFile: good.CertFile},
-			want: []string{"tlsfiles: CertFile is set but tlsfiles: KeyFile is not"},
+			want: []string{"tlsfiles: CertFile is set but KeyFile is not"},
 		},
 		{
 			name: "missing cert file",

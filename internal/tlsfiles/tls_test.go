@@ -172,7 +172,8 @@ func run(t testing.TB, f *tlsfiles.Files) {
 	})
 }
 
-// files is a cert, key and CA for a Files, given as testcerts made them.
+// filesConfig names c's certificate and key and ca's certificate (either
+// may be nil) as a Config's files.
 func filesConfig(c *testcerts.Cert, ca *testcerts.CA) tlsfiles.Config {
 	var cfg tlsfiles.Config
 	if c != nil {
