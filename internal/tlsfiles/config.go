@@ -36,6 +36,9 @@ type Config struct {
 	// "--tls-cert-file /x/y.pem: ...", and likewise --tls-key-file and
 	// --tls-ca-file. Empty: errors name just the file's path.
 	Flag string
+	// CAFlag, if set, names CAFile's flag in errors instead of Flag's
+	// "-ca-file" form (xds-node's --client-ca-file).
+	CAFlag string
 }
 
 // DefaultConfig is a Config with its defaults spelled out: no files (set
@@ -79,6 +82,9 @@ const (
 // flagName names the setting for kind: the flag when Config.Flag is set,
 // else the Config field.
 func (c Config) flagName(k kind) string {
+	if k == caKind && c.CAFlag != "" {
+		return c.CAFlag
+	}
 	suffix := [...]string{"-cert-file", "-key-file", "-ca-file"}[k]
 	if c.Flag != "" {
 		return c.Flag + suffix
@@ -90,7 +96,7 @@ func (c Config) flagName(k kind) string {
 // /x/y.pem" with a Flag, else just the path.
 func (c Config) fileName(k kind) string {
 	path := [...]string{c.CertFile, c.KeyFile, c.CAFile}[k]
-	if c.Flag != "" {
+	if c.Flag != "" || (k == caKind && c.CAFlag != "") {
 		return c.flagName(k) + " " + path
 	}
 	return path
