@@ -21,6 +21,7 @@ APT_PROTOC     := protobuf-compiler
 APT_HAPROXY    := haproxy
 APT_CC         := gcc libc6-dev
 APT_SHELLCHECK := shellcheck
+APT_IPROUTE    := iproute2
 
 .PHONY: all build run test check-proto fmt-check golangci-lint shellcheck unit \
 	fuzz $(FUZZ_RUNS) e2e bench lint proto tidy setup clean
@@ -87,14 +88,15 @@ tidy:
 	$(GO) -C hack/tools mod tidy -diff
 
 # Installs what the tests need from Debian when it is missing: protoc (and
-# the well-known .proto files), haproxy, shellcheck, and a C compiler for
-# -race.
+# the well-known .proto files), haproxy, shellcheck, ip (the network
+# namespaces of internal/netnstest), and a C compiler for -race.
 setup:
 	@set -e; need=""; \
 	command -v protoc >/dev/null 2>&1 || need="$$need $(APT_PROTOC)"; \
 	[ -f /usr/include/google/protobuf/any.proto ] || need="$$need libprotobuf-dev"; \
 	command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || need="$$need $(APT_HAPROXY)"; \
 	command -v shellcheck >/dev/null 2>&1 || need="$$need $(APT_SHELLCHECK)"; \
+	command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || need="$$need $(APT_IPROUTE)"; \
 	if [ -n "$(RACE)" ] && ! command -v gcc >/dev/null 2>&1; then need="$$need $(APT_CC)"; fi; \
 	if [ -z "$$need" ]; then echo "setup: nothing to install"; exit 0; fi; \
 	sudo=""; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \
