@@ -236,7 +236,7 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 		return fmt.Errorf("node: %w", err)
 	}
 
-	opts := append(grpcapi.ServerOptions(),
+	srvOpts := append(grpcapi.ServerOptions(),
 		grpc.MaxRecvMsgSize(cfg.MaxRecvMsgSize),
 		// CSDS answers admins only (with mTLS); the relay comes after, so
 		// an xDS stream it relays is checked at its home.
@@ -244,9 +244,9 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 			n.relay.StreamInterceptor()),
 		grpc.ChainUnaryInterceptor(n.guard.AdminUnaryInterceptor(statusv3.ClientStatusDiscoveryService_FetchClientStatus_FullMethodName)))
 	if n.tls != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(n.tls.ServerConfig(xdsClientAuth(cfg.MTLS())))))
+		srvOpts = append(srvOpts, grpc.Creds(credentials.NewTLS(n.tls.ServerConfig(xdsClientAuth(cfg.MTLS())))))
 	}
-	n.grpcSrv = grpc.NewServer(opts...)
+	n.grpcSrv = grpc.NewServer(srvOpts...)
 	n.health = health.NewServer()
 	// health.NewServer reports the server ("") SERVING; it is not until
 	// the view is loaded.
@@ -296,6 +296,8 @@ func (n *Node) buildAccess() error {
 			KeyFile:  cfg.TLSKeyFile,
 			CAFile:   cfg.ClientCAFile,
 			Logger:   n.log,
+			Flag:     "--tls",
+			CAFlag:   "--client-ca-file",
 		}); err != nil {
 			return fmt.Errorf("node: %w", err)
 		}
