@@ -59,6 +59,9 @@ type envOptions struct {
 	// httpsClient, if set, is the TLS config the test's HTTP client uses
 	// to reach a node serving HTTPS (an admin's certificate, for /debug/).
 	httpsClient *tls.Config
+	// leakOK are goroutines left running that are not the test's to stop
+	// (goleak options).
+	leakOK []goleak.Option
 	// beforeReady, if set, runs once the node runs, before the wait for
 	// /readyz (authorization rules to write, say).
 	beforeReady func(e *env)
@@ -76,7 +79,7 @@ func newEnv(t *testing.T) *env {
 // newEnvWith is newEnv with opts.
 func newEnvWith(t *testing.T, opts envOptions) *env {
 	t.Helper()
-	checkLeaks(t)
+	checkLeaks(t, opts.leakOK...)
 	e := &env{etcd: storetest.Start(t, storetest.Options{}), http: httpClient, base: "http://"}
 	if opts.httpsClient != nil {
 		e.http = &http.Client{Transport: &http.Transport{DisableKeepAlives: true, TLSClientConfig: opts.httpsClient}, Timeout: 10 * time.Second}
@@ -134,13 +137,13 @@ func newEnvWith(t *testing.T, opts envOptions) *env {
 // channels and xDS clients end their goroutines asynchronously, so on a
 // loaded machine it polls, up to testTimeout, rather than give goleak's
 // own ~1s of retries the last word.
-func checkLeaks(t *testing.T) {
+func checkLeaks(t *testing.T, ignore ...goleak.Option) {
 	t.Helper()
-	before := goleak.IgnoreCurrent()
+	ignore = append(ignore, goleak.IgnoreCurrent())
 	t.Cleanup(func() {
 		deadline := time.Now().Add(testTimeout)
 		for {
-			err := goleak.Find(before)
+			err := goleak.Find(ignore...)
 			if err == nil {
 				return
 			}
