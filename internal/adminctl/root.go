@@ -43,6 +43,9 @@ type Options struct {
 	// LEGATION_ETCD_PASSWORD). Zero: neither, unless an endpoint is
 	// https://.
 	Security etcdconn.Security
+	// Replica is how xdsadmin talks to the replicas' HTTP port (members):
+	// --tls-ca-file, --tls-cert-file, --tls-key-file. Zero: plain HTTP.
+	Replica ReplicaTLS
 	// Prefix is the etcd key prefix; it starts and ends with '/'.
 	Prefix string
 	// DialTimeout bounds the connection to etcd: a command against an
@@ -81,6 +84,9 @@ func (o *Options) Validate() error {
 	}
 	eo := o.etcdOptions()
 	if err := eo.Validate(); err != nil {
+		return err
+	}
+	if err := o.Replica.Validate(); err != nil {
 		return err
 	}
 	switch {
@@ -173,6 +179,7 @@ command line wins over the environment.`,
 	pf.StringSliceVar(&a.opts.Endpoints, "etcd-endpoints", a.opts.Endpoints,
 		"etcd endpoints, comma-separated: host:port, http://host:port or https://host:port")
 	a.opts.Security.AddFlags(pf)
+	a.opts.Replica.addFlags(pf)
 	pf.StringVar(&a.opts.Prefix, "etcd-prefix", a.opts.Prefix, "etcd key prefix of Legation's keys")
 	pf.DurationVar(&a.opts.DialTimeout, "dial-timeout", a.opts.DialTimeout, "how long to try to reach etcd before failing")
 	pf.DurationVar(&a.opts.Timeout, "timeout", a.opts.Timeout, "bound on each command's work with etcd (0: none; watch: only the connection)")
