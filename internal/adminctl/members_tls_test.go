@@ -242,6 +242,9 @@ func TestMembersTLSFlagErrors(t *testing.T) {
 			nil, "--tls-key-file without --tls-cert-file: a private key needs its client certificate"},
 		{"cert without CA", []string{"--tls-cert-file", admin.CertFile, "--tls-key-file", admin.KeyFile},
 			nil, "--tls-cert-file without --tls-ca-file: a client certificate is only presented over HTTPS, which needs the replicas' CA"},
+		{"cert without CA, from the environment", nil,
+			map[string]string{"LEGATION_TLS_CERT_FILE": admin.CertFile, "LEGATION_TLS_KEY_FILE": admin.KeyFile},
+			"--tls-cert-file without --tls-ca-file"},
 		{"CA missing", []string{"--tls-ca-file", missing},
 			nil, "--tls-ca-file " + missing + ": no such file"},
 		{"CA missing, from the environment", nil,
@@ -278,11 +281,16 @@ func TestMembersTLSFlagErrors(t *testing.T) {
 		})
 	}
 
-	t.Run("files not read by other commands", func(t *testing.T) {
-		// get does not talk to replicas: a leftover LEGATION_TLS_CA_FILE
-		// naming a missing file is no reason to fail.
-		h.vars = map[string]string{"LEGATION_TLS_CA_FILE": missing}
-		defer func() { h.vars = map[string]string{} }()
-		h.mustRun("get", "cluster")
+	t.Run("not checked by other commands", func(t *testing.T) {
+		// get does not talk to replicas: a missing file, or xds-node's own
+		// serving certificate in the environment, is no reason to fail.
+		for _, vars := range []map[string]string{
+			{"LEGATION_TLS_CA_FILE": missing},
+			{"LEGATION_TLS_CERT_FILE": admin.CertFile, "LEGATION_TLS_KEY_FILE": admin.KeyFile},
+		} {
+			h.vars = vars
+			h.mustRun("get", "cluster")
+		}
+		h.vars = map[string]string{}
 	})
 }
