@@ -3,9 +3,11 @@ package adminctl
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -33,9 +35,16 @@ crashed within the lease's TTL).
 
 For each replica: its name, the xDS and HTTP addresses it advertises, when
 it started, its health as its HTTP /readyz answers now ("ready", "not
-ready: <its reason>", or "unreachable" within --health-timeout), its share
-of the consistent-hash ring that picks each node's home, and the nodes it
-is home to now, as counted from the status records (see status).
+ready: <its reason>", "unreachable" within --health-timeout, or "unknown:
+<why>" when TLS is in the way), its share of the consistent-hash ring that
+picks each node's home, and the nodes it is home to now, as counted from
+the status records (see status).
+
+Replicas whose HTTP port serves TLS are asked over HTTPS with the global
+--tls-ca-file (the CAs of their certificates; only the chain is checked,
+as replicas are dialled by IP and their certificates may name them only by
+SPIFFE id), and, if they require one, a client certificate
+(--tls-cert-file, --tls-key-file).
 
 The ring is computed as the replicas compute it: over the registered
 replicas that are ready, or over all of them when none is, with the
@@ -83,6 +92,11 @@ func (a *app) runMembers(ctx context.Context, f membersFlags) error {
 	if f.healthTimeout <= 0 {
 		return fmt.Errorf("--health-timeout %s: must be positive", f.healthTimeout)
 	}
+	// The --tls-* files are checked before etcd is asked.
+	p, err := newProber(a.opts.Replica, f.healthTimeout)
+	if err != nil {
+		return err
+	}
 	ctx, cancel := a.commandContext(ctx)
 	defer cancel()
 	c, err := a.connect(ctx)
@@ -109,7 +123,7 @@ func (a *app) runMembers(ctx context.Context, f membersFlags) error {
 		homes[ns.Home]++
 	}
 	shares := shard.ReadyRing(members, shard.DefaultVNodes).Shares()
-	health := checkHealth(ctx, members, f.healthTimeout)
+	health := p.checkHealth(ctx, members)
 	out := make([]memberInfo, 0, len(members))
 	for i, m := range members {
 		mi := memberInfo{
@@ -151,33 +165,67 @@ func (a *app) runMembers(ctx context.Context, f membersFlags) error {
 // percent shows a fraction as a percent with two decimals.
 func percent(f float64) float64 { return math.Round(f*10000) / 100 }
 
-// checkHealth asks every member's /readyz at once, each within timeout,
-// and returns their answers in the order of members.
-func checkHealth(ctx context.Context, members []shard.Member, timeout time.Duration) []string {
-	client := &http.Client{Timeout: timeout}
-	defer client.CloseIdleConnections()
+// prober asks replicas' /readyz over HTTP or, with --tls-ca-file, HTTPS.
+type prober struct {
+	client *http.Client
+	scheme string // "http" or "https"
+	// clientCert is whether a client certificate is presented, for the
+	// reasons of refused handshakes.
+	clientCert bool
+}
+
+// newProber reads the --tls-* files: its errors name the flag and the file.
+func newProber(r ReplicaTLS, timeout time.Duration) (*prober, error) {
+	tc, err := r.TLSConfig()
+	if err != nil {
+		return nil, err
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = tc
+	return &prober{
+		client:     &http.Client{Transport: tr, Timeout: timeout},
+		scheme:     r.Scheme(),
+		clientCert: r.CertFile != "",
+	}, nil
+}
+
+// checkHealth asks every member's /readyz at once, each within the
+// client's timeout, and returns their answers in the order of members.
+func (p *prober) checkHealth(ctx context.Context, members []shard.Member) []string {
+	defer p.client.CloseIdleConnections()
 	out := make([]string, len(members))
 	var wg sync.WaitGroup
 	for i, m := range members {
-		wg.Go(func() { out[i] = readyz(ctx, client, m.HTTPAddr) })
+		wg.Go(func() { out[i] = p.readyz(ctx, m.HTTPAddr) })
 	}
 	wg.Wait()
 	return out
 }
 
-// readyz returns "ready", "not ready: <the first line of the answer>" or
-// "unreachable".
-func readyz(ctx context.Context, client *http.Client, addr string) string {
+// httpToHTTPS is what Go's HTTPS servers, xds-node's among them, answer a
+// plain HTTP request with (a 400).
+const httpToHTTPS = "Client sent an HTTP request to an HTTPS server."
+
+// Health reasons when TLS is in the way.
+const (
+	healthServesTLS  = "unknown: the replica serves TLS: set --" + flagTLSCA
+	healthServesHTTP = "unknown: the replica serves plain HTTP, not HTTPS (--" + flagTLSCA + " is set)"
+)
+
+// readyz returns "ready", "not ready: <the first line of the answer>",
+// "unreachable", or "unknown: <why>" when it could connect but not ask
+// (TLS on one side only, a certificate refused by either side).
+func (p *prober) readyz(ctx context.Context, addr string) string {
 	if addr == "" {
 		return "unknown (no http_addr)"
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/readyz", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.scheme+"://"+addr+"/readyz", nil)
 	if err != nil {
 		return "unknown (bad http_addr)"
 	}
-	resp, err := client.Do(req)
+	resp, err := p.client.Do(req)
 	if err != nil {
-		return "unreachable"
+		return p.probeError(err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode == http.StatusOK {
@@ -185,15 +233,50 @@ func readyz(ctx context.Context, client *http.Client, addr string) string {
 	}
 	line, _ := bufio.NewReader(io.LimitReader(resp.Body, 1024)).ReadString('\n')
 	line = strings.TrimSpace(line)
+	if p.scheme == "http" && resp.StatusCode == http.StatusBadRequest && line == httpToHTTPS {
+		return healthServesTLS
+	}
 	// xds-node answers "not ready: <why>": say it once.
 	if len(line) >= len("not ready:") && strings.EqualFold(line[:len("not ready:")], "not ready:") {
 		line = strings.TrimSpace(line[len("not ready:"):])
 	}
-	if r := []rune(line); len(r) > 80 {
-		line = string(r[:77]) + "..."
-	}
 	if line == "" {
 		line = resp.Status
 	}
-	return "not ready: " + line
+	return "not ready: " + shorten(line)
+}
+
+// probeError is the health of a replica whose /readyz could not be asked.
+func (p *prober) probeError(err error) string {
+	var opErr *net.OpError
+	var untrusted *untrustedReplicaError
+	switch {
+	case errors.Is(err, http.ErrSchemeMismatch):
+		return healthServesHTTP
+	case errors.As(err, &untrusted):
+		return "unknown: " + untrusted.Error()
+	case errors.As(err, &opErr) && opErr.Op == "remote error":
+		// The replica refused the handshake with a TLS alert: with
+		// TLS 1.3 at the first read, after the client's side is done.
+		// The alerts about certificates ("bad certificate", "certificate
+		// required", "unknown certificate authority", ...) are about the
+		// client's: the client checks the server's itself.
+		alert := opErr.Err.Error()
+		switch {
+		case !strings.Contains(alert, "certificate"):
+			return "unknown: the replica refused the TLS handshake (" + alert + ")"
+		case !p.clientCert:
+			return "unknown: the replica requires a client certificate (" + alert + "): set --" + flagTLSCert + " and --" + flagTLSKey
+		}
+		return "unknown: the replica refused the client certificate of --" + flagTLSCert + " (" + alert + ")"
+	}
+	return "unreachable"
+}
+
+// shorten cuts a replica's reason for the table.
+func shorten(s string) string {
+	if r := []rune(s); len(r) > 80 {
+		return string(r[:77]) + "..."
+	}
+	return s
 }

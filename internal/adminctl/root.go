@@ -43,6 +43,14 @@ type Options struct {
 	// LEGATION_ETCD_PASSWORD). Zero: neither, unless an endpoint is
 	// https://.
 	Security etcdconn.Security
+	// Replica is how xdsadmin talks to the replicas' HTTP port (members):
+	// --tls-ca-file, --tls-cert-file, --tls-key-file. Zero: plain HTTP.
+	// Validate does not check it: only the commands that talk to replicas
+	// do (ReplicaTLS.TLSConfig), so that xds-node's own
+	// LEGATION_TLS_CERT_FILE and LEGATION_TLS_KEY_FILE (its serving
+	// certificate), left in the environment on a replica's host, do not
+	// fail every command.
+	Replica ReplicaTLS
 	// Prefix is the etcd key prefix; it starts and ends with '/'.
 	Prefix string
 	// DialTimeout bounds the connection to etcd: a command against an
@@ -173,6 +181,7 @@ command line wins over the environment.`,
 	pf.StringSliceVar(&a.opts.Endpoints, "etcd-endpoints", a.opts.Endpoints,
 		"etcd endpoints, comma-separated: host:port, http://host:port or https://host:port")
 	a.opts.Security.AddFlags(pf)
+	a.opts.Replica.addFlags(pf)
 	pf.StringVar(&a.opts.Prefix, "etcd-prefix", a.opts.Prefix, "etcd key prefix of Legation's keys")
 	pf.DurationVar(&a.opts.DialTimeout, "dial-timeout", a.opts.DialTimeout, "how long to try to reach etcd before failing")
 	pf.DurationVar(&a.opts.Timeout, "timeout", a.opts.Timeout, "bound on each command's work with etcd (0: none; watch: only the connection)")
