@@ -14,7 +14,6 @@ package access
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -364,13 +363,4 @@ func isLoopbackAddr(hostport string) bool {
 		return false
 	}
 	return ap.Addr().Unmap().IsLoopback()
-}
-
-// ServerTLS is a tls.Config's client-auth mode for the xDS port: with a
-// client CA, certificates are required and verified.
-func ServerTLS(mtls bool) tls.ClientAuthType {
-	if mtls {
-		return tls.RequireAndVerifyClientCert
-	}
-	return tls.NoClientCert
 }
