@@ -36,6 +36,44 @@ func TestParseFlags(t *testing.T) {
 			},
 		},
 		{
+			name: "dev mode listens on loopback only",
+			check: func(t *testing.T, cfg node.Config) {
+				if cfg.XDSAddr != "127.0.0.1:18000" || cfg.HTTPAddr != "127.0.0.1:18001" || cfg.GossipAddr != "127.0.0.1:7946" {
+					t.Errorf("got xds %q, http %q, gossip %q; want them on 127.0.0.1", cfg.XDSAddr, cfg.HTTPAddr, cfg.GossipAddr)
+				}
+			},
+		},
+		{
+			name: "dev mode address picked by the operator",
+			args: []string{"--xds-addr", ":18000"},
+			env:  map[string]string{"LEGATION_HTTP_ADDR": "0.0.0.0:18001"},
+			check: func(t *testing.T, cfg node.Config) {
+				if cfg.XDSAddr != ":18000" || cfg.HTTPAddr != "0.0.0.0:18001" {
+					t.Errorf("got xds %q, http %q; want :18000, 0.0.0.0:18001", cfg.XDSAddr, cfg.HTTPAddr)
+				}
+			},
+		},
+		{
+			name: "etcd mode listens on every interface",
+			args: []string{"--etcd-endpoints", "a:2379"},
+			check: func(t *testing.T, cfg node.Config) {
+				if cfg.XDSAddr != ":18000" || cfg.HTTPAddr != ":18001" {
+					t.Errorf("got xds %q, http %q; want :18000, :18001", cfg.XDSAddr, cfg.HTTPAddr)
+				}
+			},
+		},
+		{
+			name: "TLS flags",
+			args: []string{"--etcd-endpoints", "a:2379", "--tls-cert-file", "c.pem", "--tls-key-file", "k.pem", "--client-ca-file", "ca.pem",
+				"--replica-identity", "spiffe://x/replica-*, spiffe://x/r", "--authz-default-trust-domain", "x.example"},
+			check: func(t *testing.T, cfg node.Config) {
+				if cfg.TLSCertFile != "c.pem" || cfg.TLSKeyFile != "k.pem" || cfg.ClientCAFile != "ca.pem" || !cfg.MTLS() ||
+					!slices.Equal(cfg.ReplicaIdentities, []string{"spiffe://x/replica-*", "spiffe://x/r"}) || cfg.AuthzDefaultTrustDomain != "x.example" {
+					t.Errorf("got %+v", cfg)
+				}
+			},
+		},
+		{
 			name: "env sets flags",
 			env:  map[string]string{"LEGATION_ETCD_ENDPOINTS": "a:2379, b:2379", "LEGATION_GROUP_BY": "id", "LEGATION_SHUTDOWN_TIMEOUT": "3s"},
 			check: func(t *testing.T, cfg node.Config) {
