@@ -5,7 +5,10 @@
 // replayed) or relays it, message by message and undecoded, over a gRPC
 // client stream to the home. A relayed stream carries the metadata marker
 // x-legation-relayed, so the home serves it whatever its own view of the
-// ring says: a stream is relayed at most once. If the home cannot be
+// ring says: a stream is relayed at most once. The marker is trusted only
+// when Config.TrustMarker says its peer is a replica (with mTLS, one
+// presenting a replica identity); what Config.Forward returns (the
+// client's identity) goes with each relayed stream. If the home cannot be
 // reached the stream is served locally (see Relay.StreamInterceptor for
 // exactly when).
 //
