@@ -3,14 +3,10 @@ package adminctl
 import (
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
-	"strings"
-	"time"
 
+	"github.com/legation-io/legation/internal/tlsfiles"
 	"github.com/spf13/pflag"
 )
 
@@ -94,27 +90,29 @@ func (r ReplicaTLS) TLSConfig() (*tls.Config, error) {
 	if !r.On() {
 		return nil, nil
 	}
-	roots, err := loadCAFile(flagTLSCA, r.CAFile)
+	f, err := tlsfiles.New(tlsfiles.Config{CertFile: r.CertFile, KeyFile: r.KeyFile, CAFile: r.CAFile, Flag: "--tls"})
 	if err != nil {
 		return nil, err
 	}
-	tc := &tls.Config{
-		MinVersion:         tls.VersionTLS12,
-		InsecureSkipVerify: true, // the chain is verified in VerifyConnection; no name can be (see above)
-		VerifyConnection: func(cs tls.ConnectionState) error {
-			return verifyChain(cs, roots)
-		},
-	}
-	if r.CertFile != "" {
-		pair, err := loadKeyPair(r.CertFile, r.KeyFile, time.Now())
-		if err != nil {
-			return nil, err
+	// tlsfiles verifies the chain against the CAs, for server use, with
+	// no name (see above), and presents the client certificate, if any,
+	// whatever CAs the replica says it accepts: its refusal then says
+	// more than a missing certificate. Its verdict is put in the words of
+	// members' HEALTH column.
+	tc := f.ClientConfig(nil)
+	verify := tc.VerifyConnection
+	tc.VerifyConnection = func(cs tls.ConnectionState) error {
+		err := verify(cs)
+		switch {
+		case err == nil:
+			return nil
+		case len(cs.PeerCertificates) == 0:
+			return &untrustedReplicaError{}
 		}
-		// Always present it, rather than through Certificates, which
-		// crypto/tls leaves out when the server's list of acceptable CAs
-		// does not name its issuer: the replica's refusal then says more
-		// than a missing certificate.
-		tc.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return pair, nil }
+		if inner := errors.Unwrap(err); inner != nil {
+			err = inner // x509's reason, without tlsfiles' words
+		}
+		return &untrustedReplicaError{issuer: cs.PeerCertificates[0].Issuer.String(), err: err}
 	}
 	return tc, nil
 }
@@ -139,136 +137,3 @@ func (e *untrustedReplicaError) Error() string {
 }
 
 func (e *untrustedReplicaError) Unwrap() error { return e.err }
-
-// verifyChain checks the server's certificate chain against roots, for
-// server use, with no name: see ReplicaTLS.TLSConfig.
-func verifyChain(cs tls.ConnectionState, roots *x509.CertPool) error {
-	if len(cs.PeerCertificates) == 0 {
-		return &untrustedReplicaError{}
-	}
-	leaf := cs.PeerCertificates[0]
-	inter := x509.NewCertPool()
-	for _, c := range cs.PeerCertificates[1:] {
-		inter.AddCert(c)
-	}
-	_, err := leaf.Verify(x509.VerifyOptions{
-		Roots:         roots,
-		Intermediates: inter,
-		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	})
-	if err != nil {
-		return &untrustedReplicaError{issuer: leaf.Issuer.String(), err: err}
-	}
-	return nil
-}
-
-// The file reading below is as package etcdconn reads the etcd flags'
-// files, with these flags' names.
-
-// readFlagFile reads a file a flag names; its error names both and says
-// what is wrong.
-func readFlagFile(flag, file string) ([]byte, error) {
-	b, err := os.ReadFile(file)
-	if err == nil {
-		return b, nil
-	}
-	var pe *fs.PathError
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return nil, fmt.Errorf("--%s %s: no such file", flag, file)
-	case errors.As(err, &pe):
-		return nil, fmt.Errorf("--%s %s: cannot read it: %w", flag, file, pe.Err)
-	}
-	return nil, fmt.Errorf("--%s %s: %w", flag, file, err)
-}
-
-// parsePEMCerts returns the certificates of the PEM blocks "CERTIFICATE"
-// in b, at least one.
-func parsePEMCerts(flag, file string, b []byte) ([]*x509.Certificate, error) {
-	var certs []*x509.Certificate
-	for rest := b; ; {
-		var blk *pem.Block
-		blk, rest = pem.Decode(rest)
-		if blk == nil {
-			break
-		}
-		if blk.Type != "CERTIFICATE" {
-			continue
-		}
-		c, err := x509.ParseCertificate(blk.Bytes)
-		if err != nil {
-			return nil, fmt.Errorf("--%s %s: certificate %d: %w", flag, file, len(certs)+1, err)
-		}
-		certs = append(certs, c)
-	}
-	if len(certs) == 0 {
-		return nil, fmt.Errorf("--%s %s: no PEM certificate in it (want a -----BEGIN CERTIFICATE----- block)", flag, file)
-	}
-	return certs, nil
-}
-
-// loadCAFile reads a file of CA certificates.
-func loadCAFile(flag, file string) (*x509.CertPool, error) {
-	b, err := readFlagFile(flag, file)
-	if err != nil {
-		return nil, err
-	}
-	certs, err := parsePEMCerts(flag, file, b)
-	if err != nil {
-		return nil, err
-	}
-	pool := x509.NewCertPool()
-	for _, c := range certs {
-		pool.AddCert(c)
-	}
-	return pool, nil
-}
-
-// loadKeyPair reads and checks --tls-cert-file and --tls-key-file, as
-// valid at now.
-func loadKeyPair(certFile, keyFile string, now time.Time) (*tls.Certificate, error) {
-	certPEM, err := readFlagFile(flagTLSCert, certFile)
-	if err != nil {
-		return nil, err
-	}
-	keyPEM, err := readFlagFile(flagTLSKey, keyFile)
-	if err != nil {
-		return nil, err
-	}
-	certs, err := parsePEMCerts(flagTLSCert, certFile, certPEM)
-	if err != nil {
-		return nil, err
-	}
-	if !hasPEMKey(keyPEM) {
-		return nil, fmt.Errorf("--%s %s: no PEM private key in it (want a -----BEGIN ... PRIVATE KEY----- block)", flagTLSKey, keyFile)
-	}
-	pair, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		if strings.Contains(err.Error(), "does not match") {
-			return nil, fmt.Errorf("--%s %s is not the key of --%s %s: %w", flagTLSKey, keyFile, flagTLSCert, certFile, err)
-		}
-		return nil, fmt.Errorf("--%s %s with --%s %s: %w", flagTLSCert, certFile, flagTLSKey, keyFile, err)
-	}
-	leaf := certs[0]
-	switch {
-	case now.After(leaf.NotAfter):
-		return nil, fmt.Errorf("--%s %s: expired at %s", flagTLSCert, certFile, leaf.NotAfter.UTC().Format(time.RFC3339))
-	case now.Before(leaf.NotBefore):
-		return nil, fmt.Errorf("--%s %s: not valid before %s", flagTLSCert, certFile, leaf.NotBefore.UTC().Format(time.RFC3339))
-	}
-	pair.Leaf = leaf
-	return &pair, nil
-}
-
-func hasPEMKey(b []byte) bool {
-	for rest := b; ; {
-		var blk *pem.Block
-		blk, rest = pem.Decode(rest)
-		if blk == nil {
-			return false
-		}
-		if strings.HasSuffix(blk.Type, "PRIVATE KEY") {
-			return true
-		}
-	}
-}
