@@ -54,7 +54,9 @@ func TestTLSBadInput(t *testing.T) {
 			[]string{"--tls-cert-file", expired.CertFile, "expired"}},
 		{"malformed SPIFFE id", func(c *node.Config) { c.TLSCertFile, c.TLSKeyFile = badSPIFFE.CertFile, badSPIFFE.KeyFile },
 			[]string{"--tls-cert-file", "spiffe://Legation.Test/replica"}},
-		{"CA file not PEM", func(c *node.Config) { c.TLSCertFile, c.TLSKeyFile, c.ClientCAFile = good.CertFile, good.KeyFile, notPEM },
+		{"CA file not PEM", func(c *node.Config) {
+			c.TLSCertFile, c.TLSKeyFile, c.ClientCAFile = good.CertFile, good.KeyFile, notPEM
+		},
 			[]string{"--client-ca-file", notPEM}},
 		{"bad replica identity pattern", func(c *node.Config) {
 			c.TLSCertFile, c.TLSKeyFile, c.ClientCAFile = good.CertFile, good.KeyFile, ca.CertFile
