@@ -443,6 +443,9 @@ func (tc *TestCluster) waitLB(name string, up bool) {
 	if tc.c.lb == nil {
 		return
 	}
+	if p, err := tc.c.find(name); err == nil && p.apart {
+		return // HAProxy does not know it (ReplicaOptions.Apart)
+	}
 	tc.check(tc.c.WaitLB(context.Background(), name, up))
 }
 

@@ -203,6 +203,9 @@ func (c *Cluster) WaitLB(ctx context.Context, name string, up bool) error {
 	if err != nil {
 		return err
 	}
+	if p.apart {
+		return fmt.Errorf("localcluster: WaitLB: %s is kept out of HAProxy (ReplicaOptions.Apart)", name)
+	}
 	want := "DOWN"
 	if up {
 		want = "UP"
