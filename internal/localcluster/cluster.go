@@ -879,6 +879,12 @@ func (c *Cluster) checkSaved() error {
 	if v := saved["ETCD_MEMBERS"]; v != strconv.Itoa(c.cfg.EtcdMembers) {
 		errs = append(errs, fmt.Errorf("%s etcd members, not %d", v, c.cfg.EtcdMembers))
 	}
+	// A secure cluster's etcd has auth enabled: plain replicas cannot
+	// use it. (An env file older than SECURE is a plain cluster's.)
+	if v := saved["SECURE"]; (v == "true") != c.cfg.Secure && c.cfg.EtcdMembers > 0 {
+		secure := map[bool]string{true: "secure", false: "plain"}
+		errs = append(errs, fmt.Errorf("a %s cluster's etcd data, not a %s one", secure[v == "true"], secure[c.cfg.Secure]))
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("localcluster: %s holds a cluster with %w: use another Dir, or remove it", c.cfg.Dir, errors.Join(errs...))
 	}
