@@ -1330,12 +1330,6 @@ func clusterConn(c *localcluster.TestCluster) []string {
 	return conn
 }
 
-// adminAt runs xdsadmin in-process against the etcd members at endpoints.
-// It may be called from any goroutine.
-func adminAt(endpoints []string, stdin string, args ...string) (stdout, stderr string, code int) {
-	return adminRun([]string{"--etcd-endpoints", strings.Join(endpoints, ",")}, stdin, args...)
-}
-
 // adminRun runs xdsadmin in-process with the etcd flags conn, then args.
 // It may be called from any goroutine.
 func adminRun(conn []string, stdin string, args ...string) (stdout, stderr string, code int) {

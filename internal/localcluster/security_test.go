@@ -65,12 +65,11 @@ func TestSecureCluster(t *testing.T) {
 
 	// etcd: no certificate, no answer; legation-replica reads but may not
 	// write a resource.
-	code, _, errOut := admin(c, nil, "--dial-timeout", "1s", "--timeout", "2s", "get", "cluster")
-	if code == 0 {
-		t.Errorf("xdsadmin without an etcd client certificate: exit 0")
+	if code, out, _ := admin(c, []string{"--etcd-cacert", sec.CAFile}, "--dial-timeout", "1s", "--timeout", "2s", "get", "cluster"); code == 0 {
+		t.Errorf("xdsadmin without an etcd client certificate: exit 0\n%s", out)
 	}
 	replica := []string{"--etcd-cacert", sec.CAFile, "--etcd-cert", sec.EtcdReplica.CertFile, "--etcd-key", sec.EtcdReplica.KeyFile}
-	if code, _, errOut = admin(c, replica, "apply", "-f", "-"); code == 0 || !strings.Contains(errOut, "permission denied") {
+	if code, _, errOut := admin(c, replica, "apply", "-f", "-"); code == 0 || !strings.Contains(errOut, "permission denied") {
 		t.Errorf("xdsadmin apply as legation-replica: exit %d %q, want permission denied", code, errOut)
 	}
 	if code, out, errOut := admin(c, sec.XDSAdminArgs(), "authz", "list"); code != 0 ||
