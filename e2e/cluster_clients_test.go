@@ -325,11 +325,17 @@ type loadClient struct {
 }
 
 // newLoadClient makes a raw client of kind for node id on target
-// (host:port), holding a copy of from (nil: nothing). It does no I/O:
-// start runs it.
+// (host:port), holding a copy of from (nil: nothing), in plaintext. It
+// does no I/O: start runs it.
 func newLoadClient(id string, kind loadKind, target string, from *heldState) (*loadClient, error) {
+	return newLoadClientWith(id, kind, target, from, nil)
+}
+
+// newLoadClientWith is newLoadClient over TLS with creds (nil:
+// plaintext).
+func newLoadClientWith(id string, kind loadKind, target string, from *heldState, creds *clientCreds) (*loadClient, error) {
 	cc, err := grpc.NewClient("passthrough:///"+target,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds.transport()),
 		// Thousands of them in one process: small buffers.
 		grpc.WithReadBufferSize(16<<10), grpc.WithWriteBufferSize(16<<10))
 	if err != nil {
@@ -690,8 +696,10 @@ type rpcResult struct {
 	Err error // nil: answered by the backend on port
 }
 
-func newGRPCClient(server, id string, port int) (*grpcClient, error) {
-	r, err := xds.NewXDSResolverWithConfigForTesting(bootstrap(server, id))
+// newGRPCClient starts a grpc-go xDS client for node id whose xDS server
+// is server, over TLS with creds (nil: plaintext).
+func newGRPCClient(server, id string, port int, creds *clientCreds) (*grpcClient, error) {
+	r, err := xds.NewXDSResolverWithConfigForTesting(bootstrapWith(server, id, creds.channelCreds()))
 	if err != nil {
 		return nil, fmt.Errorf("xds resolver for %s: %w", id, err)
 	}
@@ -787,9 +795,15 @@ type fleet struct {
 }
 
 // startFleet starts mix's clients on server (host:port), node ids
-// prefix-KIND-I, and stops them when the test ends. It returns at once:
-// waitSynced waits.
+// prefix-KIND-I, in plaintext, and stops them when the test ends. It
+// returns at once: waitSynced waits.
 func startFleet(t testing.TB, server, prefix string, mix clientMix, port int) *fleet {
+	t.Helper()
+	return startFleetWith(t, server, prefix, mix, port, nil)
+}
+
+// startFleetWith is startFleet over TLS with creds (nil: plaintext).
+func startFleetWith(t testing.TB, server, prefix string, mix clientMix, port int, creds *clientCreds) *fleet {
 	t.Helper()
 	f := &fleet{port: port}
 	t.Cleanup(f.close)
@@ -798,7 +812,7 @@ func startFleet(t testing.TB, server, prefix string, mix clientMix, port int) *f
 		if i >= mix.SotW {
 			kind, n = kindDelta, i-mix.SotW
 		}
-		c, err := newLoadClient(fmt.Sprintf("%s-%s-%04d", prefix, kind, n), kind, server, nil)
+		c, err := newLoadClientWith(fmt.Sprintf("%s-%s-%04d", prefix, kind, n), kind, server, nil, creds)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -806,7 +820,7 @@ func startFleet(t testing.TB, server, prefix string, mix clientMix, port int) *f
 		f.raw = append(f.raw, c)
 	}
 	for i := range mix.GRPC {
-		g, err := newGRPCClient(server, fmt.Sprintf("%s-grpc-%04d", prefix, i), port)
+		g, err := newGRPCClient(server, fmt.Sprintf("%s-grpc-%04d", prefix, i), port, creds)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -937,7 +951,7 @@ func readDebug(c *localcluster.TestCluster) ([]replicaDebug, error) {
 			Ring   []string           `json:"ring"`
 			Shares map[string]float64 `json:"ring_shares"`
 		}
-		if err := getJSON(r.HTTPAddr, "/debug/cluster", &cl); err != nil {
+		if err := clusterJSON(c, r.HTTPAddr, "/debug/cluster", &cl); err != nil {
 			return nil, fmt.Errorf("%s: %w", r.Name, err)
 		}
 		d.Ring, d.Shares = cl.Ring, cl.Shares
@@ -945,7 +959,7 @@ func readDebug(c *localcluster.TestCluster) ([]replicaDebug, error) {
 			xdstest.DebugStreams
 			Relay []relay.StreamInfo `json:"relay"`
 		}
-		if err := getJSON(r.HTTPAddr, "/debug/streams", &st); err != nil {
+		if err := clusterJSON(c, r.HTTPAddr, "/debug/streams", &st); err != nil {
 			return nil, fmt.Errorf("%s: %w", r.Name, err)
 		}
 		d.SotW, d.Delta, d.Relay = st.Streams, st.DeltaStreams, st.Relay
@@ -954,15 +968,31 @@ func readDebug(c *localcluster.TestCluster) ([]replicaDebug, error) {
 	return out, nil
 }
 
+// getJSON GETs path from the plain HTTP server on addr and decodes its
+// JSON body into v.
 func getJSON(addr, path string, v any) error {
-	code, body, err := httpGet(addr, path)
-	if err != nil || code != http.StatusOK {
-		return fmt.Errorf("GET %s: %d %v %.200s", path, code, err, body)
+	return decodeJSON(path, v)(httpGet(addr, path))
+}
+
+// clusterJSON is getJSON from a replica of c, over HTTPS as the admin
+// when c is secure.
+func clusterJSON(c *localcluster.TestCluster, addr, path string, v any) error {
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	return decodeJSON(path, v)(c.Cluster().HTTPGet(ctx, addr, path))
+}
+
+// decodeJSON returns what decodes the answer to a GET of path into v.
+func decodeJSON(path string, v any) func(code int, body string, err error) error {
+	return func(code int, body string, err error) error {
+		if err != nil || code != http.StatusOK {
+			return fmt.Errorf("GET %s: %d %v %.200s", path, code, err, body)
+		}
+		if err := json.Unmarshal([]byte(body), v); err != nil {
+			return fmt.Errorf("GET %s: %w", path, err)
+		}
+		return nil
 	}
-	if err := json.Unmarshal([]byte(body), v); err != nil {
-		return fmt.Errorf("GET %s: %w", path, err)
-	}
-	return nil
 }
 
 // runningNames returns the names of the running replicas, sorted.
@@ -1284,31 +1314,46 @@ func waitStatusHomes(t testing.TB, c *localcluster.TestCluster, want map[string]
 
 // ---------------------------------------------------------------- xdsadmin and etcd
 
-// clusterAdmin runs xdsadmin in-process against the cluster's etcd.
+// clusterAdmin runs xdsadmin in-process against the cluster's etcd (as
+// legation-admin when c is secure).
 func clusterAdmin(c *localcluster.TestCluster, stdin string, args ...string) (stdout, stderr string, code int) {
-	return adminAt(c.EtcdEndpoints, stdin, args...)
+	return adminRun(clusterConn(c), stdin, args...)
 }
 
-// adminAt runs xdsadmin in-process against the etcd members at endpoints.
+// clusterConn are xdsadmin's flags for c's etcd: its endpoints and, when
+// c is secure, legation-admin's TLS files.
+func clusterConn(c *localcluster.TestCluster) []string {
+	conn := []string{"--etcd-endpoints", strings.Join(c.EtcdEndpoints, ",")}
+	if sec := c.Security(); sec != nil {
+		conn = append(conn, sec.XDSAdminArgs()...)
+	}
+	return conn
+}
+
+// adminRun runs xdsadmin in-process with the etcd flags conn, then args.
 // It may be called from any goroutine.
-func adminAt(endpoints []string, stdin string, args ...string) (stdout, stderr string, code int) {
+func adminRun(conn []string, stdin string, args ...string) (stdout, stderr string, code int) {
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	var out, errOut bytes.Buffer
-	args = append([]string{"--etcd-endpoints", strings.Join(endpoints, ",")}, args...)
-	code = adminctl.Run(ctx, args, strings.NewReader(stdin), &out, &errOut)
+	code = adminctl.Run(ctx, append(slices.Clone(conn), args...), strings.NewReader(stdin), &out, &errOut)
 	return out.String(), errOut.String(), code
 }
 
 // clusterApplyErr is `xdsadmin -o json apply -f -` with doc; it returns
 // the revision the apply made. It may be called from any goroutine.
 func clusterApplyErr(c *localcluster.TestCluster, doc string) (int64, error) {
-	return applyAt(c.EtcdEndpoints, doc)
+	return applyWith(clusterConn(c), doc)
 }
 
 // applyAt is clusterApplyErr against the etcd members at endpoints.
 func applyAt(endpoints []string, doc string) (int64, error) {
-	out, errOut, code := adminAt(endpoints, doc, "-o", "json", "apply", "-f", "-")
+	return applyWith([]string{"--etcd-endpoints", strings.Join(endpoints, ",")}, doc)
+}
+
+// applyWith is clusterApplyErr with the etcd flags conn.
+func applyWith(conn []string, doc string) (int64, error) {
+	out, errOut, code := adminRun(conn, doc, "-o", "json", "apply", "-f", "-")
 	if code != 0 {
 		return 0, fmt.Errorf("xdsadmin apply: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}

@@ -42,7 +42,8 @@ func clusterConfig(flags []string) localcluster.Config {
 // resources at generation 1 (svc-cluster's endpoint on a backend of its
 // own) and starts mix's clients through HAProxy, returning once every
 // client is synced and every node settled on its home. It returns the
-// revision of the apply.
+// revision of the apply. In a secure cluster (cfg.Secure) the clients
+// present localcluster.ClientIdentity's certificate.
 func startFleetCluster(t *testing.T, cfg localcluster.Config, prefix string, mix clientMix) (*localcluster.TestCluster, *fleet, int64) {
 	t.Helper()
 	c := localcluster.StartForTest(t, cfg)
@@ -51,7 +52,12 @@ func startFleetCluster(t *testing.T, cfg localcluster.Config, prefix string, mix
 	rev := clusterApply(t, c, fleetYAML(a.port, 1))
 	c.WaitRevision(rev)
 	start := time.Now()
-	f := startFleet(t, c.LBAddr, prefix, mix, a.port)
+	// A secure cluster's fleet presents the client certificate.
+	var creds *clientCreds
+	if sec := c.Security(); sec != nil {
+		creds = newClientCreds(t, sec, sec.Client)
+	}
+	f := startFleetWith(t, c.LBAddr, prefix, mix, a.port, creds)
 	synced := f.waitSynced(t, 1, rev)
 	h := waitHomed(t, c, f, f.expect(rev, rev), start, clusterTimeout)
 	t.Logf("%s synced through HAProxy in %s, settled on their homes in %s", mix, synced.Round(time.Millisecond), h.All.Round(time.Millisecond))

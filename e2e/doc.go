@@ -11,7 +11,10 @@
 // TestCluster* tests start a whole local cluster: three etcd processes,
 // xds-node processes and HAProxy in front, with hundreds of grpc-go, raw
 // SotW and raw delta clients (affinity, failover, adding a replica, etcd
-// losing a member and its quorum, a frozen etcd member).
+// losing a member and its quorum, a frozen etcd member), and one with TLS
+// everywhere (TestClusterSecure: etcd with client certificates and
+// least-privilege roles, mTLS between clients and replicas and between
+// replicas, encrypted gossip).
 //
 // It has no build tag: `go test ./...` (make test) runs it at a size that
 // fits the time limit (size_small_test.go). `make e2e` sets the `e2e`

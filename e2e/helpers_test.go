@@ -323,10 +323,16 @@ func allYAML(port int) string {
 // bootstrap is grpc-go's xDS bootstrap for a client with node id id
 // talking to xdsAddr.
 func bootstrap(xdsAddr, id string) []byte {
+	return bootstrapWith(xdsAddr, id, map[string]any{"type": "insecure"})
+}
+
+// bootstrapWith is bootstrap with channel creds creds (an entry of the
+// bootstrap's channel_creds).
+func bootstrapWith(xdsAddr, id string, creds map[string]any) []byte {
 	b, err := json.Marshal(map[string]any{
 		"xds_servers": []any{map[string]any{
 			"server_uri":      xdsAddr,
-			"channel_creds":   []any{map[string]any{"type": "insecure"}},
+			"channel_creds":   []any{creds},
 			"server_features": []string{"ignore_resource_deletion"},
 		}},
 		"node": map[string]any{

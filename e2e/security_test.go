@@ -11,7 +11,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -140,23 +139,12 @@ func (e *env) xdsadminOK(t *testing.T, args ...string) string {
 // tlsBootstrap is grpc-go's xDS bootstrap for node id of cluster c1 over
 // mTLS with cert, trusting ca.
 func tlsBootstrap(xdsAddr, id string, cert *testcerts.Cert, ca *testcerts.CA) []byte {
-	b, err := json.Marshal(map[string]any{
-		"xds_servers": []any{map[string]any{
-			"server_uri": xdsAddr,
-			"channel_creds": []any{map[string]any{"type": "tls", "config": map[string]any{
-				"ca_certificate_file": ca.CertFile,
-				"certificate_file":    cert.CertFile,
-				"private_key_file":    cert.KeyFile,
-				"refresh_interval":    "1s",
-			}}},
-			"server_features": []string{"ignore_resource_deletion"},
-		}},
-		"node": map[string]any{"id": id, "cluster": "c1", "locality": map[string]any{"zone": "z1"}},
-	})
-	if err != nil {
-		panic(err) // a literal map of strings always marshals
-	}
-	return b
+	return bootstrapWith(xdsAddr, id, map[string]any{"type": "tls", "config": map[string]any{
+		"ca_certificate_file": ca.CertFile,
+		"certificate_file":    cert.CertFile,
+		"private_key_file":    cert.KeyFile,
+		"refresh_interval":    "1s",
+	}})
 }
 
 // TestMTLSGRPCXDSClientRoutes: grpc-go's xDS client, with TLS channel
@@ -166,7 +154,7 @@ func TestMTLSGRPCXDSClientRoutes(t *testing.T) {
 	p := newPKI(t)
 	// grpc-go's "tls" channel credentials start a file watcher that its
 	// xDS client does not stop when closed (grpc-go v1.85.0).
-	e := newMTLSEnv(t, p, goleak.IgnoreAnyFunction("google.golang.org/grpc/credentials/tls/certprovider/pemfile.(*watcher).run"))
+	e := newMTLSEnv(t, p, pemfileWatcher)
 	e.applyAndWait(t, allYAML(e.a.port))
 	r, err := xds.NewXDSResolverWithConfigForTesting(tlsBootstrap(e.node.XDSAddr(), "edge-1", p.edge, p.ca))
 	if err != nil {

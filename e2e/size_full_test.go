@@ -15,6 +15,8 @@ var (
 	addReplicaMix = clientMix{GRPC: 40, SotW: 480, Delta: 480}
 	// TestClusterEtcdLoss.
 	etcdLossMix = clientMix{GRPC: 20, SotW: 150, Delta: 150}
+	// TestClusterSecure: clients over mTLS.
+	secureMix = clientMix{GRPC: 40, SotW: 280, Delta: 280}
 )
 
 // addReplicaRate is --rebalance-rate in TestClusterAddReplica: streams

@@ -16,6 +16,8 @@ var (
 	addReplicaMix = clientMix{GRPC: 10, SotW: 95, Delta: 95}
 	// TestClusterEtcdLoss.
 	etcdLossMix = clientMix{GRPC: 4, SotW: 20, Delta: 20}
+	// TestClusterSecure: clients over mTLS.
+	secureMix = clientMix{GRPC: 10, SotW: 45, Delta: 45}
 )
 
 // addReplicaRate is --rebalance-rate in TestClusterAddReplica: streams

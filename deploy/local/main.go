@@ -167,6 +167,8 @@ func up(ctx context.Context, fs *flag.FlagSet, dir *string, args []string, stdou
 	fs.IntVar(&cfg.EtcdMembers, "etcd", cfg.EtcdMembers, "etcd members, 1 to 10")
 	fs.IntVar(&cfg.Replicas, "replicas", cfg.Replicas, "replicas, 1 to 200")
 	noLB := fs.Bool("no-haproxy", false, "no HAProxy: clients dial the replicas")
+	fs.BoolVar(&cfg.Secure, "secure", false, "TLS everywhere: etcd with client certificates and least-privilege roles, replicas with mTLS and a gossip key, "+
+		"certificates in DIR/pki (the env file names the admin's and a client's)")
 	bin := fs.String("bin", "", "directory of the etcd and xds-node binaries, used as they are (missing ones are built there); empty: build both into DIR/bin now")
 	fs.StringVar(&cfg.HAProxyBin, "haproxy", "", "the haproxy binary; empty: haproxy on PATH, else /usr/sbin/haproxy")
 	fs.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "how long to wait for a process to come up or go")
@@ -257,10 +259,11 @@ func up(ctx context.Context, fs *flag.FlagSet, dir *string, args []string, stdou
 	return code
 }
 
-// fromSaved takes Net, EtcdMembers and Replicas from DIR/env, written by
-// an earlier up (AddReplica counts), when the flag was not given: etcd's
-// data in DIR is bound to its addresses. Up refuses a Net or EtcdMembers
-// given that differs.
+// fromSaved takes Net, EtcdMembers, Replicas and Secure from DIR/env,
+// written by an earlier up (AddReplica counts), when the flag was not
+// given: etcd's data in DIR is bound to its addresses (and, secure, has
+// auth enabled). Up refuses a Net, EtcdMembers or Secure given that
+// differs.
 func fromSaved(fs *flag.FlagSet, cfg *localcluster.Config) error {
 	saved, err := localcluster.ReadEnv(filepath.Join(cfg.Dir, "env"))
 	if errors.Is(err, os.ErrNotExist) {
@@ -273,6 +276,9 @@ func fromSaved(fs *flag.FlagSet, cfg *localcluster.Config) error {
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	if v, ok := saved["NET"]; ok && !given["net"] {
 		cfg.Net = v
+	}
+	if v, ok := saved["SECURE"]; ok && !given["secure"] {
+		cfg.Secure = v == "true"
 	}
 	for _, s := range []struct {
 		flag, key string

@@ -41,7 +41,8 @@ const (
 )
 
 // setUpRBAC is the README's "Least privilege in etcd", done with
-// clientv3's Auth API: the two roles on prefix, a user per certificate CN
+// clientv3's Auth API: the two roles on prefix (localcluster.AddRoles, as
+// a secure local cluster has them), a user per certificate CN
 // (no password: etcd's --client-cert-auth names them), a user with a
 // password, and root; then auth enabled.
 func setUpRBAC(ctx context.Context, t *testing.T, root *clientv3.Client, prefix string) {
@@ -52,21 +53,10 @@ func setUpRBAC(ctx context.Context, t *testing.T, root *clientv3.Client, prefix 
 			t.Fatalf("%s: %v", what, err)
 		}
 	}
-	read, readWrite := clientv3.PermissionType(clientv3.PermRead), clientv3.PermissionType(clientv3.PermReadWrite)
-	statusDir, membersDir := status.Dir(prefix), shard.RegistryKey(prefix, "")
-	r, err := root.RoleAdd(ctx, "legation-replica")
-	must("role legation-replica", r, err)
-	g, err := root.RoleGrantPermission(ctx, "legation-replica", prefix, clientv3.GetPrefixRangeEnd(prefix), read)
-	must("legation-replica reads the prefix", g, err)
-	g, err = root.RoleGrantPermission(ctx, "legation-replica", statusDir, clientv3.GetPrefixRangeEnd(statusDir), readWrite)
-	must("legation-replica writes status/", g, err)
-	g, err = root.RoleGrantPermission(ctx, "legation-replica", membersDir, clientv3.GetPrefixRangeEnd(membersDir), readWrite)
-	must("legation-replica writes members/", g, err)
-	r, err = root.RoleAdd(ctx, "legation-admin")
-	must("role legation-admin", r, err)
-	g, err = root.RoleGrantPermission(ctx, "legation-admin", prefix, clientv3.GetPrefixRangeEnd(prefix), readWrite)
-	must("legation-admin reads and writes the prefix", g, err)
-	for _, u := range []struct{ name, role string }{{"replica-1", "legation-replica"}, {"xdsadmin", "legation-admin"}} {
+	if err := localcluster.AddRoles(ctx, root, prefix); err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range []struct{ name, role string }{{"replica-1", localcluster.RoleReplica}, {"xdsadmin", localcluster.RoleAdmin}} {
 		a, err := root.UserAddWithOptions(ctx, u.name, "", &clientv3.UserAddOptions{NoPassword: true})
 		must("user "+u.name, a, err)
 		gr, err := root.UserGrantRole(ctx, u.name, u.role)

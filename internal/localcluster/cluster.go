@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -47,6 +48,12 @@ type Cluster struct {
 	exits    []Exit
 	spawner  *spawner // started by the first operation, ended by Close
 	closed   bool
+	// sec is the PKI of a secure cluster, made by the first operation;
+	// nil until then, and without Config.Secure.
+	sec *Security
+	// http reaches the replicas' and HAProxy's HTTP ports: over HTTPS
+	// with the admin's certificate once sec is made.
+	http *http.Client
 
 	reapers sync.WaitGroup // one per run, returning once cmd.Wait has
 	// closeOnce and done make Close idempotent and observable.
@@ -74,7 +81,7 @@ func New(cfg Config) (*Cluster, error) {
 	if cfg.Env == nil {
 		cfg.Env = os.Environ()
 	}
-	c := &Cluster{cfg: cfg, log: cfg.Logger, done: make(chan struct{})}
+	c := &Cluster{cfg: cfg, log: cfg.Logger, done: make(chan struct{}), http: plainHTTP}
 	if c.log == nil {
 		c.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -115,7 +122,7 @@ func (c *Cluster) etcdEndpoints() []string {
 	var eps []string
 	for i := 1; i <= c.cfg.EtcdMembers; i++ {
 		ep := hostPort(etcdIP(c.cfg.Net, i), etcdClientPort)
-		if c.cfg.EtcdTLS != nil {
+		if etcdTLS(&c.cfg) != nil {
 			ep = "https://" + ep
 		}
 		eps = append(eps, ep)
@@ -138,7 +145,23 @@ func (c *Cluster) begin() error {
 		}
 		c.spawner = newSpawner()
 	}
+	if c.cfg.Secure && c.sec == nil {
+		sec, err := newSecurity(pkiDir(c.cfg.Dir), c.cfg.Net, c.cfg.EtcdMembers)
+		if err != nil {
+			return err
+		}
+		c.sec = sec
+		c.http = &http.Client{Transport: &http.Transport{DisableKeepAlives: true, TLSClientConfig: sec.AdminTLS()}}
+	}
 	return nil
+}
+
+// Security is the PKI of a secure cluster (Config.Secure): nil before
+// the first operation (Up, Start, AddReplica) and without Secure.
+func (c *Cluster) Security() *Security {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.sec
 }
 
 // Up starts what is not running, in order etcd members, replicas,
@@ -173,6 +196,11 @@ func (c *Cluster) Up(ctx context.Context) error {
 	}
 	for _, p := range etcd {
 		if err := c.waitHealthy(ctx, p); err != nil {
+			return err
+		}
+	}
+	if sec := c.Security(); sec != nil {
+		if err := sec.setUpEtcd(ctx, c.etcdEndpoints()); err != nil {
 			return err
 		}
 	}
@@ -399,6 +427,22 @@ func (c *Cluster) signalFrozen(name string, freeze bool) error {
 // Down), and returns it. It does not wait for HAProxy's health checks to
 // mark it up (WaitLB).
 func (c *Cluster) AddReplica(ctx context.Context) (Replica, error) {
+	return c.AddReplicaWith(ctx, ReplicaOptions{})
+}
+
+// ReplicaOptions make a replica unlike the others (AddReplicaWith).
+type ReplicaOptions struct {
+	// Args, if set, rewrites the replica's command line (the flags this
+	// package sets, then Config.XDSNodeFlags) at each start: a replica
+	// misconfigured on purpose, say.
+	Args func(args []string) []string
+	// Apart keeps the replica out of HAProxy, now and at later reloads:
+	// no client lands on it.
+	Apart bool
+}
+
+// AddReplicaWith is AddReplica for a replica made with o.
+func (c *Cluster) AddReplicaWith(ctx context.Context, o ReplicaOptions) (Replica, error) {
 	c.opMu.Lock()
 	defer c.opMu.Unlock()
 	if err := c.begin(); err != nil {
@@ -411,6 +455,7 @@ func (c *Cluster) AddReplica(ctx context.Context) (Replica, error) {
 		return Replica{}, fmt.Errorf("localcluster: %d replicas is the most", maxReplicas)
 	}
 	p := c.newProc(kindReplica, n+1)
+	p.args, p.apart = o.Args, o.Apart
 	c.replicas = append(c.replicas, p)
 	c.mu.Unlock()
 	// The env file first, so that it lists the replica even if it fails
@@ -424,7 +469,7 @@ func (c *Cluster) AddReplica(ctx context.Context) (Replica, error) {
 	if err := c.waitHealthy(ctx, p); err != nil {
 		return Replica{}, err
 	}
-	if c.lb != nil {
+	if c.lb != nil && !o.Apart {
 		if err := c.upLB(ctx); err != nil {
 			return Replica{}, err
 		}
@@ -442,17 +487,21 @@ func (c *Cluster) startProc(p *proc) error {
 	}
 	var bin string
 	var args, env []string
+	var err error
 	switch p.kind {
 	case kindEtcd:
 		bin, args = c.cfg.EtcdBin, c.etcdArgs(p)
 		// etcd takes ETCD_<FLAG> variables as flags.
 		env = slices.DeleteFunc(slices.Clone(c.cfg.Env), func(kv string) bool { return strings.HasPrefix(kv, "ETCD_") })
 	case kindReplica:
-		bin, args, env = c.cfg.XDSNodeBin, c.replicaArgs(p), c.cfg.Env
+		bin, env = c.cfg.XDSNodeBin, c.cfg.Env
+		if args, err = c.replicaArgs(p); err != nil {
+			return err
+		}
 	default:
 		return fmt.Errorf("localcluster: startProc %s", p.name) // upLB starts HAProxy
 	}
-	_, err := c.spawn(p, bin, args, env)
+	_, err = c.spawn(p, bin, args, env)
 	return err
 }
 
@@ -595,7 +644,7 @@ func (c *Cluster) waitDone(ctx context.Context, name string, r *run, sig string)
 func (c *Cluster) etcdArgs(p *proc) []string {
 	ip := etcdIP(c.cfg.Net, p.index)
 	client := "http://" + hostPort(ip, etcdClientPort)
-	if c.cfg.EtcdTLS != nil {
+	if etcdTLS(&c.cfg) != nil {
 		client = "https://" + hostPort(ip, etcdClientPort)
 	}
 	peer := "http://" + hostPort(ip, etcdPeerPort)
@@ -616,8 +665,13 @@ func (c *Cluster) etcdArgs(p *proc) []string {
 		"--initial-cluster-state", "new",
 		"--initial-cluster-token", "legation-" + c.cfg.NamePrefix + c.cfg.Net,
 	}
-	if t := c.cfg.EtcdTLS; t != nil {
-		args = append(args, "--cert-file", t.CertFile, "--key-file", t.KeyFile,
+	if t := etcdTLS(&c.cfg); t != nil {
+		cert, key := t.CertFile, t.KeyFile
+		if c.cfg.Secure {
+			f := etcdServerFiles(pkiDir(c.cfg.Dir), p.index)
+			cert, key = f.CertFile, f.KeyFile
+		}
+		args = append(args, "--cert-file", cert, "--key-file", key,
 			// /health in plain HTTP, for waitHealthy.
 			"--listen-metrics-urls", "http://"+hostPort(ip, etcdMetricsPort))
 		if t.TrustedCAFile != "" {
@@ -630,7 +684,7 @@ func (c *Cluster) etcdArgs(p *proc) []string {
 	return append(args, c.cfg.EtcdFlags...)
 }
 
-func (c *Cluster) replicaArgs(p *proc) []string {
+func (c *Cluster) replicaArgs(p *proc) ([]string, error) {
 	ip := replicaIP(c.cfg.Net, p.index)
 	// Peers are found through the etcd registry (no --join).
 	args := []string{
@@ -641,7 +695,18 @@ func (c *Cluster) replicaArgs(p *proc) []string {
 		"--gossip-addr", hostPort(ip, gossipPort),
 		"--advertise-addr", ip,
 	}
-	return append(args, c.cfg.XDSNodeFlags...)
+	if sec := c.Security(); sec != nil {
+		f, err := sec.replica(p.name, ip, lbIP(c.cfg.Net))
+		if err != nil {
+			return nil, err
+		}
+		args = append(args, sec.replicaArgs(f)...)
+	}
+	args = append(args, c.cfg.XDSNodeFlags...)
+	if p.args != nil {
+		args = p.args(args)
+	}
+	return args, nil
 }
 
 // Exits lists how every run of every process ended so far, oldest first.
@@ -813,6 +878,12 @@ func (c *Cluster) checkSaved() error {
 	}
 	if v := saved["ETCD_MEMBERS"]; v != strconv.Itoa(c.cfg.EtcdMembers) {
 		errs = append(errs, fmt.Errorf("%s etcd members, not %d", v, c.cfg.EtcdMembers))
+	}
+	// A secure cluster's etcd has auth enabled: plain replicas cannot
+	// use it. (An env file older than SECURE is a plain cluster's.)
+	if v := saved["SECURE"]; (v == "true") != c.cfg.Secure && c.cfg.EtcdMembers > 0 {
+		secure := map[bool]string{true: "secure", false: "plain"}
+		errs = append(errs, fmt.Errorf("a %s cluster's etcd data, not a %s one", secure[v == "true"], secure[c.cfg.Secure]))
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("localcluster: %s holds a cluster with %w: use another Dir, or remove it", c.cfg.Dir, errors.Join(errs...))

@@ -78,6 +78,18 @@ type Config struct {
 	// and with ClientCertAuth --etcd-cert and --etcd-key). Nil: plain
 	// http.
 	EtcdTLS *EtcdTLS
+	// Secure makes the cluster secure end to end (Security): etcd members
+	// serve clients over TLS only, require client certificates and have
+	// auth enabled with least-privilege roles (AddRoles); replicas serve
+	// xDS over mTLS and HTTP over TLS, relay to each other over mTLS,
+	// gossip encrypted, and reach etcd as legation-replica; the
+	// authorization rules grant AdminIdentity admin and ClientIdentity
+	// every node. The certificates and keys are made in Dir/pki when the
+	// cluster first starts anything (Cluster.Security). The cluster's own
+	// probes of the replicas (/readyz, /debug/) then use HTTPS with the
+	// admin's certificate. It needs etcd members of its own (EtcdMembers)
+	// and no EtcdTLS.
+	Secure bool
 	// EtcdFlags are extra flags for every etcd member, after the ones
 	// this package sets.
 	EtcdFlags []string
@@ -195,6 +207,9 @@ func (c *Config) Validate() error {
 	if t := c.EtcdTLS; t != nil && (t.CertFile == "" || t.KeyFile == "" || t.ClientCertAuth && t.TrustedCAFile == "") {
 		add("EtcdTLS: CertFile and KeyFile, and with ClientCertAuth TrustedCAFile, are needed")
 	}
+	if c.Secure && (c.EtcdMembers == 0 || c.EtcdTLS != nil) {
+		add("Secure: needs etcd members of its own (EtcdMembers) and no EtcdTLS (it makes its own)")
+	}
 	if !namePattern.MatchString(c.NamePrefix) {
 		add("NamePrefix %q: letters, digits, '-', '_' and '.' only", c.NamePrefix)
 	}
@@ -219,6 +234,19 @@ func (c *Config) Validate() error {
 // ControlSocket is the path of the control socket of the cluster whose
 // state directory is dir (see ControlHandler and Client).
 func ControlSocket(dir string) string { return filepath.Join(dir, "control.sock") }
+
+// pkiDir is where a secure cluster's certificates and keys are.
+func pkiDir(dir string) string { return filepath.Join(dir, "pki") }
+
+// etcdTLS is cfg's EtcdTLS, or, for a secure cluster, its own: the CA of
+// Dir/pki, client certificates required (each member's certificate and
+// key are its own: etcdArgs).
+func etcdTLS(cfg *Config) *EtcdTLS {
+	if !cfg.Secure {
+		return cfg.EtcdTLS
+	}
+	return &EtcdTLS{TrustedCAFile: filepath.Join(pkiDir(cfg.Dir), "legation-ca.pem"), ClientCertAuth: true}
+}
 
 func lbSocket(dir string) string { return filepath.Join(dir, "haproxy.sock") }
 

@@ -23,7 +23,10 @@
 // reload), waits on what the cluster reports (health, readiness, the
 // ring, a view's revision, HAProxy's view of a replica), building the
 // etcd and xds-node binaries, and the control endpoint through which
-// deploy/local drives a cluster that another process owns.
+// deploy/local drives a cluster that another process owns. With
+// Config.Secure it also owns the cluster's security (security.go): a
+// test CA and every certificate, the gossip key, etcd's least-privilege
+// roles and users, and the authorization rules it starts with.
 //
 // It does not own: the replicas' behaviour (internal/node), xDS clients or
 // Envoy (tests bring their own), writing resources (xdsadmin), or

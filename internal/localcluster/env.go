@@ -24,6 +24,20 @@ func (c *Cluster) writeEnv() error {
 	kv("REPLICAS", strconv.Itoa(len(st.Replicas)))
 	kv("ETCD_ENDPOINTS", strings.Join(st.EtcdEndpoints, ","))
 	kv("LEGATION_ETCD_ENDPOINTS", strings.Join(st.EtcdEndpoints, ","))
+	kv("SECURE", strconv.FormatBool(c.cfg.Secure))
+	if sec := c.Security(); sec != nil {
+		// xdsadmin as legation-admin in etcd, and as the admin identity
+		// asking replicas' /readyz (members).
+		kv("LEGATION_ETCD_CACERT", sec.CAFile)
+		kv("LEGATION_ETCD_CERT", sec.EtcdAdmin.CertFile)
+		kv("LEGATION_ETCD_KEY", sec.EtcdAdmin.KeyFile)
+		kv("LEGATION_TLS_CA_FILE", sec.CAFile)
+		kv("LEGATION_TLS_CERT_FILE", sec.Admin.CertFile)
+		kv("LEGATION_TLS_KEY_FILE", sec.Admin.KeyFile)
+		kv("CLIENT_CERT_FILE", sec.Client.CertFile)
+		kv("CLIENT_KEY_FILE", sec.Client.KeyFile)
+		kv("GOSSIP_KEY_FILE", sec.GossipKeyFile)
+	}
 	if lb := st.HAProxy; lb != nil {
 		kv("LB_XDS_ADDR", lb.XDSAddr)
 		kv("LB_HTTP_ADDR", lb.HTTPAddr)

@@ -67,14 +67,25 @@ frontend http
 	// on-marked-down shutdown-sessions): one draining on SIGTERM, or not
 	// ready for a moment, would otherwise cut them all at once.
 	_, replicas := c.procs()
+	// A secure cluster's replicas serve HTTP over TLS: HAProxy checks
+	// /readyz over TLS, verifying the replica's certificate against the
+	// CA (no host name: it dials by IP), presenting none (/readyz needs
+	// none). Clients' TLS passes through (mode tcp).
+	check := "check"
+	if c.cfg.Secure {
+		check += " check-ssl verify required ca-file " + filepath.Join(pkiDir(c.cfg.Dir), "legation-ca.pem")
+	}
 	for _, backend := range []string{"xds", "http"} {
 		fmt.Fprintf(&b, "\nbackend %s\n    balance roundrobin\n    option httpchk GET /readyz\n", backend)
 		for _, p := range replicas {
+			if p.apart {
+				continue
+			}
 			rip := replicaIP(c.cfg.Net, p.index)
 			if backend == "xds" {
-				fmt.Fprintf(&b, "    server %s %s check port %d\n", p.name, hostPort(rip, xdsPort), httpPort)
+				fmt.Fprintf(&b, "    server %s %s %s port %d\n", p.name, hostPort(rip, xdsPort), check, httpPort)
 			} else {
-				fmt.Fprintf(&b, "    server %s %s check\n", p.name, hostPort(rip, httpPort))
+				fmt.Fprintf(&b, "    server %s %s %s\n", p.name, hostPort(rip, httpPort), check)
 			}
 		}
 	}

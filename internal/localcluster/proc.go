@@ -25,6 +25,11 @@ type proc struct {
 	kind  kind
 	index int    // I in etcd-I and replica-I, from 1; 0 for haproxy
 	log   string // its output, appended across runs
+	// args, if set, rewrites a replica's command line at each start
+	// (ReplicaOptions.Args); apart keeps it out of HAProxy
+	// (ReplicaOptions.Apart). Both set before the proc is shared.
+	args  func([]string) []string
+	apart bool
 
 	cur *run // guarded by Cluster.mu; nil until its first start
 }

@@ -230,7 +230,7 @@ func probe(prefix string, cfg Config) error {
 	}
 	for i := 1; i <= cfg.EtcdMembers; i++ {
 		tcp = append(tcp, hostPort(etcdIP(prefix, i), etcdClientPort), hostPort(etcdIP(prefix, i), etcdPeerPort))
-		if cfg.EtcdTLS != nil {
+		if etcdTLS(&cfg) != nil {
 			tcp = append(tcp, hostPort(etcdIP(prefix, i), etcdMetricsPort))
 		}
 	}
@@ -374,6 +374,22 @@ func (tc *TestCluster) AddReplica() int {
 	return len(tc.c.Replicas()) - 1
 }
 
+// AddReplicaWith is AddReplica for a replica made with o: with o.Apart
+// it returns once the replica is ready, HAProxy not knowing it.
+func (tc *TestCluster) AddReplicaWith(o ReplicaOptions) int {
+	tc.t.Helper()
+	r, err := tc.c.AddReplicaWith(context.Background(), o)
+	tc.check(err)
+	if !o.Apart {
+		tc.waitLB(r.Name, true)
+	}
+	return len(tc.c.Replicas()) - 1
+}
+
+// Security is the PKI of a secure cluster (Config.Secure), nil
+// otherwise.
+func (tc *TestCluster) Security() *Security { return tc.c.Security() }
+
 // FreezeReplica stops Replicas()[i] with SIGSTOP.
 func (tc *TestCluster) FreezeReplica(i int) { tc.t.Helper(); tc.check(tc.c.Freeze(tc.replica(i))) }
 
@@ -426,6 +442,9 @@ func (tc *TestCluster) waitLB(name string, up bool) {
 	tc.t.Helper()
 	if tc.c.lb == nil {
 		return
+	}
+	if p, err := tc.c.find(name); err == nil && p.apart {
+		return // HAProxy does not know it (ReplicaOptions.Apart)
 	}
 	tc.check(tc.c.WaitLB(context.Background(), name, up))
 }

@@ -16,19 +16,41 @@ import (
 // pollInterval paces polls; it is not a wait for anything.
 const pollInterval = 20 * time.Millisecond
 
-// httpClient keeps no idle connections, so none outlive a wait.
-var httpClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+// plainHTTP keeps no idle connections, so none outlive a wait.
+var plainHTTP = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 
-// httpGet GETs path from the HTTP server on addr (host:port), giving up
-// after 2s.
+// httpGet GETs path from the plain HTTP server on addr (host:port),
+// giving up after 2s.
 func httpGet(ctx context.Context, addr, path string) (int, string, error) {
+	return get(ctx, plainHTTP, "http://"+addr+path)
+}
+
+// HTTPGet GETs path from the HTTP port of a replica or HAProxy at addr
+// (host:port), giving up after 2s: over HTTPS with the admin's
+// certificate (Security.AdminTLS) in a secure cluster, else plain HTTP.
+// It returns the status code and the body (up to 1 MiB).
+func (c *Cluster) HTTPGet(ctx context.Context, addr, path string) (int, string, error) {
+	c.mu.Lock()
+	client, secure := c.http, c.sec != nil
+	c.mu.Unlock()
+	if c.cfg.Secure && !secure {
+		return 0, "", errors.New("localcluster: HTTPGet: the secure cluster has not started")
+	}
+	scheme := "http://"
+	if secure {
+		scheme = "https://"
+	}
+	return get(ctx, client, scheme+addr+path)
+}
+
+func get(ctx context.Context, client *http.Client, url string) (int, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return 0, "", err
 	}
-	resp, err := httpClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return 0, "", err
 	}
@@ -85,25 +107,35 @@ func (c *Cluster) waitHealthy(ctx context.Context, p *proc) error {
 		return fmt.Errorf("localcluster: %s was never started", p.name)
 	}
 	var addr, path string
+	getter, scheme := c.HTTPGet, "http://"
+	if c.cfg.Secure {
+		scheme = "https://"
+	}
 	switch p.kind {
 	case kindEtcd:
-		addr, path = hostPort(etcdIP(c.cfg.Net, p.index), etcdClientPort), "/health"
-		if c.cfg.EtcdTLS != nil {
-			addr = hostPort(etcdIP(c.cfg.Net, p.index), etcdMetricsPort)
-		}
+		addr, path, getter, scheme = etcdHealthAddr(&c.cfg, p.index), "/health", httpGet, "http://"
 	case kindReplica:
 		addr, path = hostPort(replicaIP(c.cfg.Net, p.index), httpPort), "/readyz"
 	default:
 		addr, path = hostPort(lbIP(c.cfg.Net), httpPort), "/readyz"
 	}
-	what := fmt.Sprintf("%s (pid %d): http://%s%s 200", p.name, r.pid, addr, path)
+	what := fmt.Sprintf("%s (pid %d): %s%s%s 200", p.name, r.pid, scheme, addr, path)
 	return c.poll(ctx, what, p.log, r.done, func(ctx context.Context) (bool, string) {
-		code, body, err := httpGet(ctx, addr, path)
+		code, body, err := getter(ctx, addr, path)
 		if err != nil {
 			return false, err.Error()
 		}
 		return code == http.StatusOK, fmt.Sprintf("%d %s", code, strings.TrimSpace(body))
 	})
+}
+
+// etcdHealthAddr is where etcd member i answers /health in plain HTTP:
+// its client address, or with TLS its metrics address.
+func etcdHealthAddr(cfg *Config, i int) string {
+	if etcdTLS(cfg) != nil {
+		return hostPort(etcdIP(cfg.Net, i), etcdMetricsPort)
+	}
+	return hostPort(etcdIP(cfg.Net, i), etcdClientPort)
 }
 
 // WaitRevision waits until the view of every running replica is at etcd
@@ -119,7 +151,7 @@ func (c *Cluster) WaitRevision(ctx context.Context, rev int64) error {
 			var v struct {
 				Revision int64 `json:"revision"`
 			}
-			if err := getJSON(ctx, r.HTTPAddr, "/debug/view", &v); err != nil {
+			if err := c.getJSON(ctx, r.HTTPAddr, "/debug/view", &v); err != nil {
 				return false, err.Error()
 			}
 			return v.Revision >= rev, fmt.Sprintf("at revision %d", v.Revision)
@@ -147,7 +179,7 @@ func (c *Cluster) WaitRing(ctx context.Context) error {
 			var v struct {
 				Ring []string `json:"ring"`
 			}
-			if err := getJSON(ctx, r.HTTPAddr, "/debug/cluster", &v); err != nil {
+			if err := c.getJSON(ctx, r.HTTPAddr, "/debug/cluster", &v); err != nil {
 				return false, err.Error()
 			}
 			sort.Strings(v.Ring)
@@ -170,6 +202,9 @@ func (c *Cluster) WaitLB(ctx context.Context, name string, up bool) error {
 	p, err := c.find(name)
 	if err != nil {
 		return err
+	}
+	if p.apart {
+		return fmt.Errorf("localcluster: WaitLB: %s is kept out of HAProxy (ReplicaOptions.Apart)", name)
 	}
 	want := "DOWN"
 	if up {
@@ -194,9 +229,9 @@ func (c *Cluster) WaitLB(ctx context.Context, name string, up bool) error {
 	})
 }
 
-// getJSON GETs path from addr and decodes its JSON body into v.
-func getJSON(ctx context.Context, addr, path string, v any) error {
-	code, body, err := httpGet(ctx, addr, path)
+// getJSON GETs path from addr (HTTPGet) and decodes its JSON body into v.
+func (c *Cluster) getJSON(ctx context.Context, addr, path string, v any) error {
+	code, body, err := c.HTTPGet(ctx, addr, path)
 	if err != nil || code != http.StatusOK {
 		return fmt.Errorf("GET %s: %d %v %.200s", path, code, err, body)
 	}
@@ -214,29 +249,30 @@ func (c *Cluster) Probe(ctx context.Context) Status {
 	st := c.Status()
 	type probe struct {
 		health     *string
+		get        func(ctx context.Context, addr, path string) (int, string, error)
 		addr, path string
 		label      string
 	}
 	var probes []probe
 	for i, m := range st.Etcd {
 		if m.State == Running {
-			probes = append(probes, probe{&st.Etcd[i].Health, m.ClientAddr, "/health", "/health"})
+			probes = append(probes, probe{&st.Etcd[i].Health, httpGet, etcdHealthAddr(&c.cfg, i+1), "/health", "/health"})
 		}
 	}
 	for i, r := range st.Replicas {
 		if r.State == Running {
-			probes = append(probes, probe{&st.Replicas[i].Health, r.HTTPAddr, "/readyz", "/readyz"})
+			probes = append(probes, probe{&st.Replicas[i].Health, c.HTTPGet, r.HTTPAddr, "/readyz", "/readyz"})
 		}
 	}
 	lb := st.HAProxy
 	if lb != nil && lb.State == Running {
-		probes = append(probes, probe{&lb.Health, lb.HTTPAddr, "/readyz", "/readyz via HAProxy"})
+		probes = append(probes, probe{&lb.Health, c.HTTPGet, lb.HTTPAddr, "/readyz", "/readyz via HAProxy"})
 	}
 	done := make(chan struct{})
 	for _, p := range probes {
 		go func() {
 			defer func() { done <- struct{}{} }()
-			code, _, err := httpGet(ctx, p.addr, p.path)
+			code, _, err := p.get(ctx, p.addr, p.path)
 			if err != nil {
 				*p.health = p.label + " no answer"
 				return
