@@ -213,6 +213,7 @@ func (st *stream) flushType(ts *typeState) error {
 	holdRemovals := breaks(ts.t) && st.Fixed == nil && st.referrersPending()
 	var out []item
 	var removed []string
+	var aliases *aliasIndex // built or fetched on the first alias
 	for _, n := range sortedKeys(candidates) {
 		_, isHeld := ts.have[n]
 		if !ts.wildcard && !ts.names[n] {
@@ -226,7 +227,10 @@ func (st *stream) flushType(ts *typeState) error {
 			source = e.Scope
 		} else if ts.t == resource.VirtualHost {
 			// VHDS: n may be an alias "<route configuration>/<host>".
-			if e = resolveAlias(st.Snap, st.Group, n); e != nil {
+			if aliases == nil {
+				aliases = st.s.aliases.get(st.Snap, st.Group)
+			}
+			if e = aliases.resolve(n); e != nil {
 				alias, source = n, e.Scope+"/"+e.Name
 			}
 		}
