@@ -206,10 +206,16 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 		Source:         n.view,
 		GroupBy:        groupBy,
 		CatchupTimeout: cfg.CatchupTimeout,
-		Leases:         n.leases,
-		Authorizer:     n.guard,
-		Logger:         n.log,
-		Registerer:     n.reg,
+		// The node's zero is no bound, xdsstream's is its default.
+		FirstRequestTimeout: unbounded(cfg.FirstRequestTimeout),
+		MaxNames:            unbounded(cfg.MaxNames),
+		MaxNameLength:       unbounded(cfg.MaxNameLength),
+		MaxNackMessage:      unbounded(cfg.MaxNackMessage),
+		SendTimeout:         unbounded(cfg.SendTimeout),
+		Leases:              n.leases,
+		Authorizer:          n.guard,
+		Logger:              n.log,
+		Registerer:          n.reg,
 	}
 	if n.delta, err = delta.New(delta.Config{Config: xcfg}); err != nil {
 		return fmt.Errorf("node: %w", err)
