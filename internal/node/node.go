@@ -231,6 +231,7 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 	rcfg.Burst = max(1, int(cfg.RebalanceRate/5))
 	rcfg.TrustMarker = n.guard.TrustRelay
 	rcfg.Forward = n.guard.Forward
+	rcfg.SendTimeout = unbounded(cfg.SendTimeout)
 	if n.tls != nil {
 		// Replicas relay to each other over mTLS, each checking that the
 		// other presents a replica's identity.
