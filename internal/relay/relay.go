@@ -104,10 +104,10 @@ type Config struct {
 // DefaultConfig returns the defaults, without Self or Home.
 func DefaultConfig() Config {
 	return Config{
-		ConnectTimeout:  3 * time.Second, // a dial and one round trip, with room for a busy home
-		ConnIdleTimeout: time.Minute,     // spares a dial per stream when a home has few
+		ConnectTimeout:  3 * time.Second,  // a dial and one round trip, with room for a busy home
+		ConnIdleTimeout: time.Minute,      // spares a dial per stream when a home has few
 		SendTimeout:     30 * time.Second, // as xdsstream's: a healthy client reads within a few RTTs
-		Rate:            50,              // 10,000 streams move in ~3 minutes
+		Rate:            50,               // 10,000 streams move in ~3 minutes
 		Burst:           10,
 	}
 }
