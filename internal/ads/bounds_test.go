@@ -109,7 +109,7 @@ func TestNackLogsBounded(t *testing.T) {
 	var logs logBuffer
 	e := newEnv(t, func(c *ads.Config) {
 		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
-		c.NackLogWindow = 200 * time.Millisecond
+		c.NackLogWindow = 2 * time.Second
 	})
 	e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("a", 1))})
 	msg := strings.Repeat("bad cluster ", msgSize/12)
