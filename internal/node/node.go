@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,10 +19,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/legation-io/legation/internal/access"
 	"github.com/legation-io/legation/internal/ads"
@@ -30,6 +34,7 @@ import (
 	"github.com/legation-io/legation/internal/devetcd"
 	"github.com/legation-io/legation/internal/grpcapi"
 	"github.com/legation-io/legation/internal/lease"
+	"github.com/legation-io/legation/internal/limits"
 	"github.com/legation-io/legation/internal/relay"
 	"github.com/legation-io/legation/internal/scope"
 	"github.com/legation-io/legation/internal/shard"
@@ -68,6 +73,7 @@ type Node struct {
 	grpcSrv    *grpc.Server
 	health     *health.Server
 	httpSrv    *http.Server
+	limits     *limits.Limits
 
 	started  atomic.Bool // set by the first Run or Close
 	stopping atomic.Bool // set when Run's ctx ends: no longer ready
@@ -210,6 +216,7 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 		Authorizer:     n.guard,
 		Logger:         n.log,
 		Registerer:     n.reg,
+		PanicOnNode:    cfg.panicOnNode,
 	}
 	if n.delta, err = delta.New(delta.Config{Config: xcfg}); err != nil {
 		return fmt.Errorf("node: %w", err)
@@ -236,13 +243,43 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 		return fmt.Errorf("node: %w", err)
 	}
 
+	if n.limits, err = limits.New(limits.Config{
+		MaxStreamsPerConn: cfg.MaxStreamsPerConn,
+		StreamRate:        cfg.StreamRate,
+		StreamBurst:       cfg.StreamBurst,
+		MaxStreams:        cfg.MaxStreams,
+		MaxWait:           time.Second,
+		Trusted:           n.relayedByReplica,
+		Exempt:            func(method string) bool { return strings.HasPrefix(method, "/grpc.health.v1.Health/") },
+		Logger:            n.log,
+		Registerer:        n.reg,
+	}); err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
 	srvOpts := append(grpcapi.ServerOptions(),
 		grpc.MaxRecvMsgSize(cfg.MaxRecvMsgSize),
-		// CSDS answers admins only (with mTLS); the relay comes after, so
-		// an xDS stream it relays is checked at its home.
-		grpc.ChainStreamInterceptor(n.guard.AdminStreamInterceptor(statusv3.ClientStatusDiscoveryService_StreamClientStatus_FullMethodName),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
+			MinTime:             cfg.KeepaliveMinTime,
+			PermitWithoutStream: true, // idle Envoys ping too
+		}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			Time:                  cfg.KeepaliveTime,
+			Timeout:               cfg.KeepaliveTimeout,
+			MaxConnectionAge:      cfg.MaxConnectionAge, // 0: grpc-go's default, no age
+			MaxConnectionAgeGrace: cfg.MaxConnectionAgeGrace,
+		}),
+		grpc.StatsHandler(n.limits.StatsHandler()),
+		// Recovery comes first, so that it covers every interceptor and
+		// handler; then the bounds and admission, before the relay, so
+		// that a stream is admitted at the replica its client reached (the
+		// edge) and not again at its home. CSDS answers admins only (with
+		// mTLS); the relay comes after, so an xDS stream it relays is
+		// checked at its home.
+		grpc.ChainStreamInterceptor(n.limits.RecoverStream(), n.limits.StreamInterceptor(),
+			n.guard.AdminStreamInterceptor(statusv3.ClientStatusDiscoveryService_StreamClientStatus_FullMethodName),
 			n.relay.StreamInterceptor()),
-		grpc.ChainUnaryInterceptor(n.guard.AdminUnaryInterceptor(statusv3.ClientStatusDiscoveryService_FetchClientStatus_FullMethodName)))
+		grpc.ChainUnaryInterceptor(n.limits.RecoverUnary(),
+			n.guard.AdminUnaryInterceptor(statusv3.ClientStatusDiscoveryService_FetchClientStatus_FullMethodName)))
 	if n.tls != nil {
 		srvOpts = append(srvOpts, grpc.Creds(credentials.NewTLS(n.tls.ServerConfig(xdsClientAuth(cfg.MTLS())))))
 	}
@@ -260,8 +297,14 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 	n.handleDebug(mux)
 	mux.Handle(ads.RESTPattern, n.sotw.RESTHandler())
 	n.httpSrv = &http.Server{
-		Handler:           n.guard.HTTP(mux),
-		ReadHeaderTimeout: 10 * time.Second,
+		Handler: n.guard.HTTP(mux),
+		// REST polls, probes and scrapes are small requests answered at
+		// once: nothing is streamed, so a write deadline cuts nothing
+		// legitimate.
+		ReadHeaderTimeout: min(10*time.Second, cfg.HTTPReadTimeout),
+		ReadTimeout:       cfg.HTTPReadTimeout,
+		WriteTimeout:      httpWriteTimeout,
+		IdleTimeout:       httpIdleTimeout,
 		ErrorLog:          slog.NewLogLogger(n.log.Handler(), slog.LevelDebug),
 	}
 	if n.tls != nil {
@@ -275,6 +318,21 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 		n.httpSrv.TLSConfig = n.tls.ServerConfig(auth)
 	}
 	return nil
+}
+
+// The HTTP server's write and idle timeouts: fixed, as no response is
+// long-lived (--http-read-timeout bounds the client's side).
+const (
+	httpWriteTimeout = 30 * time.Second
+	httpIdleTimeout  = 2 * time.Minute
+)
+
+// relayedByReplica reports whether the stream of ctx was relayed here by
+// another replica: it carries the relay marker and its peer may set it
+// (access.Guard.TrustRelay: with mTLS a replica's identity; in plain
+// text anyone, as for the relay itself).
+func (n *Node) relayedByReplica(ctx context.Context) bool {
+	return len(metadata.ValueFromIncomingContext(ctx, relay.MarkerKey)) > 0 && n.guard.TrustRelay(ctx)
 }
 
 // xdsClientAuth is the xDS port's client-certificate policy.
@@ -479,7 +537,12 @@ func (n *Node) Run(ctx context.Context) error {
 		if n.tls != nil {
 			serve = func(l net.Listener) error { return n.httpSrv.ServeTLS(l, "", "") }
 		}
-		if err := serve(n.httpLis); !errors.Is(err, http.ErrServerClosed) {
+		lis := n.httpLis
+		if n.cfg.HTTPMaxConns > 0 {
+			// Beyond the bound, connections wait in the listen queue.
+			lis = netutil.LimitListener(lis, n.cfg.HTTPMaxConns)
+		}
+		if err := serve(lis); !errors.Is(err, http.ErrServerClosed) {
 			serveErr <- fmt.Errorf("node: HTTP server on %s: %w", n.HTTPAddr(), err)
 		}
 	}()
