@@ -86,8 +86,7 @@ func cdsRequest(id string) *discoveryv3.DiscoveryRequest {
 type rawH2 struct {
 	conn   net.Conn
 	fr     *http2.Framer
-	wmu    sync.Mutex       // guards fr's writes
-	frames chan http2.Frame // every frame read, copied
+	wmu    sync.Mutex // guards fr's writes
 	goaway chan *http2.GoAwayFrame
 }
 
