@@ -125,6 +125,8 @@ func parseFlags(args []string) (node.Config, error) {
 		"new streams admitted per second; one over it waits up to 1s, then gets RESOURCE_EXHAUSTED; 0: no rate")
 	fs.IntVar(&cfg.StreamBurst, "stream-burst", cfg.StreamBurst, "new streams admitted at once above --stream-rate")
 	fs.IntVar(&cfg.MaxStreams, "max-streams", cfg.MaxStreams, "streams open at once on this replica; beyond: RESOURCE_EXHAUSTED; 0: no bound")
+	fs.Float64Var(&cfg.MaxStreamsShare, "max-streams-share", cfg.MaxStreamsShare,
+		"cap the streams open at this multiple of the replica's fair share of the cluster's (at least 100; in a cluster only); 0: no cap")
 	fs.DurationVar(&cfg.HTTPReadTimeout, "http-read-timeout", cfg.HTTPReadTimeout, "bound on reading an HTTP request, headers and body")
 	fs.IntVar(&cfg.HTTPMaxConns, "http-max-conns", cfg.HTTPMaxConns,
 		"HTTP connections open at once; more wait in the listen queue; 0: no bound")

@@ -33,6 +33,19 @@ type Config struct {
 	// MaxStreams bounds the streams admitted and open at once
 	// (--max-streams). Zero: no bound.
 	MaxStreams int
+	// ShareFactor (--max-streams-share) caps the streams admitted and
+	// open at ShareFactor times FairShare, but never below ShareFloor: a
+	// replica takes no more than its share when clients pile on it (a
+	// peer died, a load balancer is uneven). Zero: no cap.
+	ShareFactor float64
+	// ShareFloor is the streams the share cap always admits, so that a
+	// young cluster, whose estimate is small and noisy, is not refused.
+	ShareFloor int
+	// FairShare, if set, returns this replica's fair share of the
+	// cluster's streams (the cluster's streams divided by its members);
+	// ok false when unknown or alone: no share cap then. It is called
+	// once per new stream and must not block.
+	FairShare func() (fair float64, ok bool)
 	// MaxWait is how long a stream over StreamRate may wait for its turn.
 	MaxWait time.Duration
 	// Trusted, if set, reports whether the stream of ctx was relayed here
@@ -68,7 +81,7 @@ type Limits struct {
 
 // New checks cfg and registers the metrics.
 func New(cfg Config) (*Limits, error) {
-	if cfg.MaxStreamsPerConn < 0 || cfg.MaxStreams < 0 || cfg.StreamRate < 0 || cfg.MaxWait < 0 {
+	if cfg.MaxStreamsPerConn < 0 || cfg.MaxStreams < 0 || cfg.StreamRate < 0 || cfg.MaxWait < 0 || cfg.ShareFactor < 0 {
 		return nil, errors.New("limits: negative bound")
 	}
 	if cfg.Registerer == nil {
@@ -170,6 +183,15 @@ func (l *Limits) admit(ctx context.Context) error {
 		l.open.Add(-1)
 		l.hits.WithLabelValues(LimitMaxStreams).Inc()
 		return status.Errorf(codes.ResourceExhausted, "replica full: at most %d streams (--max-streams); try another replica", max)
+	}
+	if f := l.cfg.ShareFactor; f > 0 && l.cfg.FairShare != nil {
+		if fair, ok := l.cfg.FairShare(); ok {
+			if limit := max(float64(l.cfg.ShareFloor), f*fair); float64(n) > limit {
+				l.open.Add(-1)
+				l.hits.WithLabelValues(LimitMaxStreamsShare).Inc()
+				return status.Errorf(codes.ResourceExhausted, "replica above its share: at most %.0f streams, %g times its fair share of the cluster's (--max-streams-share); try another replica", limit, f)
+			}
+		}
 	}
 	if l.limiter == nil {
 		return nil

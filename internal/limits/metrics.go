@@ -10,9 +10,10 @@ import (
 // Limit labels of legation_limits_hits_total set by this package. Other
 // packages add their own (Hits).
 const (
-	LimitStreamsPerConn = "streams_per_conn"
-	LimitStreamRate     = "stream_rate"
-	LimitMaxStreams     = "max_streams"
+	LimitStreamsPerConn  = "streams_per_conn"
+	LimitStreamRate      = "stream_rate"
+	LimitMaxStreams      = "max_streams"
+	LimitMaxStreamsShare = "max_streams_share"
 )
 
 // Hits returns legation_limits_hits_total on reg, labelled by limit: one

@@ -173,6 +173,13 @@ type Config struct {
 	// MaxStreams (--max-streams) bounds the streams admitted and open at
 	// once; beyond it a stream gets RESOURCE_EXHAUSTED. Zero: no bound.
 	MaxStreams int
+	// MaxStreamsShare (--max-streams-share) caps the streams admitted
+	// and open at this multiple of the replica's fair share of the
+	// cluster's streams, estimated locally (the streams it is home to
+	// divided by its share of the ring, divided by the members), and
+	// never below 100; only in a cluster of two or more. Zero: no cap;
+	// else at least 1.
+	MaxStreamsShare float64
 	// HTTPReadTimeout (--http-read-timeout) bounds reading a request on
 	// --http-addr, headers and body: a client sending slowly is cut.
 	// Must be positive.
@@ -231,6 +238,7 @@ func DefaultConfig() Config {
 		StreamRate:            1000,             // new streams a second
 		StreamBurst:           1000,             // one second's worth at once
 		MaxStreams:            0,                // no cap
+		MaxStreamsShare:       0,                // no cap; 1.1 keeps replicas within 10% of their share
 		HTTPReadTimeout:       10 * time.Second, // a request's headers and body
 		HTTPMaxConns:          1000,             // scrapes, probes, REST pollers
 	}
@@ -397,6 +405,9 @@ func (c *Config) validateLimits() error {
 	nonNegative("--http-max-conns", c.HTTPMaxConns)
 	if !(c.StreamRate >= 0) || c.StreamRate > 1e9 {
 		errs = append(errs, fmt.Errorf("--stream-rate %v: must be 0 (no rate) or positive (streams per second)", c.StreamRate))
+	}
+	if c.MaxStreamsShare != 0 && !(c.MaxStreamsShare >= 1 && c.MaxStreamsShare < 1e6) {
+		errs = append(errs, fmt.Errorf("--max-streams-share %v: must be 0 (no cap) or at least 1 (a multiple of the fair share)", c.MaxStreamsShare))
 	}
 	if c.StreamRate > 0 && c.StreamBurst < 1 {
 		errs = append(errs, fmt.Errorf("--stream-burst %d: must be at least 1 with --stream-rate", c.StreamBurst))

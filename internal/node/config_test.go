@@ -52,6 +52,8 @@ func TestValidate(t *testing.T) {
 		{"max streams negative", func(c *node.Config) { c.MaxStreams = -1 }, "--max-streams"},
 		{"stream rate negative", func(c *node.Config) { c.StreamRate = -1 }, "--stream-rate"},
 		{"stream burst zero with a rate", func(c *node.Config) { c.StreamBurst = 0 }, "--stream-burst"},
+		{"max streams share", func(c *node.Config) { c.MaxStreamsShare = 1.1 }, ""},
+		{"max streams share below 1", func(c *node.Config) { c.MaxStreamsShare = 0.5 }, "--max-streams-share"},
 		{"http read timeout zero", func(c *node.Config) { c.HTTPReadTimeout = 0 }, "--http-read-timeout"},
 		{"http max conns negative", func(c *node.Config) { c.HTTPMaxConns = -1 }, "--http-max-conns"},
 

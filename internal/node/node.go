@@ -36,6 +36,7 @@ import (
 	"github.com/legation-io/legation/internal/lease"
 	"github.com/legation-io/legation/internal/limits"
 	"github.com/legation-io/legation/internal/relay"
+	"github.com/legation-io/legation/internal/resource"
 	"github.com/legation-io/legation/internal/scope"
 	"github.com/legation-io/legation/internal/shard"
 	"github.com/legation-io/legation/internal/status"
@@ -74,6 +75,9 @@ type Node struct {
 	health     *health.Server
 	httpSrv    *http.Server
 	limits     *limits.Limits
+	// served counts the xDS streams served here (not relayed away): the
+	// streams this replica is home to, for the fair share's estimate.
+	served atomic.Int64
 
 	started  atomic.Bool // set by the first Run or Close
 	stopping atomic.Bool // set when Run's ctx ends: no longer ready
@@ -249,6 +253,9 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 		StreamBurst:       cfg.StreamBurst,
 		MaxStreams:        cfg.MaxStreams,
 		MaxWait:           time.Second,
+		ShareFactor:       cfg.MaxStreamsShare,
+		ShareFloor:        shareFloor,
+		FairShare:         n.fairShare,
 		Trusted:           n.relayedByReplica,
 		Exempt:            func(method string) bool { return strings.HasPrefix(method, "/grpc.health.v1.Health/") },
 		Logger:            n.log,
@@ -288,7 +295,12 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 	// health.NewServer reports the server ("") SERVING; it is not until
 	// the view is loaded.
 	n.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
-	grpcapi.Register(n.grpcSrv, grpcapi.Services{SotW: n.sotw, Delta: n.delta, CSDS: n.csds, Health: n.health})
+	grpcapi.Register(n.grpcSrv, grpcapi.Services{
+		SotW:   servedSotW{n.sotw, &n.served},
+		Delta:  servedDelta{n.delta, &n.served},
+		CSDS:   n.csds,
+		Health: n.health,
+	})
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", n.serveHealthz)
@@ -326,6 +338,58 @@ const (
 	httpWriteTimeout = 30 * time.Second
 	httpIdleTimeout  = 2 * time.Minute
 )
+
+// shareFloor is the streams --max-streams-share always admits: below it
+// the estimate of the fair share is too noisy to refuse anyone on.
+const shareFloor = 100
+
+// fairShare estimates this replica's fair share of the cluster's streams
+// (limits.Config.FairShare) from what it knows locally: the streams it
+// serves are those of the nodes it is home to, about its share of the
+// ring of all the cluster's streams, so the cluster has about served /
+// share streams, and a fair share is that divided by the members. Unknown
+// (false) alone, before the agent joined, and while this replica is not
+// on the ring.
+func (n *Node) fairShare() (float64, bool) {
+	m := n.cluster.Membership()
+	if m == nil {
+		return 0, false
+	}
+	ring := m.Ring()
+	members := ring.Len()
+	if members < 2 {
+		return 0, false
+	}
+	share := ring.Shares()[n.cfg.Name]
+	if share <= 0 {
+		return 0, false
+	}
+	return float64(n.served.Load()) / share / float64(members), true
+}
+
+// servedSotW and servedDelta count the streams their server serves in
+// served: the handler runs only for streams served here, after the relay.
+type servedSotW struct {
+	*ads.Server
+	served *atomic.Int64
+}
+
+func (s servedSotW) Serve(st grpcapi.SotWStream, t *resource.Type) error {
+	s.served.Add(1)
+	defer s.served.Add(-1)
+	return s.Server.Serve(st, t)
+}
+
+type servedDelta struct {
+	*delta.Server
+	served *atomic.Int64
+}
+
+func (s servedDelta) Serve(st grpcapi.DeltaStream, t *resource.Type) error {
+	s.served.Add(1)
+	defer s.served.Add(-1)
+	return s.Server.Serve(st, t)
+}
 
 // relayedByReplica reports whether the stream of ctx was relayed here by
 // another replica: it carries the relay marker and its peer may set it
