@@ -53,13 +53,14 @@ func TestKeepaliveQuiet(t *testing.T) {
 	if err := run(t, 5*time.Second); err != nil {
 		t.Fatalf("the stream ended during %s of quiet with pings every 10s: %v", keepaliveQuiet, err)
 	}
-	if keepaliveStrict {
-		t.Run("stricter policy", func(t *testing.T) {
-			if err := run(t, 15*time.Second); err == nil {
-				t.Fatalf("the stream lasted %s of pings every 10s with --keepalive-min-time 15s, want it ended (too_many_pings)", keepaliveQuiet)
-			} else {
-				t.Logf("with --keepalive-min-time 15s the stream ended: %v", err)
-			}
-		})
+	if !keepaliveStrict {
+		return
+	}
+	// Not a subtest: the replica's name is the test's, which may not
+	// hold a '/'.
+	if err := run(t, 15*time.Second); err == nil {
+		t.Fatalf("the stream lasted %s of pings every 10s with --keepalive-min-time 15s, want it ended (too_many_pings)", keepaliveQuiet)
+	} else {
+		t.Logf("with --keepalive-min-time 15s the stream ended: %v", err)
 	}
 }
