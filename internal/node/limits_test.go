@@ -472,3 +472,22 @@ func TestHTTPLimits(t *testing.T) {
 	}
 	t.Logf("the 3rd connection was served after %s", time.Since(start).Round(time.Millisecond))
 }
+
+// TestMaxConnectionAge: a connection older than --max-connection-age is
+// sent GOAWAY and, after the grace, its streams end UNAVAILABLE, so their
+// clients reconnect.
+func TestMaxConnectionAge(t *testing.T) {
+	_, r, _ := limitsEnv(t, func(c *node.Config) {
+		c.MaxConnectionAge, c.MaxConnectionAgeGrace = 500*time.Millisecond, 500*time.Millisecond
+	})
+	s := xdstest.OpenSotW(t, dial(t, r))
+	start := time.Now()
+	s.Send(cdsRequest("aged"))
+	s.Ack(s.Expect())
+	if err := s.ExpectErr(); grpcstatus.Code(err) != codes.Unavailable {
+		t.Fatalf("the aged connection's stream ended with %v, want UNAVAILABLE", err)
+	}
+	if d := time.Since(start); d < 400*time.Millisecond {
+		t.Errorf("the stream ended after %s, before the age and the grace", d)
+	}
+}
