@@ -164,9 +164,8 @@ func (h *rawH2) openADS(t *testing.T, req proto.Message) {
 	}
 }
 
-// pingFor pings every interval for d; it fails the test if the server
-// sends GOAWAY meanwhile when wantGoaway is false, and returns whether it
-// did.
+// pingFor pings every interval for d, and returns the server's GOAWAY
+// if one comes meanwhile, else nil.
 func (h *rawH2) pingFor(interval, d time.Duration) (goaway *http2.GoAwayFrame) {
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
