@@ -120,6 +120,26 @@ func parseFlags(args []string) (node.Config, error) {
 		"patterns of the identities replicas present (relay markers are trusted only from them), comma separated; empty: this replica's own certificate identity")
 	fs.StringVar(&cfg.AuthzDefaultTrustDomain, "authz-default-trust-domain", cfg.AuthzDefaultTrustDomain,
 		"with mTLS, let SPIFFE identities of this trust domain that have no rule claim any node and group; empty: no rule, no access")
+	// Limits and overload (README, "Limits and overload").
+	fs.DurationVar(&cfg.KeepaliveMinTime, "keepalive-min-time", cfg.KeepaliveMinTime,
+		"shortest interval between a client's keepalive pings accepted, with or without streams (faster: GOAWAY too_many_pings)")
+	fs.DurationVar(&cfg.KeepaliveTime, "keepalive-time", cfg.KeepaliveTime, "ping a client after this long without activity on its connection")
+	fs.DurationVar(&cfg.KeepaliveTimeout, "keepalive-timeout", cfg.KeepaliveTimeout, "close a connection whose client does not answer a ping within this")
+	fs.DurationVar(&cfg.MaxConnectionAge, "max-connection-age", cfg.MaxConnectionAge,
+		"send GOAWAY to connections older than this (plus or minus 10%); 0: no age")
+	fs.DurationVar(&cfg.MaxConnectionAgeGrace, "max-connection-age-grace", cfg.MaxConnectionAgeGrace,
+		"time an aged connection's streams get to end before it is cut")
+	fs.IntVar(&cfg.MaxStreamsPerConn, "max-streams-per-conn", cfg.MaxStreamsPerConn,
+		"streams one client connection may hold open (relay connections between replicas exempt); 0: no bound")
+	fs.Float64Var(&cfg.StreamRate, "stream-rate", cfg.StreamRate,
+		"new streams admitted per second; one over it waits up to 1s, then gets RESOURCE_EXHAUSTED; 0: no rate")
+	fs.IntVar(&cfg.StreamBurst, "stream-burst", cfg.StreamBurst, "new streams admitted at once above --stream-rate")
+	fs.IntVar(&cfg.MaxStreams, "max-streams", cfg.MaxStreams, "streams open at once on this replica; beyond: RESOURCE_EXHAUSTED; 0: no bound")
+	fs.Float64Var(&cfg.MaxStreamsShare, "max-streams-share", cfg.MaxStreamsShare,
+		"cap the streams open at this multiple of the replica's fair share of the cluster's (at least 100; in a cluster only); 0: no cap")
+	fs.DurationVar(&cfg.HTTPReadTimeout, "http-read-timeout", cfg.HTTPReadTimeout, "bound on reading an HTTP request, headers and body")
+	fs.IntVar(&cfg.HTTPMaxConns, "http-max-conns", cfg.HTTPMaxConns,
+		"HTTP connections open at once; more wait in the listen queue; 0: no bound")
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "Usage: xds-node [flags]\n\n"+
 			"One Legation replica. With no flag: dev mode, an embedded etcd on 127.0.0.1:2379.\n"+

@@ -162,6 +162,59 @@ type Config struct {
 	// identity of this trust domain with no rule may claim any node id and
 	// group (not admin). Empty: no rule, no access.
 	AuthzDefaultTrustDomain string
+
+	// Limits and overload (README, "Limits and overload"; package limits).
+
+	// KeepaliveMinTime (--keepalive-min-time) is the shortest interval
+	// between a client's HTTP/2 keepalive pings the xDS port accepts,
+	// with or without streams; a client pinging more often is sent
+	// GOAWAY too_many_pings. Must be positive.
+	KeepaliveMinTime time.Duration
+	// KeepaliveTime (--keepalive-time): after that long without activity
+	// on a connection the server pings the client, and closes the
+	// connection when no answer comes within KeepaliveTimeout
+	// (--keepalive-timeout): dead peers are found. Both must be positive.
+	KeepaliveTime    time.Duration
+	KeepaliveTimeout time.Duration
+	// MaxConnectionAge (--max-connection-age): a connection older than
+	// this (plus or minus 10%) is sent GOAWAY, and its streams get
+	// MaxConnectionAgeGrace (--max-connection-age-grace) to end before it
+	// is cut; its clients reconnect, maybe elsewhere. Zero: no age.
+	MaxConnectionAge      time.Duration
+	MaxConnectionAgeGrace time.Duration
+	// MaxStreamsPerConn (--max-streams-per-conn) bounds the streams one
+	// client connection holds open; beyond it a stream gets
+	// RESOURCE_EXHAUSTED. Relay connections between replicas are exempt.
+	// Zero: no bound.
+	MaxStreamsPerConn int
+	// StreamRate (--stream-rate) is the new streams admitted per second,
+	// with bursts of StreamBurst (--stream-burst); a stream over it waits
+	// up to 1s, then gets RESOURCE_EXHAUSTED. Relayed streams are
+	// admitted at the replica their client reached. Zero: no rate.
+	StreamRate  float64
+	StreamBurst int
+	// MaxStreams (--max-streams) bounds the streams admitted and open at
+	// once; beyond it a stream gets RESOURCE_EXHAUSTED. Zero: no bound.
+	MaxStreams int
+	// MaxStreamsShare (--max-streams-share) caps the streams admitted
+	// and open at this multiple of the replica's fair share of the
+	// cluster's streams, estimated locally (the streams it is home to
+	// divided by its share of the ring, divided by the members), and
+	// never below 100; only in a cluster of two or more. Zero: no cap;
+	// else at least 1.
+	MaxStreamsShare float64
+	// HTTPReadTimeout (--http-read-timeout) bounds reading a request on
+	// --http-addr, headers and body: a client sending slowly is cut.
+	// Must be positive.
+	HTTPReadTimeout time.Duration
+	// HTTPMaxConns (--http-max-conns) bounds the connections open at
+	// once on --http-addr; a connection beyond it waits in the listen
+	// queue until one closes. Zero: no bound.
+	HTTPMaxConns int
+	// panicOnNode is xdsstream.Config.PanicOnNode, a test hook
+	// (export_test.go).
+	panicOnNode string
+
 	// Logger gets the node's logs; nil discards them.
 	Logger *slog.Logger
 	// Registerer gets the node's and the view's metrics. Nil: a fresh
@@ -204,6 +257,20 @@ func DefaultConfig() Config {
 		SendTimeout:         xd.SendTimeout,
 		RebalanceRate:       50,              // streams closed per second after a membership change
 		EtcdStaleAfter:      3 * time.Second, // three missed progress notifications
+
+		// Limits and overload.
+		KeepaliveMinTime:      5 * time.Second,  // Envoy's and gRPC's usual pings are 10s or more
+		KeepaliveTime:         30 * time.Second, // ping a quiet client after 30s
+		KeepaliveTimeout:      10 * time.Second, // and drop it if it does not answer in 10s
+		MaxConnectionAge:      0,                // connections live as long as their clients
+		MaxConnectionAgeGrace: 30 * time.Second, // once aged, streams get 30s to end
+		MaxStreamsPerConn:     100,              // Envoy and grpc-go open one ADS stream a connection
+		StreamRate:            1000,             // new streams a second
+		StreamBurst:           1000,             // one second's worth at once
+		MaxStreams:            0,                // no cap
+		MaxStreamsShare:       0,                // no cap; 1.1 keeps replicas within 10% of their share
+		HTTPReadTimeout:       10 * time.Second, // a request's headers and body
+		HTTPMaxConns:          1000,             // scrapes, probes, REST pollers
 	}
 }
 
@@ -304,6 +371,7 @@ func (c *Config) Validate() error {
 	if c.SendTimeout < 0 {
 		add(fmt.Errorf("--send-timeout %s: negative", c.SendTimeout))
 	}
+	add(c.validateLimits())
 	add(c.validateTLS())
 	if c.Gatherer == nil && c.Registerer != nil {
 		if _, ok := c.Registerer.(prometheus.Gatherer); !ok {
@@ -359,6 +427,44 @@ func (c *Config) validateTLS() error {
 		if err := tlsfiles.ValidateSPIFFE("spiffe://" + td); err != nil || strings.Contains(td, "/") {
 			errs = append(errs, fmt.Errorf("--authz-default-trust-domain %q: want a SPIFFE trust domain such as example.org (lowercase letters, digits, '.', '-', '_')", td))
 		}
+	}
+	return errors.Join(errs...)
+}
+
+// validateLimits checks the flags of "Limits and overload".
+func (c *Config) validateLimits() error {
+	var errs []error
+	positive := func(flag string, d time.Duration) {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("%s %s: must be positive", flag, d))
+		}
+	}
+	positive("--keepalive-min-time", c.KeepaliveMinTime)
+	positive("--keepalive-time", c.KeepaliveTime)
+	positive("--keepalive-timeout", c.KeepaliveTimeout)
+	positive("--http-read-timeout", c.HTTPReadTimeout)
+	if c.MaxConnectionAge < 0 {
+		errs = append(errs, fmt.Errorf("--max-connection-age %s: negative (0: no age)", c.MaxConnectionAge))
+	}
+	if c.MaxConnectionAgeGrace < 0 {
+		errs = append(errs, fmt.Errorf("--max-connection-age-grace %s: negative", c.MaxConnectionAgeGrace))
+	}
+	nonNegative := func(flag string, v int) {
+		if v < 0 {
+			errs = append(errs, fmt.Errorf("%s %d: negative (0: no bound)", flag, v))
+		}
+	}
+	nonNegative("--max-streams-per-conn", c.MaxStreamsPerConn)
+	nonNegative("--max-streams", c.MaxStreams)
+	nonNegative("--http-max-conns", c.HTTPMaxConns)
+	if !(c.StreamRate >= 0) || c.StreamRate > 1e9 {
+		errs = append(errs, fmt.Errorf("--stream-rate %v: must be 0 (no rate) or positive (streams per second)", c.StreamRate))
+	}
+	if c.MaxStreamsShare != 0 && !(c.MaxStreamsShare >= 1 && c.MaxStreamsShare < 1e6) {
+		errs = append(errs, fmt.Errorf("--max-streams-share %v: must be 0 (no cap) or at least 1 (a multiple of the fair share)", c.MaxStreamsShare))
+	}
+	if c.StreamRate > 0 && c.StreamBurst < 1 {
+		errs = append(errs, fmt.Errorf("--stream-burst %d: must be at least 1 with --stream-rate", c.StreamBurst))
 	}
 	return errors.Join(errs...)
 }

@@ -39,6 +39,24 @@ func TestValidate(t *testing.T) {
 			c.EtcdEndpoints, c.GossipKeyFile = []string{"10.0.0.1:2379"}, "/etc/legation/gossip.keys"
 		}, ""},
 
+		// Limits and overload.
+		{"no limits", func(c *node.Config) {
+			c.MaxConnectionAge, c.MaxStreamsPerConn, c.StreamRate, c.StreamBurst, c.MaxStreams, c.HTTPMaxConns = 0, 0, 0, 0, 0, 0
+		}, ""},
+		{"keepalive min time zero", func(c *node.Config) { c.KeepaliveMinTime = 0 }, "--keepalive-min-time"},
+		{"keepalive time zero", func(c *node.Config) { c.KeepaliveTime = 0 }, "--keepalive-time"},
+		{"keepalive timeout negative", func(c *node.Config) { c.KeepaliveTimeout = -time.Second }, "--keepalive-timeout"},
+		{"max connection age negative", func(c *node.Config) { c.MaxConnectionAge = -time.Second }, "--max-connection-age"},
+		{"max connection age grace negative", func(c *node.Config) { c.MaxConnectionAgeGrace = -time.Second }, "--max-connection-age-grace"},
+		{"max streams per conn negative", func(c *node.Config) { c.MaxStreamsPerConn = -1 }, "--max-streams-per-conn"},
+		{"max streams negative", func(c *node.Config) { c.MaxStreams = -1 }, "--max-streams"},
+		{"stream rate negative", func(c *node.Config) { c.StreamRate = -1 }, "--stream-rate"},
+		{"stream burst zero with a rate", func(c *node.Config) { c.StreamBurst = 0 }, "--stream-burst"},
+		{"max streams share", func(c *node.Config) { c.MaxStreamsShare = 1.1 }, ""},
+		{"max streams share below 1", func(c *node.Config) { c.MaxStreamsShare = 0.5 }, "--max-streams-share"},
+		{"http read timeout zero", func(c *node.Config) { c.HTTPReadTimeout = 0 }, "--http-read-timeout"},
+		{"http max conns negative", func(c *node.Config) { c.HTTPMaxConns = -1 }, "--http-max-conns"},
+
 		{"group by empty", func(c *node.Config) { c.GroupBy = "" }, "--group-by"},
 		{"group by unknown", func(c *node.Config) { c.GroupBy = "labels" }, "--group-by \"labels\""},
 		{"group by metadata without key", func(c *node.Config) { c.GroupBy = "metadata:" }, "--group-by"},

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,10 +19,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/legation-io/legation/internal/access"
 	"github.com/legation-io/legation/internal/ads"
@@ -30,7 +34,9 @@ import (
 	"github.com/legation-io/legation/internal/devetcd"
 	"github.com/legation-io/legation/internal/grpcapi"
 	"github.com/legation-io/legation/internal/lease"
+	"github.com/legation-io/legation/internal/limits"
 	"github.com/legation-io/legation/internal/relay"
+	"github.com/legation-io/legation/internal/resource"
 	"github.com/legation-io/legation/internal/scope"
 	"github.com/legation-io/legation/internal/shard"
 	"github.com/legation-io/legation/internal/status"
@@ -68,6 +74,10 @@ type Node struct {
 	grpcSrv    *grpc.Server
 	health     *health.Server
 	httpSrv    *http.Server
+	limits     *limits.Limits
+	// served counts the xDS streams served here (not relayed away): the
+	// streams this replica is home to, for the fair share's estimate.
+	served atomic.Int64
 
 	started  atomic.Bool // set by the first Run or Close
 	stopping atomic.Bool // set when Run's ctx ends: no longer ready
@@ -216,6 +226,7 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 		Authorizer:          n.guard,
 		Logger:              n.log,
 		Registerer:          n.reg,
+		PanicOnNode:         cfg.panicOnNode,
 	}
 	if n.delta, err = delta.New(delta.Config{Config: xcfg}); err != nil {
 		return fmt.Errorf("node: %w", err)
@@ -243,13 +254,46 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 		return fmt.Errorf("node: %w", err)
 	}
 
+	if n.limits, err = limits.New(limits.Config{
+		MaxStreamsPerConn: cfg.MaxStreamsPerConn,
+		StreamRate:        cfg.StreamRate,
+		StreamBurst:       cfg.StreamBurst,
+		MaxStreams:        cfg.MaxStreams,
+		MaxWait:           time.Second,
+		ShareFactor:       cfg.MaxStreamsShare,
+		ShareFloor:        shareFloor,
+		FairShare:         n.fairShare,
+		Trusted:           n.relayedByReplica,
+		Exempt:            func(method string) bool { return strings.HasPrefix(method, "/grpc.health.v1.Health/") },
+		Logger:            n.log,
+		Registerer:        n.reg,
+	}); err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
 	srvOpts := append(grpcapi.ServerOptions(),
 		grpc.MaxRecvMsgSize(cfg.MaxRecvMsgSize),
-		// CSDS answers admins only (with mTLS); the relay comes after, so
-		// an xDS stream it relays is checked at its home.
-		grpc.ChainStreamInterceptor(n.guard.AdminStreamInterceptor(statusv3.ClientStatusDiscoveryService_StreamClientStatus_FullMethodName),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
+			MinTime:             cfg.KeepaliveMinTime,
+			PermitWithoutStream: true, // idle Envoys ping too
+		}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			Time:                  cfg.KeepaliveTime,
+			Timeout:               cfg.KeepaliveTimeout,
+			MaxConnectionAge:      cfg.MaxConnectionAge, // 0: grpc-go's default, no age
+			MaxConnectionAgeGrace: cfg.MaxConnectionAgeGrace,
+		}),
+		grpc.StatsHandler(n.limits.StatsHandler()),
+		// Recovery comes first, so that it covers every interceptor and
+		// handler; then the bounds and admission, before the relay, so
+		// that a stream is admitted at the replica its client reached (the
+		// edge) and not again at its home. CSDS answers admins only (with
+		// mTLS); the relay comes after, so an xDS stream it relays is
+		// checked at its home.
+		grpc.ChainStreamInterceptor(n.limits.RecoverStream(), n.limits.StreamInterceptor(),
+			n.guard.AdminStreamInterceptor(statusv3.ClientStatusDiscoveryService_StreamClientStatus_FullMethodName),
 			n.relay.StreamInterceptor()),
-		grpc.ChainUnaryInterceptor(n.guard.AdminUnaryInterceptor(statusv3.ClientStatusDiscoveryService_FetchClientStatus_FullMethodName)))
+		grpc.ChainUnaryInterceptor(n.limits.RecoverUnary(),
+			n.guard.AdminUnaryInterceptor(statusv3.ClientStatusDiscoveryService_FetchClientStatus_FullMethodName)))
 	if n.tls != nil {
 		srvOpts = append(srvOpts, grpc.Creds(credentials.NewTLS(n.tls.ServerConfig(xdsClientAuth(cfg.MTLS())))))
 	}
@@ -258,7 +302,12 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 	// health.NewServer reports the server ("") SERVING; it is not until
 	// the view is loaded.
 	n.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
-	grpcapi.Register(n.grpcSrv, grpcapi.Services{SotW: n.sotw, Delta: n.delta, CSDS: n.csds, Health: n.health})
+	grpcapi.Register(n.grpcSrv, grpcapi.Services{
+		SotW:   servedSotW{n.sotw, &n.served},
+		Delta:  servedDelta{n.delta, &n.served},
+		CSDS:   n.csds,
+		Health: n.health,
+	})
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", n.serveHealthz)
@@ -267,8 +316,14 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 	n.handleDebug(mux)
 	mux.Handle(ads.RESTPattern, n.sotw.RESTHandler())
 	n.httpSrv = &http.Server{
-		Handler:           n.guard.HTTP(mux),
-		ReadHeaderTimeout: 10 * time.Second,
+		Handler: n.guard.HTTP(mux),
+		// REST polls, probes and scrapes are small requests answered at
+		// once: nothing is streamed, so a write deadline cuts nothing
+		// legitimate.
+		ReadHeaderTimeout: min(10*time.Second, cfg.HTTPReadTimeout),
+		ReadTimeout:       cfg.HTTPReadTimeout,
+		WriteTimeout:      httpWriteTimeout,
+		IdleTimeout:       httpIdleTimeout,
 		ErrorLog:          slog.NewLogLogger(n.log.Handler(), slog.LevelDebug),
 	}
 	if n.tls != nil {
@@ -282,6 +337,73 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 		n.httpSrv.TLSConfig = n.tls.ServerConfig(auth)
 	}
 	return nil
+}
+
+// The HTTP server's write and idle timeouts: fixed, as no response is
+// long-lived (--http-read-timeout bounds the client's side).
+const (
+	httpWriteTimeout = 30 * time.Second
+	httpIdleTimeout  = 2 * time.Minute
+)
+
+// shareFloor is the streams --max-streams-share always admits: below it
+// the estimate of the fair share is too noisy to refuse anyone on.
+const shareFloor = 100
+
+// fairShare estimates this replica's fair share of the cluster's streams
+// (limits.Config.FairShare) from what it knows locally: the streams it
+// serves are those of the nodes it is home to, about its share of the
+// ring of all the cluster's streams, so the cluster has about served /
+// share streams, and a fair share is that divided by the members. Unknown
+// (false) alone, before the agent joined, and while this replica is not
+// on the ring.
+func (n *Node) fairShare() (float64, bool) {
+	m := n.cluster.Membership()
+	if m == nil {
+		return 0, false
+	}
+	ring := m.Ring()
+	members := ring.Len()
+	if members < 2 {
+		return 0, false
+	}
+	share := ring.Shares()[n.cfg.Name]
+	if share <= 0 {
+		return 0, false
+	}
+	return float64(n.served.Load()) / share / float64(members), true
+}
+
+// servedSotW and servedDelta count the streams their server serves in
+// served: the handler runs only for streams served here, after the relay.
+type servedSotW struct {
+	*ads.Server
+	served *atomic.Int64
+}
+
+func (s servedSotW) Serve(st grpcapi.SotWStream, t *resource.Type) error {
+	s.served.Add(1)
+	defer s.served.Add(-1)
+	return s.Server.Serve(st, t)
+}
+
+type servedDelta struct {
+	*delta.Server
+	served *atomic.Int64
+}
+
+func (s servedDelta) Serve(st grpcapi.DeltaStream, t *resource.Type) error {
+	s.served.Add(1)
+	defer s.served.Add(-1)
+	return s.Server.Serve(st, t)
+}
+
+// relayedByReplica reports whether the stream of ctx was relayed here by
+// another replica: it carries the relay marker and its peer may set it
+// (access.Guard.TrustRelay: with mTLS a replica's identity; in plain
+// text anyone, as for the relay itself).
+func (n *Node) relayedByReplica(ctx context.Context) bool {
+	return len(metadata.ValueFromIncomingContext(ctx, relay.MarkerKey)) > 0 && n.guard.TrustRelay(ctx)
 }
 
 // xdsClientAuth is the xDS port's client-certificate policy.
@@ -486,7 +608,12 @@ func (n *Node) Run(ctx context.Context) error {
 		if n.tls != nil {
 			serve = func(l net.Listener) error { return n.httpSrv.ServeTLS(l, "", "") }
 		}
-		if err := serve(n.httpLis); !errors.Is(err, http.ErrServerClosed) {
+		lis := n.httpLis
+		if n.cfg.HTTPMaxConns > 0 {
+			// Beyond the bound, connections wait in the listen queue.
+			lis = netutil.LimitListener(lis, n.cfg.HTTPMaxConns)
+		}
+		if err := serve(lis); !errors.Is(err, http.ErrServerClosed) {
 			serveErr <- fmt.Errorf("node: HTTP server on %s: %w", n.HTTPAddr(), err)
 		}
 	}()

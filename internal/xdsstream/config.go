@@ -107,6 +107,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer gets the server's metrics; nil registers none.
 	Registerer prometheus.Registerer
+
+	// PanicOnNode is a test hook, never set in production: a stream whose
+	// first request names this node id panics in its handler's goroutine,
+	// so that tests can show a panic ends that stream alone. Empty: none.
+	PanicOnNode string
 }
 
 // DefaultConfig returns the defaults, without a Source.

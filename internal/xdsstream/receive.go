@@ -14,6 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/legation-io/legation/internal/limits"
 )
 
 // Receive starts a stream's receive goroutine: it reads messages with recv
@@ -22,10 +24,21 @@ import (
 // (gRPC's flow control holds the client back meanwhile). The first receive
 // error goes to the second channel. The goroutine ends with that error, or
 // when ctx ends; for a gRPC stream, recv fails once the handler returns.
+//
+// A panic in recv (a codec's, say) is recovered here, where no gRPC
+// interceptor would see it, and handed over as the receive error, a
+// *limits.PanicError: the handler returns it, and the recovery
+// interceptor (limits.Limits.RecoverStream) logs, counts and answers it
+// as a panic of the handler's own.
 func Receive[T any](ctx context.Context, recv func(any) error) (<-chan *T, <-chan error) {
 	reqc := make(chan *T, 1)
 	errc := make(chan error, 1)
 	go func() {
+		defer func() {
+			if v := recover(); v != nil {
+				errc <- limits.Recovered(v) // the only send on errc: never blocks
+			}
+		}()
 		for {
 			r := new(T)
 			if err := recv(r); err != nil {

@@ -9,6 +9,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/legation-io/legation/internal/limits"
 )
 
 func TestEndErr(t *testing.T) {
@@ -61,5 +63,15 @@ func TestReceive(t *testing.T) {
 	}
 	if err := <-errc; !errors.Is(err, io.EOF) {
 		t.Fatalf("error %v, want EOF", err)
+	}
+}
+
+// TestReceivePanic: a panic in recv ends the receive goroutine with a
+// *limits.PanicError as the receive error, not the process.
+func TestReceivePanic(t *testing.T) {
+	_, errc := Receive[int](t.Context(), func(any) error { panic("decode") })
+	var p *limits.PanicError
+	if err := <-errc; !errors.As(err, &p) || p.Value != "decode" || len(p.Stack) == 0 {
+		t.Fatalf("receive error %v, want a *limits.PanicError of \"decode\" with a stack", err)
 	}
 }

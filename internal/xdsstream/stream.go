@@ -181,6 +181,9 @@ func handle[R Request, T Reporter](s *Stream[T], rules Rules[R], r R) error {
 	}
 	if s.Node == nil {
 		s.setNode(r.GetNode())
+		if p := s.core.Config.PanicOnNode; p != "" && s.Node.GetId() == p {
+			panic("xdsstream: PanicOnNode test hook: node " + p)
+		}
 		if err := s.authorize(s.Node, s.Group); err != nil {
 			return err
 		}

@@ -1,0 +1,281 @@
+package limits
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/stats"
+	"google.golang.org/grpc/status"
+)
+
+// Config configures Limits. Zero in a bound means no bound.
+type Config struct {
+	// MaxStreamsPerConn bounds the streams one transport connection holds
+	// open at once (--max-streams-per-conn); the stream beyond it gets
+	// RESOURCE_EXHAUSTED. Trusted streams are not counted. Zero: no bound.
+	MaxStreamsPerConn int
+	// StreamRate is the new streams admitted per second (--stream-rate),
+	// with a burst of StreamBurst; a stream over it waits up to MaxWait,
+	// then gets RESOURCE_EXHAUSTED. Zero: no rate.
+	StreamRate float64
+	// StreamBurst is the rate's bucket size; at least 1 when StreamRate
+	// is set.
+	StreamBurst int
+	// MaxStreams bounds the streams admitted and open at once
+	// (--max-streams). Zero: no bound.
+	MaxStreams int
+	// ShareFactor (--max-streams-share) caps the streams admitted and
+	// open at ShareFactor times FairShare, but never below ShareFloor: a
+	// replica takes no more than its share when clients pile on it (a
+	// peer died, a load balancer is uneven). Zero: no cap.
+	ShareFactor float64
+	// ShareFloor is the streams the share cap always admits, so that a
+	// young cluster, whose estimate is small and noisy, is not refused.
+	ShareFloor int
+	// FairShare, if set, returns this replica's fair share of the
+	// cluster's streams (the cluster's streams divided by its members);
+	// ok false when unknown or alone: no share cap then. It is called
+	// once per new stream and must not block.
+	FairShare func() (fair float64, ok bool)
+	// MaxWait is how long a stream over StreamRate may wait for its turn.
+	MaxWait time.Duration
+	// Trusted, if set, reports whether the stream of ctx was relayed here
+	// by another replica: such streams were admitted at the replica the
+	// client reached (the edge) and are not admitted nor counted again
+	// here, and a relay connection between replicas multiplexes many
+	// streams, so MaxStreamsPerConn does not apply to it. It must not
+	// block.
+	Trusted func(ctx context.Context) bool
+	// Exempt, if set, reports the stream methods admission (StreamRate,
+	// MaxStreams) leaves alone, such as health watches. They still count
+	// against MaxStreamsPerConn.
+	Exempt func(method string) bool
+	// Logger gets the stacks of recovered panics (Error); nil discards.
+	Logger *slog.Logger
+	// Registerer gets the metrics (Hits, Panics,
+	// legation_admission_waits_total, legation_admission_streams).
+	Registerer prometheus.Registerer
+}
+
+// Limits is the gRPC server's guard: a stats handler tagging connections
+// and interceptors. Its methods may be called concurrently.
+type Limits struct {
+	cfg     Config
+	log     *slog.Logger
+	limiter *rate.Limiter // nil: no rate
+	open    atomic.Int64  // admitted streams open
+
+	hits   *prometheus.CounterVec
+	panics prometheus.Counter
+	waits  prometheus.Counter
+}
+
+// New checks cfg and registers the metrics.
+func New(cfg Config) (*Limits, error) {
+	if cfg.MaxStreamsPerConn < 0 || cfg.MaxStreams < 0 || cfg.StreamRate < 0 || cfg.MaxWait < 0 || cfg.ShareFactor < 0 {
+		return nil, errors.New("limits: negative bound")
+	}
+	if cfg.Registerer == nil {
+		cfg.Registerer = prometheus.NewRegistry()
+	}
+	l := &Limits{cfg: cfg, log: cfg.Logger}
+	if l.log == nil {
+		l.log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.StreamRate > 0 {
+		l.limiter = rate.NewLimiter(rate.Limit(cfg.StreamRate), max(1, cfg.StreamBurst))
+	}
+	var err error
+	if l.hits, err = Hits(cfg.Registerer); err != nil {
+		return nil, err
+	}
+	if l.panics, err = Panics(cfg.Registerer); err != nil {
+		return nil, err
+	}
+	l.waits = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "legation_admission_waits_total",
+		Help: "New streams that waited for their turn under --stream-rate (admitted or not).",
+	})
+	gauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "legation_admission_streams",
+		Help: "Streams admitted and open (what --max-streams bounds).",
+	}, func() float64 { return float64(l.open.Load()) })
+	for _, c := range []prometheus.Collector{l.waits, gauge} {
+		if err := cfg.Registerer.Register(c); err != nil {
+			return nil, fmt.Errorf("limits: register metrics: %w", err)
+		}
+	}
+	return l, nil
+}
+
+// Open returns the admitted streams open now.
+func (l *Limits) Open() int { return int(l.open.Load()) }
+
+// connKey keys a connection's *connStreams in its context.
+type connKey struct{}
+
+// connStreams counts a transport connection's open streams.
+type connStreams struct{ n atomic.Int64 }
+
+// StatsHandler returns the handler that tags each transport connection
+// with its stream count (grpc.StatsHandler). The count is the
+// connection's own: streams of one HTTP/2 connection, whatever address it
+// comes from.
+func (l *Limits) StatsHandler() stats.Handler { return connTagger{} }
+
+type connTagger struct{}
+
+func (connTagger) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
+	return context.WithValue(ctx, connKey{}, &connStreams{})
+}
+func (connTagger) HandleConn(context.Context, stats.ConnStats)                     {}
+func (connTagger) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+func (connTagger) HandleRPC(context.Context, stats.RPCStats)                       {}
+
+// StreamInterceptor bounds streams per connection, then admits the
+// stream (MaxStreams, then StreamRate). Trusted (relayed) streams pass
+// untouched. Put it after the recovery interceptor and before the relay's,
+// so that admission happens at the edge, where the client landed.
+func (l *Limits) StreamInterceptor() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		ctx := ss.Context()
+		if l.cfg.Trusted != nil && l.cfg.Trusted(ctx) {
+			// Relayed by a replica: admitted at the edge already, and its
+			// connection multiplexes the streams of many clients.
+			return handler(srv, ss)
+		}
+		if max := l.cfg.MaxStreamsPerConn; max > 0 {
+			if c, ok := ctx.Value(connKey{}).(*connStreams); ok {
+				if c.n.Add(1) > int64(max) {
+					c.n.Add(-1)
+					l.hits.WithLabelValues(LimitStreamsPerConn).Inc()
+					return status.Errorf(codes.ResourceExhausted, "too many streams on one connection: at most %d (--max-streams-per-conn)", max)
+				}
+				defer c.n.Add(-1)
+			}
+		}
+		if l.cfg.Exempt != nil && l.cfg.Exempt(info.FullMethod) {
+			return handler(srv, ss)
+		}
+		if err := l.admit(ctx); err != nil {
+			return err
+		}
+		defer l.open.Add(-1)
+		return handler(srv, ss)
+	}
+}
+
+// admit takes a place under MaxStreams and a token under StreamRate,
+// waiting up to MaxWait for the token. On success the caller holds a
+// place in l.open and must give it back.
+func (l *Limits) admit(ctx context.Context) error {
+	n := l.open.Add(1)
+	if max := l.cfg.MaxStreams; max > 0 && n > int64(max) {
+		l.open.Add(-1)
+		l.hits.WithLabelValues(LimitMaxStreams).Inc()
+		return status.Errorf(codes.ResourceExhausted, "replica full: at most %d streams (--max-streams); try another replica", max)
+	}
+	if f := l.cfg.ShareFactor; f > 0 && l.cfg.FairShare != nil {
+		if fair, ok := l.cfg.FairShare(); ok {
+			if limit := max(float64(l.cfg.ShareFloor), f*fair); float64(n) > limit {
+				l.open.Add(-1)
+				l.hits.WithLabelValues(LimitMaxStreamsShare).Inc()
+				return status.Errorf(codes.ResourceExhausted, "replica above its share: at most %.0f streams, %g times its fair share of the cluster's (--max-streams-share); try another replica", limit, f)
+			}
+		}
+	}
+	if l.limiter == nil {
+		return nil
+	}
+	r := l.limiter.Reserve()
+	d := r.Delay()
+	if d == 0 {
+		return nil
+	}
+	l.waits.Inc()
+	refuse := func() error {
+		r.Cancel()
+		l.open.Add(-1)
+		l.hits.WithLabelValues(LimitStreamRate).Inc()
+		return status.Errorf(codes.ResourceExhausted, "too many new streams: at most %g a second (--stream-rate); back off and retry", l.cfg.StreamRate)
+	}
+	if d > l.cfg.MaxWait {
+		return refuse()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		r.Cancel()
+		l.open.Add(-1)
+		return status.FromContextError(ctx.Err()).Err()
+	}
+}
+
+// PanicError is a panic recovered in a goroutine of a stream other than
+// its handler's (such as its receive goroutine), handed to the handler as
+// an error; the recovery interceptor treats it as a panic of the handler.
+type PanicError struct {
+	Value any
+	Stack []byte
+}
+
+// Recovered returns the PanicError of v, recover()'s value, with the
+// current stack: call it in the deferred function that recovered.
+func Recovered(v any) *PanicError { return &PanicError{Value: v, Stack: debug.Stack()} }
+
+func (p *PanicError) Error() string { return fmt.Sprintf("panic: %v", p.Value) }
+
+// internal is what a caller whose handler panicked gets: no detail of
+// the server's.
+var internal = status.Error(codes.Internal, "internal error (the replica recovered from a panic; see its log)")
+
+// recovered logs and counts the panic of p, and returns INTERNAL.
+func (l *Limits) recovered(method string, p *PanicError) error {
+	l.panics.Inc()
+	l.log.Error("recovered from a panic in a gRPC handler", "method", method, "panic", fmt.Sprint(p.Value), "stack", string(p.Stack))
+	return internal
+}
+
+// RecoverStream returns the interceptor that turns a panic of the
+// handler's goroutine, or a PanicError it returns, into INTERNAL for that
+// caller alone: logged with its stack at Error and counted in
+// legation_panics_total. Put it first in the chain, so that it covers
+// the other interceptors too.
+func (l *Limits) RecoverStream() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
+		defer func() {
+			if v := recover(); v != nil {
+				err = l.recovered(info.FullMethod, Recovered(v))
+			}
+		}()
+		err = handler(srv, ss)
+		if p, ok := errors.AsType[*PanicError](err); ok {
+			return l.recovered(info.FullMethod, p)
+		}
+		return err
+	}
+}
+
+// RecoverUnary is RecoverStream for unary calls.
+func (l *Limits) RecoverUnary() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+		defer func() {
+			if v := recover(); v != nil {
+				resp, err = nil, l.recovered(info.FullMethod, Recovered(v))
+			}
+		}()
+		return handler(ctx, req)
+	}
+}

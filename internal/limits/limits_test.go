@@ -1,0 +1,146 @@
+package limits_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/legation-io/legation/internal/limits"
+)
+
+// TestHitsShared: packages calling Hits on one registry share one vec.
+func TestHitsShared(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	a, err := limits.Hits(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := limits.Hits(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.WithLabelValues("x").Inc()
+	b.WithLabelValues("x").Inc()
+	if got := value(t, a.WithLabelValues("x")); got != 2 {
+		t.Errorf("shared counter = %v, want 2", got)
+	}
+}
+
+// TestRecover: a panicking unary handler, a panicking stream handler and
+// a stream handler returning a PanicError each get INTERNAL and count one
+// panic; an ordinary error passes unchanged.
+func TestRecover(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	l, err := limits.New(limits.Config{Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	panics, _ := limits.Panics(reg)
+	info := &grpc.UnaryServerInfo{FullMethod: "/x/Unary"}
+	if _, err := l.RecoverUnary()(t.Context(), nil, info, func(context.Context, any) (any, error) { panic("unary") }); status.Code(err) != codes.Internal {
+		t.Errorf("unary panic: %v, want INTERNAL", err)
+	}
+	sinfo := &grpc.StreamServerInfo{FullMethod: "/x/Stream"}
+	for name, h := range map[string]grpc.StreamHandler{
+		"panic":       func(any, grpc.ServerStream) error { panic("stream") },
+		"panic error": func(any, grpc.ServerStream) error { return limits.Recovered("receive") },
+	} {
+		if err := l.RecoverStream()(nil, nil, sinfo, h); status.Code(err) != codes.Internal {
+			t.Errorf("%s: %v, want INTERNAL", name, err)
+		}
+	}
+	plain := errors.New("plain")
+	if err := l.RecoverStream()(nil, nil, sinfo, func(any, grpc.ServerStream) error { return plain }); err != plain {
+		t.Errorf("plain error: %v, want it unchanged", err)
+	}
+	if got := value(t, panics); got != 3 {
+		t.Errorf("legation_panics_total = %v, want 3", got)
+	}
+}
+
+// value is a counter's value.
+func value(t *testing.T, c prometheus.Counter) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
+}
+
+// fakeStream is a server stream with a context and nothing else.
+type fakeStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s fakeStream) Context() context.Context { return s.ctx }
+
+// TestShareCap: with a fair share of 10 and --max-streams-share 1.1, 11
+// streams are admitted and the 12th refused, naming the flag; with the
+// share unknown nothing is capped; the floor admits up to itself.
+func TestShareCap(t *testing.T) {
+	tests := []struct {
+		name  string
+		fair  float64
+		known bool
+		floor int
+		want  int // streams admitted of 20
+	}{
+		{"capped", 10, true, 0, 11},
+		{"unknown", 10, false, 0, 20},
+		{"floor", 10, true, 15, 15},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			reg := prometheus.NewRegistry()
+			l, err := limits.New(limits.Config{
+				ShareFactor: 1.1, ShareFloor: tt.floor, Registerer: reg,
+				FairShare: func() (float64, bool) { return tt.fair, tt.known },
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			hold := make(chan struct{})
+			defer close(hold)
+			started := make(chan struct{}, 20)
+			errs := make(chan error, 20)
+			info := &grpc.StreamServerInfo{FullMethod: "/x/Stream"}
+			for range 20 {
+				go func() {
+					errs <- l.StreamInterceptor()(nil, fakeStream{ctx: t.Context()}, info, func(any, grpc.ServerStream) error {
+						started <- struct{}{}
+						<-hold
+						return nil
+					})
+				}()
+			}
+			refused := 0
+			for admitted := 0; admitted+refused < 20; {
+				select {
+				case <-started:
+					admitted++
+				case err := <-errs:
+					if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "--max-streams-share") {
+						t.Fatalf("refused with %v, want RESOURCE_EXHAUSTED naming --max-streams-share", err)
+					}
+					refused++
+				}
+			}
+			if got := 20 - refused; got != tt.want {
+				t.Errorf("admitted %d of 20, want %d", got, tt.want)
+			}
+			hits, _ := limits.Hits(reg)
+			if got := value(t, hits.WithLabelValues(limits.LimitMaxStreamsShare)); got != float64(20-tt.want) {
+				t.Errorf("hits = %v, want %d", got, 20-tt.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,53 @@
+package limits
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Limit labels of legation_limits_hits_total set by this package. Other
+// packages add their own (Hits).
+const (
+	LimitStreamsPerConn  = "streams_per_conn"
+	LimitStreamRate      = "stream_rate"
+	LimitMaxStreams      = "max_streams"
+	LimitMaxStreamsShare = "max_streams_share"
+)
+
+// Hits returns legation_limits_hits_total on reg, labelled by limit: one
+// counter vec for every bound of the replica, whichever package enforces
+// it. It registers the vec on first use and returns the registered one
+// afterwards, so each package calls Hits(reg) and they share it.
+func Hits(reg prometheus.Registerer) (*prometheus.CounterVec, error) {
+	v := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "legation_limits_hits_total",
+		Help: "Requests or streams refused or cut because they went beyond a bound, by the bound (limit).",
+	}, []string{"limit"})
+	return registerOrGet(reg, v)
+}
+
+// Panics returns legation_panics_total on reg, registered on first use
+// and shared afterwards (as Hits).
+func Panics(reg prometheus.Registerer) (prometheus.Counter, error) {
+	c := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "legation_panics_total",
+		Help: "Panics recovered in gRPC handlers and stream goroutines; each ended one call with INTERNAL.",
+	})
+	return registerOrGet(reg, c)
+}
+
+func registerOrGet[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if got, ok := are.ExistingCollector.(C); ok {
+				return got, nil
+			}
+		}
+		var zero C
+		return zero, fmt.Errorf("limits: register metrics: %w", err)
+	}
+	return c, nil
+}
