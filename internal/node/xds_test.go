@@ -532,14 +532,19 @@ func TestSotwOptions(t *testing.T) {
 		t.Errorf("the stream ended after %s, want the %s catch-up timeout set, not the default %s", d, cfg.CatchupTimeout, dflt)
 	}
 
+	// Over 8 KiB of names, each within --max-name-length.
+	var big []string
+	for i := range 8 {
+		big = append(big, fmt.Sprintf("%d-%s", i, strings.Repeat("x", 1000)))
+	}
 	s = xdstest.OpenSotW(t, dial(t, tuned))
-	s.Send(&discoveryv3.DiscoveryRequest{Node: xdstest.Node("n1", "c1"), TypeUrl: resource.Endpoint.URL, ResourceNames: []string{strings.Repeat("x", 8192)}})
+	s.Send(&discoveryv3.DiscoveryRequest{Node: xdstest.Node("n1", "c1"), TypeUrl: resource.Endpoint.URL, ResourceNames: big})
 	if st := grpcstatus.Convert(s.ExpectErr()); st.Code() != codes.ResourceExhausted {
 		t.Errorf("a request above --max-recv-msg-size ended the stream with %v, want RESOURCE_EXHAUSTED", st)
 	}
 	// The plain replica takes the same request.
 	s = xdstest.OpenSotW(t, dial(t, plain))
-	s.Send(&discoveryv3.DiscoveryRequest{Node: xdstest.Node("n1", "c1"), TypeUrl: resource.Endpoint.URL, ResourceNames: []string{strings.Repeat("x", 8192)}})
+	s.Send(&discoveryv3.DiscoveryRequest{Node: xdstest.Node("n1", "c1"), TypeUrl: resource.Endpoint.URL, ResourceNames: big})
 	if resp := s.Expect(); len(resp.GetResources()) != 0 {
 		t.Errorf("EDS for a missing name = %d resources, want none", len(resp.GetResources()))
 	}
