@@ -163,6 +163,9 @@ type Relay struct {
 	rbDone   chan struct{}
 	rbClosed bool
 	pacer    pacer // used by the running Rebalance only
+	// draining is set by Drain: new streams are refused, Rebalance does
+	// nothing.
+	draining atomic.Bool
 
 	lastWarn atomic.Int64 // unix nanoseconds of the last relay warning
 }
@@ -277,6 +280,9 @@ func (r *Relay) StreamInterceptor() grpc.StreamServerInterceptor {
 }
 
 func (r *Relay) intercept(srv any, ss grpc.ServerStream, method string, k kind, handler grpc.StreamHandler) error {
+	if r.draining.Load() {
+		return errDraining
+	}
 	ctx := ss.Context()
 	relayedBy, marked := marker(ctx)
 	if marked && r.cfg.TrustMarker != nil && !r.cfg.TrustMarker(ctx) {
@@ -322,6 +328,11 @@ func (r *Relay) intercept(srv any, ss grpc.ServerStream, method string, k kind, 
 		e.servedBy.Store(name)
 	}
 	defer r.streams.Add(e.id, e)()
+	if r.draining.Load() {
+		// Drain began after the check above and may have listed the
+		// open streams before this one was added.
+		return errDraining
+	}
 	// Per-stream events at Debug; the attributes cost, so only if on.
 	debug := r.log.Enabled(ctx, slog.LevelDebug)
 	log := r.log
@@ -369,12 +380,16 @@ func (r *Relay) intercept(srv any, ss grpc.ServerStream, method string, k kind, 
 // served here: its home, then the next ones on the ring.
 const maxRelayTries = 2
 
-// endErr is what a stream ends with: the rebalance's status if Rebalance
-// closed it, else err.
+// endErr is what a stream ends with: the status Rebalance or Drain
+// closed it with, else err.
 func endErr(ctx context.Context, err error) error {
 	var m movedError
 	if errors.As(context.Cause(ctx), &m) {
 		return m.GRPCStatus().Err()
+	}
+	var d drainingError
+	if errors.As(context.Cause(ctx), &d) {
+		return d.GRPCStatus().Err()
 	}
 	return err
 }

@@ -1,0 +1,122 @@
+package relay_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/legation-io/legation/internal/xdstest"
+)
+
+// ended is when a stream ended and with what.
+type ended struct {
+	at  time.Time
+	err error
+}
+
+// watchEnds follows each stream from a goroutine of its own and returns
+// the func that waits for them all to end and returns their ends.
+func watchEnds[Req, Resp any](streams []*xdstest.Stream[Req, Resp]) func() []ended {
+	out := make([]ended, len(streams))
+	var wg sync.WaitGroup
+	for i, s := range streams {
+		wg.Go(func() {
+			for r := range s.Recv() {
+				if r.Err != nil {
+					out[i] = ended{time.Now(), r.Err}
+					return
+				}
+			}
+		})
+	}
+	return func() []ended { wg.Wait(); return out }
+}
+
+// Drain closes every stream, local and relayed, with UNAVAILABLE
+// "draining", spread over the period and not all at once; from its start
+// new streams are refused with the same status and Rebalance does
+// nothing.
+func TestDrain(t *testing.T) {
+	c := newCluster(t)
+	a := c.addReplica(t, "a")
+	b := c.addReplica(t, "b")
+	c.apply(t, clusters(1)...)
+	homes := map[string]string{}
+	var streams []*xdstest.Stream[discoveryv3.DiscoveryRequest, discoveryv3.DiscoveryResponse]
+	const local, relayed = 20, 10
+	for i := range local + relayed {
+		id := fmt.Sprintf("n%02d", i)
+		if i >= local {
+			homes[id] = "b"
+		}
+		a.setHomes(homes)
+		s := adsStream(t, a.addr)
+		s.Send(cdsRequest(id))
+		s.Expect()
+		streams = append(streams, s.Stream)
+	}
+	waitFor(t, "B to serve the relayed streams", func() bool { return len(b.relay.Streams()) == relayed })
+	wait := watchEnds(streams)
+
+	const period = time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), xdstest.Timeout)
+	defer cancel()
+	began := time.Now()
+	done := make(chan int)
+	go func() { done <- a.relay.Drain(ctx, period) }()
+
+	// A stream arriving during the drain is refused.
+	waitFor(t, "the drain to begin", func() bool { return metric(t, a.reg, "legation_relay_drain_closes_total") > 0 })
+	late := adsStream(t, a.addr)
+	late.Send(cdsRequest("late"))
+	expectDraining(t, "a stream opened during the drain", late.ExpectErr())
+	if got := a.relay.Rebalance(ctx, ring("a", map[string]string{"n00": "b"})); got != 0 {
+		t.Errorf("Rebalance during the drain closed %d streams, want 0", got)
+	}
+
+	if got := <-done; got != local+relayed {
+		t.Errorf("Drain closed %d streams, want %d", got, local+relayed)
+	}
+	var offsets []time.Duration
+	for i, e := range wait() {
+		expectDraining(t, fmt.Sprintf("stream %d", i), e.err)
+		offsets = append(offsets, e.at.Sub(began))
+	}
+	slices.Sort(offsets)
+	first, last := offsets[0], offsets[len(offsets)-1]
+	t.Logf("%d streams closed between %s and %s after the drain began (period %s)", len(offsets), first, last, period)
+	if inFirstTenth := countBefore(offsets, period/10); inFirstTenth > len(offsets)/4 {
+		t.Errorf("%d of %d streams closed within the first tenth of the period", inFirstTenth, len(offsets))
+	}
+	if last < period/2 {
+		t.Errorf("the last stream closed %s after the drain began, want it spread over about %s", last, period)
+	}
+	if slack := period / 2; last > period+slack {
+		t.Errorf("the last stream closed %s after the drain began, want within %s", last, period+slack)
+	}
+	waitFor(t, "B to end the relayed legs", func() bool { return len(b.relay.Streams()) == 0 })
+}
+
+// countBefore is how many of sorted offsets are below d.
+func countBefore(sorted []time.Duration, d time.Duration) int {
+	n, _ := slices.BinarySearch(sorted, d)
+	return n
+}
+
+// expectDraining checks that err is UNAVAILABLE saying the replica is
+// draining.
+func expectDraining(t *testing.T, what string, err error) {
+	t.Helper()
+	st := status.Convert(err)
+	if st.Code() != codes.Unavailable || !strings.Contains(st.Message(), "draining") {
+		t.Errorf("%s ended with %v, want UNAVAILABLE draining", what, err)
+	}
+}
