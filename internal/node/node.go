@@ -439,8 +439,9 @@ func (n *Node) release() error {
 // once.
 //
 // On shutdown it stops being ready (/readyz 503, gRPC health
-// NOT_SERVING), leaves the cluster, drains the gRPC and HTTP servers
-// within ShutdownTimeout and cuts what is left, then stops the view, the
+// NOT_SERVING), leaves the cluster, closes its xDS streams spread over
+// DrainPeriod (refusing new ones), stops the gRPC and HTTP servers
+// gracefully within ShutdownTimeout and cuts what is left, then stops the view, the
 // lease tracker, the status writer and the cluster agent, closes the etcd
 // client and the embedded etcd, waiting for every goroutine it started.
 func (n *Node) Run(ctx context.Context) error {
@@ -505,7 +506,8 @@ func (n *Node) Run(ctx context.Context) error {
 		err = nil // stopped while starting
 	}
 	// An error is returned, not logged: the caller reports it.
-	n.log.Info("xds-node shutting down", "after_error", err != nil, "drain_timeout", n.cfg.ShutdownTimeout.String())
+	n.log.Info("xds-node shutting down", "after_error", err != nil,
+		"drain_period", n.cfg.DrainPeriod.String(), "shutdown_timeout", n.cfg.ShutdownTimeout.String())
 
 	n.stopping.Store(true)
 	n.health.Shutdown() // NOT_SERVING now, and SERVING is never set again
@@ -513,6 +515,7 @@ func (n *Node) Run(ctx context.Context) error {
 	if err := n.cluster.Leave(2 * time.Second); err != nil {
 		n.log.Warn("leaving the cluster", "err", err)
 	}
+	n.drainStreams()
 	n.drain()
 	servers.Wait()
 	stopParts()
@@ -592,6 +595,24 @@ func (n *Node) runParts(ctx context.Context, wg *sync.WaitGroup) {
 			"etcd", n.client.Endpoints(), "load_time", time.Since(start).Round(time.Millisecond).String())
 		n.watchReadiness(ctx)
 	})
+}
+
+// drainStreams closes the xDS streams the relay's interceptor has seen,
+// local and relayed, spread over DrainPeriod (relay.Drain), and refuses
+// new ones from its start: their clients reconnect, through the load
+// balancer that sees /readyz 503, to the other replicas, a few at a time
+// rather than all at once. The HTTP server keeps serving meanwhile, so
+// that health checks see 503. The pacer's jitter may run a little past
+// the period: what is left then is closed at once.
+func (n *Node) drainStreams() {
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.DrainPeriod+n.cfg.DrainPeriod/10)
+	defer cancel()
+	began := time.Now()
+	closed := n.relay.Drain(ctx, n.cfg.DrainPeriod)
+	if ctx.Err() != nil {
+		closed += n.relay.Drain(context.Background(), 0)
+	}
+	n.log.Info("drained the xDS streams", "closed", closed, "took", time.Since(began).Round(time.Millisecond).String())
 }
 
 // drain stops the gRPC and HTTP servers, each given ShutdownTimeout to let
