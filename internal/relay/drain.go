@@ -32,7 +32,7 @@ var errDraining = drainingError{}.GRPCStatus().Err()
 // relayed, with UNAVAILABLE "relay: this replica is draining ...", spread
 // evenly over period in random order: the first at once, the next ones
 // at period/n apart on average, each gap jittered (the pacer Rebalance
-// uses, at n/period streams a second and a burst of one). Period zero
+// uses, at n/period streams a second). Period zero
 // closes them all at once. It returns how many it closed.
 //
 // From the call on, the interceptor refuses every new xDS stream with the
@@ -54,7 +54,11 @@ func (r *Relay) Drain(ctx context.Context, period time.Duration) int {
 	if len(open) == 0 {
 		return 0
 	}
-	p := &pacer{rate: float64(len(open)) / period.Seconds(), burst: 1}
+	// One token to close the first stream at once; room for a second so
+	// that a jittered wait that ran long is made up by the next one
+	// (with room for one only, the surplus would be lost and the drain
+	// run past the period).
+	p := &pacer{rate: float64(len(open)) / period.Seconds(), burst: 2, tokens: 1, last: time.Now()}
 	closed := 0
 	for _, e := range open {
 		if e.ctx.Err() != nil {
