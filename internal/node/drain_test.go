@@ -1,6 +1,7 @@
 package node_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
@@ -143,4 +144,96 @@ func TestDrain(t *testing.T) {
 func countBelow(sorted []time.Duration, d time.Duration) int {
 	i, _ := slices.BinarySearch(sorted, d)
 	return i
+}
+
+// debugCluster is the part of /debug/cluster the drain test reads.
+type debugCluster struct {
+	Ring    []string `json:"ring"`
+	Relayed int      `json:"streams_relayed"`
+	Local   int      `json:"streams_local"`
+}
+
+func getDebugCluster(t testing.TB, r *running) debugCluster {
+	t.Helper()
+	code, body := get(t, r, "/debug/cluster")
+	var c debugCluster
+	if code != http.StatusOK {
+		t.Fatalf("/debug/cluster = %d %s", code, body)
+	}
+	if err := json.Unmarshal([]byte(body), &c); err != nil {
+		t.Fatalf("/debug/cluster: %v\n%s", err, body)
+	}
+	return c
+}
+
+// maxPerSecond is the most offsets (sorted) in any window of a second.
+func maxPerSecond(sorted []time.Duration) int {
+	most := 0
+	for i, from := range sorted {
+		most = max(most, countBelow(sorted[i:], from+time.Second))
+	}
+	return most
+}
+
+// TestDrainToSurvivor: two replicas in one cluster; 50 clients on A, some
+// served there and some relayed to B. A is stopped (SIGTERM): each client
+// whose stream A closes reconnects at once to B (as through a load
+// balancer, A being not ready), where it is served. The drain spreads the
+// reconnects over --drain-period: B's rate of new streams stays near
+// 50/2s, never all 50 in one second.
+func TestDrainToSurvivor(t *testing.T) {
+	checkLeaks(t)
+	e := newXDSEnv(t)
+	rev := e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("a", 100))})
+	cfgA, cfgB := e.config(t), e.config(t)
+	cfgA.Name, cfgB.Name = "a", "b"
+	cfgA.DrainPeriod = 2 * time.Second
+	a := startXDS(t, cfgA, rev)
+	b := startXDS(t, cfgB, rev)
+	for _, r := range []*running{a, b} {
+		xdstest.WaitFor(t, "a ring of both replicas", func() (bool, string) {
+			c := getDebugCluster(t, r)
+			return len(c.Ring) == 2, fmt.Sprint(c.Ring)
+		})
+	}
+
+	const n = 50
+	streams := make([]*xdstest.SotWStream, n)
+	for i := range streams {
+		streams[i] = openCDS(t, a.XDSAddr(), fmt.Sprintf("n%02d", i))
+	}
+	before := getDebugCluster(t, a)
+	ends, wait := followEnds(streams)
+
+	began := time.Now()
+	a.cancel()
+	var reconnects []time.Duration
+	for range n {
+		select {
+		case end := <-ends:
+			if !isDraining(end.err) {
+				t.Errorf("stream %d ended with %v, want UNAVAILABLE draining", end.i, end.err)
+			}
+			openCDS(t, b.XDSAddr(), fmt.Sprintf("n%02d", end.i))
+			reconnects = append(reconnects, time.Since(began))
+		case <-time.After(xdstest.Timeout):
+			t.Fatalf("%d of %d streams still open on A", n-len(reconnects), n)
+		}
+	}
+	wait()
+	a.stop(t)
+	slices.Sort(reconnects)
+	most := maxPerSecond(reconnects)
+	t.Logf("A served %d streams and relayed %d to B; after SIGTERM B got them back from %s to %s, at most %d in one second (period %s)",
+		before.Local, before.Relayed, reconnects[0], reconnects[n-1], most, cfgA.DrainPeriod)
+	if before.Local == 0 || before.Relayed == 0 {
+		t.Errorf("A served %d streams and relayed %d: want some of each", before.Local, before.Relayed)
+	}
+	// 25 a second on average; the jitter may bunch a few.
+	if limit := n * 3 / 4; most > limit {
+		t.Errorf("B got %d new streams in one second, want at most %d", most, limit)
+	}
+	if c := getDebugCluster(t, b); c.Local != n || c.Relayed != 0 {
+		t.Errorf("B serves %d streams and relays %d, want %d and 0", c.Local, c.Relayed, n)
+	}
 }
