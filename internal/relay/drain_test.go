@@ -63,8 +63,13 @@ func TestDrain(t *testing.T) {
 		s.Expect()
 		streams = append(streams, s.Stream)
 	}
+	// A delta stream, local, is drained as well.
+	d := deltaADSStream(t, a.addr)
+	d.Send(deltaCDSRequest("d"))
+	d.Expect()
 	waitFor(t, "B to serve the relayed streams", func() bool { return len(b.relay.Streams()) == relayed })
 	wait := watchEnds(streams)
+	waitDelta := watchEnds([]*xdstest.Stream[discoveryv3.DeltaDiscoveryRequest, discoveryv3.DeltaDiscoveryResponse]{d.Stream})
 
 	const period = time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), xdstest.Timeout)
@@ -82,9 +87,13 @@ func TestDrain(t *testing.T) {
 		t.Errorf("Rebalance during the drain closed %d streams, want 0", got)
 	}
 
-	if got := <-done; got != local+relayed {
-		t.Errorf("Drain closed %d streams, want %d", got, local+relayed)
+	if got := <-done; got != local+relayed+1 {
+		t.Errorf("Drain closed %d streams, want %d", got, local+relayed+1)
 	}
+	if got := metric(t, a.reg, "legation_relay_drain_closes_total"); got != local+relayed+1 {
+		t.Errorf("legation_relay_drain_closes_total = %v, want %d", got, local+relayed+1)
+	}
+	expectDraining(t, "the delta stream", waitDelta()[0].err)
 	var offsets []time.Duration
 	for i, e := range wait() {
 		expectDraining(t, fmt.Sprintf("stream %d", i), e.err)
