@@ -181,65 +181,172 @@ func maxPerSecond(sorted []time.Duration) int {
 	return most
 }
 
-// TestDrainToSurvivor: two replicas in one cluster; 50 clients on A, some
-// served there and some relayed to B. A is stopped (SIGTERM): each client
-// whose stream A closes reconnects at once to B (as through a load
-// balancer, A being not ready), where it is served. The drain spreads the
-// reconnects over --drain-period: B's rate of new streams stays near
-// 50/2s, never all 50 in one second.
-func TestDrainToSurvivor(t *testing.T) {
+// clients follow streams that may be closed on them: each ended stream
+// is sent, once, on ends.
+type clients struct {
+	ends chan streamEnd
+	stop chan struct{} // ends the following: close it before the streams' cleanups
+	wg   sync.WaitGroup
+}
+
+func newClients(n int) *clients {
+	return &clients{ends: make(chan streamEnd, 10*n), stop: make(chan struct{})}
+}
+
+// follow follows stream s of client i.
+func (c *clients) follow(i int, s *xdstest.SotWStream) {
+	c.wg.Go(func() {
+		for {
+			select {
+			case r := <-s.Recv():
+				if r.Err != nil {
+					c.ends <- streamEnd{i, time.Now(), r.Err}
+					return
+				}
+			case <-c.stop:
+				return
+			}
+		}
+	})
+}
+
+// close stops following and waits for the goroutines.
+func (c *clients) close() {
+	close(c.stop)
+	c.wg.Wait()
+}
+
+// next waits for a stream to end.
+func (c *clients) next(t *testing.T, open int) streamEnd {
+	t.Helper()
+	select {
+	case end := <-c.ends:
+		return end
+	case <-time.After(xdstest.Timeout):
+		t.Fatalf("no stream ended, %d open", open)
+		return streamEnd{}
+	}
+}
+
+// tryOpen opens a CDS stream to addr as node id on a connection of its
+// own and waits for the first response; a stream that ends first (the
+// replica refused it) returns its error.
+func tryOpen(t *testing.T, addr, id string) (*xdstest.SotWStream, error) {
+	t.Helper()
+	s := xdstest.OpenSotW(t, xdstest.Dial(t, addr))
+	if err := s.Client().Send(&discoveryv3.DiscoveryRequest{Node: xdstest.Node(id, "c1"), TypeUrl: resource.Cluster.URL}); err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	select {
+	case r := <-s.Recv():
+		if r.Err != nil {
+			return nil, r.Err
+		}
+		return s, nil
+	case <-time.After(xdstest.Timeout):
+		t.Fatalf("no response from %s to %s", addr, id)
+		return nil, nil
+	}
+}
+
+// TestDrainRolling: a rolling restart of a cluster of two replicas, with
+// 50 clients, each reconnecting at once when its stream ends, to a ready
+// replica (as a load balancer checking /readyz would send it). A and B
+// serve them, some locally and some relayed; A is stopped (SIGTERM): its
+// drain spreads the reconnects to B over --drain-period, B's rate of new
+// streams staying near 50/2s, never all 50 in one second. Then C joins
+// (B rebalances some streams to it) and B is stopped: the clients end
+// up on C, again at a bounded rate.
+func TestDrainRolling(t *testing.T) {
 	checkLeaks(t)
 	e := newXDSEnv(t)
 	rev := e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("a", 100))})
-	cfgA, cfgB := e.config(t), e.config(t)
-	cfgA.Name, cfgB.Name = "a", "b"
-	cfgA.DrainPeriod = 2 * time.Second
-	a := startXDS(t, cfgA, rev)
-	b := startXDS(t, cfgB, rev)
-	for _, r := range []*running{a, b} {
-		xdstest.WaitFor(t, "a ring of both replicas", func() (bool, string) {
-			c := getDebugCluster(t, r)
-			return len(c.Ring) == 2, fmt.Sprint(c.Ring)
-		})
+	replica := func(name string) *running {
+		cfg := e.config(t)
+		cfg.Name = name
+		cfg.DrainPeriod = 2 * time.Second
+		return startXDS(t, cfg, rev)
 	}
+	waitRing := func(rs ...*running) {
+		for _, r := range rs {
+			xdstest.WaitFor(t, "a ring of two replicas", func() (bool, string) {
+				c := getDebugCluster(t, r)
+				return len(c.Ring) == 2, fmt.Sprint(c.Ring)
+			})
+		}
+	}
+	a, b := replica("a"), replica("b")
+	waitRing(a, b)
 
 	const n = 50
-	streams := make([]*xdstest.SotWStream, n)
-	for i := range streams {
-		streams[i] = openCDS(t, a.XDSAddr(), fmt.Sprintf("n%02d", i))
+	cl := newClients(n)
+	defer cl.close()
+	id := func(i int) string { return fmt.Sprintf("n%02d", i) }
+	for i := range n {
+		cl.follow(i, openCDS(t, a.XDSAddr(), id(i)))
 	}
-	before := getDebugCluster(t, a)
-	ends, wait := followEnds(streams)
+	onA := getDebugCluster(t, a)
+	if onA.Local == 0 || onA.Relayed == 0 {
+		t.Errorf("A serves %d streams and relays %d: want some of each", onA.Local, onA.Relayed)
+	}
+
+	// reconnect reconnects every client whose stream ends to to (or, if
+	// refused or gone there, to the next of to), until want of them are on the
+	// last, and returns when each got its first response there, from
+	// began.
+	reconnect := func(want int, began time.Time, to ...*running) []time.Duration {
+		var at []time.Duration
+		for len(at) < want {
+			end := cl.next(t, n-len(at))
+			st := grpcstatus.Convert(end.err)
+			if st.Code() != codes.Unavailable {
+				t.Errorf("stream of %s ended with %v, want UNAVAILABLE", id(end.i), end.err)
+			}
+			for k, r := range to {
+				s, err := tryOpen(t, r.XDSAddr(), id(end.i))
+				if err != nil {
+					// Refused (draining), or gone (stopped).
+					if k == len(to)-1 {
+						t.Fatalf("reconnecting %s: %v", id(end.i), err)
+					}
+					continue
+				}
+				cl.follow(end.i, s)
+				if k == len(to)-1 {
+					at = append(at, time.Since(began))
+				}
+				break
+			}
+		}
+		slices.Sort(at)
+		return at
+	}
+	check := func(what string, at []time.Duration) {
+		most := maxPerSecond(at)
+		t.Logf("%s: %d reconnects from %s to %s after SIGTERM, at most %d in one second (drain period 2s)", what, len(at), at[0], at[len(at)-1], most)
+		// 25 a second on average; the jitter may bunch a few.
+		if limit := n * 3 / 4; most > limit {
+			t.Errorf("%s: %d new streams in one second, want at most %d", what, most, limit)
+		}
+	}
 
 	began := time.Now()
 	a.cancel()
-	var reconnects []time.Duration
-	for range n {
-		select {
-		case end := <-ends:
-			if !isDraining(end.err) {
-				t.Errorf("stream %d ended with %v, want UNAVAILABLE draining", end.i, end.err)
-			}
-			openCDS(t, b.XDSAddr(), fmt.Sprintf("n%02d", end.i))
-			reconnects = append(reconnects, time.Since(began))
-		case <-time.After(xdstest.Timeout):
-			t.Fatalf("%d of %d streams still open on A", n-len(reconnects), n)
-		}
-	}
-	wait()
+	check("A to B", reconnect(n, began, b))
 	a.stop(t)
-	slices.Sort(reconnects)
-	most := maxPerSecond(reconnects)
-	t.Logf("A served %d streams and relayed %d to B; after SIGTERM B got them back from %s to %s, at most %d in one second (period %s)",
-		before.Local, before.Relayed, reconnects[0], reconnects[n-1], most, cfgA.DrainPeriod)
-	if before.Local == 0 || before.Relayed == 0 {
-		t.Errorf("A served %d streams and relayed %d: want some of each", before.Local, before.Relayed)
-	}
-	// 25 a second on average; the jitter may bunch a few.
-	if limit := n * 3 / 4; most > limit {
-		t.Errorf("B got %d new streams in one second, want at most %d", most, limit)
-	}
 	if c := getDebugCluster(t, b); c.Local != n || c.Relayed != 0 {
 		t.Errorf("B serves %d streams and relays %d, want %d and 0", c.Local, c.Relayed, n)
+	}
+
+	c := replica("c")
+	waitRing(b, c)
+	// B may be rebalancing streams to C meanwhile: those clients come
+	// back to B (relayed to C), or, once B drains, to C.
+	began = time.Now()
+	b.cancel()
+	check("B to C", reconnect(n, began, b, c))
+	b.stop(t)
+	if got := getDebugCluster(t, c); got.Local != n {
+		t.Errorf("C serves %d streams, want %d", got.Local, n)
 	}
 }
