@@ -1,6 +1,7 @@
 package node_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -233,7 +234,13 @@ func (c *clients) next(t *testing.T, open int) streamEnd {
 // replica refused it) returns its error.
 func tryOpen(t *testing.T, addr, id string) (*xdstest.SotWStream, error) {
 	t.Helper()
-	s := xdstest.OpenSotW(t, xdstest.Dial(t, addr))
+	ctx, cancel := context.WithCancel(context.Background())
+	st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(xdstest.Dial(t, addr)).StreamAggregatedResources(ctx)
+	if err != nil {
+		cancel()
+		return nil, err // gone: a replica that stopped
+	}
+	s := xdstest.NewSotW(t, st, cancel)
 	if err := s.Client().Send(&discoveryv3.DiscoveryRequest{Node: xdstest.Node(id, "c1"), TypeUrl: resource.Cluster.URL}); err != nil && !errors.Is(err, io.EOF) {
 		return nil, err
 	}
