@@ -14,7 +14,9 @@ import (
 	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	grpcstatus "google.golang.org/grpc/status"
 
@@ -34,7 +36,13 @@ type streamEnd struct {
 // node id, asks for every cluster and waits for the answer.
 func openCDS(t *testing.T, addr, id string) *xdstest.SotWStream {
 	t.Helper()
-	s := xdstest.OpenSotW(t, xdstest.Dial(t, addr))
+	return openCDSOn(t, xdstest.Dial(t, addr), id)
+}
+
+// openCDSOn is openCDS on cc.
+func openCDSOn(t *testing.T, cc *grpc.ClientConn, id string) *xdstest.SotWStream {
+	t.Helper()
+	s := xdstest.OpenSotW(t, cc)
 	s.Send(&discoveryv3.DiscoveryRequest{Node: xdstest.Node(id, "c1"), TypeUrl: resource.Cluster.URL})
 	s.Expect()
 	return s
@@ -68,8 +76,8 @@ func isDraining(err error) bool {
 // TestDrain: on shutdown (Run's ctx ends, as on SIGTERM) a replica with
 // 50 streams is not ready (/readyz 503, gRPC health NOT_SERVING) and
 // refuses new streams while it closes the 50, each with UNAVAILABLE
-// "draining", spread over --drain-period rather than all at once; then
-// Run returns.
+// "draining", spread over --drain-period rather than all at once, and
+// their connections; then Run returns.
 func TestDrain(t *testing.T) {
 	checkLeaks(t)
 	e := newXDSEnv(t)
@@ -82,8 +90,10 @@ func TestDrain(t *testing.T) {
 
 	const n = 50
 	streams := make([]*xdstest.SotWStream, n)
+	ccs := make([]*grpc.ClientConn, n)
 	for i := range streams {
-		streams[i] = openCDS(t, r.XDSAddr(), fmt.Sprintf("n%02d", i))
+		ccs[i] = xdstest.Dial(t, r.XDSAddr())
+		streams[i] = openCDSOn(t, ccs[i], fmt.Sprintf("n%02d", i))
 	}
 	hc, closeHC := grpcHealth(t, r)
 	defer closeHC()
@@ -109,6 +119,14 @@ func TestDrain(t *testing.T) {
 	if err := late.ExpectErr(); !isDraining(err) {
 		t.Errorf("a stream opened during the drain ended with %v, want UNAVAILABLE draining", err)
 	}
+	// The first stream's connection is closed shortly after it, mid-drain.
+	connCtx, connCancel := context.WithTimeout(context.Background(), time.Second)
+	for cc := ccs[first.i]; cc.GetState() == connectivity.Ready && cc.WaitForStateChange(connCtx, connectivity.Ready); {
+	}
+	connCancel()
+	if st := ccs[first.i].GetState(); st == connectivity.Ready {
+		t.Errorf("the first drained stream's connection is still %v a second later", st)
+	}
 	duringDrain := time.Since(began)
 
 	offsets := []time.Duration{first.at.Sub(began)}
@@ -127,6 +145,17 @@ func TestDrain(t *testing.T) {
 		}
 	}
 	wait()
+	// Each client's connection was closed too: a retry on it would come
+	// back to this replica, a new one goes through the load balancer.
+	for i, cc := range ccs {
+		ctx, cancel := context.WithTimeout(context.Background(), xdstest.Timeout)
+		for cc.GetState() == connectivity.Ready && cc.WaitForStateChange(ctx, connectivity.Ready) {
+		}
+		cancel()
+		if st := cc.GetState(); st == connectivity.Ready {
+			t.Errorf("client %d's connection still %v after its stream was drained", i, st)
+		}
+	}
 	r.stop(t)
 	slices.Sort(offsets)
 	last := offsets[n-1]

@@ -42,11 +42,13 @@ import (
 // Node is one xds-node replica: every part built by New, run by Run.
 // XDSAddr, HTTPAddr and the HTTP handlers may be used from any goroutine.
 type Node struct {
-	cfg     Config
-	log     *slog.Logger
-	reg     prometheus.Registerer
-	xdsLis  net.Listener
-	httpLis net.Listener
+	cfg    Config
+	log    *slog.Logger
+	reg    prometheus.Registerer
+	xdsLis net.Listener
+	// xdsConns is xdsLis, tracking its connections for the drain.
+	xdsConns *connTracker
+	httpLis  net.Listener
 	// devEtcdAddr is the client address of the embedded etcd (port 0
 	// resolved), which client points at; empty unless dev mode.
 	devEtcdAddr string
@@ -116,6 +118,8 @@ func New(cfg Config) (*Node, error) {
 	if n.xdsLis, err = net.Listen("tcp", cfg.XDSAddr); err != nil {
 		return nil, fmt.Errorf("node: --xds-addr: %w", err)
 	}
+	n.xdsConns = newConnTracker(n.xdsLis)
+	n.xdsLis = n.xdsConns
 	if n.httpLis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
 		n.xdsLis.Close()
 		return nil, fmt.Errorf("node: --http-addr: %w", err)
@@ -230,6 +234,7 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 		// other presents a replica's identity.
 		rcfg.DialOptions = append(rcfg.DialOptions, grpc.WithTransportCredentials(credentials.NewTLS(n.tls.ClientConfig(n.verifyReplica))))
 	}
+	rcfg.Drained = n.xdsConns.closeSoon
 	rcfg.Logger = n.log
 	rcfg.Registerer = n.reg
 	if n.relay, err = relay.New(rcfg); err != nil {
@@ -515,8 +520,16 @@ func (n *Node) Run(ctx context.Context) error {
 	if err := n.cluster.Leave(2 * time.Second); err != nil {
 		n.log.Warn("leaving the cluster", "err", err)
 	}
+	closerCtx, stopCloser := context.WithCancel(context.Background())
+	closerDone := make(chan struct{})
+	go func() {
+		defer close(closerDone)
+		n.xdsConns.run(closerCtx) // closes drained streams' connections
+	}()
 	n.drainStreams()
 	n.drain()
+	stopCloser() // the gRPC server closed every connection
+	<-closerDone
 	servers.Wait()
 	stopParts()
 	parts.Wait()
@@ -599,9 +612,10 @@ func (n *Node) runParts(ctx context.Context, wg *sync.WaitGroup) {
 
 // drainStreams closes the xDS streams the relay's interceptor has seen,
 // local and relayed, spread over DrainPeriod (relay.Drain), and refuses
-// new ones from its start: their clients reconnect, through the load
-// balancer that sees /readyz 503, to the other replicas, a few at a time
-// rather than all at once. The HTTP server keeps serving meanwhile, so
+// new ones from its start, closing the connection of each shortly after
+// (connTracker): their clients reconnect, through the load balancer that
+// sees /readyz 503, to the other replicas, a few at a time rather than
+// all at once. The HTTP server keeps serving meanwhile, so
 // that health checks see 503. The pacer's jitter may run a little past
 // the period: what is left then is closed at once.
 func (n *Node) drainStreams() {

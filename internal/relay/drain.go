@@ -35,6 +35,8 @@ var errDraining = drainingError{}.GRPCStatus().Err()
 // uses, at n/period streams a second). Period zero
 // closes them all at once. It returns how many it closed.
 //
+// Config.Drained is called for each stream closed or refused.
+//
 // From the call on, the interceptor refuses every new xDS stream with the
 // same status (the load balancer, seeing /readyz 503, sends the client's
 // retry elsewhere) and Rebalance does nothing: a draining replica has
@@ -71,10 +73,18 @@ func (r *Relay) Drain(ctx context.Context, period time.Duration) int {
 			continue
 		}
 		e.cancel(drainingError{})
+		r.drained(e.ctx)
 		r.metrics.drainCloses.Inc()
 		closed++
 		r.log.Debug("drain: closed a stream", "stream", e.id, "node", e.nodeID)
 	}
 	r.log.Info("drain: closed the open streams", "closed", closed, "open", len(open), "period", period.String())
 	return closed
+}
+
+// drained calls Config.Drained, if set.
+func (r *Relay) drained(ctx context.Context) {
+	if r.cfg.Drained != nil {
+		r.cfg.Drained(ctx)
+	}
 }

@@ -89,6 +89,14 @@ type Config struct {
 	// and 10.
 	Rate  float64
 	Burst int
+	// Drained, if set, is called with a stream's context when Drain has
+	// closed the stream, or when the interceptor refused it because of a
+	// drain: the caller closes the stream's connection (its peer address
+	// is in ctx), so that the client reconnects through the load balancer
+	// instead of retrying on a connection to a replica that goes away. It
+	// is called from Drain's goroutine or the stream's, concurrently, and
+	// must not block.
+	Drained func(ctx context.Context)
 	// Logger gets relay failures (at Warn, at most one every few seconds)
 	// and per-stream events (at Debug); nil discards.
 	Logger *slog.Logger
@@ -281,6 +289,7 @@ func (r *Relay) StreamInterceptor() grpc.StreamServerInterceptor {
 
 func (r *Relay) intercept(srv any, ss grpc.ServerStream, method string, k kind, handler grpc.StreamHandler) error {
 	if r.draining.Load() {
+		r.drained(ss.Context())
 		return errDraining
 	}
 	ctx := ss.Context()
@@ -331,6 +340,7 @@ func (r *Relay) intercept(srv any, ss grpc.ServerStream, method string, k kind, 
 	if r.draining.Load() {
 		// Drain began after the check above and may have listed the
 		// open streams before this one was added.
+		r.drained(ctx)
 		return errDraining
 	}
 	// Per-stream events at Debug; the attributes cost, so only if on.
