@@ -73,7 +73,10 @@ func (r *Relay) Drain(ctx context.Context, period time.Duration) int {
 			continue
 		}
 		e.cancel(drainingError{})
-		r.drained(e.ctx)
+		if e.relayedBy == "" {
+			// A relaying replica's connection carries others' streams.
+			r.drained(e.ctx)
+		}
 		r.metrics.drainCloses.Inc()
 		closed++
 		r.log.Debug("drain: closed a stream", "stream", e.id, "node", e.nodeID)

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/legation-io/legation/internal/relay"
 	"github.com/legation-io/legation/internal/xdstest"
 )
 
@@ -133,5 +134,53 @@ func expectDraining(t *testing.T, what string, err error) {
 	st := status.Convert(err)
 	if st.Code() != codes.Unavailable || !strings.Contains(st.Message(), "draining") {
 		t.Errorf("%s ended with %v, want UNAVAILABLE draining", what, err)
+	}
+}
+
+// TestDrainConnections: Drain reports each stream it closes to
+// Config.Drained, for the caller to close its connection, but for those
+// another replica relayed here, whose connection carries others; their
+// clients get the status through the relaying replica.
+func TestDrainConnections(t *testing.T) {
+	var mu sync.Mutex
+	drained := map[string]int{}
+	onDrained := func(name string) replicaOption {
+		return func(c *relay.Config) {
+			c.Drained = func(context.Context) {
+				mu.Lock()
+				drained[name]++
+				mu.Unlock()
+			}
+		}
+	}
+	c := newCluster(t)
+	a := c.addReplica(t, "a", onDrained("a"))
+	b := c.addReplica(t, "b", onDrained("b"))
+	c.apply(t, clusters(1)...)
+	a.setHomes(map[string]string{"r1": "b", "r2": "b", "r3": "b"})
+	var relayed []*xdstest.SotWStream
+	for _, id := range []string{"r1", "r2", "r3"} {
+		s := adsStream(t, a.addr)
+		s.Send(cdsRequest(id))
+		s.Expect()
+		relayed = append(relayed, s)
+	}
+	local := adsStream(t, b.addr)
+	local.Send(cdsRequest("l1"))
+	local.Expect()
+
+	ctx, cancel := context.WithTimeout(context.Background(), xdstest.Timeout)
+	defer cancel()
+	if got := b.relay.Drain(ctx, 0); got != 4 {
+		t.Errorf("B's Drain closed %d streams, want 4", got)
+	}
+	expectDraining(t, "B's local stream", local.ExpectErr())
+	for i, s := range relayed {
+		expectDraining(t, fmt.Sprintf("relayed stream %d", i), s.ExpectErr())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if drained["b"] != 1 || drained["a"] != 0 {
+		t.Errorf("Drained called %d times on B and %d on A, want 1 (its local stream) and 0", drained["b"], drained["a"])
 	}
 }

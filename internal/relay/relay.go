@@ -91,8 +91,10 @@ type Config struct {
 	Burst int
 	// Drained, if set, is called with a stream's context when Drain has
 	// closed the stream, or when the interceptor refused it because of a
-	// drain: the caller closes the stream's connection (its peer address
-	// is in ctx), so that the client reconnects through the load balancer
+	// drain, unless another replica relayed it here (its connection
+	// carries other relayed streams, which must not all end at once):
+	// the caller closes the stream's connection (its peer address is in
+	// ctx), so that the client reconnects through the load balancer
 	// instead of retrying on a connection to a replica that goes away. It
 	// is called from Drain's goroutine or the stream's, concurrently, and
 	// must not block.
@@ -289,7 +291,9 @@ func (r *Relay) StreamInterceptor() grpc.StreamServerInterceptor {
 
 func (r *Relay) intercept(srv any, ss grpc.ServerStream, method string, k kind, handler grpc.StreamHandler) error {
 	if r.draining.Load() {
-		r.drained(ss.Context())
+		if _, marked := marker(ss.Context()); !marked {
+			r.drained(ss.Context())
+		}
 		return errDraining
 	}
 	ctx := ss.Context()
@@ -340,7 +344,9 @@ func (r *Relay) intercept(srv any, ss grpc.ServerStream, method string, k kind, 
 	if r.draining.Load() {
 		// Drain began after the check above and may have listed the
 		// open streams before this one was added.
-		r.drained(ctx)
+		if !marked {
+			r.drained(ctx)
+		}
 		return errDraining
 	}
 	// Per-stream events at Debug; the attributes cost, so only if on.
