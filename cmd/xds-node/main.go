@@ -97,6 +97,16 @@ func parseFlags(args []string) (node.Config, error) {
 		"on a new SotW stream, send named resources (EDS, RDS) only if changed since the version presented; only for fleets whose SotW clients are all Envoy")
 	fs.IntVar(&cfg.MaxRecvMsgSize, "max-recv-msg-size", cfg.MaxRecvMsgSize,
 		"largest xDS request message accepted, in bytes")
+	fs.DurationVar(&cfg.FirstRequestTimeout, "first-request-timeout", cfg.FirstRequestTimeout,
+		"an xDS stream that sends no request for this long ends with DEADLINE_EXCEEDED; 0: no bound")
+	fs.IntVar(&cfg.MaxNames, "max-names", cfg.MaxNames,
+		"most resource names an xDS stream may subscribe to per type (and delta initial_resource_versions entries); beyond: RESOURCE_EXHAUSTED; 0: no bound")
+	fs.IntVar(&cfg.MaxNameLength, "max-name-length", cfg.MaxNameLength,
+		"longest resource name accepted in an xDS request, in bytes; longer: INVALID_ARGUMENT; 0: no bound")
+	fs.IntVar(&cfg.MaxNackMessage, "max-nack-message", cfg.MaxNackMessage,
+		"bytes of a NACK's error message kept and logged; the rest is cut; 0: no bound")
+	fs.DurationVar(&cfg.SendTimeout, "send-timeout", cfg.SendTimeout,
+		"an xDS stream (relayed ones too) whose client takes no response for this long ends with UNAVAILABLE; 0: no bound")
 	fs.Float64Var(&cfg.RebalanceRate, "rebalance-rate", cfg.RebalanceRate,
 		"streams each replica closes per second (with jitter) when a membership change moves their node's home")
 	fs.DurationVar(&cfg.EtcdStaleAfter, "etcd-stale-after", cfg.EtcdStaleAfter,

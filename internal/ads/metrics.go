@@ -7,6 +7,9 @@ import "github.com/prometheus/client_golang/prometheus"
 type metrics struct {
 	noResend prometheus.Counter
 	mbbHolds prometheus.Counter
+	// restEncodes counts REST-JSON bodies encoded: a poll answered from
+	// the cache encodes none.
+	restEncodes prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -15,9 +18,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "legation_sotw_resends_avoided_total", Help: "New subscriptions presenting a current version, answered with nothing."}),
 		mbbHolds: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "legation_sotw_mbb_holds_total", Help: "CDS responses that kept removed clusters until listeners and routes were ACKed."}),
+		restEncodes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "legation_sotw_rest_encodes_total", Help: "REST-JSON response bodies encoded; a poll at an unchanged revision is answered from the cache."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.noResend, m.mbbHolds)
+		reg.MustRegister(m.noResend, m.mbbHolds, m.restEncodes)
 	}
 	return m
 }

@@ -62,7 +62,7 @@ func (s *Server) RESTHandler() http.Handler {
 			http.Error(w, "bad DiscoveryRequest: "+msg, http.StatusBadRequest)
 			return
 		}
-		resp, notModified, err := s.Fetch(r.Context(), req, t)
+		p, err := s.poll(r.Context(), req, t)
 		switch {
 		case status.Code(err) == codes.InvalidArgument:
 			http.Error(w, status.Convert(err).Message(), http.StatusBadRequest)
@@ -76,11 +76,14 @@ func (s *Server) RESTHandler() http.Handler {
 		case err != nil:
 			http.Error(w, status.Convert(err).Message(), http.StatusServiceUnavailable)
 			return
-		case notModified:
+		case p == nil:
 			w.WriteHeader(http.StatusNotModified)
 			return
 		}
-		out, err := protojson.Marshal(resp)
+		// Authorized above: the body may come from the cache.
+		out, err := s.rest.get(p.snap.Revision, restKey(p.t, p.group, p.names, p.wildcard), func() ([]byte, error) {
+			return protojson.Marshal(p.response())
+		})
 		if err != nil {
 			http.Error(w, "encode response: "+err.Error(), http.StatusInternalServerError)
 			return

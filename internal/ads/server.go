@@ -14,6 +14,7 @@ import (
 	"github.com/legation-io/legation/internal/lease"
 	"github.com/legation-io/legation/internal/resource"
 	"github.com/legation-io/legation/internal/scope"
+	"github.com/legation-io/legation/internal/store"
 	"github.com/legation-io/legation/internal/xdsstream"
 )
 
@@ -45,6 +46,7 @@ type Server struct {
 	core         *xdsstream.Core[TypeStatus]
 	m            *metrics
 	trustVersion bool
+	rest         restCache // REST-JSON bodies of the latest revision
 }
 
 // New returns a Server. It does no I/O.
@@ -53,7 +55,9 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Server{core: core, m: newMetrics(cfg.Registerer), trustVersion: cfg.TrustVersion}, nil
+	s := &Server{core: core, m: newMetrics(cfg.Registerer), trustVersion: cfg.TrustVersion}
+	s.rest.encoded = s.m.restEncodes.Inc
+	return s, nil
 }
 
 // Stream is a SotW xDS stream, as gRPC hands it to a service.
@@ -76,13 +80,33 @@ var ErrBadRequest = errors.New("ads: bad request")
 // request's version_info is current: the client holds what it would get.
 // A version newer than the view is waited for, up to CatchupTimeout.
 func (s *Server) Fetch(ctx context.Context, r *discoveryv3.DiscoveryRequest, t *resource.Type) (resp *discoveryv3.DiscoveryResponse, notModified bool, err error) {
+	p, err := s.poll(ctx, r, t)
+	if err != nil || p == nil {
+		return nil, p == nil && err == nil, err
+	}
+	return p.response(), false, nil
+}
+
+// polled is what a poll asks for at the snapshot that answers it.
+type polled struct {
+	t        *resource.Type
+	group    string
+	names    []string
+	wildcard bool
+	snap     *store.Snapshot
+}
+
+// poll checks a poll (type, authorization, version) and returns what it
+// asks for; nil and no error when the request's version_info is current.
+// Every poll is authorized here, before any answer, cached or not.
+func (s *Server) poll(ctx context.Context, r *discoveryv3.DiscoveryRequest, t *resource.Type) (*polled, error) {
 	if t == nil {
 		var ok bool
 		if t, ok = resource.ByURL(r.GetTypeUrl()); !ok {
-			return nil, false, status.Errorf(codes.InvalidArgument, "%v: unknown type_url %q", ErrBadRequest, r.GetTypeUrl())
+			return nil, status.Errorf(codes.InvalidArgument, "%v: unknown type_url %q", ErrBadRequest, r.GetTypeUrl())
 		}
 	} else if r.GetTypeUrl() != "" && r.GetTypeUrl() != t.URL {
-		return nil, false, status.Errorf(codes.InvalidArgument, "%v: type_url %q on the %s endpoint", ErrBadRequest, r.GetTypeUrl(), t.Name)
+		return nil, status.Errorf(codes.InvalidArgument, "%v: type_url %q on the %s endpoint", ErrBadRequest, r.GetTypeUrl(), t.Name)
 	}
 	group := s.core.Config.GroupBy(r.GetNode())
 	if a := s.core.Config.Authorizer; a != nil {
@@ -94,25 +118,30 @@ func (s *Server) Fetch(ctx context.Context, r *discoveryv3.DiscoveryRequest, t *
 		}
 		if err != nil {
 			s.core.Metrics.Denied.Inc()
-			return nil, false, err
+			return nil, err
 		}
 	}
 	presented := parseVersion(r.GetVersionInfo())
 	snap, err := s.core.CatchUp(ctx, presented)
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
 	names := r.GetResourceNames()
 	wildcard := len(names) == 0 || contains(names, "*")
 	if presented >= 0 && scope.UnchangedSince(snap, t, group, names, wildcard, presented) {
-		return nil, true, nil
+		return nil, nil
 	}
-	entries := scope.Entries(snap, t, group, names, wildcard)
-	resp = &discoveryv3.DiscoveryResponse{VersionInfo: version(snap.Revision), TypeUrl: t.URL, Resources: make([]*anypb.Any, 0, len(entries))}
+	return &polled{t: t, group: group, names: names, wildcard: wildcard, snap: snap}, nil
+}
+
+// response builds the poll's answer.
+func (p *polled) response() *discoveryv3.DiscoveryResponse {
+	entries := scope.Entries(p.snap, p.t, p.group, p.names, p.wildcard)
+	resp := &discoveryv3.DiscoveryResponse{VersionInfo: version(p.snap.Revision), TypeUrl: p.t.URL, Resources: make([]*anypb.Any, 0, len(entries))}
 	for _, e := range entries {
 		resp.Resources = append(resp.Resources, e.Body)
 	}
-	return resp, false, nil
+	return resp
 }
 
 // StreamStatus describes one SotW stream for /debug/streams.

@@ -47,6 +47,13 @@ type typeState struct {
 // Handle takes one request into the stream's state. Responses go out in
 // Flush.
 func (st *stream) Handle(t *resource.Type, r *discoveryv3.DiscoveryRequest) error {
+	// Bounds first: nothing of an oversized request is kept.
+	if err := st.CheckCount(t, xdsstream.LimitNames, "resource_names", len(r.GetResourceNames())); err != nil {
+		return err
+	}
+	if err := st.CheckNames(t, "resource_names", r.GetResourceNames()); err != nil {
+		return err
+	}
 	ts := st.types[t]
 	if ts == nil || (r.GetResponseNonce() == "" && ts.rec.Nonce != "") {
 		return st.subscribe(t, r)

@@ -33,13 +33,18 @@ func newEnv(tb testing.TB) *env {
 	return newEnvWith(tb, xdstest.Options{})
 }
 
-// newEnvWith is newEnv on an env with kit's options. It is the one place
-// that builds the server of this package's tests.
-func newEnvWith(tb testing.TB, kit xdstest.Options) *env {
+// newEnvWith is newEnv on an env with kit's options, the server's config
+// changed by opts. It is the one place that builds the server of this
+// package's tests.
+func newEnvWith(tb testing.TB, kit xdstest.Options, opts ...func(*delta.Config)) *env {
 	tb.Helper()
 	e := &env{Env: xdstest.NewEnv(tb, kit), reg: prometheus.NewRegistry()}
+	cfg := delta.Config{Config: xdsstream.Config{Source: e.View, Registerer: e.reg, CatchupTimeout: time.Second}}
+	for _, o := range opts {
+		o(&cfg)
+	}
 	var err error
-	if e.srv, err = delta.New(delta.Config{Config: xdsstream.Config{Source: e.View, Registerer: e.reg, CatchupTimeout: time.Second}}); err != nil {
+	if e.srv, err = delta.New(cfg); err != nil {
 		tb.Fatal(err)
 	}
 	g := grpc.NewServer(grpcapi.ServerOptions()...)

@@ -31,8 +31,9 @@ var protocol = xdsstream.Protocol{
 
 // Server serves delta xDS. Its methods may be called concurrently.
 type Server struct {
-	core *xdsstream.Core[TypeStatus]
-	m    *metrics
+	core    *xdsstream.Core[TypeStatus]
+	m       *metrics
+	aliases aliasIndexes // VHDS alias indexes, shared by the streams
 }
 
 // New returns a Server. It does no I/O.

@@ -56,6 +56,9 @@ type typeState struct {
 // Handle takes one request into the stream's state. Responses go out in
 // Flush.
 func (st *stream) Handle(t *resource.Type, r *discoveryv3.DeltaDiscoveryRequest) error {
+	if err := st.checkBounds(t, r); err != nil {
+		return err
+	}
 	ts := st.types[t]
 	first := ts == nil
 	if first {
@@ -106,6 +109,11 @@ func (st *stream) Handle(t *resource.Type, r *discoveryv3.DeltaDiscoveryRequest)
 			ts.wildcard, ts.needAll = true, true
 			continue
 		}
+		if !ts.names[n] && len(ts.names) >= st.s.core.Config.MaxNames && st.s.core.Config.MaxNames >= 0 {
+			// Subscriptions accumulate over requests: the bound is on the
+			// total, checked before it grows.
+			return st.CheckCount(t, xdsstream.LimitNames, "resource_names_subscribe", len(ts.names)+1)
+		}
 		ts.names[n] = true
 		ts.dirty[n] = true
 		// Always sent, since the client may have forgotten it, unless the
@@ -138,6 +146,28 @@ func (st *stream) Handle(t *resource.Type, r *discoveryv3.DeltaDiscoveryRequest)
 		}
 	}
 	st.updateStatus(ts)
+	return nil
+}
+
+// checkBounds checks a request against the stream's bounds before any of
+// it is kept: the length of every name, and the size of
+// initial_resource_versions (accumulated subscriptions are checked as they
+// grow, in Handle).
+func (st *stream) checkBounds(t *resource.Type, r *discoveryv3.DeltaDiscoveryRequest) error {
+	if err := st.CheckCount(t, xdsstream.LimitInitialVersion, "initial_resource_versions", len(r.GetInitialResourceVersions())); err != nil {
+		return err
+	}
+	if err := st.CheckNames(t, "resource_names_subscribe", r.GetResourceNamesSubscribe()); err != nil {
+		return err
+	}
+	if err := st.CheckNames(t, "resource_names_unsubscribe", r.GetResourceNamesUnsubscribe()); err != nil {
+		return err
+	}
+	for n := range r.GetInitialResourceVersions() {
+		if err := st.CheckName(t, "initial_resource_versions", n); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -213,6 +243,7 @@ func (st *stream) flushType(ts *typeState) error {
 	holdRemovals := breaks(ts.t) && st.Fixed == nil && st.referrersPending()
 	var out []item
 	var removed []string
+	var aliases *aliasIndex // built or fetched on the first alias
 	for _, n := range sortedKeys(candidates) {
 		_, isHeld := ts.have[n]
 		if !ts.wildcard && !ts.names[n] {
@@ -226,7 +257,10 @@ func (st *stream) flushType(ts *typeState) error {
 			source = e.Scope
 		} else if ts.t == resource.VirtualHost {
 			// VHDS: n may be an alias "<route configuration>/<host>".
-			if e = resolveAlias(st.Snap, st.Group, n); e != nil {
+			if aliases == nil {
+				aliases = st.s.aliases.get(st.Snap, st.Group)
+			}
+			if e = aliases.resolve(n); e != nil {
 				alias, source = n, e.Scope+"/"+e.Name
 			}
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/legation-io/legation/internal/etcdconn"
 	"github.com/legation-io/legation/internal/scope"
 	"github.com/legation-io/legation/internal/tlsfiles"
+	"github.com/legation-io/legation/internal/xdsstream"
 )
 
 // Config configures a Node. Each field but Logger, Registerer and Gatherer
@@ -125,6 +126,28 @@ type Config struct {
 	// (--max-recv-msg-size); larger ones end the stream with
 	// RESOURCE_EXHAUSTED. Must be positive.
 	MaxRecvMsgSize int
+	// FirstRequestTimeout (--first-request-timeout): a stream that sends
+	// no request for that long ends with DEADLINE_EXCEEDED. Zero: no
+	// bound.
+	FirstRequestTimeout time.Duration
+	// MaxNames (--max-names) bounds the names a stream subscribes to per
+	// type (SotW resource_names, delta subscriptions as they accumulate,
+	// VHDS aliases included) and the entries of delta
+	// initial_resource_versions; beyond it the stream ends with
+	// RESOURCE_EXHAUSTED. Zero: no bound.
+	MaxNames int
+	// MaxNameLength (--max-name-length) bounds a resource name in a
+	// request, in bytes; a longer one ends the stream with
+	// INVALID_ARGUMENT. Zero: no bound.
+	MaxNameLength int
+	// MaxNackMessage (--max-nack-message) bounds the bytes of a NACK's
+	// message kept and logged; the rest is cut, and the cut marked. Zero:
+	// no bound.
+	MaxNackMessage int
+	// SendTimeout (--send-timeout): a stream (relayed ones too) whose
+	// client takes no response for that long ends with UNAVAILABLE, and
+	// the snapshots it held are freed. Zero: no bound.
+	SendTimeout time.Duration
 	// DebugOpen (--debug-open) lets /debug/ endpoints answer clients that
 	// are not on loopback. Default false: only 127.0.0.0/8 and ::1.
 	DebugOpen bool
@@ -166,6 +189,7 @@ func DefaultConfig() Config {
 	if err != nil || name == "" {
 		name = "xds-node"
 	}
+	xd := xdsstream.DefaultConfig()
 	return Config{
 		EtcdEndpoints:   nil,               // dev mode
 		DataDir:         "./legation-data", // relative to the working directory
@@ -183,9 +207,24 @@ func DefaultConfig() Config {
 		DrainPeriod:     10 * time.Second,  // streams closed over it on SIGTERM
 		CatchupTimeout:  5 * time.Second,   // promise 3 (docs/design.md)
 		MaxRecvMsgSize:  4 << 20,           // gRPC's default
-		RebalanceRate:   50,                // streams closed per second after a membership change
-		EtcdStaleAfter:  3 * time.Second,   // three missed progress notifications
+		// Stream bounds: package xdsstream's defaults.
+		FirstRequestTimeout: xd.FirstRequestTimeout,
+		MaxNames:            xd.MaxNames,
+		MaxNameLength:       xd.MaxNameLength,
+		MaxNackMessage:      xd.MaxNackMessage,
+		SendTimeout:         xd.SendTimeout,
+		RebalanceRate:       50,              // streams closed per second after a membership change
+		EtcdStaleAfter:      3 * time.Second, // three missed progress notifications
 	}
+}
+
+// unbounded maps a flag's zero, no bound, to package xdsstream's
+// negative.
+func unbounded[N int | time.Duration](v N) N {
+	if v == 0 {
+		return -1
+	}
+	return v
 }
 
 // etcdOptions are the etcd client's endpoints and security, as package
@@ -263,6 +302,21 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxRecvMsgSize <= 0 {
 		add(fmt.Errorf("--max-recv-msg-size %d: must be positive", c.MaxRecvMsgSize))
+	}
+	if c.FirstRequestTimeout < 0 {
+		add(fmt.Errorf("--first-request-timeout %s: negative", c.FirstRequestTimeout))
+	}
+	if c.MaxNames < 0 {
+		add(fmt.Errorf("--max-names %d: negative", c.MaxNames))
+	}
+	if c.MaxNameLength < 0 {
+		add(fmt.Errorf("--max-name-length %d: negative", c.MaxNameLength))
+	}
+	if c.MaxNackMessage < 0 {
+		add(fmt.Errorf("--max-nack-message %d: negative", c.MaxNackMessage))
+	}
+	if c.SendTimeout < 0 {
+		add(fmt.Errorf("--send-timeout %s: negative", c.SendTimeout))
 	}
 	add(c.validateTLS())
 	if c.Gatherer == nil && c.Registerer != nil {

@@ -210,10 +210,16 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 		Source:         n.view,
 		GroupBy:        groupBy,
 		CatchupTimeout: cfg.CatchupTimeout,
-		Leases:         n.leases,
-		Authorizer:     n.guard,
-		Logger:         n.log,
-		Registerer:     n.reg,
+		// The node's zero is no bound, xdsstream's is its default.
+		FirstRequestTimeout: unbounded(cfg.FirstRequestTimeout),
+		MaxNames:            unbounded(cfg.MaxNames),
+		MaxNameLength:       unbounded(cfg.MaxNameLength),
+		MaxNackMessage:      unbounded(cfg.MaxNackMessage),
+		SendTimeout:         unbounded(cfg.SendTimeout),
+		Leases:              n.leases,
+		Authorizer:          n.guard,
+		Logger:              n.log,
+		Registerer:          n.reg,
 	}
 	if n.delta, err = delta.New(delta.Config{Config: xcfg}); err != nil {
 		return fmt.Errorf("node: %w", err)
@@ -229,6 +235,7 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 	rcfg.Burst = max(1, int(cfg.RebalanceRate/5))
 	rcfg.TrustMarker = n.guard.TrustRelay
 	rcfg.Forward = n.guard.Forward
+	rcfg.SendTimeout = unbounded(cfg.SendTimeout)
 	if n.tls != nil {
 		// Replicas relay to each other over mTLS, each checking that the
 		// other presents a replica's identity.

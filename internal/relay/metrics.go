@@ -12,6 +12,7 @@ type metrics struct {
 	rebalanceCloses prometheus.Counter
 	drainCloses     prometheus.Counter
 	untrusted       prometheus.Counter
+	sendTimeouts    prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -26,9 +27,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "legation_relay_drain_closes_total", Help: "Streams closed because this replica is draining (shutting down)."}),
 		untrusted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "legation_relay_untrusted_markers_total", Help: "Streams carrying a relay marker from a peer that is not a replica, treated as any client's."}),
+		sendTimeouts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "legation_relay_send_timeouts_total", Help: "Relayed streams ended because their client took no message for --send-timeout."}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.relayed, m.fallbacks, m.rebalanceCloses, m.drainCloses, m.untrusted} {
+		for _, c := range []prometheus.Collector{m.relayed, m.fallbacks, m.rebalanceCloses, m.drainCloses, m.untrusted, m.sendTimeouts} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("relay: metrics: %w", err)
 			}

@@ -84,6 +84,11 @@ type Config struct {
 	// relays no stream is kept for the next one before it is closed. Zero:
 	// 1m.
 	ConnIdleTimeout time.Duration
+	// SendTimeout bounds one message's send to the client of a relayed
+	// stream (--send-timeout): a client that takes nothing for that long
+	// (its flow-control window stays full) gets UNAVAILABLE, and the
+	// home's leg is cancelled. Zero: 30s; negative: no bound.
+	SendTimeout time.Duration
 	// Rate is how many streams per second Rebalance closes at most, and
 	// Burst how many it may close at once. Set both, or neither for 50
 	// and 10.
@@ -109,9 +114,10 @@ type Config struct {
 // DefaultConfig returns the defaults, without Self or Home.
 func DefaultConfig() Config {
 	return Config{
-		ConnectTimeout:  3 * time.Second, // a dial and one round trip, with room for a busy home
-		ConnIdleTimeout: time.Minute,     // spares a dial per stream when a home has few
-		Rate:            50,              // 10,000 streams move in ~3 minutes
+		ConnectTimeout:  3 * time.Second,  // a dial and one round trip, with room for a busy home
+		ConnIdleTimeout: time.Minute,      // spares a dial per stream when a home has few
+		SendTimeout:     30 * time.Second, // as xdsstream's: a healthy client reads within a few RTTs
+		Rate:            50,               // 10,000 streams move in ~3 minutes
 		Burst:           10,
 	}
 }
@@ -142,6 +148,9 @@ func (c *Config) fill() {
 	}
 	if c.ConnIdleTimeout == 0 {
 		c.ConnIdleTimeout = d.ConnIdleTimeout
+	}
+	if c.SendTimeout == 0 {
+		c.SendTimeout = d.SendTimeout
 	}
 	if c.Rate == 0 && c.Burst == 0 {
 		c.Rate, c.Burst = d.Rate, d.Burst
@@ -538,9 +547,34 @@ func (r *Relay) pipe(ctx context.Context, ss grpc.ServerStream, cs grpc.ClientSt
 			}
 			return err // the home's status, as it is
 		}
-		if err := ss.SendMsg(f); err != nil {
+		if err := r.send(ss, f); err != nil {
 			return err
 		}
+	}
+}
+
+// send sends f to the client, bounded by SendTimeout: gRPC's SendMsg
+// blocks while the client's flow-control window is full, and only the
+// stream's end unblocks it. So it runs in a goroutine of its own; when it
+// has not returned in time, send returns UNAVAILABLE, the handler returns
+// it (cancelling the home's leg), gRPC resets the client's stream, and
+// that ends the blocked SendMsg and its goroutine.
+func (r *Relay) send(ss grpc.ServerStream, f *wire.Frame) error {
+	d := r.cfg.SendTimeout
+	if d < 0 {
+		return ss.SendMsg(f)
+	}
+	done := make(chan error, 1)
+	go func() { done <- ss.SendMsg(f) }()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+		r.metrics.sendTimeouts.Inc()
+		r.cfg.Logger.Debug("relayed stream's client took no message in time: stream closed", "send_timeout", d)
+		return status.Errorf(codes.Unavailable, "the client took no response for %s (--send-timeout): stream closed, reconnect", d)
 	}
 }
 

@@ -76,6 +76,33 @@ type Config struct {
 	// request for secrets; nil allows every claim and every secret (the
 	// caller decided the clients are trusted).
 	Authorizer Authorizer
+	// FirstRequestTimeout bounds the wait for a stream's first request
+	// (--first-request-timeout): a stream that sends nothing for that
+	// long ends with DEADLINE_EXCEEDED. Zero: 10s; negative: no bound.
+	FirstRequestTimeout time.Duration
+	// MaxNames bounds the names a stream subscribes to per type
+	// (--max-names): SotW resource_names, delta resource_names_subscribe
+	// as they accumulate (VHDS aliases included), and the entries of
+	// delta initial_resource_versions. Beyond it the stream ends with
+	// RESOURCE_EXHAUSTED. Zero: 10,000; negative: no bound.
+	MaxNames int
+	// MaxNameLength bounds the length in bytes of a resource name in a
+	// request (--max-name-length); a longer one ends the stream with
+	// INVALID_ARGUMENT. Zero: 1024; negative: no bound.
+	MaxNameLength int
+	// MaxNackMessage bounds the bytes of a NACK's error message that are
+	// stored (status, /debug/streams) and logged (--max-nack-message);
+	// the rest is cut and the cut marked. Zero: 4096; negative: no bound.
+	MaxNackMessage int
+	// NackLogWindow is how long repeats of a NACK (same type, version and
+	// message) are counted instead of logged: the first is logged, the
+	// repeats in one line at the window's end. Zero: 1 minute.
+	NackLogWindow time.Duration
+	// SendTimeout bounds one response's send (--send-timeout): a stream
+	// whose client has not taken it (its flow-control window stays full)
+	// for that long ends with UNAVAILABLE, and with it the snapshots it
+	// holds. Zero: 30s; negative: no bound.
+	SendTimeout time.Duration
 	// Logger gets NACKs and stream errors; nil discards.
 	Logger *slog.Logger
 	// Registerer gets the server's metrics; nil registers none.
@@ -84,7 +111,15 @@ type Config struct {
 
 // DefaultConfig returns the defaults, without a Source.
 func DefaultConfig() Config {
-	return Config{CatchupTimeout: 5 * time.Second}
+	return Config{
+		CatchupTimeout:      5 * time.Second,
+		FirstRequestTimeout: 10 * time.Second, // Envoy sends its first request at once
+		MaxNames:            10000,            // far above one Envoy's EDS clusters per stream
+		MaxNameLength:       1024,             // a VHDS alias is "<route config>/<host>"; a DNS name is at most 253
+		MaxNackMessage:      4096,             // Envoy's rejection messages are a few lines
+		NackLogWindow:       time.Minute,
+		SendTimeout:         30 * time.Second, // a healthy client reads within a few RTTs
+	}
 }
 
 // Validate checks the config.
@@ -103,8 +138,27 @@ func (c Config) withDefaults() Config {
 	if c.GroupBy == nil {
 		c.GroupBy, _ = scope.ParseGroupBy("cluster") // cannot fail
 	}
+	d := DefaultConfig()
 	if c.CatchupTimeout == 0 {
-		c.CatchupTimeout = DefaultConfig().CatchupTimeout
+		c.CatchupTimeout = d.CatchupTimeout
+	}
+	if c.FirstRequestTimeout == 0 {
+		c.FirstRequestTimeout = d.FirstRequestTimeout
+	}
+	if c.MaxNames == 0 {
+		c.MaxNames = d.MaxNames
+	}
+	if c.MaxNameLength == 0 {
+		c.MaxNameLength = d.MaxNameLength
+	}
+	if c.MaxNackMessage == 0 {
+		c.MaxNackMessage = d.MaxNackMessage
+	}
+	if c.NackLogWindow <= 0 {
+		c.NackLogWindow = d.NackLogWindow
+	}
+	if c.SendTimeout == 0 {
+		c.SendTimeout = d.SendTimeout
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

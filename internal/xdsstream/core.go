@@ -38,6 +38,7 @@ type Core[T Reporter] struct {
 	proto   Protocol
 	nextID  atomic.Uint64
 	streams Registry[*Stream[T]]
+	nacks   nackLog
 }
 
 // NewCore checks cfg, fills its defaults and registers the common metrics
@@ -49,6 +50,7 @@ func NewCore[T Reporter](p Protocol, cfg Config) (*Core[T], error) {
 	}
 	c := &Core[T]{Config: cfg, Metrics: newMetrics(p, cfg.Registerer), proto: p}
 	c.streams.Open = c.Metrics.Streams
+	c.nacks = nackLog{window: cfg.NackLogWindow, log: cfg.Logger.With("protocol", p.Name)}
 	c.Cache.Encoded = c.Metrics.Encodes.Inc
 	return c, nil
 }

@@ -18,6 +18,10 @@ type Metrics struct {
 	Heartbeats      *prometheus.CounterVec // by type
 	TTLResources    prometheus.Gauge
 	Denied          prometheus.Counter
+	// LimitHits counts streams ended (or NACK messages cut) by a bound,
+	// by limit: first_request, names, name_length,
+	// initial_resource_versions, nack_message, send_timeout.
+	LimitHits *prometheus.CounterVec
 }
 
 func newMetrics(p Protocol, reg prometheus.Registerer) *Metrics {
@@ -49,10 +53,12 @@ func newMetrics(p Protocol, reg prometheus.Registerer) *Metrics {
 			Name: name("ttl_resources"), Help: "TTL'd resources held with their TTL by " + p.Title + " clients, summed over streams."}),
 		Denied: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: name("denied_total"), Help: p.Title + " streams and polls refused by authorization: a node, group or secret the client may not claim, or a rule revoked."}),
+		LimitHits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: name("limit_hits_total"), Help: "Bounds hit on " + p.Title + " streams, by limit: streams ended (first_request, names, name_length, initial_resource_versions, send_timeout) or NACK messages cut (nack_message)."}, []string{"limit"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Streams, m.Responses, m.ResourcesSent, m.Nacks, m.BytesSent, m.Encodes,
-			m.StaleNonces, m.BadRequests, m.Catchups, m.CatchupFailures, m.Heartbeats, m.TTLResources, m.Denied)
+			m.StaleNonces, m.BadRequests, m.Catchups, m.CatchupFailures, m.Heartbeats, m.TTLResources, m.Denied, m.LimitHits)
 	}
 	return m
 }

@@ -116,6 +116,14 @@ func Serve[Q any, R interface {
 
 	// One receive goroutine feeds this loop, the only sender.
 	reqc, errc := Receive[Q](ctx, gs.RecvMsg)
+	// A client that opens a stream and sends nothing holds it for
+	// nothing: it gets FirstRequestTimeout.
+	var firstc <-chan time.Time
+	if d := c.Config.FirstRequestTimeout; d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		firstc = t.C
+	}
 	for {
 		var extended <-chan struct{}
 		if s.notice != nil {
@@ -123,6 +131,7 @@ func Serve[Q any, R interface {
 		}
 		select {
 		case q := <-reqc:
+			firstc = nil
 			if err := handle(s, r, R(q)); err != nil {
 				return err
 			}
@@ -147,6 +156,9 @@ func Serve[Q any, R interface {
 			if err := s.authorize(s.Node, s.Group); err != nil {
 				return err
 			}
+		case <-firstc:
+			c.Metrics.LimitHits.WithLabelValues(LimitFirstRequest).Inc()
+			return status.Errorf(codes.DeadlineExceeded, "no request within %s of the stream's start (--first-request-timeout)", c.Config.FirstRequestTimeout)
 		case err := <-errc:
 			return EndErr(err)
 		case <-ctx.Done():
@@ -284,13 +296,46 @@ func (s *Stream[T]) Send(t *resource.Type, key string, build func() proto.Messag
 	s.nonces++
 	nonce := strconv.FormatUint(s.nonces, 10)
 	w := wire.NewResponse(body, nonce)
-	if err := s.gs.SendMsg(w); err != nil {
+	if err := s.sendMsg(w); err != nil {
 		return "", err
 	}
 	c.Metrics.Responses.WithLabelValues(t.Name).Inc()
 	c.Metrics.ResourcesSent.WithLabelValues(t.Name).Add(float64(n))
 	c.Metrics.BytesSent.Add(float64(w.Size()))
 	return nonce, nil
+}
+
+// sendMsg sends m, bounded by SendTimeout: gRPC's SendMsg blocks while
+// the client's flow-control window is full, and only the stream's end
+// unblocks it. So it runs in a goroutine of its own; when it has not
+// returned in time, sendMsg returns UNAVAILABLE, the stream's handler
+// returns it, gRPC resets the stream, and that ends the blocked SendMsg
+// and its goroutine. Meanwhile the stream holds only the snapshot it is
+// sending (and, linked from it, those published since): the timeout
+// bounds that memory.
+func (s *Stream[T]) sendMsg(m any) error {
+	d := s.core.Config.SendTimeout
+	if d < 0 {
+		return s.gs.SendMsg(m)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.gs.SendMsg(m) }()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+		s.core.Metrics.LimitHits.WithLabelValues(LimitSendTimeout).Inc()
+		s.Log.Info("client took no response in time: stream closed", "send_timeout", d)
+		return SendTimeoutError(d)
+	}
+}
+
+// SendTimeoutError is the status of a stream whose client took no
+// response for d (--send-timeout).
+func SendTimeoutError(d time.Duration) error {
+	return status.Errorf(codes.Unavailable, "the client took no response for %s (--send-timeout): stream closed, reconnect", d)
 }
 
 // CatchUp waits, bounded, for the view to reach rev, a version the client
@@ -351,10 +396,20 @@ func (r *Record) ClearNack() { r.Nacked, r.NackMsg = "", "" }
 // Nack records that the client rejected the last response of type t with
 // msg. Each rejected response is counted and logged once, however often
 // the client repeats its NACK.
+// The message is kept and logged cut to MaxNackMessage; a NACK is logged
+// once per (type, version, message) per server and NackLogWindow, its
+// repeats by other streams counted in one line at the window's end.
 func (s *Stream[T]) Nack(t *resource.Type, rec *Record, msg string) {
+	c := s.core
+	msg, cut := truncate(msg, c.Config.MaxNackMessage)
 	if rec.nackNonce != rec.Nonce {
-		s.core.Metrics.Nacks.WithLabelValues(t.Name).Inc()
-		s.Log.Warn("client rejected a response (NACK)", "type", t.Name, "version", rec.Version, "error", msg)
+		c.Metrics.Nacks.WithLabelValues(t.Name).Inc()
+		if cut {
+			c.Metrics.LimitHits.WithLabelValues(LimitNackMessage).Inc()
+		}
+		if c.nacks.first(t.Name, rec.Version, msg) {
+			s.Log.Warn("client rejected a response (NACK)", "type", t.Name, "version", rec.Version, "error", msg)
+		}
 	}
 	rec.Nacked, rec.NackMsg, rec.nackNonce = rec.Version, msg, rec.Nonce
 }
