@@ -88,7 +88,9 @@ func parseFlags(args []string) (node.Config, error) {
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout,
-		"on SIGTERM or SIGINT, how long to let streams and requests drain before cutting them")
+		"on SIGTERM or SIGINT, once --drain-period is over, how long to let what is left of streams and requests finish before cutting them")
+	fs.DurationVar(&cfg.DrainPeriod, "drain-period", cfg.DrainPeriod,
+		"on SIGTERM or SIGINT, once not ready and out of the cluster, close the xDS streams with UNAVAILABLE spread (jittered) over this period, refusing new ones; 0: all at once")
 	fs.DurationVar(&cfg.CatchupTimeout, "catchup-timeout", cfg.CatchupTimeout,
 		"how long a client presenting a version newer than this replica's view waits for it before its stream ends with UNAVAILABLE")
 	fs.BoolVar(&cfg.SotwTrustVersion, "sotw-trust-version", cfg.SotwTrustVersion,

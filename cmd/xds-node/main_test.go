@@ -83,6 +83,15 @@ func TestParseFlags(t *testing.T) {
 			},
 		},
 		{
+			name: "drain period",
+			args: []string{"--drain-period", "30s", "--shutdown-timeout", "5s"},
+			check: func(t *testing.T, cfg node.Config) {
+				if cfg.DrainPeriod != 30*time.Second || cfg.ShutdownTimeout != 5*time.Second {
+					t.Errorf("got drain period %s, shutdown %s; want 30s, 5s", cfg.DrainPeriod, cfg.ShutdownTimeout)
+				}
+			},
+		},
+		{
 			name: "a flag wins over env",
 			env:  map[string]string{"LEGATION_GROUP_BY": "id", "LEGATION_NAME": "from-env"},
 			args: []string{"--group-by=metadata:team", "--name", "from-flag"},

@@ -342,7 +342,8 @@ func (c *Cluster) Start(ctx context.Context, name string) error {
 
 // Stop sends the process called name SIGTERM (and SIGCONT, should it be
 // frozen) and returns once it has exited; after Config.Grace it sends
-// SIGKILL. A replica drains for its --shutdown-timeout first; etcd lets
+// SIGKILL. A replica closes its streams over its --drain-period and
+// stops within its --shutdown-timeout first; etcd lets
 // its clients' open streams go for up to its request timeout (7s).
 // Stopping HAProxy stops the processes old reloads left too.
 func (c *Cluster) Stop(ctx context.Context, name string) error {

@@ -146,9 +146,10 @@ func DefaultConfig() Config {
 		// A race-built replica on a busy machine takes a few seconds to
 		// be ready; etcd's first election with three members about one.
 		Timeout: 30 * time.Second,
-		// Longer than a replica's default --shutdown-timeout (10s) and
+		// Longer than a replica's default --drain-period plus
+		// --shutdown-timeout plus leaving the cluster (10s+10s+2s) and
 		// etcd's request timeout (7s), which bound their graceful exits.
-		Grace: 15 * time.Second,
+		Grace: 25 * time.Second,
 	}
 }
 

@@ -345,7 +345,8 @@ func (tc *TestCluster) KillReplica(i int) {
 }
 
 // StopReplica sends Replicas()[i] SIGTERM, waits until it has exited (it
-// drains for its --shutdown-timeout first), and returns once HAProxy, if
+// closes its streams over its --drain-period and stops within its
+// --shutdown-timeout first), and returns once HAProxy, if
 // any, has marked it down.
 func (tc *TestCluster) StopReplica(i int) {
 	tc.t.Helper()

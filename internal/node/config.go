@@ -100,10 +100,20 @@ type Config struct {
 	// not block: until etcd answers, the view retries and /readyz says 503.
 	// Zero: no bound.
 	DialTimeout time.Duration
-	// ShutdownTimeout is the graceful drain budget once Run's ctx ends
-	// (--shutdown-timeout): gRPC streams and HTTP requests still open
-	// after it are cut. Zero: cut at once.
+	// ShutdownTimeout is the graceful stop budget once Run's ctx ends and
+	// the drain (DrainPeriod) is over (--shutdown-timeout): gRPC streams
+	// and HTTP requests still open after it are cut. The whole shutdown
+	// takes at most DrainPeriod plus ShutdownTimeout (plus up to 2s to
+	// leave the cluster). Zero: cut at once after the drain.
 	ShutdownTimeout time.Duration
+	// DrainPeriod (--drain-period) is how long, once Run's ctx ends and
+	// the replica is not ready and has left the cluster, it takes to
+	// close its xDS streams, local and relayed, each with UNAVAILABLE:
+	// spread evenly over the period with jitter, so that their clients
+	// reconnect to the other replicas gradually, not in one storm. Streams
+	// arriving meanwhile are refused with UNAVAILABLE. ShutdownTimeout
+	// starts after it. Zero: all closed at once.
+	DrainPeriod time.Duration
 	// CatchupTimeout bounds the wait for the view to reach a version a
 	// client presents (--catchup-timeout); after it the stream ends with
 	// UNAVAILABLE. Must be positive.
@@ -246,7 +256,8 @@ func DefaultConfig() Config {
 		Name:            name,              // the hostname
 		GroupBy:         "cluster",         // Node.cluster
 		DialTimeout:     5 * time.Second,   // etcd client set-up calls
-		ShutdownTimeout: 10 * time.Second,  // drain budget
+		ShutdownTimeout: 10 * time.Second,  // graceful stop budget, after the drain
+		DrainPeriod:     10 * time.Second,  // streams closed over it on SIGTERM
 		CatchupTimeout:  5 * time.Second,   // promise 3 (docs/design.md)
 		MaxRecvMsgSize:  4 << 20,           // gRPC's default
 		// Stream bounds: package xdsstream's defaults.
@@ -343,6 +354,9 @@ func (c *Config) Validate() error {
 	}
 	if c.ShutdownTimeout < 0 {
 		add(fmt.Errorf("--shutdown-timeout %s: negative", c.ShutdownTimeout))
+	}
+	if c.DrainPeriod < 0 || c.DrainPeriod > maxDrainPeriod {
+		add(fmt.Errorf("--drain-period %s: must be between 0 and %s", c.DrainPeriod, maxDrainPeriod))
 	}
 	if c.CatchupTimeout <= 0 {
 		add(fmt.Errorf("--catchup-timeout %s: must be positive", c.CatchupTimeout))
@@ -525,3 +539,7 @@ func clash(a, b string) bool {
 	wild := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
 	return ha == hb || wild(ha) || wild(hb)
 }
+
+// maxDrainPeriod bounds --drain-period: longer is surely a typo (10m for
+// 10s), and would hold a stopping replica for that long.
+const maxDrainPeriod = 10 * time.Minute

@@ -48,11 +48,13 @@ import (
 // Node is one xds-node replica: every part built by New, run by Run.
 // XDSAddr, HTTPAddr and the HTTP handlers may be used from any goroutine.
 type Node struct {
-	cfg     Config
-	log     *slog.Logger
-	reg     prometheus.Registerer
-	xdsLis  net.Listener
-	httpLis net.Listener
+	cfg    Config
+	log    *slog.Logger
+	reg    prometheus.Registerer
+	xdsLis net.Listener
+	// xdsConns is xdsLis, tracking its connections for the drain.
+	xdsConns *connTracker
+	httpLis  net.Listener
 	// devEtcdAddr is the client address of the embedded etcd (port 0
 	// resolved), which client points at; empty unless dev mode.
 	devEtcdAddr string
@@ -126,6 +128,8 @@ func New(cfg Config) (*Node, error) {
 	if n.xdsLis, err = net.Listen("tcp", cfg.XDSAddr); err != nil {
 		return nil, fmt.Errorf("node: --xds-addr: %w", err)
 	}
+	n.xdsConns = newConnTracker(n.xdsLis)
+	n.xdsLis = n.xdsConns
 	if n.httpLis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
 		n.xdsLis.Close()
 		return nil, fmt.Errorf("node: --http-addr: %w", err)
@@ -248,6 +252,7 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 		// other presents a replica's identity.
 		rcfg.DialOptions = append(rcfg.DialOptions, grpc.WithTransportCredentials(credentials.NewTLS(n.tls.ClientConfig(n.verifyReplica))))
 	}
+	rcfg.Drained = n.xdsConns.closeSoon
 	rcfg.Logger = n.log
 	rcfg.Registerer = n.reg
 	if n.relay, err = relay.New(rcfg); err != nil {
@@ -568,8 +573,9 @@ func (n *Node) release() error {
 // once.
 //
 // On shutdown it stops being ready (/readyz 503, gRPC health
-// NOT_SERVING), leaves the cluster, drains the gRPC and HTTP servers
-// within ShutdownTimeout and cuts what is left, then stops the view, the
+// NOT_SERVING), leaves the cluster, closes its xDS streams spread over
+// DrainPeriod (refusing new ones), stops the gRPC and HTTP servers
+// gracefully within ShutdownTimeout and cuts what is left, then stops the view, the
 // lease tracker, the status writer and the cluster agent, closes the etcd
 // client and the embedded etcd, waiting for every goroutine it started.
 func (n *Node) Run(ctx context.Context) error {
@@ -639,7 +645,8 @@ func (n *Node) Run(ctx context.Context) error {
 		err = nil // stopped while starting
 	}
 	// An error is returned, not logged: the caller reports it.
-	n.log.Info("xds-node shutting down", "after_error", err != nil, "drain_timeout", n.cfg.ShutdownTimeout.String())
+	n.log.Info("xds-node shutting down", "after_error", err != nil,
+		"drain_period", n.cfg.DrainPeriod.String(), "shutdown_timeout", n.cfg.ShutdownTimeout.String())
 
 	n.stopping.Store(true)
 	n.health.Shutdown() // NOT_SERVING now, and SERVING is never set again
@@ -647,7 +654,16 @@ func (n *Node) Run(ctx context.Context) error {
 	if err := n.cluster.Leave(2 * time.Second); err != nil {
 		n.log.Warn("leaving the cluster", "err", err)
 	}
+	closerCtx, stopCloser := context.WithCancel(context.Background())
+	closerDone := make(chan struct{})
+	go func() {
+		defer close(closerDone)
+		n.xdsConns.run(closerCtx) // closes drained streams' connections
+	}()
+	n.drainStreams()
 	n.drain()
+	stopCloser() // the gRPC server closed every connection
+	<-closerDone
 	servers.Wait()
 	stopParts()
 	parts.Wait()
@@ -726,6 +742,25 @@ func (n *Node) runParts(ctx context.Context, wg *sync.WaitGroup) {
 			"etcd", n.client.Endpoints(), "load_time", time.Since(start).Round(time.Millisecond).String())
 		n.watchReadiness(ctx)
 	})
+}
+
+// drainStreams closes the xDS streams the relay's interceptor has seen,
+// local and relayed, spread over DrainPeriod (relay.Drain), and refuses
+// new ones from its start, closing the connection of each shortly after
+// (connTracker): their clients reconnect, through the load balancer that
+// sees /readyz 503, to the other replicas, a few at a time rather than
+// all at once. The HTTP server keeps serving meanwhile, so
+// that health checks see 503. The pacer's jitter may run a little past
+// the period: what is left then is closed at once.
+func (n *Node) drainStreams() {
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.DrainPeriod+n.cfg.DrainPeriod/10)
+	defer cancel()
+	began := time.Now()
+	closed := n.relay.Drain(ctx, n.cfg.DrainPeriod)
+	if ctx.Err() != nil {
+		closed += n.relay.Drain(context.Background(), 0)
+	}
+	n.log.Info("drained the xDS streams", "closed", closed, "took", time.Since(began).Round(time.Millisecond).String())
 }
 
 // drain stops the gRPC and HTTP servers, each given ShutdownTimeout to let

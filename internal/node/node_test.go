@@ -50,6 +50,9 @@ func testConfig(t testing.TB) node.Config {
 	cfg.DevEtcdAddr = "127.0.0.1:0"
 	cfg.DataDir = t.TempDir()
 	cfg.ShutdownTimeout = 5 * time.Second
+	// Tests that stop a replica with streams open need not wait a whole
+	// default drain; TestDrain sets its own.
+	cfg.DrainPeriod = 200 * time.Millisecond
 	cfg.Registerer = prometheus.NewRegistry()
 	return cfg
 }

@@ -15,7 +15,8 @@
 // The package also keeps the registry of the streams its interceptor has
 // seen, local or relayed, and Rebalance closes, at a bounded and jittered
 // rate, those whose home moved after a membership change, so that their
-// clients reconnect to the new home.
+// clients reconnect to the new home. Drain closes them all, spread over a
+// period, when the replica shuts down, and refuses new ones from then on.
 //
 // It does not own the hash ring or membership (Home and Rebalance's home
 // func come from the caller), the gRPC server, or any xDS protocol state:

@@ -88,11 +88,15 @@ func (e *entry) moved(self string, home func(string) (string, bool)) (string, bo
 // random jitter between closes, in random order, and returns how many it
 // closed. Streams opened after it began are not considered: update
 // Config.Home's ring first. It blocks until done or ctx ends. A later
-// call supersedes a running one, which stops early; so does Close.
+// call supersedes a running one, which stops early; so do Drain and
+// Close. Once Drain was called it does nothing and returns 0.
 //
 // home is called from Rebalance's goroutine only; it says which replica
 // is nodeID's home and whether that is this replica.
 func (r *Relay) Rebalance(ctx context.Context, home func(nodeID string) (name string, self bool)) int {
+	if r.draining.Load() {
+		return 0 // Drain closes every stream
+	}
 	ctx, end := r.startRebalance(ctx)
 	defer end()
 	// A membership change may bring back a home that was unreachable: a

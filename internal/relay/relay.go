@@ -94,6 +94,16 @@ type Config struct {
 	// and 10.
 	Rate  float64
 	Burst int
+	// Drained, if set, is called with a stream's context when Drain has
+	// closed the stream, or when the interceptor refused it because of a
+	// drain, unless another replica relayed it here (its connection
+	// carries other relayed streams, which must not all end at once):
+	// the caller closes the stream's connection (its peer address is in
+	// ctx), so that the client reconnects through the load balancer
+	// instead of retrying on a connection to a replica that goes away. It
+	// is called from Drain's goroutine or the stream's, concurrently, and
+	// must not block.
+	Drained func(ctx context.Context)
 	// Logger gets relay failures (at Warn, at most one every few seconds)
 	// and per-stream events (at Debug); nil discards.
 	Logger *slog.Logger
@@ -172,6 +182,9 @@ type Relay struct {
 	rbDone   chan struct{}
 	rbClosed bool
 	pacer    pacer // used by the running Rebalance only
+	// draining is set by Drain: new streams are refused, Rebalance does
+	// nothing.
+	draining atomic.Bool
 
 	lastWarn atomic.Int64 // unix nanoseconds of the last relay warning
 }
@@ -286,6 +299,12 @@ func (r *Relay) StreamInterceptor() grpc.StreamServerInterceptor {
 }
 
 func (r *Relay) intercept(srv any, ss grpc.ServerStream, method string, k kind, handler grpc.StreamHandler) error {
+	if r.draining.Load() {
+		if _, marked := marker(ss.Context()); !marked {
+			r.drained(ss.Context())
+		}
+		return errDraining
+	}
 	ctx := ss.Context()
 	relayedBy, marked := marker(ctx)
 	if marked && r.cfg.TrustMarker != nil && !r.cfg.TrustMarker(ctx) {
@@ -331,6 +350,14 @@ func (r *Relay) intercept(srv any, ss grpc.ServerStream, method string, k kind, 
 		e.servedBy.Store(name)
 	}
 	defer r.streams.Add(e.id, e)()
+	if r.draining.Load() {
+		// Drain began after the check above and may have listed the
+		// open streams before this one was added.
+		if !marked {
+			r.drained(ctx)
+		}
+		return errDraining
+	}
 	// Per-stream events at Debug; the attributes cost, so only if on.
 	debug := r.log.Enabled(ctx, slog.LevelDebug)
 	log := r.log
@@ -378,12 +405,16 @@ func (r *Relay) intercept(srv any, ss grpc.ServerStream, method string, k kind, 
 // served here: its home, then the next ones on the ring.
 const maxRelayTries = 2
 
-// endErr is what a stream ends with: the rebalance's status if Rebalance
-// closed it, else err.
+// endErr is what a stream ends with: the status Rebalance or Drain
+// closed it with, else err.
 func endErr(ctx context.Context, err error) error {
 	var m movedError
 	if errors.As(context.Cause(ctx), &m) {
 		return m.GRPCStatus().Err()
+	}
+	var d drainingError
+	if errors.As(context.Cause(ctx), &d) {
+		return d.GRPCStatus().Err()
 	}
 	return err
 }
