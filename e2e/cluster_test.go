@@ -28,7 +28,7 @@ const failoverBound = 10 * time.Second
 
 // clusterFlags are the xds-node flags of every cluster test: a replica
 // stopped at the end drains for 2s at most.
-var clusterFlags = []string{"--shutdown-timeout", "2s"}
+var clusterFlags = []string{"--shutdown-timeout", "2s", "--drain-period", "1s"}
 
 // clusterConfig is the cluster of the cluster tests: 3 etcd members, 3
 // replicas and HAProxy, each replica run with flags.

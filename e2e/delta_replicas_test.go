@@ -46,7 +46,7 @@ func TestDeltaAcrossReplicas(t *testing.T) {
 	cfg := localcluster.DefaultConfig()
 	cfg.EtcdMembers, cfg.EtcdEndpoints = 0, []string{etcd.Endpoint}
 	cfg.Replicas, cfg.HAProxy = 2, false
-	cfg.XDSNodeFlags = []string{"--standalone", "--shutdown-timeout", "2s"}
+	cfg.XDSNodeFlags = []string{"--standalone", "--shutdown-timeout", "2s", "--drain-period", "1s"}
 	c := localcluster.StartForTest(t, cfg)
 	r1, r2 := c.Replicas()[0], c.Replicas()[1]
 

@@ -145,7 +145,7 @@ func TestCommands(t *testing.T) {
 	cfg = localcluster.ConfigForTest(t, cfg)
 	dir := []string{"-dir", cfg.Dir}
 	upArgs := append(dir, "-net", cfg.Net, "-etcd", "1", "-replicas", "2",
-		"-bin", filepath.Dir(cfg.XDSNodeBin), "-xds-node-flags", "--shutdown-timeout 2s")
+		"-bin", filepath.Dir(cfg.XDSNodeBin), "-xds-node-flags", "--shutdown-timeout 2s --drain-period 1s")
 
 	must(t, 1, append([]string{"status"}, dir...)...) // nothing runs yet
 	o := startUp(t, cfg, upArgs...)
@@ -193,7 +193,7 @@ func TestCommands(t *testing.T) {
 
 	// Again on the same directory: it takes its settings (3 replicas
 	// now) from there, and stops on Ctrl-C.
-	o = startUp(t, cfg, "-dir", cfg.Dir, "-bin", filepath.Dir(cfg.XDSNodeBin), "-xds-node-flags", "--shutdown-timeout 2s")
+	o = startUp(t, cfg, "-dir", cfg.Dir, "-bin", filepath.Dir(cfg.XDSNodeBin), "-xds-node-flags", "--shutdown-timeout 2s --drain-period 1s")
 	if got := stateOf(must(t, 0, append([]string{"status"}, dir...)...), "replica-3"); got != "running" {
 		t.Errorf("up again: replica-3 %q, want running (REPLICAS from DIR/env)", got)
 	}

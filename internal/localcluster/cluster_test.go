@@ -38,7 +38,7 @@ func TestCluster(t *testing.T) {
 	start := time.Now()
 	cfg := localcluster.DefaultConfig()
 	// Killed or stopped, a replica's streams end at once.
-	cfg.XDSNodeFlags = []string{"--shutdown-timeout", "2s"}
+	cfg.XDSNodeFlags = []string{"--shutdown-timeout", "2s", "--drain-period", "1s"}
 	c := localcluster.StartForTest(t, cfg)
 	if len(c.EtcdEndpoints) != 3 || len(c.Replicas()) != 3 {
 		t.Fatalf("got %d etcd endpoints and %d replicas, want 3 and 3", len(c.EtcdEndpoints), len(c.Replicas()))

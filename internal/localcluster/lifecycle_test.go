@@ -27,7 +27,7 @@ const shortTimeout = time.Second
 func TestLifecycle(t *testing.T) {
 	cfg := localcluster.DefaultConfig()
 	cfg.EtcdMembers, cfg.Replicas = 1, 2
-	cfg.XDSNodeFlags = []string{"--shutdown-timeout", "2s"}
+	cfg.XDSNodeFlags = []string{"--shutdown-timeout", "2s", "--drain-period", "1s"}
 	tc := localcluster.StartForTest(t, cfg)
 	c := tc.Cluster()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

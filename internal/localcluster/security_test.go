@@ -23,7 +23,7 @@ func TestSecureCluster(t *testing.T) {
 	cfg := localcluster.DefaultConfig()
 	cfg.EtcdMembers, cfg.Replicas = 1, 2
 	cfg.Secure = true
-	cfg.XDSNodeFlags = []string{"--shutdown-timeout", "2s"}
+	cfg.XDSNodeFlags = []string{"--shutdown-timeout", "2s", "--drain-period", "1s"}
 	c := localcluster.StartForTest(t, cfg)
 	c.WaitRing()
 	sec := c.Security()
