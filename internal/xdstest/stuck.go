@@ -54,6 +54,13 @@ const (
 	// subscribes to "e"), and holds the snapshots published while
 	// blocked.
 	stuckBigPorts = 8000
+	// stuckMidPorts is the size of the CLA "mid" (~10 KB) the stuck
+	// client subscribes to besides, written by every update: a server
+	// that does not block on the update after "big" (delta) still fills
+	// the stuck stream's window and write quota (128 KiB) within
+	// stuckFillUpdates updates.
+	stuckMidPorts    = 400
+	stuckFillUpdates = 14
 	// stuckWindow is the stuck client's HTTP/2 windows (stream and
 	// connection); setting them turns off grpc-go's BDP estimation,
 	// which would otherwise grow them.
@@ -90,9 +97,13 @@ type StuckResult struct {
 	// normal streams still open, once garbage collected.
 	HeapInuse uint64
 	// Cut is how long after the first update's Apply returned (when the
-	// stuck stream's send blocked) the server cut its stream; 0 in a run
-	// without it.
+	// stuck stream's send blocked, at the latest FillTime later) the
+	// server cut its stream; 0 in a run without it.
 	Cut time.Duration
+	// FillTime is the time from the first update's Apply returning to
+	// the stuckFillUpdates-th's: by then the stuck stream's send has
+	// blocked.
+	FillTime time.Duration
 	// Err is the status the stuck client read at the end of its stream.
 	Err error
 }
@@ -123,10 +134,14 @@ func stuckPorts32(base, n int) []uint32 {
 	return p
 }
 
-// stuckPuts is update i: the CLA "e" every client subscribes to; update
-// 0 also writes "big", which only the stuck client subscribes to.
+// stuckPuts is update i: the CLA "e" every client subscribes to, and
+// "mid", which only the stuck client subscribes to; update 0 also writes
+// "big", which only the stuck client subscribes to.
 func stuckPuts(tb testing.TB, i int) []store.Put {
-	puts := []store.Put{Put(tb, resource.Endpoint, store.DefaultScope, Endpoints("e", stuckPorts32(i, stuckPorts)...))}
+	puts := []store.Put{
+		Put(tb, resource.Endpoint, store.DefaultScope, Endpoints("e", stuckPorts32(i, stuckPorts)...)),
+		Put(tb, resource.Endpoint, store.DefaultScope, Endpoints("mid", stuckPorts32(i, stuckMidPorts)...)),
+	}
 	if i == 0 {
 		puts = append(puts, Put(tb, resource.Endpoint, store.DefaultScope, Endpoints("big", stuckPorts32(i, stuckBigPorts)...)))
 	}
@@ -193,7 +208,17 @@ func RunStuck(tb testing.TB, s StuckServer, size StuckSize, stuck bool) StuckRes
 		}
 		cc := Dial(tb, addr, grpc.WithInitialWindowSize(stuckWindow), grpc.WithInitialConnWindowSize(stuckWindow))
 		conns = append(conns, cc)
-		stuckSt = openStuckStream(tb, ctx, cc, s.Delta, "stuck", "e", "big")
+		blocked = time.Now()
+		stuckSt = openStuckStream(tb, ctx, cc, s.Delta, "stuck", "e", "mid", "big")
+		if s.Delta {
+			// A delta stream has one response per type outstanding
+			// until its ACK: a second type's response is the send
+			// that blocks, at once (as in delta's
+			// TestSendTimeoutStuckClient).
+			if err := stuckSt.SendMsg(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Listener.URL}); err != nil {
+				tb.Fatal(err)
+			}
+		}
 		// Watch for the cut while the updates run.
 		go func() {
 			for ctx.Err() == nil {
@@ -210,7 +235,7 @@ func RunStuck(tb testing.TB, s StuckServer, size StuckSize, stuck bool) StuckRes
 	for i := 1; i <= size.Updates; i++ {
 		rev := s.Apply(tb, stuckPuts(tb, i))
 		applied = append(applied, stuckAck{rev, time.Now()})
-		if i == 1 {
+		if i == 1 && !s.Delta {
 			// The stuck stream's send of this update blocks; it began
 			// when the view published it, a little before Apply
 			// returned.
@@ -234,6 +259,7 @@ func RunStuck(tb testing.TB, s StuckServer, size StuckSize, stuck bool) StuckRes
 	})
 
 	if stuck {
+		res.FillTime = applied[min(stuckFillUpdates, len(applied))-1].at.Sub(applied[0].at)
 		select {
 		case at := <-cut:
 			res.Cut = at.Sub(blocked)
@@ -375,10 +401,10 @@ func CheckStuck(t *testing.T, s StuckServer, size StuckSize) (without, with Stuc
 	without = RunStuck(t, s, size, false)
 	with = RunStuck(t, s, size, true)
 	t.Logf("%d normal clients, %d updates; without the stuck client: %s", size.Normal, size.Updates, without)
-	t.Logf("with it: %s; the stuck stream cut %s after its send blocked (send timeout %s), ended with %v",
-		with, with.Cut.Round(time.Millisecond), s.SendTimeout, with.Err)
-	if with.Cut > s.SendTimeout+cutSlack {
-		t.Errorf("the stuck stream was cut %s after its send blocked, want within the send timeout %s (+%s)", with.Cut, s.SendTimeout, cutSlack)
+	t.Logf("with it: %s; the stuck stream cut %s after the first update (send timeout %s; its window filled within %s), ended with %v",
+		with, with.Cut.Round(time.Millisecond), s.SendTimeout, with.FillTime.Round(time.Millisecond), with.Err)
+	if with.Cut > s.SendTimeout+with.FillTime+cutSlack {
+		t.Errorf("the stuck stream was cut %s after the first update, want within the send timeout %s (+%s to fill its window, +%s)", with.Cut, s.SendTimeout, with.FillTime, cutSlack)
 	}
 	if with.Cut < s.SendTimeout-cutEarly {
 		t.Errorf("the stuck stream was cut %s after its send blocked, before the send timeout %s", with.Cut, s.SendTimeout)
