@@ -195,6 +195,9 @@ type replicaWatch struct {
 	rings    map[ringKey][]ringSample // by replica incarnation
 	eventsAt []time.Time
 	bad      []string // rings seen that no planned state explains
+	// old is the processes running when the watch began: their first
+	// sample counts streams admitted long before.
+	old      map[int]bool
 	nPolls   int
 	peakOpen float64
 }
@@ -220,10 +223,11 @@ type ringSample struct {
 func watchReplicas(c *localcluster.TestCluster) *replicaWatch {
 	w := &replicaWatch{
 		c: c, done: make(chan struct{}), up: map[string]bool{},
-		samples: map[string][]admitSample{}, rings: map[ringKey][]ringSample{},
+		samples: map[string][]admitSample{}, rings: map[ringKey][]ringSample{}, old: map[int]bool{},
 	}
 	for _, r := range c.Replicas() {
 		w.up[r.Name] = true
+		w.old[r.PID] = true
 	}
 	w.wg.Add(1)
 	go w.run()
@@ -350,8 +354,10 @@ func (w *replicaWatch) maxRate(name string) (float64, time.Time) {
 				best, at = d, ss[j].at
 			}
 		}
-		// A process's first sample counts from its start (0).
-		if i == 0 || ss[i-1].pid != ss[i].pid {
+		// A process started since the watch began: its first sample
+		// counts from its start (0), at most 250ms before, as it admits
+		// nothing until ready and up in HAProxy anyway.
+		if (i == 0 || ss[i-1].pid != ss[i].pid) && !w.old[ss[i].pid] {
 			if ss[i].admitted > best {
 				best, at = ss[i].admitted, ss[i].at
 			}
