@@ -126,7 +126,16 @@ func TestClusterRollingRestart(t *testing.T) {
 	}
 	t.Logf("most new streams admitted within a second, per replica: %s (limit %.0f)", strings.Join(rates, ", "), limit)
 
-	// (b) The shares, once settled.
+	// (b) The shares, once settled. What --max-streams-share caps is the
+	// streams admitted at a replica (where clients landed), against a
+	// fair share estimated when each is admitted. At the small size a
+	// fair share is 50 and the floor of 100 is the cap, so this only
+	// checks the floor holds (the peak logged shows it binding). While a
+	// replica is down the others' fair share is N/2 and they admit up to
+	// it; nothing moves a client's connection back when the replica
+	// returns (rebalancing moves homes, not connections), so the last
+	// replica restarted ends light and the others heavy: at the full size
+	// this is where the check can fail.
 	open := map[string]float64{}
 	total := 0.0
 	for _, r := range c.Replicas() {
