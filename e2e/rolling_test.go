@@ -175,7 +175,7 @@ func TestClusterRollingRestart(t *testing.T) {
 			resent = tr.total()
 		}
 		if resent != 0 {
-			t.Errorf("%s: %d resources resent after the kill (%v), want 0: nothing it holds changed", cl, resent, tr.Resources)
+			t.Errorf("%s: %d resources resent after the kill (%v), want 0: nothing it holds changed; %s", cl, resent, tr.Resources, cl.story(kill))
 		}
 	}
 	t.Logf("%d of %d raw clients reconnected at least once: none resent anything it holds", rehomed, len(f.raw))
@@ -437,4 +437,23 @@ func (w *replicaWatch) flaps() (flaps []string, transitions, planned int) {
 		}
 	}
 	return flaps, transitions, planned
+}
+
+// story tells c's streams and responses since from, for a failure.
+func (c *loadClient) story(from time.Time) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var b strings.Builder
+	for _, s := range c.streams {
+		if !s.Ended.IsZero() && s.Ended.Before(from) {
+			continue
+		}
+		fmt.Fprintf(&b, "stream %d %s-%s %v; ", s.N, s.Opened.Format("15:04:05.000"), s.Ended.Format("15:04:05.000"), s.Err)
+	}
+	for _, r := range c.resps {
+		if !r.At.Before(from) {
+			fmt.Fprintf(&b, "%s stream %d %s %s: %d resources; ", r.At.Format("15:04:05.000"), r.Stream, r.Type, r.Version, len(r.Res))
+		}
+	}
+	return b.String()
 }
