@@ -2,6 +2,8 @@
 
 package e2e
 
+import "time"
+
 // The scale of the cluster tests (cluster_test.go) for `make e2e` (-tags
 // e2e). size_small_test.go has the sizes of `go test ./...`.
 
@@ -22,3 +24,15 @@ var (
 // addReplicaRate is --rebalance-rate in TestClusterAddReplica: streams
 // closed per second per replica, low enough that the pacing shows.
 const addReplicaRate = 50
+
+// TestClusterRollingRestart: 3,000 nodes on 3 replicas admitting 100 new
+// streams a second each (burst 10). A SIGTERM sends about 2N/3 = 2,000
+// reconnects to the 2 others over the drain: 20s keeps them at about 50
+// a second each, half the rate (rolling_test.go has the relation).
+var rollingMix = clientMix{GRPC: 100, SotW: 1450, Delta: 1450}
+
+const (
+	rollingRate  = 100
+	rollingBurst = 10
+	rollingDrain = 20 * time.Second
+)

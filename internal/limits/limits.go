@@ -62,7 +62,8 @@ type Config struct {
 	// Logger gets the stacks of recovered panics (Error); nil discards.
 	Logger *slog.Logger
 	// Registerer gets the metrics (Hits, Panics,
-	// legation_admission_waits_total, legation_admission_streams).
+	// legation_admission_waits_total, legation_admission_admitted_total,
+	// legation_admission_streams).
 	Registerer prometheus.Registerer
 }
 
@@ -77,6 +78,9 @@ type Limits struct {
 	hits   *prometheus.CounterVec
 	panics prometheus.Counter
 	waits  prometheus.Counter
+	// admitted counts the streams admission let through: its rate is
+	// what --stream-rate bounds.
+	admitted prometheus.Counter
 }
 
 // New checks cfg and registers the metrics.
@@ -105,11 +109,15 @@ func New(cfg Config) (*Limits, error) {
 		Name: "legation_admission_waits_total",
 		Help: "New streams that waited for their turn under --stream-rate (admitted or not).",
 	})
+	l.admitted = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "legation_admission_admitted_total",
+		Help: "New streams admitted (by --max-streams, --max-streams-share and --stream-rate); its rate is at most --stream-rate plus --stream-burst.",
+	})
 	gauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "legation_admission_streams",
 		Help: "Streams admitted and open (what --max-streams bounds).",
 	}, func() float64 { return float64(l.open.Load()) })
-	for _, c := range []prometheus.Collector{l.waits, gauge} {
+	for _, c := range []prometheus.Collector{l.waits, l.admitted, gauge} {
 		if err := cfg.Registerer.Register(c); err != nil {
 			return nil, fmt.Errorf("limits: register metrics: %w", err)
 		}
@@ -169,6 +177,7 @@ func (l *Limits) StreamInterceptor() grpc.StreamServerInterceptor {
 		if err := l.admit(ctx); err != nil {
 			return err
 		}
+		l.admitted.Inc()
 		defer l.open.Add(-1)
 		return handler(srv, ss)
 	}

@@ -141,6 +141,25 @@ func TestShareCap(t *testing.T) {
 			if got := value(t, hits.WithLabelValues(limits.LimitMaxStreamsShare)); got != float64(20-tt.want) {
 				t.Errorf("hits = %v, want %d", got, 20-tt.want)
 			}
+			if got := gathered(t, reg, "legation_admission_admitted_total"); got != float64(tt.want) {
+				t.Errorf("legation_admission_admitted_total = %v, want %d", got, tt.want)
+			}
 		})
 	}
+}
+
+// gathered is the value of the unlabelled counter name on reg.
+func gathered(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no %s", name)
+	return 0
 }
