@@ -2,8 +2,6 @@
 
 package e2e
 
-import "time"
-
 // The scale of the cluster tests (cluster_test.go) for `go test ./...`
 // (make test): small enough that all of them together stay within about
 // four minutes on two cores with race-built replicas. `make e2e` (-tags
@@ -25,15 +23,3 @@ var (
 // addReplicaRate is --rebalance-rate in TestClusterAddReplica: streams
 // closed per second per replica, low enough that the pacing shows.
 const addReplicaRate = 10
-
-// TestClusterRollingRestart: 150 nodes on 3 replicas admitting 50 new
-// streams a second each (burst 5). A SIGTERM sends about 2N/3 = 100
-// reconnects to the 2 others over the drain: 2s keeps them at about 25
-// a second each, half the rate (rolling_test.go has the relation).
-var rollingMix = clientMix{GRPC: 10, SotW: 70, Delta: 70}
-
-const (
-	rollingRate  = 50
-	rollingBurst = 5
-	rollingDrain = 2 * time.Second
-)

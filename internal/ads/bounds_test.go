@@ -224,17 +224,3 @@ func TestSendTimeoutStuckClient(t *testing.T) {
 		break
 	}
 }
-
-// Issue 13's stuck-client acceptance over SotW ADS (xdstest.CheckStuck):
-// normal clients and one that never reads through endpoint updates, at
-// xdstest.StuckScale (-tags e2e: 999 clients, 2,000 updates).
-func TestSendTimeoutStuckClientAmongMany(t *testing.T) {
-	const sendTimeout = time.Second
-	e := newEnv(t, func(c *ads.Config) { c.SendTimeout = sendTimeout })
-	xdstest.CheckStuck(t, xdstest.StuckServer{
-		Addr:        e.addr,
-		Apply:       func(tb testing.TB, puts []store.Put) int64 { return e.Apply(tb, puts) },
-		Cuts:        func() float64 { return limitHits(t, e.reg, "send_timeout") },
-		SendTimeout: sendTimeout,
-	}, xdstest.StuckScale)
-}

@@ -1,5 +1,3 @@
-//go:build e2e
-
 package xdstest
 
 // StuckScale is issue 13's stuck-client acceptance at full size: 999
