@@ -531,6 +531,7 @@ func (r *Relay) pipe(ctx context.Context, ss grpc.ServerStream, cs grpc.ClientSt
 			}
 		}
 	}()
+	sender := xdsstream.NewSender(r.cfg.SendTimeout)
 	for {
 		f := new(wire.Frame)
 		if err := cs.RecvMsg(f); err != nil {
@@ -547,35 +548,24 @@ func (r *Relay) pipe(ctx context.Context, ss grpc.ServerStream, cs grpc.ClientSt
 			}
 			return err // the home's status, as it is
 		}
-		if err := r.send(ss, f); err != nil {
+		if err := r.send(sender, ss, f); err != nil {
 			return err
 		}
 	}
 }
 
-// send sends f to the client, bounded by SendTimeout: gRPC's SendMsg
-// blocks while the client's flow-control window is full, and only the
-// stream's end unblocks it. So it runs in a goroutine of its own; when it
-// has not returned in time, send returns UNAVAILABLE, the handler returns
-// it (cancelling the home's leg), gRPC resets the client's stream, and
-// that ends the blocked SendMsg and its goroutine.
-func (r *Relay) send(ss grpc.ServerStream, f *wire.Frame) error {
-	d := r.cfg.SendTimeout
-	if d < 0 {
-		return ss.SendMsg(f)
-	}
-	done := make(chan error, 1)
-	go func() { done <- ss.SendMsg(f) }()
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case err := <-done:
-		return err
-	case <-t.C:
+// send sends f to the client with sender, bounded by SendTimeout (see
+// xdsstream.Sender): a client that takes nothing in time ends the
+// stream with UNAVAILABLE; the handler returning it cancels the home's
+// leg and resets the client's stream, which ends the blocked send.
+func (r *Relay) send(sender *xdsstream.Sender, ss grpc.ServerStream, f *wire.Frame) error {
+	timedOut, err := sender.Send(ss.SendMsg, f)
+	if timedOut {
 		r.metrics.sendTimeouts.Inc()
-		r.cfg.Logger.Debug("relayed stream's client took no message in time: stream closed", "send_timeout", d)
-		return status.Errorf(codes.Unavailable, "the client took no response for %s (--send-timeout): stream closed, reconnect", d)
+		r.cfg.Logger.Debug("relayed stream's client took no message in time: stream closed", "send_timeout", r.cfg.SendTimeout)
+		return xdsstream.SendTimeoutError(r.cfg.SendTimeout)
 	}
+	return err
 }
 
 // conn returns the pooled connection to addr, making one if needed, and

@@ -77,6 +77,9 @@ type Stream[T Reporter] struct {
 	// recheck is closed when the Authorizer's decision on the stream's
 	// node may have changed; nil: nothing to wait for.
 	recheck <-chan struct{}
+	// sender sends the stream's responses, each bounded by SendTimeout;
+	// made by the first send.
+	sender *Sender
 	// secretsOK: the Authorizer allowed the stream secrets.
 	secretsOK bool
 	// notice is the lease-extension notice the stream waits on, from its
@@ -308,31 +311,22 @@ func (s *Stream[T]) Send(t *resource.Type, key string, build func() proto.Messag
 	return nonce, nil
 }
 
-// sendMsg sends m, bounded by SendTimeout: gRPC's SendMsg blocks while
-// the client's flow-control window is full, and only the stream's end
-// unblocks it. So it runs in a goroutine of its own; when it has not
-// returned in time, sendMsg returns UNAVAILABLE, the stream's handler
-// returns it, gRPC resets the stream, and that ends the blocked SendMsg
-// and its goroutine. Meanwhile the stream holds only the snapshot it is
-// sending (and, linked from it, those published since): the timeout
-// bounds that memory.
+// sendMsg sends m, bounded by SendTimeout (see Sender): a stream
+// whose client takes nothing in time ends. Until then it holds only the
+// snapshot it is sending (and, linked from it, those published since):
+// the timeout bounds that memory.
 func (s *Stream[T]) sendMsg(m any) error {
-	d := s.core.Config.SendTimeout
-	if d < 0 {
-		return s.gs.SendMsg(m)
+	if s.sender == nil {
+		s.sender = NewSender(s.core.Config.SendTimeout)
 	}
-	done := make(chan error, 1)
-	go func() { done <- s.gs.SendMsg(m) }()
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case err := <-done:
-		return err
-	case <-t.C:
+	timedOut, err := s.sender.Send(s.gs.SendMsg, m)
+	if timedOut {
+		d := s.core.Config.SendTimeout
 		s.core.Metrics.LimitHits.WithLabelValues(LimitSendTimeout).Inc()
 		s.Log.Info("client took no response in time: stream closed", "send_timeout", d)
 		return SendTimeoutError(d)
 	}
+	return err
 }
 
 // SendTimeoutError is the status of a stream whose client took no
