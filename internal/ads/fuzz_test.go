@@ -20,7 +20,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/legation-io/legation/internal/ads"
 	"github.com/legation-io/legation/internal/resource"
@@ -188,26 +187,11 @@ func FuzzStreamRequests(f *testing.F) {
 		// A version that is not ours, and a nonce for a type not asked.
 		{{Node: n1, TypeUrl: resource.Secret.URL, VersionInfo: "abc", ResponseNonce: "5", ResourceNames: []string{"s"}}},
 	} {
-		var enc [3][]byte
-		for i, m := range seq {
-			b, err := proto.Marshal(m)
-			if err != nil {
-				f.Fatal(err)
-			}
-			enc[i] = b
-		}
-		f.Add(enc[0], enc[1], enc[2])
+		xdstest.AddSeqSeeds(f, seq)
 	}
 
 	f.Fuzz(func(t *testing.T, a, b, c []byte) {
-		var seq []*discoveryv3.DiscoveryRequest
-		for _, raw := range [][]byte{a, b, c} {
-			m := new(discoveryv3.DiscoveryRequest)
-			if len(raw) == 0 || proto.Unmarshal(raw, m) != nil {
-				continue
-			}
-			seq = append(seq, m)
-		}
+		seq := xdstest.DecodeSeq(func() *discoveryv3.DiscoveryRequest { return new(discoveryv3.DiscoveryRequest) }, a, b, c)
 		if len(seq) == 0 {
 			return // nothing decodes as a request: nothing to send
 		}
@@ -225,18 +209,7 @@ func fuzzSequence(t *testing.T, client discoveryv3.AggregatedDiscoveryServiceCli
 	if err != nil {
 		t.Fatalf("open stream: %v", err)
 	}
-	asked := map[string]bool{}
-	for _, m := range seq {
-		asked[m.GetTypeUrl()] = true
-	}
-	var probe *resource.Type
-	for _, typ := range resource.All() {
-		if !asked[typ.URL] {
-			probe = typ
-			break
-		}
-	}
-	asked[probe.URL] = true
+	probe, asked := xdstest.ProbeType(seq)
 	for _, m := range append(seq, &discoveryv3.DiscoveryRequest{TypeUrl: probe.URL}) {
 		if err := st.Send(m); err != nil {
 			break // the server ended the stream: Recv says how

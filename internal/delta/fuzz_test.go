@@ -16,7 +16,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	grpcstatus "google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/legation-io/legation/internal/delta"
 	"github.com/legation-io/legation/internal/resource"
@@ -93,26 +92,11 @@ func FuzzDeltaRequests(f *testing.F) {
 		// A nonce and an error detail for a type never asked.
 		{{Node: n1, TypeUrl: resource.Secret.URL, ResponseNonce: "5", ErrorDetail: &status.Status{Code: 13}}},
 	} {
-		var enc [3][]byte
-		for i, m := range seq {
-			b, err := proto.Marshal(m)
-			if err != nil {
-				f.Fatal(err)
-			}
-			enc[i] = b
-		}
-		f.Add(enc[0], enc[1], enc[2])
+		xdstest.AddSeqSeeds(f, seq)
 	}
 
 	f.Fuzz(func(t *testing.T, a, b, c []byte) {
-		var seq []*discoveryv3.DeltaDiscoveryRequest
-		for _, raw := range [][]byte{a, b, c} {
-			m := new(discoveryv3.DeltaDiscoveryRequest)
-			if len(raw) == 0 || proto.Unmarshal(raw, m) != nil {
-				continue
-			}
-			seq = append(seq, m)
-		}
+		seq := xdstest.DecodeSeq(func() *discoveryv3.DeltaDiscoveryRequest { return new(discoveryv3.DeltaDiscoveryRequest) }, a, b, c)
 		if len(seq) == 0 {
 			return // nothing decodes as a request: nothing to send
 		}
@@ -130,23 +114,12 @@ func fuzzDeltaSequence(t *testing.T, client discoveryv3.AggregatedDiscoveryServi
 	if err != nil {
 		t.Fatalf("open stream: %v", err)
 	}
-	asked := map[string]bool{}
-	for _, m := range seq {
-		asked[m.GetTypeUrl()] = true
-	}
-	var probe *resource.Type
-	for _, typ := range resource.All() {
-		if !asked[typ.URL] {
-			probe = typ
-			break
-		}
-	}
+	probe, asked := xdstest.ProbeType(seq)
 	if probe == nil {
 		// Three requests cannot name every type (there are more than
 		// three).
 		t.Fatal("no type left for the probe")
 	}
-	asked[probe.URL] = true
 	const probeName = "fuzz-probe" // exists in no type: answered as removed
 	for _, m := range append(seq, &discoveryv3.DeltaDiscoveryRequest{TypeUrl: probe.URL, ResourceNamesSubscribe: []string{probeName}}) {
 		if err := st.Send(m); err != nil {
