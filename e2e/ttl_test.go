@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/legation-io/legation/internal/store"
 )
@@ -47,6 +49,22 @@ type rpcLog struct {
 	rpcs int
 	// failures lists the RPCs that failed.
 	failures []string
+	// switchMisses lists the RPCs that failed with grpc-go's own
+	// transient at a route switch (see isSwitchMiss).
+	switchMisses []string
+}
+
+// isSwitchMiss reports whether err is grpc-go's client-side transient when
+// a route moves to a cluster the channel dropped earlier: the channel swaps
+// in the new config selector before xds_cluster_manager has published a
+// picker with the re-created child, and an RPC picked in between fails with
+// "unknown cluster selected for RPC" (grpc-go
+// internal/xds/balancer/clustermanager/picker.go). The server cannot order
+// the two; what it must do is send the route and the cluster together,
+// which the no-NACK and traffic checks cover.
+func isSwitchMiss(err error) bool {
+	s, ok := status.FromError(err)
+	return ok && s.Code() == codes.Unavailable && strings.HasPrefix(s.Message(), "unknown cluster selected for RPC: ")
 }
 
 // until makes RPCs until cond holds for the port that answered one (0 for
@@ -60,7 +78,11 @@ func (l *rpcLog) until(what string, deadline time.Time, cond func(port int) bool
 		port, err := call(ctx, l.cc)
 		at := time.Now()
 		l.rpcs++
-		if err != nil {
+		switch {
+		case err == nil:
+		case isSwitchMiss(err):
+			l.switchMisses = append(l.switchMisses, fmt.Sprintf("%s: %v", at.Format("15:04:05.000"), err))
+		default:
 			l.failures = append(l.failures, fmt.Sprintf("%s: %v", at.Format("15:04:05.000"), err))
 		}
 		l.checkNoNack()
@@ -184,6 +206,13 @@ func TestGRPCXDSTTLOverride(t *testing.T) {
 
 	if len(l.failures) != 0 {
 		t.Errorf("%d of %d RPCs failed: %q", len(l.failures), l.rpcs, l.failures)
+	}
+	// Two route switches, each open to one grpc-go pick race lasting a
+	// few RPCs at most (pollInterval apart).
+	if len(l.switchMisses) > 4 {
+		t.Errorf("%d of %d RPCs failed at a route switch, want at most 4: %q", len(l.switchMisses), l.rpcs, l.switchMisses)
+	} else if len(l.switchMisses) != 0 {
+		t.Logf("grpc-go's route-switch transient on %d RPCs: %q", len(l.switchMisses), l.switchMisses)
 	}
 	if got := e.metric(t, "legation_sotw_ttl_heartbeats_total", `type="route"`); got != 0 {
 		t.Errorf("legation_sotw_ttl_heartbeats_total{type=route} = %v: a heartbeat to a client that did not advertise TTLs", got)
