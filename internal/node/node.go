@@ -808,6 +808,12 @@ func (n *Node) readiness() (bool, string) {
 		}
 		return false, "loading the view from etcd"
 	}
+	select {
+	case <-n.view.HistoryRead():
+	default:
+		// A client reconnecting now would be resent what it holds.
+		return false, "reading etcd's recent history, to know what changed since the versions clients present"
+	}
 	if n.rules != nil {
 		select {
 		case <-n.rules.Ready():
@@ -833,6 +839,7 @@ func (n *Node) watchReadiness(ctx context.Context) {
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	last := false
+	history := n.view.HistoryRead() // nil once seen closed: wakes at once, not at the next tick
 	for {
 		if ok, why := n.readiness(); ok != last {
 			last = ok
@@ -850,6 +857,8 @@ func (n *Node) watchReadiness(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+		case <-history:
+			history = nil
 		}
 	}
 }

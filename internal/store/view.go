@@ -148,6 +148,11 @@ type View struct {
 	// revision that history is read from.
 	historyTo    int64
 	historyStart int64
+	// historyRead is closed once no history is left to read (historyOnce
+	// closes it): read to the start-up revision, given up after a
+	// compaction, or none asked for.
+	historyRead chan struct{}
+	historyOnce sync.Once
 }
 
 type tomb struct {
@@ -165,10 +170,20 @@ func NewView(cfg ViewConfig) (*View, error) {
 		cfg:       cfg,
 		root:      cfg.Prefix + resourcesDir,
 		metrics:   newViewMetrics(cfg.Registerer),
-		ready:     make(chan struct{}),
-		malformed: map[string]int64{},
+		ready:       make(chan struct{}),
+		historyRead: make(chan struct{}),
+		malformed:   map[string]int64{},
 	}, nil
 }
+
+// HistoryRead returns a channel closed once the view has read the history
+// it reads after its first load (ViewConfig.HistoryWindow), and published
+// a snapshot whose HistoryFrom reaches back over it. Before that, every
+// version a reconnecting client presents from before the first load looks
+// changed and is answered in full: a replica is not ready until then.
+func (v *View) HistoryRead() <-chan struct{} { return v.historyRead }
+
+func (v *View) endHistoryRead() { v.historyOnce.Do(func() { close(v.historyRead) }) }
 
 // Ready returns a channel closed once the first load is published.
 func (v *View) Ready() <-chan struct{} { return v.ready }
@@ -267,6 +282,8 @@ func (v *View) Run(ctx context.Context) error {
 	if v.cfg.HistoryWindow > 0 {
 		v.historyTo = start
 		from = max(1, start-v.cfg.HistoryWindow+1)
+	} else {
+		v.endHistoryRead()
 	}
 	for ctx.Err() == nil {
 		err := v.follow(ctx, from)
@@ -284,6 +301,7 @@ func (v *View) Run(ctx context.Context) error {
 			// Events the view needs are gone: reload. What history was
 			// read stays; the rest is not needed any more.
 			v.historyTo = 0
+			v.endHistoryRead()
 			v.cfg.Logger.Warn("view: watch compacted; reloading", "revision", v.cur.Load().Revision, "compacted", compacted.rev)
 			for {
 				if err := v.load(ctx); err == nil {
@@ -390,6 +408,9 @@ func (v *View) handle(wr clientv3.WatchResponse) {
 	}
 	v.metrics.events.Add(float64(len(wr.Events)))
 	v.publish(b.build(v))
+	if v.historyTo == 0 {
+		v.endHistoryRead()
+	}
 }
 
 // endHistory marks the history read: from now on LastChange is exact from

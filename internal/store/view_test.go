@@ -314,7 +314,9 @@ func TestViewSurvivesCompaction(t *testing.T) {
 }
 
 // TestViewHistoryAtStart: a view started after a deletion knows, from
-// etcd's history, when the set last changed and what was deleted.
+// etcd's history, when the set last changed and what was deleted, by the
+// time HistoryRead is closed (the replica is not ready before: a client
+// presenting a version from before the start would be answered in full).
 func TestViewHistoryAtStart(t *testing.T) {
 	env := newViewEnv(t, storetest.Options{})
 	r1 := vApply(t, env.store, []store.Put{vCluster(t, "default", "a", 1), vCluster(t, "default", "b", 1)}, nil)
@@ -324,25 +326,35 @@ func TestViewHistoryAtStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	v := env.startView(t, env.client, nil)
-	deadline := time.Now().Add(viewTestTimeout)
-	for {
-		s := v.Snapshot()
-		if s.HistoryFrom <= r1 {
-			if got := s.LastChange(resource.Cluster, "default"); got != r2 {
-				t.Fatalf("LastChange = %d, want %d (the deletion)", got, r2)
-			}
-			if rev, ok := s.DeletedAt(resource.Cluster, "default", "b"); !ok || rev != r2 {
-				t.Fatalf("DeletedAt(b) = %d %v, want %d", rev, ok, r2)
-			}
-			if s.Revision < put.Header.Revision {
-				t.Fatalf("revision %d, want at least %d", s.Revision, put.Header.Revision)
-			}
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("history not read: HistoryFrom %d", s.HistoryFrom)
-		}
-		time.Sleep(10 * time.Millisecond)
+	select {
+	case <-v.HistoryRead():
+	case <-time.After(viewTestTimeout):
+		t.Fatalf("HistoryRead not closed after %s: HistoryFrom %d", viewTestTimeout, v.Snapshot().HistoryFrom)
+	}
+	s := v.Snapshot()
+	if s.HistoryFrom > r1 {
+		t.Fatalf("HistoryRead closed with HistoryFrom %d, want <= %d", s.HistoryFrom, r1)
+	}
+	if got := s.LastChange(resource.Cluster, "default"); got != r2 {
+		t.Fatalf("LastChange = %d, want %d (the deletion)", got, r2)
+	}
+	if rev, ok := s.DeletedAt(resource.Cluster, "default", "b"); !ok || rev != r2 {
+		t.Fatalf("DeletedAt(b) = %d %v, want %d", rev, ok, r2)
+	}
+	if s.Revision < put.Header.Revision {
+		t.Fatalf("revision %d, want at least %d", s.Revision, put.Header.Revision)
+	}
+}
+
+// TestViewHistoryReadWithoutWindow: with no history to read
+// (HistoryWindow < 0), HistoryRead is closed once the view is loaded.
+func TestViewHistoryReadWithoutWindow(t *testing.T) {
+	env := newViewEnv(t, storetest.Options{})
+	v := env.startView(t, env.client, func(c *store.ViewConfig) { c.HistoryWindow = -1 })
+	select {
+	case <-v.HistoryRead():
+	case <-time.After(viewTestTimeout):
+		t.Fatal("HistoryRead not closed with no history to read")
 	}
 }
 
