@@ -48,6 +48,13 @@ type Config struct {
 	FairShare func() (fair float64, ok bool)
 	// MaxWait is how long a stream over StreamRate may wait for its turn.
 	MaxWait time.Duration
+	// Full, if set, is called with the stream's context when MaxStreams
+	// or the share cap refused a stream and its connection carries no
+	// other stream: the caller closes that connection (as a drain does),
+	// so that the client's retry goes through the load balancer to
+	// another replica instead of coming back on this connection to be
+	// refused again. It must not block.
+	Full func(ctx context.Context)
 	// Trusted, if set, reports whether the stream of ctx was relayed here
 	// by another replica: such streams were admitted at the replica the
 	// client reached (the edge) and are not admitted nor counted again
@@ -161,20 +168,22 @@ func (l *Limits) StreamInterceptor() grpc.StreamServerInterceptor {
 			// connection multiplexes the streams of many clients.
 			return handler(srv, ss)
 		}
-		if max := l.cfg.MaxStreamsPerConn; max > 0 {
-			if c, ok := ctx.Value(connKey{}).(*connStreams); ok {
-				if c.n.Add(1) > int64(max) {
-					c.n.Add(-1)
-					l.hits.WithLabelValues(LimitStreamsPerConn).Inc()
-					return status.Errorf(codes.ResourceExhausted, "too many streams on one connection: at most %d (--max-streams-per-conn)", max)
-				}
-				defer c.n.Add(-1)
+		conn, _ := ctx.Value(connKey{}).(*connStreams)
+		if conn != nil {
+			n := conn.n.Add(1)
+			defer conn.n.Add(-1)
+			if max := l.cfg.MaxStreamsPerConn; max > 0 && n > int64(max) {
+				l.hits.WithLabelValues(LimitStreamsPerConn).Inc()
+				return status.Errorf(codes.ResourceExhausted, "too many streams on one connection: at most %d (--max-streams-per-conn)", max)
 			}
 		}
 		if l.cfg.Exempt != nil && l.cfg.Exempt(info.FullMethod) {
 			return handler(srv, ss)
 		}
 		if err := l.admit(ctx); err != nil {
+			if errors.Is(err, errFull) && l.cfg.Full != nil && (conn == nil || conn.n.Load() == 1) {
+				l.cfg.Full(ctx)
+			}
 			return err
 		}
 		l.admitted.Inc()
@@ -182,6 +191,18 @@ func (l *Limits) StreamInterceptor() grpc.StreamServerInterceptor {
 		return handler(srv, ss)
 	}
 }
+
+// errFull matches (errors.Is) the errors of streams refused because the
+// replica is full: by MaxStreams or the share cap.
+var errFull = errors.New("limits: replica full")
+
+// fullError is the RESOURCE_EXHAUSTED status of a stream refused because
+// the replica is full.
+type fullError struct{ s *status.Status }
+
+func (e fullError) Error() string              { return e.s.Err().Error() }
+func (e fullError) GRPCStatus() *status.Status { return e.s }
+func (e fullError) Is(target error) bool       { return target == errFull }
 
 // admit takes a place under MaxStreams and a token under StreamRate,
 // waiting up to MaxWait for the token. On success the caller holds a
@@ -191,14 +212,14 @@ func (l *Limits) admit(ctx context.Context) error {
 	if max := l.cfg.MaxStreams; max > 0 && n > int64(max) {
 		l.open.Add(-1)
 		l.hits.WithLabelValues(LimitMaxStreams).Inc()
-		return status.Errorf(codes.ResourceExhausted, "replica full: at most %d streams (--max-streams); try another replica", max)
+		return fullError{status.Newf(codes.ResourceExhausted, "replica full: at most %d streams (--max-streams); try another replica", max)}
 	}
 	if f := l.cfg.ShareFactor; f > 0 && l.cfg.FairShare != nil {
 		if fair, ok := l.cfg.FairShare(); ok {
 			if limit := max(float64(l.cfg.ShareFloor), f*fair); float64(n) > limit {
 				l.open.Add(-1)
 				l.hits.WithLabelValues(LimitMaxStreamsShare).Inc()
-				return status.Errorf(codes.ResourceExhausted, "replica above its share: at most %.0f streams, %g times its fair share of the cluster's (--max-streams-share); try another replica", limit, f)
+				return fullError{status.Newf(codes.ResourceExhausted, "replica above its share: at most %.0f streams, %g times its fair share of the cluster's (--max-streams-share); try another replica", limit, f)}
 			}
 		}
 	}

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 
 	"github.com/legation-io/legation/internal/limits"
@@ -84,8 +86,9 @@ type fakeStream struct {
 func (s fakeStream) Context() context.Context { return s.ctx }
 
 // TestShareCap: with a fair share of 10 and --max-streams-share 1.1, 11
-// streams are admitted and the 12th refused, naming the flag; with the
-// share unknown nothing is capped; the floor admits up to itself.
+// streams are admitted and the 12th refused, naming the flag, and Full is
+// called for each refused; with the share unknown nothing is capped; the
+// floor admits up to itself.
 func TestShareCap(t *testing.T) {
 	tests := []struct {
 		name  string
@@ -101,9 +104,11 @@ func TestShareCap(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			reg := prometheus.NewRegistry()
+			var full atomic.Int64
 			l, err := limits.New(limits.Config{
 				ShareFactor: 1.1, ShareFloor: tt.floor, Registerer: reg,
 				FairShare: func() (float64, bool) { return tt.fair, tt.known },
+				Full:      func(context.Context) { full.Add(1) },
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -137,6 +142,9 @@ func TestShareCap(t *testing.T) {
 			if got := 20 - refused; got != tt.want {
 				t.Errorf("admitted %d of 20, want %d", got, tt.want)
 			}
+			if got := full.Load(); got != int64(refused) {
+				t.Errorf("Full called %d times for %d refused streams", got, refused)
+			}
 			hits, _ := limits.Hits(reg)
 			if got := value(t, hits.WithLabelValues(limits.LimitMaxStreamsShare)); got != float64(20-tt.want) {
 				t.Errorf("hits = %v, want %d", got, 20-tt.want)
@@ -145,6 +153,49 @@ func TestShareCap(t *testing.T) {
 				t.Errorf("legation_admission_admitted_total = %v, want %d", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestFullOnlyLoneConnections: Full (which closes the connection) is
+// called for a stream refused by --max-streams on a connection of its
+// own, not for one sharing its connection with an admitted stream.
+func TestFullOnlyLoneConnections(t *testing.T) {
+	var full atomic.Int64
+	l, err := limits.New(limits.Config{MaxStreams: 1, Full: func(context.Context) { full.Add(1) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tag := func() context.Context {
+		return l.StatsHandler().TagConn(t.Context(), &stats.ConnTagInfo{})
+	}
+	info := &grpc.StreamServerInfo{FullMethod: "/x/Stream"}
+	shared := tag()
+	hold, started := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- l.StreamInterceptor()(nil, fakeStream{ctx: shared}, info, func(any, grpc.ServerStream) error {
+			close(started)
+			<-hold
+			return nil
+		})
+	}()
+	<-started
+	noop := func(any, grpc.ServerStream) error { return nil }
+	if err := l.StreamInterceptor()(nil, fakeStream{ctx: shared}, info, noop); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "--max-streams") {
+		t.Fatalf("second stream on the connection: %v, want RESOURCE_EXHAUSTED naming --max-streams", err)
+	}
+	if got := full.Load(); got != 0 {
+		t.Fatalf("Full called %d times for a refused stream whose connection carries an admitted one, want 0", got)
+	}
+	if err := l.StreamInterceptor()(nil, fakeStream{ctx: tag()}, info, noop); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("stream on a second connection: %v, want RESOURCE_EXHAUSTED", err)
+	}
+	if got := full.Load(); got != 1 {
+		t.Fatalf("Full called %d times for a refused stream alone on its connection, want 1", got)
+	}
+	close(hold)
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -20,15 +20,16 @@ const pollInterval = 20 * time.Millisecond
 var plainHTTP = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 
 // httpGet GETs path from the plain HTTP server on addr (host:port),
-// giving up after 2s.
+// giving up after httpGetTimeout.
 func httpGet(ctx context.Context, addr, path string) (int, string, error) {
 	return get(ctx, plainHTTP, "http://"+addr+path)
 }
 
 // HTTPGet GETs path from the HTTP port of a replica or HAProxy at addr
-// (host:port), giving up after 2s: over HTTPS with the admin's
-// certificate (Security.AdminTLS) in a secure cluster, else plain HTTP.
-// It returns the status code and the body (up to 1 MiB).
+// (host:port), giving up after httpGetTimeout: over HTTPS with the
+// admin's certificate (Security.AdminTLS) in a secure cluster, else plain
+// HTTP. It returns the status code and the body, failing when the body is
+// above httpGetMaxBody.
 func (c *Cluster) HTTPGet(ctx context.Context, addr, path string) (int, string, error) {
 	c.mu.Lock()
 	client, secure := c.http, c.sec != nil
@@ -43,8 +44,16 @@ func (c *Cluster) HTTPGet(ctx context.Context, addr, path string) (int, string, 
 	return get(ctx, client, scheme+addr+path)
 }
 
+// httpGetTimeout bounds a GET; httpGetMaxBody bounds its body: room for
+// /debug/streams of a replica with thousands of streams (about 1 KiB
+// each).
+const (
+	httpGetTimeout = 5 * time.Second
+	httpGetMaxBody = 64 << 20
+)
+
 func get(ctx context.Context, client *http.Client, url string) (int, string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, httpGetTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -55,7 +64,10 @@ func get(ctx context.Context, client *http.Client, url string) (int, string, err
 		return 0, "", err
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, httpGetMaxBody+1))
+	if err == nil && len(body) > httpGetMaxBody {
+		err = fmt.Errorf("localcluster: GET %s: body above %d bytes", url, httpGetMaxBody)
+	}
 	return resp.StatusCode, string(body), err
 }
 

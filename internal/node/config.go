@@ -224,6 +224,12 @@ type Config struct {
 	// panicOnNode is xdsstream.Config.PanicOnNode, a test hook
 	// (export_test.go).
 	panicOnNode string
+	// shareFloor and shedSettle, when set, replace the constants of the
+	// same names, and fairShare the estimate of the fair share: test
+	// hooks (SetShareForTest).
+	shareFloor int
+	shedSettle time.Duration
+	fairShare  func() (float64, bool)
 
 	// Logger gets the node's logs; nil discards them.
 	Logger *slog.Logger

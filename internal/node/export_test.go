@@ -1,6 +1,9 @@
 package node
 
-import "net/http"
+import (
+	"net/http"
+	"time"
+)
 
 // HTTPHandlerForTest returns the node's HTTP handler, so that tests can
 // call it with requests that no client on loopback could make (another
@@ -10,3 +13,18 @@ func (n *Node) HTTPHandlerForTest() http.Handler { return n.httpSrv.Handler }
 // SetPanicOnNodeForTest makes the streams of node id panic in their
 // handler (xdsstream.Config.PanicOnNode).
 func SetPanicOnNodeForTest(cfg *Config, id string) { cfg.panicOnNode = id }
+
+// SetShareForTest sets the share cap's floor, the time shedding waits
+// for the ring to settle (shareFloor, shedSettle) and, if not nil, the
+// estimate of the fair share, so that a test sheds a few streams, soon,
+// when it says.
+func SetShareForTest(cfg *Config, floor int, settle time.Duration, fair func() (float64, bool)) {
+	cfg.shareFloor, cfg.shedSettle, cfg.fairShare = floor, settle, fair
+}
+
+// ShareForTest returns the replica's fair share estimate and the streams
+// admitted there now.
+func (n *Node) ShareForTest() (fair float64, ok bool, open int) {
+	fair, ok = n.fairShare()
+	return fair, ok, n.limits.Open()
+}

@@ -77,6 +77,11 @@ type Node struct {
 	health     *health.Server
 	httpSrv    *http.Server
 	limits     *limits.Limits
+	// rebalancing is set while a rebalance after a membership change
+	// runs, and ringChanged is when one last began or ended (Unix
+	// nanoseconds): shedLoop waits for the ring to settle.
+	rebalancing atomic.Bool
+	ringChanged atomic.Int64
 	// served counts the xDS streams served here (not relayed away): the
 	// streams this replica is home to, for the fair share's estimate.
 	served atomic.Int64
@@ -266,8 +271,9 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 		MaxStreams:        cfg.MaxStreams,
 		MaxWait:           time.Second,
 		ShareFactor:       cfg.MaxStreamsShare,
-		ShareFloor:        shareFloor,
+		ShareFloor:        n.shareFloor(),
 		FairShare:         n.fairShare,
+		Full:              n.xdsConns.closeSoon, // the client's retry goes elsewhere
 		Trusted:           n.relayedByReplica,
 		Exempt:            func(method string) bool { return strings.HasPrefix(method, "/grpc.health.v1.Health/") },
 		Logger:            n.log,
@@ -355,6 +361,15 @@ const (
 // the estimate of the fair share is too noisy to refuse anyone on.
 const shareFloor = 100
 
+// shareFloor is the floor of the share cap: the constant, unless a test
+// set one.
+func (n *Node) shareFloor() int {
+	if n.cfg.shareFloor > 0 {
+		return n.cfg.shareFloor
+	}
+	return shareFloor
+}
+
 // fairShare estimates this replica's fair share of the cluster's streams
 // (limits.Config.FairShare) from what it knows locally: the streams it
 // serves are those of the nodes it is home to, about its share of the
@@ -363,6 +378,9 @@ const shareFloor = 100
 // (false) alone, before the agent joined, and while this replica is not
 // on the ring.
 func (n *Node) fairShare() (float64, bool) {
+	if n.cfg.fairShare != nil {
+		return n.cfg.fairShare()
+	}
 	m := n.cluster.Membership()
 	if m == nil {
 		return 0, false
@@ -529,6 +547,12 @@ func (n *Node) agentConfig() shard.AgentConfig {
 // replica (shard.AgentConfig.Rebalance: called once the cluster agent has
 // joined).
 func (n *Node) rebalance(ctx context.Context) {
+	n.rebalancing.Store(true)
+	n.ringChanged.Store(time.Now().UnixNano())
+	defer func() {
+		n.ringChanged.Store(time.Now().UnixNano())
+		n.rebalancing.Store(false)
+	}()
 	home := func(nodeID string) (string, bool) {
 		name, _, self := n.cluster.Home(nodeID)
 		return name, self
@@ -597,6 +621,15 @@ func (n *Node) Run(ctx context.Context) error {
 			"gossip_addr", n.cfg.GossipAddr)
 	}
 
+	// Closes the connections of streams drained, shed, or refused
+	// because the replica is full, until the gRPC server has stopped.
+	closerCtx, stopCloser := context.WithCancel(context.Background())
+	closerDone := make(chan struct{})
+	go func() {
+		defer close(closerDone)
+		n.xdsConns.run(closerCtx)
+	}()
+
 	// The servers come first so that /healthz answers, and /readyz says
 	// why not ready, while etcd starts.
 	var servers sync.WaitGroup
@@ -654,12 +687,6 @@ func (n *Node) Run(ctx context.Context) error {
 	if err := n.cluster.Leave(2 * time.Second); err != nil {
 		n.log.Warn("leaving the cluster", "err", err)
 	}
-	closerCtx, stopCloser := context.WithCancel(context.Background())
-	closerDone := make(chan struct{})
-	go func() {
-		defer close(closerDone)
-		n.xdsConns.run(closerCtx) // closes drained streams' connections
-	}()
 	n.drainStreams()
 	n.drain()
 	stopCloser() // the gRPC server closed every connection
@@ -729,6 +756,9 @@ func (n *Node) runParts(ctx context.Context, wg *sync.WaitGroup) {
 	}
 	for _, run := range runs {
 		wg.Go(func() { run(ctx) }) //nolint:errcheck // nil once ctx ends
+	}
+	if n.cfg.MaxStreamsShare > 0 && n.cluster.Clustered() {
+		wg.Go(func() { n.shedLoop(ctx) })
 	}
 	wg.Go(func() {
 		start := time.Now()

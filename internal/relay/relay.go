@@ -94,9 +94,9 @@ type Config struct {
 	// and 10.
 	Rate  float64
 	Burst int
-	// Drained, if set, is called with a stream's context when Drain has
-	// closed the stream, or when the interceptor refused it because of a
-	// drain, unless another replica relayed it here (its connection
+	// Drained, if set, is called with a stream's context when Drain or
+	// Shed has closed the stream, or when the interceptor refused it
+	// because of a drain, unless another replica relayed it here (its connection
 	// carries other relayed streams, which must not all end at once):
 	// the caller closes the stream's connection (its peer address is in
 	// ctx), so that the client reconnects through the load balancer
@@ -405,16 +405,16 @@ func (r *Relay) intercept(srv any, ss grpc.ServerStream, method string, k kind, 
 // served here: its home, then the next ones on the ring.
 const maxRelayTries = 2
 
-// endErr is what a stream ends with: the status Rebalance or Drain
+// endErr is what a stream ends with: the status Rebalance, Drain or Shed
 // closed it with, else err.
 func endErr(ctx context.Context, err error) error {
-	var m movedError
-	if errors.As(context.Cause(ctx), &m) {
-		return m.GRPCStatus().Err()
-	}
-	var d drainingError
-	if errors.As(context.Cause(ctx), &d) {
-		return d.GRPCStatus().Err()
+	switch cause := context.Cause(ctx).(type) {
+	case movedError:
+		return cause.GRPCStatus().Err()
+	case drainingError:
+		return cause.GRPCStatus().Err()
+	case shedError:
+		return cause.GRPCStatus().Err()
 	}
 	return err
 }
