@@ -167,9 +167,9 @@ func NewView(cfg ViewConfig) (*View, error) {
 		return nil, err
 	}
 	return &View{
-		cfg:       cfg,
-		root:      cfg.Prefix + resourcesDir,
-		metrics:   newViewMetrics(cfg.Registerer),
+		cfg:         cfg,
+		root:        cfg.Prefix + resourcesDir,
+		metrics:     newViewMetrics(cfg.Registerer),
 		ready:       make(chan struct{}),
 		historyRead: make(chan struct{}),
 		malformed:   map[string]int64{},
