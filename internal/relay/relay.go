@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/legation-io/legation/internal/limits"
 	"github.com/legation-io/legation/internal/wire"
 	"github.com/legation-io/legation/internal/xdsstream"
 )
@@ -513,8 +514,16 @@ func (r *Relay) relay(ctx context.Context, ss grpc.ServerStream, method string, 
 func (r *Relay) pipe(ctx context.Context, ss grpc.ServerStream, cs grpc.ClientStream, ocancel context.CancelFunc) error {
 	r.metrics.relayed.Inc()
 	defer r.metrics.relayed.Dec()
-	upErr := make(chan error, 1) // why the client's side failed; never blocks
+	upErr := make(chan error, 1) // why the client's side failed; one send at most: never blocks
 	go func() {
+		defer func() {
+			// No interceptor sees this goroutine: hand a panic to the
+			// handler, whose recovery interceptor answers it (INTERNAL).
+			if v := recover(); v != nil {
+				upErr <- limits.Recovered(v)
+				ocancel()
+			}
+		}()
 		for {
 			f := new(wire.Frame)
 			if err := ss.RecvMsg(f); err != nil {
