@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
@@ -297,10 +298,18 @@ func TestDrainRolling(t *testing.T) {
 	checkLeaks(t)
 	e := newXDSEnv(t)
 	rev := e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("a", 100))})
+	logs := map[string]*logBuffer{}
 	replica := func(name string) *running {
 		cfg := e.config(t)
 		cfg.Name = name
 		cfg.DrainPeriod = 2 * time.Second
+		if name == "a" {
+			// 50 streams over 2s is 25 a second: more than one peer
+			// admitting 10 a second takes, which A warns of.
+			cfg.StreamRate, cfg.StreamBurst = 10, 100
+		}
+		logs[name] = &logBuffer{}
+		cfg.Logger = slog.New(slog.NewTextHandler(logs[name], nil))
 		return startXDS(t, cfg, rev)
 	}
 	waitRing := func(rs ...*running) {
@@ -370,6 +379,10 @@ func TestDrainRolling(t *testing.T) {
 	a.cancel()
 	check("A to B", reconnect(n, began, b))
 	a.stop(t)
+	const tooFast = "the drain closes streams faster than the other replicas admit them"
+	if l := logs["a"].String(); !strings.Contains(l, tooFast) || !strings.Contains(l, "drain_period_needed=5s") {
+		t.Errorf("A (--stream-rate 10, 50 streams, one peer, --drain-period 2s) did not warn %q with drain_period_needed=5s:\n%s", tooFast, l)
+	}
 	if c := getDebugCluster(t, b); c.Local != n || c.Relayed != 0 {
 		t.Errorf("B serves %d streams and relays %d, want %d and 0", c.Local, c.Relayed, n)
 	}
@@ -382,6 +395,9 @@ func TestDrainRolling(t *testing.T) {
 	b.cancel()
 	check("B to C", reconnect(n, began, b, c))
 	b.stop(t)
+	if l := logs["b"].String(); strings.Contains(l, tooFast) {
+		t.Errorf("B (--stream-rate 1000) warned that its drain is too fast:\n%s", l)
+	}
 	if got := getDebugCluster(t, c); got.Local != n {
 		t.Errorf("C serves %d streams, want %d", got.Local, n)
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"strings"
@@ -785,12 +786,47 @@ func (n *Node) runParts(ctx context.Context, wg *sync.WaitGroup) {
 func (n *Node) drainStreams() {
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.DrainPeriod+n.cfg.DrainPeriod/10)
 	defer cancel()
+	n.warnDrainRate()
 	began := time.Now()
 	closed := n.relay.Drain(ctx, n.cfg.DrainPeriod)
 	if ctx.Err() != nil {
 		closed += n.relay.Drain(context.Background(), 0)
 	}
 	n.log.Info("drained the xDS streams", "closed", closed, "took", time.Since(began).Round(time.Millisecond).String())
+}
+
+// warnDrainRate warns when the drain is about to close this replica's
+// clients' streams faster than its peers admit new ones (--stream-rate
+// each, assuming theirs is this one's): the excess is refused and retries
+// after a back-off, so the drain is a storm after all. It counts the
+// streams whose clients connected here; peers are the ring's other
+// members.
+func (n *Node) warnDrainRate() {
+	m := n.cluster.Membership()
+	if n.cfg.StreamRate <= 0 || n.cfg.DrainPeriod <= 0 || m == nil {
+		return
+	}
+	peers := 0
+	for _, p := range m.Ring().Members() {
+		if p.Name != n.cfg.Name {
+			peers++
+		}
+	}
+	edge := 0
+	for _, s := range n.relay.Streams() {
+		if s.RelayedBy == "" {
+			edge++
+		}
+	}
+	if peers == 0 || edge == 0 {
+		return
+	}
+	if rate := float64(edge) / n.cfg.DrainPeriod.Seconds(); rate > n.cfg.StreamRate*float64(peers) {
+		n.log.Warn("the drain closes streams faster than the other replicas admit them: raise --drain-period",
+			"streams", edge, "drain_period", n.cfg.DrainPeriod.String(), "closes_per_second", math.Round(rate),
+			"peers", peers, "stream_rate", n.cfg.StreamRate,
+			"drain_period_needed", (time.Duration(float64(edge)/(n.cfg.StreamRate*float64(peers))*float64(time.Second))).Round(time.Second).String())
+	}
 }
 
 // drain stops the gRPC and HTTP servers, each given ShutdownTimeout to let
