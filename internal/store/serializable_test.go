@@ -12,6 +12,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/legation-io/legation/internal/resource"
 	"github.com/legation-io/legation/internal/store"
@@ -212,4 +213,164 @@ func TestApplySerializable(t *testing.T) {
 		}
 		t.Fatalf("the history of %d applies is not linearizable (%s):\n%s", len(history), res, b.String())
 	}
+}
+
+// TestApplyDeclaredSet: an apply's transaction compares every key it
+// declares, unchanged ones included, and the directories it prunes, so
+// that a plan made stale by another writer commits nothing.
+func TestApplyDeclaredSet(t *testing.T) {
+	e := storetest.Start(t, storetest.Options{MaxTxnOps: 8})
+	c := e.Client(t)
+	ctx := testCtx(t)
+	n := 0
+	newStore := func(t *testing.T) *store.Store {
+		n++
+		return newTestStore(t, c, fmt.Sprintf("/declared%d/", n), func(cfg *store.Config) { cfg.MaxTxnOps = 8 })
+	}
+	put := func(typ *resource.Type, name string, v int) store.Put {
+		return store.Put{Key: key(typ, "default", name), Body: body(t, typ, name, v, 0)}
+	}
+	apply := func(t *testing.T, s *store.Store, req store.PlanRequest) {
+		t.Helper()
+		plan, err := s.MakePlan(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Apply(ctx, plan, store.ApplyOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	values := func(t *testing.T, s *store.Store) map[string]int {
+		t.Helper()
+		lr, err := s.List(ctx, store.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]int{}
+		for _, r := range lr.Resources {
+			if r.Type == resource.Cluster {
+				out[r.Name] = valueOf(t, r)
+			} else {
+				out[r.Type.Name+"/"+r.Name] = 0
+			}
+		}
+		return out
+	}
+	x0y0 := store.PlanRequest{Puts: []store.Put{put(resource.Cluster, "x", 0), put(resource.Cluster, "y", 0)}}
+	// A declares x unchanged and y changed.
+	planA := func(t *testing.T, s *store.Store, prune bool) *store.Plan {
+		t.Helper()
+		req := store.PlanRequest{Puts: []store.Put{put(resource.Cluster, "x", 0), put(resource.Cluster, "y", 1)}}
+		if prune {
+			req.Prune, req.PruneScope, req.PruneTypes = true, "default", []*resource.Type{resource.Cluster}
+		}
+		plan, err := s.MakePlan(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if plan.Changes[0].Action != store.Unchanged || plan.Changes[1].Action != store.Update {
+			t.Fatalf("A's plan: %v, %v", plan.Changes[0].Action, plan.Changes[1].Action)
+		}
+		return plan
+	}
+
+	for _, tc := range []struct {
+		name  string
+		prune bool
+		// b is what another writer does between A's plan and commit.
+		b        store.PlanRequest
+		conflict bool
+		want     map[string]int
+	}{
+		{
+			name:     "an unchanged key changed",
+			b:        store.PlanRequest{Puts: []store.Put{put(resource.Cluster, "x", 2)}},
+			conflict: true,
+			want:     map[string]int{"x": 2, "y": 0},
+		},
+		{
+			name:     "an unchanged key deleted",
+			b:        store.PlanRequest{Deletes: []store.Key{key(resource.Cluster, "default", "x")}},
+			conflict: true,
+			want:     map[string]int{"y": 0},
+		},
+		{
+			name:     "a key created where A prunes",
+			prune:    true,
+			b:        store.PlanRequest{Puts: []store.Put{put(resource.Cluster, "z", 0)}},
+			conflict: true,
+			want:     map[string]int{"x": 0, "y": 0, "z": 0},
+		},
+		{
+			name:  "a key of a type A does not prune",
+			prune: true,
+			b:     store.PlanRequest{Puts: []store.Put{put(resource.Listener, "z", 0)}},
+			want:  map[string]int{"x": 0, "y": 1, "listener/z": 0},
+		},
+		{
+			name: "a key A does not declare",
+			b:    store.PlanRequest{Puts: []store.Put{put(resource.Cluster, "z", 0)}},
+			want: map[string]int{"x": 0, "y": 1, "z": 0},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newStore(t)
+			apply(t, s, x0y0)
+			plan := planA(t, s, tc.prune)
+			apply(t, s, tc.b)
+			_, err := s.Apply(ctx, plan, store.ApplyOptions{})
+			if got := errors.Is(err, store.ErrConflict); got != tc.conflict || (!tc.conflict && err != nil) {
+				t.Errorf("A's apply: %v, want a conflict: %v", err, tc.conflict)
+			}
+			if diff := cmp.Diff(tc.want, values(t, s)); diff != "" {
+				t.Errorf("etcd after A (-want +got):\n%s", diff)
+			}
+		})
+	}
+
+	t.Run("prune by type", func(t *testing.T) {
+		s := newStore(t)
+		apply(t, s, store.PlanRequest{Puts: []store.Put{put(resource.Cluster, "x", 0), put(resource.Cluster, "y", 0), put(resource.Listener, "l", 0)}})
+		plan, err := s.MakePlan(ctx, store.PlanRequest{Puts: []store.Put{put(resource.Cluster, "x", 0)}, Prune: true, PruneScope: "default", PruneTypes: []*resource.Type{resource.Cluster}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := plan.PruneDirs(); len(got) != 1 || got[0].Type != resource.Cluster || got[0].Scope != "default" {
+			t.Errorf("PruneDirs: %v", got)
+		}
+		if _, err := s.Apply(ctx, plan, store.ApplyOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(map[string]int{"x": 0, "listener/l": 0}, values(t, s)); diff != "" {
+			t.Errorf("after pruning clusters (-want +got):\n%s", diff)
+		}
+	})
+
+	t.Run("unchanged keys count against --max-txn-ops", func(t *testing.T) {
+		s := newStore(t)
+		var req store.PlanRequest
+		for i := range 9 {
+			req.Puts = append(req.Puts, put(resource.Cluster, fmt.Sprintf("c%d", i), 0))
+		}
+		apply(t, s, store.PlanRequest{Puts: req.Puts[:8]})
+		apply(t, s, store.PlanRequest{Puts: req.Puts[8:]})
+		req.Puts[0] = put(resource.Cluster, "c0", 1)
+		plan, err := s.MakePlan(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := "the apply needs 9 compares in one transaction (one per resource it declares, unchanged ones included, and one per pruned type), more than etcd's --max-txn-ops (8)"
+		for name, err := range map[string]error{"CheckLimits": s.CheckLimits(plan, store.ApplyOptions{}), "Apply": func() error { _, err := s.Apply(ctx, plan, store.ApplyOptions{}); return err }()} {
+			if !errors.Is(err, store.ErrLimit) || !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: %v, want ErrLimit holding %q", name, err, want)
+			}
+		}
+		res, err := s.Apply(ctx, plan, store.ApplyOptions{Chunked: true})
+		if err != nil || len(res.Revisions) != 1 {
+			t.Fatalf("chunked: %+v, %v; want one revision (the compare-only chunk writes none)", res, err)
+		}
+		if v := values(t, s)["c0"]; v != 1 {
+			t.Errorf("c0 = %d after the chunked apply", v)
+		}
+	})
 }
