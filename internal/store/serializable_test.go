@@ -203,12 +203,15 @@ func TestApplySerializable(t *testing.T) {
 	if res != porcupine.Ok {
 		var b strings.Builder
 		for _, part := range info.PartialLinearizationsOperations() {
+			var longest []porcupine.Operation
 			for _, lin := range part {
-				fmt.Fprintf(&b, "longest linearizable prefix: %d operations\n", len(lin))
-				if n := len(lin); n > 0 {
-					fmt.Fprintf(&b, "last: %v\n", lin[n-1])
+				if len(lin) > len(longest) {
+					longest = lin
 				}
-				break
+			}
+			fmt.Fprintf(&b, "longest linearizable prefix: %d operations\n", len(longest))
+			for _, op := range longest[max(0, len(longest)-3):] {
+				fmt.Fprintf(&b, "  applier %d: %s\n", op.ClientId, registerModel(keys).DescribeOperation(op.Input, op.Output))
 			}
 		}
 		t.Fatalf("the history of %d applies is not linearizable (%s):\n%s", len(history), res, b.String())
