@@ -92,7 +92,7 @@ then the etcd revision the apply made.`,
 	fl.StringArrayVarP(&f.files, "filename", "f", nil, "file, directory or - (standard input) to read; repeatable")
 	fl.StringVar(&f.scope, "scope", store.DefaultScope, "scope (node group) to write to")
 	fl.DurationVar(&f.ttl, "ttl", 0, "time to live of the resources written, at least 1s (0: none)")
-	fl.BoolVar(&f.dryRun, "dry-run", false, "print what would change, write nothing")
+	fl.BoolVar(&f.dryRun, "dry-run", false, "print what would change, every prune deletion included, and write nothing")
 	fl.BoolVar(&f.prune, "prune", false, "delete the resources of the scope, of the types the files hold, that the files do not name")
 	fl.StringSliceVar(&f.pruneTypes, "prune-types", nil, "with --prune: the types to prune, comma-separated (cluster, cds, or a type URL), instead of those the files hold")
 	fl.BoolVar(&f.pruneAllTypes, "prune-all-types", false, "with --prune: prune every type")
