@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
@@ -14,13 +15,25 @@ import (
 )
 
 type applyFlags struct {
-	files   []string
-	scope   string
-	ttl     time.Duration
-	dryRun  bool
-	prune   bool
-	chunked bool
+	files         []string
+	scope         string
+	ttl           time.Duration
+	dryRun        bool
+	prune         bool
+	pruneTypes    []string
+	pruneAllTypes bool
+	maxDeletions  int
+	chunked       bool
 }
+
+// defaultMaxDeletions is how many resources --prune may delete unless
+// --max-deletions raises it: enough for everyday removals, few enough that
+// a file missing most of a scope is refused.
+const defaultMaxDeletions = 10
+
+// maxAttempts bounds how many times an apply plans and tries to commit
+// when other writers move what it declares.
+const maxAttempts = 3
 
 func (a *app) applyCommand() *cobra.Command {
 	var f applyFlags
@@ -42,9 +55,19 @@ Every resource is checked before anything is written: strict decoding
 non-empty names unique per type across all the files. An error names the
 file, the document, the resource, the field and the rule.
 
---prune also deletes the resources of the scope that the files do not name:
-the scope then holds exactly the files. It refuses to run with no resource
-at all. --ttl puts every resource written under one new etcd lease: they
+--prune also deletes the resources of the scope that the files do not name,
+of the types the files hold: "apply -f clusters.yaml --prune" deletes only
+clusters. --prune-types names the types to prune instead, and
+--prune-all-types prunes every type: the scope then holds exactly the files.
+A prune refuses to run with no resource at all, and to delete more than
+--max-deletions resources (default 10): nothing is written and the error
+says how many it would have deleted. --dry-run lists exactly what it would
+delete.
+
+An apply is serializable: it commits only if nothing it declares (written
+or unchanged) and nothing in the types it prunes changed since it was
+planned. If something moved, it says so on standard error and plans again,
+up to 3 times, then fails naming what moved, having written nothing. --ttl puts every resource written under one new etcd lease: they
 expire together unless written again. An apply larger than etcd's limits
 (--max-txn-ops, --max-request-bytes) fails, unless --chunked splits it into
 several transactions in make-before-break order (clusters and endpoints
@@ -54,9 +77,14 @@ The output lists every resource as created, changed, unchanged or deleted,
 then the etcd revision the apply made.`,
 		Example: `  xdsadmin apply -f examples/
   xdsadmin apply -f clusters.yaml -f endpoints.yaml --scope edge --dry-run
+  xdsadmin apply -f clusters.yaml --prune --dry-run
+  xdsadmin apply -f examples/ --prune-all-types --prune --max-deletions 50
   xdsadmin get cluster -o yaml | xdsadmin apply -f -`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := f.checkPrune(cmd.Flags().Changed("max-deletions")); err != nil {
+				return err
+			}
 			return a.runApply(cmd.Context(), f)
 		},
 	}
@@ -64,11 +92,67 @@ then the etcd revision the apply made.`,
 	fl.StringArrayVarP(&f.files, "filename", "f", nil, "file, directory or - (standard input) to read; repeatable")
 	fl.StringVar(&f.scope, "scope", store.DefaultScope, "scope (node group) to write to")
 	fl.DurationVar(&f.ttl, "ttl", 0, "time to live of the resources written, at least 1s (0: none)")
-	fl.BoolVar(&f.dryRun, "dry-run", false, "print what would change, write nothing")
-	fl.BoolVar(&f.prune, "prune", false, "delete the resources of the scope that the files do not name")
+	fl.BoolVar(&f.dryRun, "dry-run", false, "print what would change, every prune deletion included, and write nothing")
+	fl.BoolVar(&f.prune, "prune", false, "delete the resources of the scope, of the types the files hold, that the files do not name")
+	fl.StringSliceVar(&f.pruneTypes, "prune-types", nil, "with --prune: the types to prune, comma-separated (cluster, cds, or a type URL), instead of those the files hold")
+	fl.BoolVar(&f.pruneAllTypes, "prune-all-types", false, "with --prune: prune every type")
+	fl.IntVar(&f.maxDeletions, "max-deletions", defaultMaxDeletions, "with --prune: refuse to delete more than this many resources")
 	fl.BoolVar(&f.chunked, "chunked", false, "split an apply beyond etcd's limits into several transactions")
 	_ = cmd.MarkFlagFilename("filename", "yaml", "yml", "json")
 	return cmd
+}
+
+// checkPrune refuses the prune flags' bad combinations; maxSet says
+// whether --max-deletions was given.
+func (f *applyFlags) checkPrune(maxSet bool) error {
+	if !f.prune {
+		switch {
+		case len(f.pruneTypes) > 0:
+			return errors.New("--prune-types needs --prune")
+		case f.pruneAllTypes:
+			return errors.New("--prune-all-types needs --prune")
+		case maxSet:
+			return errors.New("--max-deletions limits --prune: give --prune too")
+		}
+	}
+	if len(f.pruneTypes) > 0 && f.pruneAllTypes {
+		return errors.New("--prune-types and --prune-all-types exclude each other: give one")
+	}
+	if f.maxDeletions < 0 {
+		return fmt.Errorf("--max-deletions %d: must not be negative", f.maxDeletions)
+	}
+	for _, t := range f.pruneTypes {
+		if _, err := resource.Lookup(t); err != nil {
+			return fmt.Errorf("--prune-types: %w", err)
+		}
+	}
+	return nil
+}
+
+// pruneTypesOf returns the types an apply of docs prunes, in resource
+// order.
+func (f *applyFlags) pruneTypesOf(docs []resource.Doc) []*resource.Type {
+	want := map[*resource.Type]bool{}
+	switch {
+	case f.pruneAllTypes:
+		return resource.All()
+	case len(f.pruneTypes) > 0:
+		for _, n := range f.pruneTypes {
+			t, _ := resource.Lookup(n) // checked by checkPrune
+			want[t] = true
+		}
+	default:
+		for _, d := range docs {
+			want[d.Type] = true
+		}
+	}
+	var out []*resource.Type
+	for _, t := range resource.All() {
+		if want[t] {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 func (a *app) runApply(ctx context.Context, f applyFlags) error {
@@ -90,6 +174,11 @@ func (a *app) runApply(ctx context.Context, f applyFlags) error {
 		return errors.New(msg)
 	}
 	req := store.PlanRequest{Prune: f.prune, PruneScope: f.scope, TTL: f.ttl}
+	var check func(*store.Plan) error
+	if f.prune {
+		req.PruneTypes = f.pruneTypesOf(docs)
+		check = func(p *store.Plan) error { return maxDeletions(p, f.maxDeletions) }
+	}
 	for _, d := range docs {
 		req.Puts = append(req.Puts, store.Put{Key: store.Key{Type: d.Type, Scope: f.scope, Name: d.Name}, Body: d.Body})
 	}
@@ -100,30 +189,74 @@ func (a *app) runApply(ctx context.Context, f applyFlags) error {
 		return err
 	}
 	defer c.Close()
-	return a.execute(ctx, c, req, f.dryRun, store.ApplyOptions{Chunked: f.chunked})
+	return a.execute(ctx, c, req, f.dryRun, store.ApplyOptions{Chunked: f.chunked}, check)
 }
 
-// execute plans and applies req, planning once more if etcd changed in
-// between, and prints the outcome. With dryRun it prints the plan and
+// maxDeletions refuses a plan that deletes more than limit resources.
+func maxDeletions(p *store.Plan, limit int) error {
+	n := 0
+	for _, c := range p.Changes {
+		if c.Action == store.Delete {
+			n++
+		}
+	}
+	if n <= limit {
+		return nil
+	}
+	names := make([]string, len(p.PruneTypes))
+	for i, t := range p.PruneTypes {
+		names[i] = t.Name
+	}
+	return fmt.Errorf("--prune would delete %d resources (%s in scope %q), more than --max-deletions %d; nothing was written: check the list with --dry-run, then give --max-deletions %d to go ahead",
+		n, strings.Join(names, ", "), p.PruneScope, limit, n)
+}
+
+// execute plans and applies req, and prints the outcome. If etcd moved
+// what the plan declares before the commit, it says so on errOut and plans
+// again, up to maxAttempts times in all. check, if not nil, may refuse a
+// plan before anything is written. With dryRun it prints the plan and
 // writes nothing.
-func (a *app) execute(ctx context.Context, c *conn, req store.PlanRequest, dryRun bool, opts store.ApplyOptions) error {
+func (a *app) execute(ctx context.Context, c *conn, req store.PlanRequest, dryRun bool, opts store.ApplyOptions, check func(*store.Plan) error) error {
+	var prev *store.Plan
 	for attempt := 1; ; attempt++ {
 		plan, err := c.store.MakePlan(ctx, req)
 		if err != nil {
 			return err
 		}
+		if prev != nil {
+			fmt.Fprintf(a.errOut, "xdsadmin: planned at revision %d, but before the commit %s; planned again at revision %d (attempt %d of %d)\n",
+				prev.Revision, describeMoved(prev, plan), plan.Revision, attempt, maxAttempts)
+		}
 		if dryRun {
 			if err := a.printApply(plan, nil); err != nil {
 				return err
 			}
-			return a.dryRunLimits(plan, opts)
+			if check != nil {
+				if err := check(plan); err != nil {
+					return fmt.Errorf("(dry run) the apply would fail: %w", err)
+				}
+			}
+			return a.dryRunLimits(c, plan, opts)
+		}
+		if check != nil {
+			if err := check(plan); err != nil {
+				return err
+			}
+		}
+		if hook, ok := ctx.Value(afterPlanKey{}).(func(attempt int)); ok {
+			hook(attempt)
 		}
 		res, err := c.store.Apply(ctx, plan, opts)
-		if errors.Is(err, store.ErrConflict) && attempt < 2 {
+		if errors.Is(err, store.ErrConflict) && attempt < maxAttempts {
+			prev = plan
 			continue
 		}
 		if errors.Is(err, store.ErrConflict) {
-			return fmt.Errorf("%w (twice: another writer is busy with the same resources; nothing was written)", err)
+			moved := "another writer kept changing them"
+			if now, perr := c.store.MakePlan(ctx, req); perr == nil {
+				moved = describeMoved(plan, now)
+			}
+			return fmt.Errorf("%w: %s (tried %d times; nothing was written)", err, moved, maxAttempts)
 		}
 		if err != nil {
 			return err
@@ -132,18 +265,63 @@ func (a *app) execute(ctx context.Context, c *conn, req store.PlanRequest, dryRu
 	}
 }
 
-// dryRunLimits fails a dry run that the real apply would fail for its
-// number of operations. (The byte size is estimated by Apply itself.)
-func (a *app) dryRunLimits(plan *store.Plan, opts store.ApplyOptions) error {
-	n := 0
-	for _, c := range plan.Changes {
-		if c.Action != store.Unchanged {
-			n++
+// afterPlanKey keys, in a command's context, a func(attempt int) that
+// execute calls between planning and committing: tests use it to race
+// another writer deterministically.
+type afterPlanKey struct{}
+
+// describeMoved names what differs between two plans of one request: the
+// resources whose stored state (mod_revision, existence) changed.
+func describeMoved(before, after *store.Plan) string {
+	type state struct {
+		key store.Key
+		rev int64
+	}
+	seen := map[string]state{}
+	for _, c := range before.Changes {
+		s := state{key: c.Key}
+		if c.Old != nil {
+			s.rev = c.Old.ModRevision
+		}
+		seen[c.Key.String()] = s
+	}
+	var moved []string
+	describe := func(k store.Key, was, now int64) {
+		switch {
+		case was == now:
+		case was == 0:
+			moved = append(moved, fmt.Sprintf("%s was created (mod_revision %d)", k, now))
+		case now == 0:
+			moved = append(moved, fmt.Sprintf("%s was deleted (mod_revision was %d)", k, was))
+		default:
+			moved = append(moved, fmt.Sprintf("%s changed (mod_revision %d -> %d)", k, was, now))
 		}
 	}
-	if !opts.Chunked && n > a.opts.MaxTxnOps {
-		return fmt.Errorf("%w: (dry run) the apply would fail: it needs %d operations in one transaction, more than etcd's --max-txn-ops (%d): use --chunked to split it",
-			store.ErrLimit, n, a.opts.MaxTxnOps)
+	for _, c := range after.Changes {
+		var now int64
+		if c.Old != nil {
+			now = c.Old.ModRevision
+		}
+		was := seen[c.Key.String()]
+		delete(seen, c.Key.String())
+		describe(c.Key, was.rev, now)
+	}
+	for _, s := range seen {
+		// Declared before, not now: a pruned resource someone deleted.
+		describe(s.key, s.rev, 0)
+	}
+	if len(moved) == 0 {
+		return "resources it declares changed and changed back"
+	}
+	sort.Strings(moved)
+	return strings.Join(moved, ", ")
+}
+
+// dryRunLimits fails a dry run that the real apply would fail for etcd's
+// limits.
+func (a *app) dryRunLimits(c *conn, plan *store.Plan, opts store.ApplyOptions) error {
+	if err := c.store.CheckLimits(plan, opts); err != nil {
+		return fmt.Errorf("(dry run) the apply would fail: %w", err)
 	}
 	return nil
 }
@@ -253,7 +431,7 @@ func (a *app) runDelete(ctx context.Context, typeArg string, names []string, sco
 		return err
 	}
 	defer c.Close()
-	err = a.execute(ctx, c, req, false, store.ApplyOptions{})
+	err = a.execute(ctx, c, req, false, store.ApplyOptions{}, nil)
 	if errors.Is(err, store.ErrNotFound) {
 		return a.notFound(ctx, c, typ, scope, names, err)
 	}

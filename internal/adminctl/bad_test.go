@@ -361,7 +361,7 @@ virtual_hosts:
 	t.Run("dry run says the apply would fail", func(t *testing.T) {
 		h := e.newHarness(t)
 		r := h.run("apply", "-f", file, "--max-txn-ops", "8", "--dry-run")
-		want := "(dry run) the apply would fail: it needs 13 operations in one transaction, more than etcd's --max-txn-ops (8): use --chunked"
+		want := "(dry run) the apply would fail: store: beyond etcd's transaction limits: the apply needs 13 operations in one transaction, more than etcd's --max-txn-ops (8): use --chunked"
 		if r.code != 1 || !strings.Contains(r.stderr, want) || !strings.Contains(r.stdout, "(dry run) would be 13 created") {
 			t.Errorf("got %s\nwant the plan and an error holding %q", r, want)
 		}
@@ -391,7 +391,7 @@ virtual_hosts:
 			cs = append(cs, clusterYAML(fmt.Sprintf("c%d", i), "2s"))
 		}
 		lines = watchLines(t, h, 13, func() {
-			h.mustRun("apply", "-f", writeFile(t, "clusters.yaml", docs(cs...)), "--prune", "--chunked", "--max-txn-ops", "8")
+			h.mustRun("apply", "-f", writeFile(t, "clusters.yaml", docs(cs...)), "--prune", "--prune-all-types", "--chunked", "--max-txn-ops", "8")
 		}, "--revision", fmt.Sprint(from))
 		assertMakeBeforeBreak(t, lines)
 		if got := len(h.list()); got != 6 {

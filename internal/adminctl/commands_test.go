@@ -176,7 +176,7 @@ unchanged  endpoint  default  echo-cluster
 		h := e.newHarness(t)
 		applyExamples(t, h)
 		applyExamples(t, h, "--scope", "other")
-		got := h.mustRun("apply", "-f", examples+"/clusters.yaml", "-f", examples+"/endpoints.yaml", "--prune")
+		got := h.mustRun("apply", "-f", examples+"/clusters.yaml", "-f", examples+"/endpoints.yaml", "--prune", "--prune-all-types")
 		rev := e.revision(t)
 		want := fmt.Sprintf(`unchanged  cluster   default  backend-a
 unchanged  cluster   default  backend-b

@@ -117,8 +117,9 @@ func (s *Store) EtcdKey(k Key) string { return s.root + k.path() }
 // ErrNotFound is returned by Get for a key that does not exist.
 var ErrNotFound = errors.New("store: not found")
 
-// ErrConflict is returned by Apply when a key changed in etcd after the
-// plan was made.
+// ErrConflict is returned by Apply when a resource the plan declares
+// (written, deleted or left unchanged) or would prune changed in etcd
+// after the plan was made, or a resource appeared where it prunes.
 var ErrConflict = errors.New("store: resources changed since the plan was made; plan again")
 
 // ErrLimit is wrapped by errors about an apply beyond etcd's limits.
@@ -326,6 +327,25 @@ type Plan struct {
 	Changes []Change
 	// TTL, when positive, puts every written resource under one new lease.
 	TTL time.Duration
+	// Prune holds the directories the plan prunes: one per type of
+	// PruneTypes in PruneScope. Apply refuses to commit if any key in them
+	// changed or appeared after Revision.
+	Prune      bool
+	PruneScope string
+	PruneTypes []*resource.Type
+}
+
+// PruneDirs returns the (type, scope) directories the plan prunes, as keys
+// without a name.
+func (p *Plan) PruneDirs() []Key {
+	if !p.Prune {
+		return nil
+	}
+	out := make([]Key, 0, len(p.PruneTypes))
+	for _, t := range p.PruneTypes {
+		out = append(out, Key{Type: t, Scope: p.PruneScope})
+	}
+	return out
 }
 
 // PlanRequest is the input of MakePlan.
@@ -334,9 +354,12 @@ type PlanRequest struct {
 	Puts []Put
 	// Deletes are resources to delete; a missing one is an error.
 	Deletes []Key
-	// Prune deletes every resource of PruneScope that Puts does not name.
+	// Prune deletes every resource of PruneScope whose type is in
+	// PruneTypes that Puts does not name.
 	Prune      bool
 	PruneScope string
+	// PruneTypes are the types Prune deletes; nil means every type.
+	PruneTypes []*resource.Type
 	// TTL, when positive, writes every put (changed or not) under one new
 	// lease of that duration, so they expire together.
 	TTL time.Duration
@@ -358,45 +381,75 @@ func (s *Store) MakePlan(ctx context.Context, req PlanRequest) (*Plan, error) {
 			return nil, fmt.Errorf("store: delete of %q without a type", d.Name)
 		}
 	}
+	pruneTypes := req.PruneTypes
+	if req.Prune && pruneTypes == nil {
+		pruneTypes = resource.All()
+	}
 	// One consistent read: the whole resources directory for a prune or a
-	// large apply would be costly, so read per scope touched.
-	scopes := map[string]bool{}
+	// large apply would be costly, so read per (type, scope) touched.
+	dirs := map[Key]bool{}
 	for _, p := range req.Puts {
-		scopes[p.Scope] = true
+		dirs[Key{Type: p.Type, Scope: p.Scope}] = true
 	}
 	for _, d := range req.Deletes {
-		scopes[d.Scope] = true
+		dirs[Key{Type: d.Type, Scope: d.Scope}] = true
 	}
+	pruned := map[*resource.Type]bool{}
 	if req.Prune {
-		scopes[req.PruneScope] = true
+		for _, t := range pruneTypes {
+			if t == nil {
+				return nil, errors.New("store: a prune type is nil")
+			}
+			pruned[t] = true
+			dirs[Key{Type: t, Scope: req.PruneScope}] = true
+		}
 	}
+	order := make([]Key, 0, len(dirs))
+	for d := range dirs {
+		order = append(order, d)
+	}
+	sort.Slice(order, func(i, j int) bool { return order[i].path() < order[j].path() })
 	current := map[string]*Resource{}
 	var rev int64
-	for scope := range scopes {
-		if err := resource.ValidateScope(scope); err != nil {
+	for _, dir := range order {
+		if err := resource.ValidateScope(dir.Scope); err != nil {
 			return nil, fmt.Errorf("store: %w", err)
 		}
-		for _, t := range resource.All() {
-			err := s.rangeAll(ctx, s.root+t.Name+"/"+scope+"/", rev, func(r int64) { rev = r }, func(kv *mvccpb.KeyValue) {
-				r, err := s.decode(kv)
-				if err != nil {
-					// A malformed value is overwritten or deleted like
-					// any other; keep what the key says.
-					p := strings.TrimPrefix(string(kv.Key), s.root)
-					k, kerr := parsePath(p)
-					if kerr != nil {
-						return
-					}
-					r = &Resource{Key: k, ModRevision: kv.ModRevision, CreateRevision: kv.CreateRevision, Lease: kv.Lease}
-				}
-				current[r.path()] = r
-			})
+		err := s.rangeAll(ctx, s.root+dir.Type.Name+"/"+dir.Scope+"/", rev, func(r int64) { rev = r }, func(kv *mvccpb.KeyValue) {
+			r, err := s.decode(kv)
 			if err != nil {
-				return nil, err
+				// A malformed value is overwritten or deleted like
+				// any other; keep what the key says.
+				p := strings.TrimPrefix(string(kv.Key), s.root)
+				k, kerr := parsePath(p)
+				if kerr != nil {
+					return
+				}
+				r = &Resource{Key: k, ModRevision: kv.ModRevision, CreateRevision: kv.CreateRevision, Lease: kv.Lease}
+			}
+			current[r.path()] = r
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	if rev == 0 {
+		// Nothing to read (an empty request): still plan at a revision.
+		resp, err := s.kv.Get(ctx, s.root, clientv3.WithCountOnly())
+		if err != nil {
+			return nil, s.wrapErr("get revision", err)
+		}
+		rev = resp.Header.Revision
+	}
+	plan := &Plan{Revision: rev, TTL: req.TTL}
+	if req.Prune {
+		plan.Prune, plan.PruneScope = true, req.PruneScope
+		for _, t := range resource.All() {
+			if pruned[t] {
+				plan.PruneTypes = append(plan.PruneTypes, t)
 			}
 		}
 	}
-	plan := &Plan{Revision: rev, TTL: req.TTL}
 	named := map[string]bool{}
 	for _, p := range req.Puts {
 		if named[p.path()] {
@@ -428,7 +481,7 @@ func (s *Store) MakePlan(ctx context.Context, req PlanRequest) (*Plan, error) {
 	}
 	if req.Prune {
 		for p, old := range current {
-			if old.Scope == req.PruneScope && !named[p] {
+			if old.Scope == req.PruneScope && pruned[old.Type] && !named[p] {
 				plan.Changes = append(plan.Changes, Change{Key: old.Key, Action: Delete, Old: old})
 			}
 		}
@@ -481,22 +534,26 @@ type ApplyOptions struct {
 }
 
 // Apply writes a plan: one etcd transaction, so one revision, unless
-// opts.Chunked. Each transaction is conditional on its keys being as the
-// plan saw them; if one changed, nothing of that transaction is written and
-// the error wraps ErrConflict. Beyond etcd's limits, and not chunked, the
-// error wraps ErrLimit, names the limit, and nothing is written.
+// opts.Chunked. The transaction is conditional on the plan's whole
+// declared set being as the plan saw it: every key it writes, deletes or
+// leaves unchanged has the mod_revision the plan read (or still does not
+// exist), and no key in a directory it prunes changed or appeared after
+// the plan's revision. So an apply is serializable with every other
+// apply: if anything moved, nothing is written and the error wraps
+// ErrConflict. Chunked, each transaction is conditional on its own keys,
+// and the first one also on the unchanged keys and the pruned
+// directories. Beyond etcd's limits (compares count, as etcd counts
+// them), and not chunked, the error wraps ErrLimit, names the limit, and
+// nothing is written.
+//
+// A plan with nothing to write is not sent: its read, at one revision, is
+// its linearization point.
 func (s *Store) Apply(ctx context.Context, plan *Plan, opts ApplyOptions) (*ApplyResult, error) {
-	work := make([]Change, 0, len(plan.Changes))
-	for _, c := range plan.Changes {
-		if c.Action != Unchanged {
-			work = append(work, c)
-		}
-	}
 	res := &ApplyResult{Revision: plan.Revision}
-	if len(work) == 0 {
+	if !hasWork(plan) {
 		return res, nil
 	}
-	chunks, err := s.chunk(work, opts.Chunked)
+	chunks, guard, err := s.chunk(plan, opts.Chunked)
 	if err != nil {
 		return nil, err
 	}
@@ -513,7 +570,7 @@ func (s *Store) Apply(ctx context.Context, plan *Plan, opts ApplyOptions) (*Appl
 		res.Lease = int64(lease.ID)
 	}
 	for i, ch := range chunks {
-		rev, err := s.commit(ctx, plan, ch, clientv3.LeaseID(res.Lease), now)
+		rev, err := s.commit(ctx, plan, ch, guard && i == 0, clientv3.LeaseID(res.Lease), now)
 		if err != nil {
 			if i == 0 && res.Lease != 0 {
 				s.cfg.Client.Revoke(context.WithoutCancel(ctx), clientv3.LeaseID(res.Lease)) //nolint:errcheck // best effort; it expires anyway
@@ -523,15 +580,50 @@ func (s *Store) Apply(ctx context.Context, plan *Plan, opts ApplyOptions) (*Appl
 			}
 			return nil, err
 		}
+		if !hasWork(&Plan{Changes: ch}) {
+			// Compares only (unchanged resources, chunked): no revision.
+			continue
+		}
 		res.Revision = rev
 		res.Revisions = append(res.Revisions, rev)
 	}
 	return res, nil
 }
 
-func (s *Store) commit(ctx context.Context, plan *Plan, changes []Change, lease clientv3.LeaseID, now *timestamppb.Timestamp) (int64, error) {
-	cmps := make([]clientv3.Cmp, 0, len(changes))
+// CheckLimits returns the error Apply would return for plan beyond etcd's
+// limits, without writing anything: for dry runs.
+func (s *Store) CheckLimits(plan *Plan, opts ApplyOptions) error {
+	if !hasWork(plan) {
+		return nil
+	}
+	_, _, err := s.chunk(plan, opts.Chunked)
+	return err
+}
+
+func hasWork(plan *Plan) bool {
+	for _, c := range plan.Changes {
+		if c.Action != Unchanged {
+			return true
+		}
+	}
+	return false
+}
+
+// commit sends one transaction: compares on every change of changes
+// (unchanged ones only compare), and with guardPrune on the plan's pruned
+// directories, then the writes.
+func (s *Store) commit(ctx context.Context, plan *Plan, changes []Change, guardPrune bool, lease clientv3.LeaseID, now *timestamppb.Timestamp) (int64, error) {
+	cmps := make([]clientv3.Cmp, 0, len(changes)+len(plan.PruneTypes))
 	ops := make([]clientv3.Op, 0, len(changes))
+	if guardPrune {
+		for _, d := range plan.PruneDirs() {
+			// Every key of the directory, deleted ones aside (each has a
+			// compare of its own), is as old as the plan: none changed
+			// or appeared since. An empty range compares true.
+			dir := s.EtcdKey(d)
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(dir), "<", plan.Revision+1).WithPrefix())
+		}
+	}
 	for _, c := range changes {
 		key := s.EtcdKey(c.Key)
 		if c.Old == nil {
@@ -539,7 +631,10 @@ func (s *Store) commit(ctx context.Context, plan *Plan, changes []Change, lease 
 		} else {
 			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", c.Old.ModRevision))
 		}
-		if c.Action == Delete {
+		switch c.Action {
+		case Unchanged:
+			continue
+		case Delete:
 			ops = append(ops, clientv3.OpDelete(key))
 			continue
 		}
@@ -578,6 +673,9 @@ func (s *Store) envelope(body *anypb.Any, ttl time.Duration, now *timestamppb.Ti
 // opBytes estimates the bytes one change adds to a transaction request:
 // key twice (compare and op), value, and protobuf framing.
 func (s *Store) opBytes(c Change) int {
+	if c.Action == Unchanged {
+		return len(s.EtcdKey(c.Key)) + 16
+	}
 	n := 2*len(s.EtcdKey(c.Key)) + 32
 	if c.New != nil {
 		n += len(c.New.GetValue()) + len(c.New.GetTypeUrl()) + len(s.cfg.Writer) + 64
@@ -585,48 +683,76 @@ func (s *Store) opBytes(c Change) int {
 	return n
 }
 
-// chunk checks the limits and splits the work into transactions.
-func (s *Store) chunk(work []Change, chunked bool) ([][]Change, error) {
+// chunk checks the limits and splits the plan's changes into
+// transactions. etcd counts the larger of a transaction's compares and its
+// operations against --max-txn-ops: every change, unchanged ones included,
+// has a compare, and the first transaction also one per pruned directory
+// (chunked: only if they leave room for a change; guard says whether).
+func (s *Store) chunk(plan *Plan, chunked bool) (chunks [][]Change, guard bool, err error) {
+	work := plan.Changes
+	guards := len(plan.PruneDirs())
 	total := 0
+	nops := 0
 	for _, c := range work {
 		total += s.opBytes(c)
+		if c.Action != Unchanged {
+			nops++
+		}
+	}
+	for _, d := range plan.PruneDirs() {
+		total += len(s.EtcdKey(d)) + 16
 	}
 	if !chunked {
 		switch {
-		case len(work) > s.cfg.MaxTxnOps:
-			return nil, fmt.Errorf("%w: the apply needs %d operations in one transaction, more than etcd's --max-txn-ops (%d): use --chunked to split it (clients may then see it in parts), or raise --max-txn-ops on every etcd member and pass the same value to xdsadmin --max-txn-ops",
-				ErrLimit, len(work), s.cfg.MaxTxnOps)
+		case nops > s.cfg.MaxTxnOps:
+			return nil, false, fmt.Errorf("%w: the apply needs %d operations in one transaction, more than etcd's --max-txn-ops (%d): use --chunked to split it (clients may then see it in parts), or raise --max-txn-ops on every etcd member and pass the same value to xdsadmin --max-txn-ops",
+				ErrLimit, nops, s.cfg.MaxTxnOps)
+		case len(work)+guards > s.cfg.MaxTxnOps:
+			return nil, false, fmt.Errorf("%w: the apply needs %d compares in one transaction (one per resource it declares, unchanged ones included, and one per pruned type), more than etcd's --max-txn-ops (%d): use --chunked to split it (clients may then see it in parts, and only the first part is checked against unchanged resources), or raise --max-txn-ops on every etcd member and pass the same value to xdsadmin --max-txn-ops",
+				ErrLimit, len(work)+guards, s.cfg.MaxTxnOps)
 		case total > s.cfg.MaxRequestBytes:
-			return nil, fmt.Errorf("%w: the apply needs a transaction of about %d bytes, more than etcd's --max-request-bytes (%d): use --chunked to split it (clients may then see it in parts), or raise --max-request-bytes on every etcd member and pass the same value to xdsadmin --max-request-bytes",
+			return nil, false, fmt.Errorf("%w: the apply needs a transaction of about %d bytes, more than etcd's --max-request-bytes (%d): use --chunked to split it (clients may then see it in parts), or raise --max-request-bytes on every etcd member and pass the same value to xdsadmin --max-request-bytes",
 				ErrLimit, total, s.cfg.MaxRequestBytes)
 		}
-		return [][]Change{work}, nil
+		return [][]Change{work}, true, nil
+	}
+	if guards >= s.cfg.MaxTxnOps {
+		guards = 0
 	}
 	ordered := make([]Change, len(work))
 	copy(ordered, work)
 	rank := func(c Change) int {
+		if c.Action == Unchanged {
+			return -1
+		}
 		if c.Action == Delete {
 			return 100 + resource.DeleteOrder(c.Type)
 		}
 		return c.Type.Order
 	}
 	sort.SliceStable(ordered, func(i, j int) bool { return rank(ordered[i]) < rank(ordered[j]) })
-	var chunks [][]Change
 	var cur []Change
-	size := 0
+	// The first transaction carries the pruned directories' compares.
+	size, count := 0, guards
+	if guards > 0 {
+		for _, d := range plan.PruneDirs() {
+			size += len(s.EtcdKey(d)) + 16
+		}
+	}
 	for _, c := range ordered {
 		b := s.opBytes(c)
 		if b > s.cfg.MaxRequestBytes {
-			return nil, fmt.Errorf("%w: %s alone needs about %d bytes, more than etcd's --max-request-bytes (%d)", ErrLimit, c.Key, b, s.cfg.MaxRequestBytes)
+			return nil, false, fmt.Errorf("%w: %s alone needs about %d bytes, more than etcd's --max-request-bytes (%d)", ErrLimit, c.Key, b, s.cfg.MaxRequestBytes)
 		}
-		if len(cur) > 0 && (len(cur)+1 > s.cfg.MaxTxnOps || size+b > s.cfg.MaxRequestBytes) {
+		if len(cur) > 0 && (count+1 > s.cfg.MaxTxnOps || size+b > s.cfg.MaxRequestBytes) {
 			chunks = append(chunks, cur)
-			cur, size = nil, 0
+			cur, size, count = nil, 0, 0
 		}
 		cur = append(cur, c)
 		size += b
+		count++
 	}
-	return append(chunks, cur), nil
+	return append(chunks, cur), guards > 0, nil
 }
 
 // Diff lists what changed between revisions r1 and r2 (r2 zero: now), in
