@@ -1,5 +1,3 @@
-//go:build e2e
-
 package e2e
 
 import (

@@ -2,6 +2,8 @@
 
 package e2e
 
+import "time"
+
 // The scale of the cluster tests (cluster_test.go) for `go test ./...`
 // (make test): small enough that all of them together stay within about
 // four minutes on two cores with race-built replicas. `make e2e` (-tags
@@ -23,3 +25,15 @@ var (
 // addReplicaRate is --rebalance-rate in TestClusterAddReplica: streams
 // closed per second per replica, low enough that the pacing shows.
 const addReplicaRate = 10
+
+// TestClusterRollingRestart: 300 nodes on 3 replicas admitting 20 new
+// streams a second each (burst 5). A SIGTERM sends about 200 reconnects
+// to the 2 others over the drain: 10s keeps them at about 10 a second
+// each, half the rate (rolling_test.go has the relation).
+var rollingMix = clientMix{GRPC: 20, SotW: 140, Delta: 140}
+
+const (
+	rollingRate  = 20
+	rollingBurst = 5
+	rollingDrain = 10 * time.Second
+)
