@@ -84,6 +84,52 @@ func TestMillionNames(t *testing.T) {
 	}
 }
 
+// Each bound on a delta stream ends it with its status, naming the
+// bound's flag: a name too long where a request names resources (a
+// subscription, an unsubscription), no first request in time; a name at
+// the bound is served.
+func TestStreamBounds(t *testing.T) {
+	e := newEnvWith(t, xdstest.Options{}, func(c *delta.Config) {
+		c.MaxNameLength, c.FirstRequestTimeout = 8, 200*time.Millisecond
+	})
+	long := strings.Repeat("x", 9)
+	tests := []struct {
+		name  string
+		req   *discoveryv3.DeltaDiscoveryRequest // nil: send nothing
+		code  codes.Code
+		flag  string
+		limit string
+	}{
+		{"subscribed name too long", &discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Endpoint.URL, ResourceNamesSubscribe: []string{"a", long}},
+			codes.InvalidArgument, "--max-name-length", "name_length"},
+		{"unsubscribed name too long", &discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Endpoint.URL, ResourceNamesUnsubscribe: []string{long}},
+			codes.InvalidArgument, "--max-name-length", "name_length"},
+		{"no first request", nil, codes.DeadlineExceeded, "--first-request-timeout", "first_request"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := limitHits(t, e.reg, tt.limit)
+			s := e.deltaADS(t)
+			if tt.req != nil {
+				tt.req.Node = xdstest.Node("n1", "c1")
+				s.Send(tt.req)
+			}
+			err := s.ExpectErr()
+			if status.Code(err) != tt.code || !strings.Contains(err.Error(), tt.flag) {
+				t.Fatalf("got %v, want %s naming %s", err, tt.code, tt.flag)
+			}
+			if got := limitHits(t, e.reg, tt.limit); got != before+1 {
+				t.Errorf("limit_hits_total{limit=%q} = %v, want %v", tt.limit, got, before+1)
+			}
+		})
+	}
+	t.Run("at the bound", func(t *testing.T) {
+		s := e.deltaADS(t)
+		s.Send(&discoveryv3.DeltaDiscoveryRequest{Node: xdstest.Node("n1", "c1"), TypeUrl: resource.Endpoint.URL, ResourceNamesSubscribe: []string{strings.Repeat("c", 8)}})
+		s.Expect()
+	})
+}
+
 // initial_resource_versions beyond --max-names, and a name too long in it.
 func TestInitialVersionsBounds(t *testing.T) {
 	e := newEnvWith(t, xdstest.Options{}, func(c *delta.Config) { c.MaxNames, c.MaxNameLength = 2, 8 })

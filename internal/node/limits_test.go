@@ -507,3 +507,53 @@ func TestMaxConnectionAge(t *testing.T) {
 		t.Errorf("the stream ended after %s, before the age and the grace", d)
 	}
 }
+
+// TestSendTimeoutWired: --send-timeout reaches the replica's xDS streams:
+// a SotW client that asks for large endpoint sets and never reads is
+// closed with UNAVAILABLE naming the flag once the HTTP/2 windows are
+// full and a send made no progress for that long, while updates go on.
+func TestSendTimeoutWired(t *testing.T) {
+	const ports = 400 // ~10 KB a response: the windows fill within some updates
+	e, r, _ := limitsEnv(t, func(c *node.Config) { c.SendTimeout = 500 * time.Millisecond })
+	portsAt := func(i int) []uint32 {
+		p := make([]uint32, ports)
+		for j := range p {
+			p[j] = uint32(10000 + i + j)
+		}
+		return p
+	}
+	e.Apply(t, []store.Put{xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("e", portsAt(0)...))})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stuck, err := discoveryv3.NewAggregatedDiscoveryServiceClient(dial(t, r)).StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stuck.Send(&discoveryv3.DiscoveryRequest{Node: xdstest.Node("stuck", "c1"), TypeUrl: resource.Endpoint.URL, ResourceNames: []string{"e"}}); err != nil {
+		t.Fatal(err)
+	}
+	// The client never calls Recv: updates pile up in the windows until
+	// a send blocks; then the replica closes the stream.
+	for i := 1; ; i++ {
+		e.Apply(t, []store.Put{xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("e", portsAt(i)...))})
+		if st := getStreams(t, r); len(st.Streams) == 0 {
+			t.Logf("the stuck stream was closed after %d updates", i)
+			break
+		}
+		if i == 1000 {
+			t.Fatal("the stuck stream still open after 1,000 updates")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Its status, read now, after the messages queued before it.
+	for {
+		_, err := stuck.Recv()
+		if err == nil {
+			continue
+		}
+		if grpcstatus.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "--send-timeout") {
+			t.Fatalf("the stuck stream ended with %v, want UNAVAILABLE naming --send-timeout", err)
+		}
+		break
+	}
+}
