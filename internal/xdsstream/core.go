@@ -39,6 +39,9 @@ type Core[T Reporter] struct {
 	nextID  atomic.Uint64
 	streams Registry[*Stream[T]]
 	nacks   nackLog
+	// refusedLog and timeoutLog pace the lines of refused streams and of
+	// send timeouts.
+	refusedLog, timeoutLog burstLog
 }
 
 // NewCore checks cfg, fills its defaults and registers the common metrics

@@ -216,7 +216,10 @@ func (s *Stream[T]) authorize(n *corev3.Node, group string) error {
 	recheck, err := a.Authorize(s.Ctx, n, group)
 	if err != nil {
 		s.core.Metrics.Denied.Inc()
-		s.Log.Info("stream refused", "claimed_node", n.GetId(), "claimed_group", group, "err", status.Convert(err).Message())
+		if ok, held := s.core.refusedLog.allow(time.Now()); ok {
+			s.Log.Info("stream refused", "claimed_node", n.GetId(), "claimed_group", group, "err", status.Convert(err).Message(),
+				"not_logged_since_last", held)
+		}
 		return err
 	}
 	s.recheck = recheck
@@ -323,7 +326,9 @@ func (s *Stream[T]) sendMsg(m any) error {
 	if timedOut {
 		d := s.core.Config.SendTimeout
 		s.core.Metrics.LimitHits.WithLabelValues(LimitSendTimeout).Inc()
-		s.Log.Info("client took no response in time: stream closed", "send_timeout", d)
+		if ok, held := s.core.timeoutLog.allow(time.Now()); ok {
+			s.Log.Info("client took no response in time: stream closed", "send_timeout", d, "not_logged_since_last", held)
+		}
 		return SendTimeoutError(d)
 	}
 	return err
