@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"syscall"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
@@ -44,9 +45,37 @@ type Server struct {
 	endpoint string
 }
 
+// portTries is how many times Start picks free ports for addresses
+// given with port 0 when another process took one before etcd bound it.
+const portTries = 3
+
 // Start starts etcd and waits until it serves, or until ctx ends or
-// StartTimeout passes.
+// StartTimeout passes. An address given with port 0 gets a free port;
+// should another process take it before etcd binds it, Start picks
+// again (etcd writes nothing before it has bound its listeners).
 func Start(ctx context.Context, cfg Config) (*Server, error) {
+	for try := 1; ; try++ {
+		s, err := start(ctx, cfg)
+		if err == nil || try == portTries || !errors.Is(err, syscall.EADDRINUSE) || !anyPort(cfg) {
+			return s, err
+		}
+	}
+}
+
+// anyPort reports whether cfg leaves a port for Start to pick.
+func anyPort(cfg Config) bool {
+	if cfg.PeerAddr == "" {
+		return true // Start picks the peer port
+	}
+	for _, a := range []string{cfg.ClientAddr, cfg.PeerAddr} {
+		if _, port, err := net.SplitHostPort(a); err == nil && port == "0" {
+			return true
+		}
+	}
+	return false
+}
+
+func start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Dir == "" {
 		return nil, errors.New("devetcd: Dir is required")
 	}
