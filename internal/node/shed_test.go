@@ -82,23 +82,20 @@ func TestShedAboveShare(t *testing.T) {
 			default:
 			}
 		}
+		// Done once A is at its cap and every stream it shed has
+		// reconnected to B.
 		_, _, open := a.ShareForTest()
-		if shed > 0 && open <= capAt {
-			t.Logf("A shed %d of %d streams: it holds %d, cap %d", shed, clients, open, capAt)
+		closes := metricValue(t, cfgA.Registerer, "legation_relay_shed_closes_total")
+		_, _, onB := b.ShareForTest()
+		if shed > 0 && open <= capAt && closes == float64(shed) && open+onB == clients {
+			t.Logf("A shed %d of %d streams: it holds %d, cap %d; B %d", shed, clients, open, capAt, onB)
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("A holds %d streams after shedding %d, want <= %d", open, shed, capAt)
+			t.Fatalf("A holds %d streams after shedding %d (legation_relay_shed_closes_total %v), B %d; want A <= %d and %d in all",
+				open, shed, closes, onB, capAt, clients)
 		}
 		time.Sleep(20 * time.Millisecond)
-	}
-	if got := metricValue(t, cfgA.Registerer, "legation_relay_shed_closes_total"); got != float64(shed) {
-		t.Errorf("legation_relay_shed_closes_total = %v on A, want %d", got, shed)
-	}
-	_, _, onA := a.ShareForTest()
-	_, _, onB := b.ShareForTest()
-	if onA+onB != clients {
-		t.Errorf("A holds %d streams and B %d, want %d in all", onA, onB, clients)
 	}
 
 	// Full: refused, and the connection closed.

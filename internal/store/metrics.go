@@ -14,7 +14,7 @@ type viewMetrics struct {
 	stalls     prometheus.Counter
 }
 
-func newViewMetrics(reg prometheus.Registerer) *viewMetrics {
+func newViewMetrics(reg prometheus.Registerer, in *interests) *viewMetrics {
 	m := &viewMetrics{
 		revision: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "legation_view_revision", Help: "The etcd revision of the view's latest snapshot."}),
@@ -35,8 +35,16 @@ func newViewMetrics(reg prometheus.Registerer) *viewMetrics {
 		watchLosts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "legation_view_watch_restarts_total", Help: "Times the view's etcd watch ended and was started again."}),
 	}
+	wakes := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "legation_view_stream_wakes_total",
+		Help: "Times the view woke an xDS stream for a change it can see (its scope or the default one, a type it holds or asks for)."},
+		func() float64 { return float64(in.wakes.Load()) })
+	catchUps := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "legation_view_stream_catchups_total",
+		Help: "Times the view woke an xDS stream that no change concerned, so that it lets go of the snapshots published since it last advanced (at most every 10s, and only while changes are published)."},
+		func() float64 { return float64(in.catchUps.Load()) })
 	if reg != nil {
-		reg.MustRegister(m.revision, m.resources, m.events, m.snapshots, m.reloads, m.malformed, m.skipped, m.watchLosts, m.stalls)
+		reg.MustRegister(m.revision, m.resources, m.events, m.snapshots, m.reloads, m.malformed, m.skipped, m.watchLosts, m.stalls, wakes, catchUps)
 	}
 	return m
 }

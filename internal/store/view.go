@@ -32,6 +32,10 @@ type ViewConfig struct {
 	// which keys were deleted) recently: a client presenting a version in
 	// that window is answered exactly. Zero: 10000. Negative: none.
 	HistoryWindow int64
+	// CatchUpEvery is how often, at most, while changes are published,
+	// the view wakes the readers none of them concerned (store.Interest),
+	// so that they let go of the snapshots published since. Zero: 10s.
+	CatchUpEvery time.Duration
 	// MaxTombstones bounds the deletions remembered; the oldest are
 	// forgotten first. Zero: 100000.
 	MaxTombstones int
@@ -59,6 +63,7 @@ func DefaultViewConfig() ViewConfig {
 		Prefix:        DefaultPrefix,
 		PageSize:      1000,
 		HistoryWindow: 10000,
+		CatchUpEvery:  defaultCatchUpEvery,
 		MaxTombstones: 100000,
 		RetryInterval: 500 * time.Millisecond,
 
@@ -100,6 +105,9 @@ func (c *ViewConfig) fill() {
 	if c.MaxTombstones == 0 {
 		c.MaxTombstones = d.MaxTombstones
 	}
+	if c.CatchUpEvery == 0 {
+		c.CatchUpEvery = d.CatchUpEvery
+	}
 	if c.RetryInterval == 0 {
 		c.RetryInterval = d.RetryInterval
 	}
@@ -129,6 +137,8 @@ type View struct {
 	metrics *viewMetrics
 	ready   chan struct{}
 	cur     atomic.Pointer[Snapshot]
+	// interests are the readers to wake on the changes they can see.
+	interests interests
 
 	progressMu   sync.Mutex // guards lastProgress
 	lastProgress time.Time
@@ -166,14 +176,16 @@ func NewView(cfg ViewConfig) (*View, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &View{
+	v := &View{
 		cfg:         cfg,
 		root:        cfg.Prefix + resourcesDir,
-		metrics:     newViewMetrics(cfg.Registerer),
 		ready:       make(chan struct{}),
 		historyRead: make(chan struct{}),
 		malformed:   map[string]int64{},
-	}, nil
+	}
+	v.interests.every, v.interests.lastSweep = cfg.CatchUpEvery, time.Now()
+	v.metrics = newViewMetrics(cfg.Registerer, &v.interests)
+	return v, nil
 }
 
 // HistoryRead returns a channel closed once the view has read the history
@@ -431,6 +443,7 @@ func (v *View) publish(s *Snapshot) {
 		prev.next = s
 		close(prev.done)
 	}
+	v.interests.notify(s, time.Now())
 	v.metrics.snapshots.Inc()
 	v.metrics.revision.Set(float64(s.Revision))
 	v.metrics.resources.Set(float64(s.Len()))

@@ -77,6 +77,11 @@ type Stream[T Reporter] struct {
 	// recheck is closed when the Authorizer's decision on the stream's
 	// node may have changed; nil: nothing to wait for.
 	recheck <-chan struct{}
+	// interest wakes the stream when a change it can see is published
+	// (its group's scope or the default one, a type it asked for); made
+	// with the first request, which names the node. Nil before, and with
+	// a Source that keeps none: then every snapshot wakes the stream.
+	interest *store.Interest
 	// sender sends the stream's responses, each bounded by SendTimeout;
 	// made by the first send.
 	sender *Sender
@@ -115,6 +120,11 @@ func Serve[Q any, R interface {
 	r := rules(s)
 	s.changed, s.holds = r.Changed, r.Holds
 	defer c.streams.Add(s.ID, s)()
+	defer func() {
+		if s.interest != nil {
+			s.interest.Close()
+		}
+	}()
 	defer func() { c.Metrics.TTLResources.Sub(float64(s.ttlCount)) }()
 
 	// One receive goroutine feeds this loop, the only sender.
@@ -149,7 +159,7 @@ func Serve[Q any, R interface {
 					break drain
 				}
 			}
-		case <-s.Snap.Done():
+		case <-s.wake():
 			s.Advance()
 		case <-extended:
 			s.leasesExtended()
@@ -184,6 +194,7 @@ func handle[R Request, T Reporter](s *Stream[T], rules Rules[R], r R) error {
 	}
 	if s.Node == nil {
 		s.setNode(r.GetNode())
+		s.interest = s.core.Config.Source.Interest(s.Group)
 		if p := s.core.Config.PanicOnNode; p != "" && s.Node.GetId() == p {
 			panic("xdsstream: PanicOnNode test hook: node " + p)
 		}
@@ -201,6 +212,9 @@ func handle[R Request, T Reporter](s *Stream[T], rules Rules[R], r R) error {
 		if err := s.secrets(); err != nil {
 			return err
 		}
+	}
+	if s.interest != nil {
+		s.interest.Add(t) // before Advance: a change after it wakes the stream
 	}
 	s.Advance()
 	return rules.Handle(t, r)
@@ -272,6 +286,16 @@ func (s *Stream[T]) typeOf(u string) (*resource.Type, error) {
 	return t, nil
 }
 
+// wake returns the channel that says the stream has something to
+// advance to: its interest's, else (no interest yet, or none kept by the
+// Source) the next snapshot's.
+func (s *Stream[T]) wake() <-chan struct{} {
+	if s.interest != nil {
+		return s.interest.Wake()
+	}
+	return s.Snap.Done()
+}
+
 // Advance moves the stream to the latest snapshot, telling the rules of
 // every change on the way that the node can see, one snapshot after the
 // other so that none is missed.
@@ -283,6 +307,9 @@ func (s *Stream[T]) Advance() {
 			}
 		}
 		s.Snap = x
+	}
+	if s.interest != nil {
+		s.interest.Advanced(s.Snap.Revision)
 	}
 }
 
