@@ -825,7 +825,7 @@ func (n *Node) warnDrainRate() {
 		n.log.Warn("the drain closes streams faster than the other replicas admit them: raise --drain-period",
 			"streams", edge, "drain_period", n.cfg.DrainPeriod.String(), "closes_per_second", math.Round(rate),
 			"peers", peers, "stream_rate", n.cfg.StreamRate,
-			"drain_period_needed", (time.Duration(float64(edge)/(n.cfg.StreamRate*float64(peers))*float64(time.Second))).Round(time.Second).String())
+			"drain_period_needed", (time.Duration(float64(edge) / (n.cfg.StreamRate * float64(peers)) * float64(time.Second))).Round(time.Second).String())
 	}
 }
 
