@@ -24,7 +24,12 @@ type applyFlags struct {
 	pruneAllTypes bool
 	maxDeletions  int
 	chunked       bool
+	lockTimeout   time.Duration
 }
+
+// defaultLockTimeout is how long apply and delete wait for the scope's
+// apply lock.
+const defaultLockTimeout = 30 * time.Second
 
 // defaultMaxDeletions is how many resources --prune may delete unless
 // --max-deletions raises it: enough for everyday removals, few enough that
@@ -98,6 +103,7 @@ then the etcd revision the apply made.`,
 	fl.BoolVar(&f.pruneAllTypes, "prune-all-types", false, "with --prune: prune every type")
 	fl.IntVar(&f.maxDeletions, "max-deletions", defaultMaxDeletions, "with --prune: refuse to delete more than this many resources")
 	fl.BoolVar(&f.chunked, "chunked", false, "split an apply beyond etcd's limits into several transactions")
+	fl.DurationVar(&f.lockTimeout, "lock-timeout", defaultLockTimeout, "how long to wait for the scope's apply lock, held by another apply or delete")
 	_ = cmd.MarkFlagFilename("filename", "yaml", "yml", "json")
 	return cmd
 }
@@ -162,6 +168,9 @@ func (a *app) runApply(ctx context.Context, f applyFlags) error {
 	if f.ttl < 0 || (f.ttl > 0 && f.ttl < time.Second) {
 		return fmt.Errorf("--ttl %s: must be at least 1s (0: no TTL)", f.ttl)
 	}
+	if err := checkLockTimeout(f.lockTimeout); err != nil {
+		return err
+	}
 	docs, err := readDocs(f.files, a.in)
 	if err != nil {
 		return err
@@ -189,7 +198,7 @@ func (a *app) runApply(ctx context.Context, f applyFlags) error {
 		return err
 	}
 	defer c.Close()
-	return a.execute(ctx, c, req, f.dryRun, store.ApplyOptions{Chunked: f.chunked}, check)
+	return a.execute(ctx, c, req, lockSpec{scope: f.scope, timeout: f.lockTimeout}, f.dryRun, store.ApplyOptions{Chunked: f.chunked}, check)
 }
 
 // maxDeletions refuses a plan that deletes more than limit resources.
@@ -211,12 +220,63 @@ func maxDeletions(p *store.Plan, limit int) error {
 		n, strings.Join(names, ", "), p.PruneScope, limit, n)
 }
 
-// execute plans and applies req, and prints the outcome. If etcd moved
-// what the plan declares before the commit, it says so on errOut and plans
-// again, up to maxAttempts times in all. check, if not nil, may refuse a
-// plan before anything is written. With dryRun it prints the plan and
-// writes nothing.
-func (a *app) execute(ctx context.Context, c *conn, req store.PlanRequest, dryRun bool, opts store.ApplyOptions, check func(*store.Plan) error) error {
+// lockSpec names the scope whose apply lock execute takes, and how long
+// it waits for it.
+type lockSpec struct {
+	scope   string
+	timeout time.Duration
+}
+
+func checkLockTimeout(d time.Duration) error {
+	if d <= 0 {
+		return fmt.Errorf("--lock-timeout %s: must be positive", d)
+	}
+	return nil
+}
+
+// lock takes the scope's apply lock, unless the context says not to (see
+// noLockKey).
+func (a *app) lock(ctx context.Context, c *conn, l lockSpec) (release func(), err error) {
+	if skip, _ := ctx.Value(noLockKey{}).(bool); skip {
+		return func() {}, nil
+	}
+	held, err := c.store.LockScope(ctx, l.scope, l.timeout)
+	var lte *store.LockTimeoutError
+	if errors.As(err, &lte) {
+		holder := "another apply or delete"
+		if lte.Holder != "" {
+			holder += " (" + lte.Holder + ")"
+		}
+		return nil, fmt.Errorf("--lock-timeout %s expired waiting for the apply lock of scope %q, held by %s; nothing was written: try again, or raise --lock-timeout (the lock of an xdsadmin that died is free within %ds)",
+			l.timeout, l.scope, holder, store.LockSessionTTL)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := held.Unlock(ctx); err != nil {
+			fmt.Fprintf(a.errOut, "xdsadmin: warning: %v (it is released when its lease expires, within %ds)\n", err, store.LockSessionTTL)
+		}
+	}, nil
+}
+
+// execute plans and applies req, and prints the outcome. Unless dryRun,
+// it holds the apply lock of l.scope from the first plan to the commit, so
+// that applies and deletes in a scope serialize. If etcd moved what the
+// plan declares before the commit anyway (a writer that does not lock), it
+// says so on errOut and plans again, up to maxAttempts times in all.
+// check, if not nil, may refuse a plan before anything is written. With
+// dryRun it prints the plan and writes nothing.
+func (a *app) execute(ctx context.Context, c *conn, req store.PlanRequest, l lockSpec, dryRun bool, opts store.ApplyOptions, check func(*store.Plan) error) error {
+	if !dryRun {
+		release, err := a.lock(ctx, c, l)
+		if err != nil {
+			return err
+		}
+		defer release()
+	}
 	var prev *store.Plan
 	for attempt := 1; ; attempt++ {
 		plan, err := c.store.MakePlan(ctx, req)
@@ -269,6 +329,10 @@ func (a *app) execute(ctx context.Context, c *conn, req store.PlanRequest, dryRu
 // execute calls between planning and committing: tests use it to race
 // another writer deterministically.
 type afterPlanKey struct{}
+
+// noLockKey keys, in a command's context, true to make execute skip the
+// scope's apply lock: tests use it to play a writer that does not lock.
+type noLockKey struct{}
 
 // describeMoved names what differs between two plans of one request: the
 // resources whose stored state (mod_revision, existence) changed.
@@ -384,6 +448,7 @@ func (a *app) printApply(plan *store.Plan, res *store.ApplyResult) error {
 
 func (a *app) deleteCommand() *cobra.Command {
 	var scope string
+	var lockTimeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "delete TYPE NAME...",
 		Short: "Delete resources, in one transaction",
@@ -397,16 +462,21 @@ or a type URL.`,
 		Args:              minArgs(2),
 		ValidArgsFunction: completeType,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.runDelete(cmd.Context(), args[0], args[1:], scope)
+			return a.runDelete(cmd.Context(), args[0], args[1:], lockSpec{scope: scope, timeout: lockTimeout})
 		},
 	}
 	cmd.Flags().StringVar(&scope, "scope", store.DefaultScope, "scope (node group) to delete from")
+	cmd.Flags().DurationVar(&lockTimeout, "lock-timeout", defaultLockTimeout, "how long to wait for the scope's apply lock, held by another apply or delete")
 	return cmd
 }
 
-func (a *app) runDelete(ctx context.Context, typeArg string, names []string, scope string) error {
+func (a *app) runDelete(ctx context.Context, typeArg string, names []string, l lockSpec) error {
+	scope := l.scope
 	typ, err := resource.Lookup(typeArg)
 	if err != nil {
+		return err
+	}
+	if err := checkLockTimeout(l.timeout); err != nil {
 		return err
 	}
 	if err := resource.ValidateScope(scope); err != nil {
@@ -431,7 +501,7 @@ func (a *app) runDelete(ctx context.Context, typeArg string, names []string, sco
 		return err
 	}
 	defer c.Close()
-	err = a.execute(ctx, c, req, false, store.ApplyOptions{}, nil)
+	err = a.execute(ctx, c, req, l, false, store.ApplyOptions{}, nil)
 	if errors.Is(err, store.ErrNotFound) {
 		return a.notFound(ctx, c, typ, scope, names, err)
 	}
