@@ -70,7 +70,7 @@ unchanged  cluster  default  echo-cluster
 deleted    cluster  default  stale0
 deleted    cluster  default  stale1
 0 created, 0 changed, 3 unchanged, 2 deleted at revision %d
-`, rev+1)
+`, rev+lockWrites+1)
 		if got != want {
 			t.Errorf("prune:\n%s\nwant:\n%s", got, want)
 		}
@@ -84,7 +84,7 @@ deleted    cluster  default  stale1
 
 		// --prune-types names the types instead.
 		got = h.mustRun("apply", "-f", clusters, "--prune", "--prune-types", "listener,rds")
-		if !strings.HasSuffix(got, "0 created, 0 changed, 3 unchanged, 4 deleted at revision "+fmt.Sprint(e.revision(t))+"\n") ||
+		if !strings.HasSuffix(got, "0 created, 0 changed, 3 unchanged, 4 deleted at revision "+fmt.Sprint(e.dataRevision(t))+"\n") ||
 			!strings.Contains(got, "deleted    listener  default  echo") || strings.Contains(got, "deleted    endpoint") {
 			t.Errorf("--prune-types listener,rds:\n%s", got)
 		}
@@ -96,7 +96,7 @@ deleted    cluster  default  stale1
 
 		// --prune-all-types for the rest.
 		got = h.mustRun("apply", "-f", clusters, "--prune", "--prune-all-types")
-		if !strings.HasSuffix(got, "0 created, 0 changed, 3 unchanged, 3 deleted at revision "+fmt.Sprint(e.revision(t))+"\n") {
+		if !strings.HasSuffix(got, "0 created, 0 changed, 3 unchanged, 3 deleted at revision "+fmt.Sprint(e.dataRevision(t))+"\n") {
 			t.Errorf("--prune-all-types:\n%s", got)
 		}
 		delete(wantCounts, "default/endpoint")
@@ -109,7 +109,7 @@ deleted    cluster  default  stale1
 		h := e.newHarness(t)
 		applyExamples(t, h)
 		h.mustRun("apply", "-f", clustersFile(t, "old", 12))
-		rev := e.revision(t)
+		rev := e.dataRevision(t)
 		before := h.perType()
 
 		r := h.run("apply", "-f", clusters, "--prune")
@@ -117,8 +117,8 @@ deleted    cluster  default  stale1
 		if r.code != 1 || r.stderr != want || r.stdout != "" {
 			t.Errorf("got %s\nwant stderr %q", r, want)
 		}
-		if now := e.revision(t); now != rev {
-			t.Errorf("a refused prune moved the revision from %d to %d", rev, now)
+		if now := e.dataRevision(t); now != rev {
+			t.Errorf("a refused prune wrote: the revision moved from %d to %d", rev, now)
 		}
 
 		// The dry run lists every deletion, then the same refusal.
@@ -151,7 +151,7 @@ deleted    cluster  default  stale1
 		}
 
 		got := h.mustRun("apply", "-f", clusters, "--prune", "--max-deletions", "12")
-		if !strings.HasSuffix(got, "0 created, 0 changed, 3 unchanged, 12 deleted at revision "+fmt.Sprint(rev+1)+"\n") {
+		if !strings.HasSuffix(got, "0 created, 0 changed, 3 unchanged, 12 deleted at revision "+fmt.Sprint(e.dataRevision(t))+"\n") {
 			t.Errorf("prune with --max-deletions 12:\n%s", got)
 		}
 	})

@@ -773,8 +773,12 @@ func (s *Store) chunk(plan *Plan, chunked bool) ([][]Change, error) {
 		}
 		switch {
 		case nops > s.cfg.MaxTxnOps:
-			return nil, fmt.Errorf("%w: the apply needs %d operations in one transaction (%d writes, %d apply markers), more than etcd's --max-txn-ops (%d): use --chunked to split it (clients may then see it in parts), or raise --max-txn-ops on every etcd member and pass the same value to xdsadmin --max-txn-ops",
-				ErrLimit, nops, len(work), len(writes), s.cfg.MaxTxnOps)
+			markers := "its scope's apply marker"
+			if len(writes) > 1 {
+				markers = fmt.Sprintf("%d scopes' apply markers", len(writes))
+			}
+			return nil, fmt.Errorf("%w: the apply needs %d operations in one transaction (%d writes and %s), more than etcd's --max-txn-ops (%d): use --chunked to split it (clients may then see it in parts), or raise --max-txn-ops on every etcd member and pass the same value to xdsadmin --max-txn-ops",
+				ErrLimit, nops, len(work), markers, s.cfg.MaxTxnOps)
 		case total > s.cfg.MaxRequestBytes:
 			return nil, fmt.Errorf("%w: the apply needs a transaction of about %d bytes, more than etcd's --max-request-bytes (%d): use --chunked to split it (clients may then see it in parts), or raise --max-request-bytes on every etcd member and pass the same value to xdsadmin --max-request-bytes",
 				ErrLimit, total, s.cfg.MaxRequestBytes)
