@@ -202,8 +202,8 @@ resources:
 			wantSub: `unknown resource type "pods"`,
 		},
 		{
-			name: "get of a missing name",
-			args: []string{"get", "cluster", "nope", "--scope", "default"},
+			name:    "get of a missing name",
+			args:    []string{"get", "cluster", "nope", "--scope", "default"},
 			wantSub: `cluster "nope" not found in scope "default" at revision `,
 		},
 		{
@@ -253,8 +253,8 @@ resources:
 			want: "revision 3 is before 5: give the older one first",
 		},
 		{
-			name: "diff of a future revision",
-			args: []string{"diff", "1", "999999"},
+			name:    "diff of a future revision",
+			args:    []string{"diff", "1", "999999"},
 			wantSub: "revision 999999 is newer than etcd's current revision ",
 		},
 		{
