@@ -72,8 +72,11 @@ delete.
 An apply is serializable: it commits only if nothing it declares (written
 or unchanged) and nothing in the types it prunes changed since it was
 planned. If something moved, it says so on standard error and plans again,
-up to 3 times, then fails naming what moved, having written nothing. --ttl puts every resource written under one new etcd lease: they
-expire together unless written again. An apply larger than etcd's limits
+up to 3 times, then fails naming what moved, having written nothing. Applies
+and deletes to one scope take turns: each holds the scope's apply lock in
+etcd from its plan to its commit, waiting up to --lock-timeout (default
+30s) for it. --ttl puts every resource written under one new etcd lease:
+they expire together unless written again. An apply larger than etcd's limits
 (--max-txn-ops, --max-request-bytes) fails, unless --chunked splits it into
 several transactions in make-before-break order (clusters and endpoints
 first, deletions last), at the price of clients seeing it in parts.
@@ -453,7 +456,8 @@ func (a *app) deleteCommand() *cobra.Command {
 		Use:   "delete TYPE NAME...",
 		Short: "Delete resources, in one transaction",
 		Long: `delete removes the named resources of one type and scope in one transaction.
-If any of them does not exist, nothing is deleted.
+If any of them does not exist, nothing is deleted. Like apply, it holds the
+scope's apply lock while it plans and commits, waiting up to --lock-timeout.
 
 TYPE is a short name (cluster, endpoint, listener, route, scoped-route,
 virtual-host, secret, runtime, extension-config), an alias (cds, eds, ...)
