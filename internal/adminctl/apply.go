@@ -194,8 +194,8 @@ func (a *app) runApply(ctx context.Context, f applyFlags) error {
 	for _, d := range docs {
 		req.Puts = append(req.Puts, store.Put{Key: store.Key{Type: d.Type, Scope: f.scope, Name: d.Name}, Body: d.Body})
 	}
-	ctx, cancel := a.commandContext(ctx)
-	defer cancel()
+	// --timeout bounds the work after the lock (see execute), not the
+	// wait for it.
 	c, err := a.connect(ctx)
 	if err != nil {
 		return err
@@ -267,7 +267,8 @@ func (a *app) lock(ctx context.Context, c *conn, l lockSpec) (release func(), er
 
 // execute plans and applies req, and prints the outcome. Unless dryRun,
 // it holds the apply lock of l.scope from the first plan to the commit, so
-// that applies and deletes in a scope serialize. If etcd moved what the
+// that applies and deletes in a scope serialize: waiting for it is bounded
+// by l.timeout (--lock-timeout), the work after it by --timeout. If etcd moved what the
 // plan declares before the commit anyway (a writer that does not lock), it
 // says so on errOut and plans again, up to maxAttempts times in all.
 // check, if not nil, may refuse a plan before anything is written. With
@@ -280,6 +281,8 @@ func (a *app) execute(ctx context.Context, c *conn, req store.PlanRequest, l loc
 		}
 		defer release()
 	}
+	ctx, cancel := a.commandContext(ctx)
+	defer cancel()
 	var prev *store.Plan
 	for attempt := 1; ; attempt++ {
 		plan, err := c.store.MakePlan(ctx, req)
@@ -498,8 +501,6 @@ func (a *app) runDelete(ctx context.Context, typeArg string, names []string, l l
 		seen[n] = true
 		req.Deletes = append(req.Deletes, store.Key{Type: typ, Scope: scope, Name: n})
 	}
-	ctx, cancel := a.commandContext(ctx)
-	defer cancel()
 	c, err := a.connect(ctx)
 	if err != nil {
 		return err
@@ -507,6 +508,8 @@ func (a *app) runDelete(ctx context.Context, typeArg string, names []string, l l
 	defer c.Close()
 	err = a.execute(ctx, c, req, l, false, store.ApplyOptions{}, nil)
 	if errors.Is(err, store.ErrNotFound) {
+		ctx, cancel := a.commandContext(ctx)
+		defer cancel()
 		return a.notFound(ctx, c, typ, scope, names, err)
 	}
 	return err

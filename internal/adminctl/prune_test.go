@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -321,4 +322,30 @@ func TestApplyUnchangedKeyRace(t *testing.T) {
 			t.Errorf("--lock-timeout 0s: %s", r)
 		}
 	})
+	t.Run("--timeout bounds the work, not the wait for the lock", func(t *testing.T) {
+		h := e.newHarness(t)
+		ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+		defer cancel()
+		held, err := h.store().LockScope(ctx, "default", time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan result, 1)
+		go func() {
+			done <- h.runIn(ctx, "", "apply", "-f", writeFile(t, "x.yaml", clusterYAML("x1", "1s")), "--timeout", "1s", "--lock-timeout", "10s")
+		}()
+		time.Sleep(1500 * time.Millisecond)
+		select {
+		case r := <-done:
+			t.Fatalf("apply ended while the lock was held: %s", r)
+		default:
+		}
+		if err := held.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if r := <-done; r.code != 0 || !strings.Contains(r.stdout, "1 created") {
+			t.Errorf("apply after the lock was released: %s", r)
+		}
+	})
 }
+
