@@ -348,4 +348,3 @@ func TestApplyUnchangedKeyRace(t *testing.T) {
 		}
 	})
 }
-
