@@ -381,7 +381,9 @@ func describeMoved(before, after *store.Plan) string {
 		describe(s.key, s.rev, 0)
 	}
 	if len(moved) == 0 {
-		return "resources it declares changed and changed back"
+		// The directory and marker compares also see writes to resources
+		// the plan does not name, in its types and scope.
+		return "another writer wrote to its scope (resources it does not name, or ones changed and changed back)"
 	}
 	sort.Strings(moved)
 	return strings.Join(moved, ", ")

@@ -293,6 +293,20 @@ func TestApplyUnchangedKeyRace(t *testing.T) {
 			t.Errorf("etcd after A (-want +got):\n%s", diff)
 		}
 	})
+	t.Run("A plans again after a write to a resource it does not name", func(t *testing.T) {
+		h := e.newHarness(t)
+		h.mustRun("apply", "-f", writeFile(t, "xy.yaml", xy("1s", "1s")))
+		hook := func(attempt int) {
+			if attempt == 1 {
+				h.mustRunUnlocked("apply", "-f", writeFile(t, "e.yaml", endpointYAML("other", 9000)))
+			}
+		}
+		r := h.runIn(withHook(hook), "", "apply", "-f", writeFile(t, "xy2.yaml", xy("1s", "2s")))
+		if r.code != 0 || !strings.Contains(r.stderr, "but before the commit another writer wrote to its scope (resources it does not name, or ones changed and changed back); planned again") {
+			t.Fatalf("A: %s\nwant a re-plan saying another writer wrote to the scope", r)
+		}
+	})
+
 	t.Run("a writer that locks waits for A", func(t *testing.T) {
 		h := e.newHarness(t)
 		h.mustRun("apply", "-f", writeFile(t, "xy.yaml", xy("1s", "1s")))
