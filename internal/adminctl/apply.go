@@ -24,7 +24,12 @@ type applyFlags struct {
 	pruneAllTypes bool
 	maxDeletions  int
 	chunked       bool
+	lockTimeout   time.Duration
 }
+
+// defaultLockTimeout is how long apply and delete wait for the scope's
+// apply lock.
+const defaultLockTimeout = 30 * time.Second
 
 // defaultMaxDeletions is how many resources --prune may delete unless
 // --max-deletions raises it: enough for everyday removals, few enough that
@@ -67,8 +72,11 @@ delete.
 An apply is serializable: it commits only if nothing it declares (written
 or unchanged) and nothing in the types it prunes changed since it was
 planned. If something moved, it says so on standard error and plans again,
-up to 3 times, then fails naming what moved, having written nothing. --ttl puts every resource written under one new etcd lease: they
-expire together unless written again. An apply larger than etcd's limits
+up to 3 times, then fails naming what moved, having written nothing. Applies
+and deletes to one scope take turns: each holds the scope's apply lock in
+etcd from its plan to its commit, waiting up to --lock-timeout (default
+30s) for it. --ttl puts every resource written under one new etcd lease:
+they expire together unless written again. An apply larger than etcd's limits
 (--max-txn-ops, --max-request-bytes) fails, unless --chunked splits it into
 several transactions in make-before-break order (clusters and endpoints
 first, deletions last), at the price of clients seeing it in parts.
@@ -98,6 +106,7 @@ then the etcd revision the apply made.`,
 	fl.BoolVar(&f.pruneAllTypes, "prune-all-types", false, "with --prune: prune every type")
 	fl.IntVar(&f.maxDeletions, "max-deletions", defaultMaxDeletions, "with --prune: refuse to delete more than this many resources")
 	fl.BoolVar(&f.chunked, "chunked", false, "split an apply beyond etcd's limits into several transactions")
+	fl.DurationVar(&f.lockTimeout, "lock-timeout", defaultLockTimeout, "how long to wait for the scope's apply lock, held by another apply or delete")
 	_ = cmd.MarkFlagFilename("filename", "yaml", "yml", "json")
 	return cmd
 }
@@ -162,6 +171,9 @@ func (a *app) runApply(ctx context.Context, f applyFlags) error {
 	if f.ttl < 0 || (f.ttl > 0 && f.ttl < time.Second) {
 		return fmt.Errorf("--ttl %s: must be at least 1s (0: no TTL)", f.ttl)
 	}
+	if err := checkLockTimeout(f.lockTimeout); err != nil {
+		return err
+	}
 	docs, err := readDocs(f.files, a.in)
 	if err != nil {
 		return err
@@ -182,14 +194,14 @@ func (a *app) runApply(ctx context.Context, f applyFlags) error {
 	for _, d := range docs {
 		req.Puts = append(req.Puts, store.Put{Key: store.Key{Type: d.Type, Scope: f.scope, Name: d.Name}, Body: d.Body})
 	}
-	ctx, cancel := a.commandContext(ctx)
-	defer cancel()
+	// --timeout bounds the work after the lock (see execute), not the
+	// wait for it.
 	c, err := a.connect(ctx)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	return a.execute(ctx, c, req, f.dryRun, store.ApplyOptions{Chunked: f.chunked}, check)
+	return a.execute(ctx, c, req, lockSpec{scope: f.scope, timeout: f.lockTimeout}, f.dryRun, store.ApplyOptions{Chunked: f.chunked}, check)
 }
 
 // maxDeletions refuses a plan that deletes more than limit resources.
@@ -211,12 +223,66 @@ func maxDeletions(p *store.Plan, limit int) error {
 		n, strings.Join(names, ", "), p.PruneScope, limit, n)
 }
 
-// execute plans and applies req, and prints the outcome. If etcd moved
-// what the plan declares before the commit, it says so on errOut and plans
-// again, up to maxAttempts times in all. check, if not nil, may refuse a
-// plan before anything is written. With dryRun it prints the plan and
-// writes nothing.
-func (a *app) execute(ctx context.Context, c *conn, req store.PlanRequest, dryRun bool, opts store.ApplyOptions, check func(*store.Plan) error) error {
+// lockSpec names the scope whose apply lock execute takes, and how long
+// it waits for it.
+type lockSpec struct {
+	scope   string
+	timeout time.Duration
+}
+
+func checkLockTimeout(d time.Duration) error {
+	if d <= 0 {
+		return fmt.Errorf("--lock-timeout %s: must be positive", d)
+	}
+	return nil
+}
+
+// lock takes the scope's apply lock, unless the context says not to (see
+// noLockKey).
+func (a *app) lock(ctx context.Context, c *conn, l lockSpec) (release func(), err error) {
+	if skip, _ := ctx.Value(noLockKey{}).(bool); skip {
+		return func() {}, nil
+	}
+	held, err := c.store.LockScope(ctx, l.scope, l.timeout)
+	var lte *store.LockTimeoutError
+	if errors.As(err, &lte) {
+		holder := "another apply or delete"
+		if lte.Holder != "" {
+			holder += " (" + lte.Holder + ")"
+		}
+		return nil, fmt.Errorf("--lock-timeout %s expired waiting for the apply lock of scope %q, held by %s; nothing was written: try again, or raise --lock-timeout (the lock of an xdsadmin that died is free within %ds)",
+			l.timeout, l.scope, holder, store.LockSessionTTL)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := held.Unlock(ctx); err != nil {
+			fmt.Fprintf(a.errOut, "xdsadmin: warning: %v (it is released when its lease expires, within %ds)\n", err, store.LockSessionTTL)
+		}
+	}, nil
+}
+
+// execute plans and applies req, and prints the outcome. Unless dryRun,
+// it holds the apply lock of l.scope from the first plan to the commit, so
+// that applies and deletes in a scope serialize: waiting for it is bounded
+// by l.timeout (--lock-timeout), the work after it by --timeout. If etcd moved what the
+// plan declares before the commit anyway (a writer that does not lock), it
+// says so on errOut and plans again, up to maxAttempts times in all.
+// check, if not nil, may refuse a plan before anything is written. With
+// dryRun it prints the plan and writes nothing.
+func (a *app) execute(ctx context.Context, c *conn, req store.PlanRequest, l lockSpec, dryRun bool, opts store.ApplyOptions, check func(*store.Plan) error) error {
+	if !dryRun {
+		release, err := a.lock(ctx, c, l)
+		if err != nil {
+			return err
+		}
+		defer release()
+	}
+	ctx, cancel := a.commandContext(ctx)
+	defer cancel()
 	var prev *store.Plan
 	for attempt := 1; ; attempt++ {
 		plan, err := c.store.MakePlan(ctx, req)
@@ -270,6 +336,10 @@ func (a *app) execute(ctx context.Context, c *conn, req store.PlanRequest, dryRu
 // another writer deterministically.
 type afterPlanKey struct{}
 
+// noLockKey keys, in a command's context, true to make execute skip the
+// scope's apply lock: tests use it to play a writer that does not lock.
+type noLockKey struct{}
+
 // describeMoved names what differs between two plans of one request: the
 // resources whose stored state (mod_revision, existence) changed.
 func describeMoved(before, after *store.Plan) string {
@@ -311,7 +381,9 @@ func describeMoved(before, after *store.Plan) string {
 		describe(s.key, s.rev, 0)
 	}
 	if len(moved) == 0 {
-		return "resources it declares changed and changed back"
+		// The directory and marker compares also see writes to resources
+		// the plan does not name, in its types and scope.
+		return "another writer wrote to its scope (resources it does not name, or ones changed and changed back)"
 	}
 	sort.Strings(moved)
 	return strings.Join(moved, ", ")
@@ -384,11 +456,13 @@ func (a *app) printApply(plan *store.Plan, res *store.ApplyResult) error {
 
 func (a *app) deleteCommand() *cobra.Command {
 	var scope string
+	var lockTimeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "delete TYPE NAME...",
 		Short: "Delete resources, in one transaction",
 		Long: `delete removes the named resources of one type and scope in one transaction.
-If any of them does not exist, nothing is deleted.
+If any of them does not exist, nothing is deleted. Like apply, it holds the
+scope's apply lock while it plans and commits, waiting up to --lock-timeout.
 
 TYPE is a short name (cluster, endpoint, listener, route, scoped-route,
 virtual-host, secret, runtime, extension-config), an alias (cds, eds, ...)
@@ -397,16 +471,21 @@ or a type URL.`,
 		Args:              minArgs(2),
 		ValidArgsFunction: completeType,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.runDelete(cmd.Context(), args[0], args[1:], scope)
+			return a.runDelete(cmd.Context(), args[0], args[1:], lockSpec{scope: scope, timeout: lockTimeout})
 		},
 	}
 	cmd.Flags().StringVar(&scope, "scope", store.DefaultScope, "scope (node group) to delete from")
+	cmd.Flags().DurationVar(&lockTimeout, "lock-timeout", defaultLockTimeout, "how long to wait for the scope's apply lock, held by another apply or delete")
 	return cmd
 }
 
-func (a *app) runDelete(ctx context.Context, typeArg string, names []string, scope string) error {
+func (a *app) runDelete(ctx context.Context, typeArg string, names []string, l lockSpec) error {
+	scope := l.scope
 	typ, err := resource.Lookup(typeArg)
 	if err != nil {
+		return err
+	}
+	if err := checkLockTimeout(l.timeout); err != nil {
 		return err
 	}
 	if err := resource.ValidateScope(scope); err != nil {
@@ -424,15 +503,15 @@ func (a *app) runDelete(ctx context.Context, typeArg string, names []string, sco
 		seen[n] = true
 		req.Deletes = append(req.Deletes, store.Key{Type: typ, Scope: scope, Name: n})
 	}
-	ctx, cancel := a.commandContext(ctx)
-	defer cancel()
 	c, err := a.connect(ctx)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	err = a.execute(ctx, c, req, false, store.ApplyOptions{}, nil)
+	err = a.execute(ctx, c, req, l, false, store.ApplyOptions{}, nil)
 	if errors.Is(err, store.ErrNotFound) {
+		ctx, cancel := a.commandContext(ctx)
+		defer cancel()
 		return a.notFound(ctx, c, typ, scope, names, err)
 	}
 	return err

@@ -37,7 +37,7 @@ var allowEmbedded = cmp.AllowUnexported(diffChange{}, watchLine{})
 func applyExamples(t *testing.T, h *harness, extra ...string) int64 {
 	t.Helper()
 	h.mustRun(append([]string{"apply", "-f", examples}, extra...)...)
-	return h.env.revision(t)
+	return h.env.dataRevision(t)
 }
 
 // watchLines runs "watch -o json" with args until it has printed n lines,
@@ -95,12 +95,14 @@ func TestCommands(t *testing.T) {
 	t.Run("apply examples, then get clusters", func(t *testing.T) {
 		h := e.newHarness(t)
 		got := h.mustRun("apply", "-f", examples)
-		rev := e.revision(t)
+		rev := e.dataRevision(t)
 		want := examplesCreated + fmt.Sprintf("10 created, 0 changed, 0 unchanged, 0 deleted at revision %d\n", rev)
 		if got != want {
 			t.Errorf("apply output:\n%s\nwant:\n%s", got, want)
 		}
 		r := fmt.Sprint(rev)
+		// Releasing the apply's lock moved etcd's revision past it.
+		now := fmt.Sprint(e.revision(t))
 		for _, typ := range []string{"cluster", "clusters", "cds", resource.Cluster.URL} {
 			got := fields(h.mustRun("get", typ))
 			want := [][]string{
@@ -108,7 +110,7 @@ func TestCommands(t *testing.T) {
 				{"cluster", "default", "backend-a", r, "-", "-"},
 				{"cluster", "default", "backend-b", r, "-", "-"},
 				{"cluster", "default", "echo-cluster", r, "-", "-"},
-				{"revision", r},
+				{"revision", now},
 			}
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("get %s (-want +got):\n%s", typ, diff)
@@ -123,20 +125,23 @@ func TestCommands(t *testing.T) {
 	t.Run("re-apply is all unchanged and the revision does not move", func(t *testing.T) {
 		h := e.newHarness(t)
 		rev := applyExamples(t, h)
+		before := e.revision(t)
 		got := h.mustRun("apply", "-f", examples)
 		want := strings.ReplaceAll(examplesCreated, "created", "unchanged")
-		want = fmt.Sprintf("%s0 created, 0 changed, 10 unchanged, 0 deleted at revision %d\n", want, rev)
+		// Planned once the lock was taken.
+		want = fmt.Sprintf("%s0 created, 0 changed, 10 unchanged, 0 deleted at revision %d\n", want, before+lockWrites)
 		if diff := cmp.Diff(fields(want), fields(got)); diff != "" {
 			t.Errorf("re-apply (-want +got):\n%s", diff)
 		}
-		if now := e.revision(t); now != rev {
-			t.Errorf("revision moved from %d to %d", rev, now)
+		if now := e.dataRevision(t); now != rev {
+			t.Errorf("a resource was written: revision moved from %d to %d", rev, now)
 		}
 	})
 
 	t.Run("a modified endpoint is the one change", func(t *testing.T) {
 		h := e.newHarness(t)
-		rev := applyExamples(t, h)
+		applyExamples(t, h)
+		rev := e.revision(t) + lockWrites
 		changed := strings.Replace(readExample(t, "endpoints.yaml"), "port_value: 8081", "port_value: 9091", 1)
 		got := h.mustRun("apply", "-f", writeFile(t, "endpoints.yaml", changed))
 		want := fmt.Sprintf(`changed    endpoint  default  backend-a
@@ -177,7 +182,7 @@ unchanged  endpoint  default  echo-cluster
 		applyExamples(t, h)
 		applyExamples(t, h, "--scope", "other")
 		got := h.mustRun("apply", "-f", examples+"/clusters.yaml", "-f", examples+"/endpoints.yaml", "--prune", "--prune-all-types")
-		rev := e.revision(t)
+		rev := e.dataRevision(t)
 		want := fmt.Sprintf(`unchanged  cluster   default  backend-a
 unchanged  cluster   default  backend-b
 unchanged  cluster   default  echo-cluster
@@ -215,7 +220,7 @@ deleted    route     default  ingress-routes
 				t.Errorf("%s: lease %x ttl %s, want lease %s ttl 1m", r.Key, r.Lease, r.Envelope.GetTtl().AsDuration(), lease)
 			}
 		}
-		if want := fmt.Sprintf("at revision %d, under lease %s (ttl 1m0s)\n", e.revision(t), lease); !strings.HasSuffix(got, want) {
+		if want := fmt.Sprintf("at revision %d, under lease %s (ttl 1m0s)\n", e.dataRevision(t), lease); !strings.HasSuffix(got, want) {
 			t.Errorf("apply --ttl output:\n%s\nwant it to end with %q", got, want)
 		}
 		table := fields(h.mustRun("get", "cluster"))
@@ -241,18 +246,19 @@ deleted    route     default  ingress-routes
 		h := e.newHarness(t)
 		applyExamples(t, h)
 		got := h.mustRun("delete", "cluster", "backend-b", "echo-cluster")
-		rev := e.revision(t)
+		rev := e.dataRevision(t)
 		want := fmt.Sprintf("deleted  cluster  default  backend-b\ndeleted  cluster  default  echo-cluster\n0 created, 0 changed, 0 unchanged, 2 deleted at revision %d\n", rev)
 		if got != want {
 			t.Errorf("delete output:\n%s\nwant:\n%s", got, want)
 		}
 		r := h.run("delete", "cds", "backend-a", "nope", "gone")
-		wantErr := fmt.Sprintf("xdsadmin: cluster \"nope\", \"gone\" not found in scope \"default\" at revision %d; nothing deleted\n", rev)
+		// Read once the delete's lock was released.
+		wantErr := fmt.Sprintf("xdsadmin: cluster \"nope\", \"gone\" not found in scope \"default\" at revision %d; nothing deleted\n", e.revision(t))
 		if r.code != 1 || r.stderr != wantErr || r.stdout != "" {
 			t.Errorf("delete of a missing name: %s\nwant stderr %q", r, wantErr)
 		}
-		if now := e.revision(t); now != rev {
-			t.Errorf("failed delete moved the revision from %d to %d", rev, now)
+		if now := e.dataRevision(t); now != rev {
+			t.Errorf("failed delete wrote: the revision moved from %d to %d", rev, now)
 		}
 		if len(h.list()) != 8 {
 			t.Errorf("after deletes: %d resources, want 8", len(h.list()))
@@ -295,16 +301,17 @@ deleted    route     default  ingress-routes
 		r1 := applyExamples(t, h)
 		changed := strings.Replace(readExample(t, "endpoints.yaml"), "port_value: 8081", "port_value: 9091", 1)
 		h.mustRun("apply", "-f", writeFile(t, "endpoints.yaml", changed))
-		r2 := e.revision(t)
+		r2 := e.dataRevision(t)
 		h.mustRun("delete", "cluster", "backend-b")
 		h.mustRun("apply", "-f", writeFile(t, "new.yaml", clusterYAML("new-one", "1s")))
-		r4 := e.revision(t)
+		r4 := e.dataRevision(t)
+		now := e.revision(t)
 		got := fields(h.mustRun("diff", fmt.Sprint(r1)))
 		want := fields(fmt.Sprintf(`deleted  cluster   default  backend-b  (mod_revision %[1]d -> deleted)
 created  cluster   default  new-one    (mod_revision %[3]d)
 changed  endpoint  default  backend-a  (mod_revision %[1]d -> %[2]d)
-1 created, 1 changed, 1 deleted from revision %[1]d to %[3]d
-`, r1, r2, r4))
+1 created, 1 changed, 1 deleted from revision %[1]d to %[4]d
+`, r1, r2, r4, now))
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("diff %d (-want +got):\n%s", r1, diff)
 		}
@@ -340,7 +347,9 @@ changed  endpoint  default  backend-a  (mod_revision %[1]d -> %[2]d)
 		for _, l := range fields(examplesCreated) {
 			want = append(want, watchLine{Revision: applied, change: change{Action: l[0], Type: l[1], Scope: l[2], Name: l[3]}})
 		}
-		want = append(want, watchLine{Revision: applied + 1, change: change{Action: "deleted", Type: "route", Scope: "default", Name: "echo-route"}})
+		// The delete's commit follows the apply's lock release and its own
+		// lock.
+		want = append(want, watchLine{Revision: applied + 2*lockWrites + 1, change: change{Action: "deleted", Type: "route", Scope: "default", Name: "echo-route"}})
 		if diff := cmp.Diff(want, got, allowEmbedded); diff != "" {
 			t.Errorf("watch (-want +got):\n%s", diff)
 		}
@@ -365,7 +374,7 @@ changed  endpoint  default  backend-a  (mod_revision %[1]d -> %[2]d)
 			time.Sleep(10 * time.Millisecond)
 		}
 		h.mustRun("apply", "-f", writeFile(t, "c.yaml", clusterYAML("watched", "1s")))
-		rev := e.revision(t)
+		rev := e.dataRevision(t)
 		want := fmt.Sprintf("%d  created  cluster  default  watched\n", rev)
 		for out.String() != want {
 			if time.Now().After(deadline) {
@@ -391,7 +400,8 @@ changed  endpoint  default  backend-a  (mod_revision %[1]d -> %[2]d)
 				if typ == "cluster" || typ == "endpoint" {
 					n = 3
 				}
-				want := fmt.Sprintf("0 created, 0 changed, %d unchanged, 0 deleted at revision %d\n", n, rev)
+				// Planned once the lock was taken.
+				want := fmt.Sprintf("0 created, 0 changed, %d unchanged, 0 deleted at revision %d\n", n, rev+lockWrites)
 				if r.code != 0 || !strings.HasSuffix(r.stdout, want) {
 					t.Errorf("get %s -o %s | apply -f -: %s\nwant it to end with %q\ninput:\n%s", typ, format, r, want, out)
 				}
@@ -436,7 +446,7 @@ resources:
     connect_timeout: 2s
 `
 		got := h.mustRun("apply", "-f", writeFile(t, "cds.yaml", dr))
-		want := fmt.Sprintf("created  cluster  default  dr-a\ncreated  cluster  default  dr-b\n2 created, 0 changed, 0 unchanged, 0 deleted at revision %d\n", e.revision(t))
+		want := fmt.Sprintf("created  cluster  default  dr-a\ncreated  cluster  default  dr-b\n2 created, 0 changed, 0 unchanged, 0 deleted at revision %d\n", e.dataRevision(t))
 		if got != want {
 			t.Errorf("apply DiscoveryResponse:\n%s\nwant:\n%s", got, want)
 		}
@@ -445,7 +455,7 @@ resources:
 	t.Run("stdin", func(t *testing.T) {
 		h := e.newHarness(t)
 		r := h.runStdin(readExample(t, "clusters.yaml"), "apply", "-f", "-", "--scope", "edge")
-		want := fmt.Sprintf("created  cluster  edge  backend-a\ncreated  cluster  edge  backend-b\ncreated  cluster  edge  echo-cluster\n3 created, 0 changed, 0 unchanged, 0 deleted at revision %d\n", e.revision(t))
+		want := fmt.Sprintf("created  cluster  edge  backend-a\ncreated  cluster  edge  backend-b\ncreated  cluster  edge  echo-cluster\n3 created, 0 changed, 0 unchanged, 0 deleted at revision %d\n", e.dataRevision(t))
 		if r.code != 0 || r.stdout != want {
 			t.Errorf("apply -f -: %s\nwant stdout:\n%s", r, want)
 		}
@@ -475,7 +485,7 @@ resources:
 		if err := json.Unmarshal([]byte(h.mustRun("apply", "-f", examples+"/routes.yaml", "-o", "json")), &js); err != nil {
 			t.Fatal(err)
 		}
-		rev := e.revision(t)
+		rev := e.dataRevision(t)
 		want := applyOutput{Revision: rev, Revisions: []int64{rev}, Summary: counts{Created: 2}, Changes: []change{
 			{Action: "created", Type: "route", Scope: "default", Name: "echo-route"},
 			{Action: "created", Type: "route", Scope: "default", Name: "ingress-routes"},
@@ -487,6 +497,8 @@ resources:
 		if err := yaml.Unmarshal([]byte(h.mustRun("apply", "-f", examples+"/routes.yaml", "-o", "yaml")), &y); err != nil {
 			t.Fatal(err)
 		}
+		// Planned once the lock was taken, after the first one's release.
+		want.Revision = rev + 2*lockWrites
 		want.Revisions = []int64{}
 		want.Summary = counts{Unchanged: 2}
 		for i := range want.Changes {

@@ -123,6 +123,33 @@ func (e *env) revision(t *testing.T) int64 {
 	return resp.Header.Revision
 }
 
+// lockWrites is how many revisions an apply or a delete takes before its
+// plan: taking the scope's apply lock writes its holder and its mutex key.
+// Releasing it deletes both: the command moves etcd by lockWrites more
+// after its own.
+const lockWrites = 2
+
+// dataRevision is the newest mod_revision of a key outside the apply
+// locks: what moves when a command writes resources (every write to a
+// scope also puts its apply marker, deletions included), and not when it
+// only takes and releases a lock.
+func (e *env) dataRevision(t *testing.T) int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	defer cancel()
+	resp, err := e.client.Get(ctx, "/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatalf("etcd get: %v", err)
+	}
+	var rev int64
+	for _, kv := range resp.Kvs {
+		if !strings.Contains(string(kv.Key), "/locks/") {
+			rev = max(rev, kv.ModRevision)
+		}
+	}
+	return rev
+}
+
 // store returns a Store on the harness's prefix, for checks.
 func (h *harness) store() *store.Store {
 	h.t.Helper()

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -70,7 +71,7 @@ unchanged  cluster  default  echo-cluster
 deleted    cluster  default  stale0
 deleted    cluster  default  stale1
 0 created, 0 changed, 3 unchanged, 2 deleted at revision %d
-`, rev+1)
+`, rev+lockWrites+1)
 		if got != want {
 			t.Errorf("prune:\n%s\nwant:\n%s", got, want)
 		}
@@ -84,7 +85,7 @@ deleted    cluster  default  stale1
 
 		// --prune-types names the types instead.
 		got = h.mustRun("apply", "-f", clusters, "--prune", "--prune-types", "listener,rds")
-		if !strings.HasSuffix(got, "0 created, 0 changed, 3 unchanged, 4 deleted at revision "+fmt.Sprint(e.revision(t))+"\n") ||
+		if !strings.HasSuffix(got, "0 created, 0 changed, 3 unchanged, 4 deleted at revision "+fmt.Sprint(e.dataRevision(t))+"\n") ||
 			!strings.Contains(got, "deleted    listener  default  echo") || strings.Contains(got, "deleted    endpoint") {
 			t.Errorf("--prune-types listener,rds:\n%s", got)
 		}
@@ -96,7 +97,7 @@ deleted    cluster  default  stale1
 
 		// --prune-all-types for the rest.
 		got = h.mustRun("apply", "-f", clusters, "--prune", "--prune-all-types")
-		if !strings.HasSuffix(got, "0 created, 0 changed, 3 unchanged, 3 deleted at revision "+fmt.Sprint(e.revision(t))+"\n") {
+		if !strings.HasSuffix(got, "0 created, 0 changed, 3 unchanged, 3 deleted at revision "+fmt.Sprint(e.dataRevision(t))+"\n") {
 			t.Errorf("--prune-all-types:\n%s", got)
 		}
 		delete(wantCounts, "default/endpoint")
@@ -109,7 +110,7 @@ deleted    cluster  default  stale1
 		h := e.newHarness(t)
 		applyExamples(t, h)
 		h.mustRun("apply", "-f", clustersFile(t, "old", 12))
-		rev := e.revision(t)
+		rev := e.dataRevision(t)
 		before := h.perType()
 
 		r := h.run("apply", "-f", clusters, "--prune")
@@ -117,8 +118,8 @@ deleted    cluster  default  stale1
 		if r.code != 1 || r.stderr != want || r.stdout != "" {
 			t.Errorf("got %s\nwant stderr %q", r, want)
 		}
-		if now := e.revision(t); now != rev {
-			t.Errorf("a refused prune moved the revision from %d to %d", rev, now)
+		if now := e.dataRevision(t); now != rev {
+			t.Errorf("a refused prune wrote: the revision moved from %d to %d", rev, now)
 		}
 
 		// The dry run lists every deletion, then the same refusal.
@@ -151,7 +152,7 @@ deleted    cluster  default  stale1
 		}
 
 		got := h.mustRun("apply", "-f", clusters, "--prune", "--max-deletions", "12")
-		if !strings.HasSuffix(got, "0 created, 0 changed, 3 unchanged, 12 deleted at revision "+fmt.Sprint(rev+1)+"\n") {
+		if !strings.HasSuffix(got, "0 created, 0 changed, 3 unchanged, 12 deleted at revision "+fmt.Sprint(e.dataRevision(t))+"\n") {
 			t.Errorf("prune with --max-deletions 12:\n%s", got)
 		}
 	})
@@ -181,8 +182,23 @@ deleted    cluster  default  stale1
 	})
 }
 
+// mustRunUnlocked runs a command that must succeed, without taking the
+// scope's apply lock: a writer that does not lock.
+func (h *harness) mustRunUnlocked(args ...string) string {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	defer cancel()
+	r := h.runIn(context.WithValue(ctx, noLockKey{}, true), "", args...)
+	if r.code != 0 {
+		h.t.Fatalf("xdsadmin %s (not locking): %s", strings.Join(args, " "), r)
+	}
+	return r.stdout
+}
+
 // TestApplyUnchangedKeyRace: applier A declares X (unchanged) and Y;
-// applier B changes X between A's plan and its commit. A must not commit
+// applier B changes X between A's plan and its commit. B does not take
+// the scope's apply lock that A holds (a writer that locks waits for A:
+// the last subtest): A's compares must still catch it. A must not commit
 // on its stale plan, nor report X unchanged while etcd holds B's X: it
 // plans again (and then rewrites X, after B), or, if X keeps moving,
 // fails naming X with nothing written.
@@ -214,19 +230,22 @@ func TestApplyUnchangedKeyRace(t *testing.T) {
 		xRev := e.revision(t)
 		hook := func(attempt int) {
 			if attempt == 1 {
-				h.mustRun("apply", "-f", writeFile(t, "x.yaml", clusterYAML("x1", "5s")))
+				h.mustRunUnlocked("apply", "-f", writeFile(t, "x.yaml", clusterYAML("x1", "5s")))
 			}
 		}
 		r := h.runIn(withHook(hook), "", "apply", "-f", writeFile(t, "xy2.yaml", xy("1s", "2s")))
 		if r.code != 0 {
 			t.Fatalf("A: %s", r)
 		}
+		// The apply before xRev wrote x1, then released its lock (two
+		// deletions); A's lock takes two writes (its holder, its mutex key)
+		// before A plans.
 		wantErr := fmt.Sprintf("xdsadmin: planned at revision %d, but before the commit cluster/default/x1 changed (mod_revision %d -> %d); planned again at revision %d (attempt 2 of 3)\n",
-			xRev, xRev, xRev+1, xRev+1)
+			xRev+2, xRev-2, xRev+3, xRev+3)
 		if r.stderr != wantErr {
 			t.Errorf("A's stderr:\n%s\nwant:\n%s", r.stderr, wantErr)
 		}
-		want := fmt.Sprintf("changed  cluster  default  x1\nchanged  cluster  default  y1\n0 created, 2 changed, 0 unchanged, 0 deleted at revision %d\n", xRev+2)
+		want := fmt.Sprintf("changed  cluster  default  x1\nchanged  cluster  default  y1\n0 created, 2 changed, 0 unchanged, 0 deleted at revision %d\n", xRev+4)
 		if got := strings.Join(strings.Fields(r.stdout), " "); got != strings.Join(strings.Fields(want), " ") {
 			t.Errorf("A's output:\n%s\nwant:\n%s", r.stdout, want)
 		}
@@ -239,14 +258,14 @@ func TestApplyUnchangedKeyRace(t *testing.T) {
 		h := e.newHarness(t)
 		h.mustRun("apply", "-f", writeFile(t, "xy.yaml", xy("1s", "1s")))
 		hook := func(attempt int) {
-			h.mustRun("apply", "-f", writeFile(t, "x.yaml", clusterYAML("x1", fmt.Sprintf("%ds", 10+attempt))))
+			h.mustRunUnlocked("apply", "-f", writeFile(t, "x.yaml", clusterYAML("x1", fmt.Sprintf("%ds", 10+attempt))))
 		}
 		rev := e.revision(t)
 		r := h.runIn(withHook(hook), "", "apply", "-f", writeFile(t, "xy2.yaml", xy("1s", "2s")))
 		if r.code != 1 || strings.Count(r.stderr, "planned again") != 2 {
 			t.Fatalf("A: %s\nwant a failure after two re-plans", r)
 		}
-		want := fmt.Sprintf("xdsadmin: store: resources changed since the plan was made; plan again: cluster/default/x1 changed (mod_revision %d -> %d) (tried 3 times; nothing was written)\n", rev+2, rev+3)
+		want := fmt.Sprintf("xdsadmin: store: resources changed since the plan was made; plan again: cluster/default/x1 changed (mod_revision %d -> %d) (tried 3 times; nothing was written)\n", rev+4, rev+5)
 		if last := r.stderr[strings.LastIndex(r.stderr[:len(r.stderr)-1], "\n")+1:]; last != want {
 			t.Errorf("A's error:\n%s\nwant:\n%s", last, want)
 		}
@@ -260,7 +279,7 @@ func TestApplyUnchangedKeyRace(t *testing.T) {
 		h.mustRun("apply", "-f", writeFile(t, "xy.yaml", xy("1s", "1s")))
 		hook := func(attempt int) {
 			if attempt == 1 {
-				h.mustRun("apply", "-f", writeFile(t, "z.yaml", clusterYAML("z1", "1s")))
+				h.mustRunUnlocked("apply", "-f", writeFile(t, "z.yaml", clusterYAML("z1", "1s")))
 			}
 		}
 		r := h.runIn(withHook(hook), "", "apply", "-f", writeFile(t, "x.yaml", clusterYAML("x1", "1s")), "--prune")
@@ -272,6 +291,74 @@ func TestApplyUnchangedKeyRace(t *testing.T) {
 		}
 		if diff := cmp.Diff(map[string]string{"x1": "1s"}, timeouts(t, h)); diff != "" {
 			t.Errorf("etcd after A (-want +got):\n%s", diff)
+		}
+	})
+	t.Run("A plans again after a write to a resource it does not name", func(t *testing.T) {
+		h := e.newHarness(t)
+		h.mustRun("apply", "-f", writeFile(t, "xy.yaml", xy("1s", "1s")))
+		hook := func(attempt int) {
+			if attempt == 1 {
+				h.mustRunUnlocked("apply", "-f", writeFile(t, "e.yaml", endpointYAML("other", 9000)))
+			}
+		}
+		r := h.runIn(withHook(hook), "", "apply", "-f", writeFile(t, "xy2.yaml", xy("1s", "2s")))
+		if r.code != 0 || !strings.Contains(r.stderr, "but before the commit another writer wrote to its scope (resources it does not name, or ones changed and changed back); planned again") {
+			t.Fatalf("A: %s\nwant a re-plan saying another writer wrote to the scope", r)
+		}
+	})
+
+	t.Run("a writer that locks waits for A", func(t *testing.T) {
+		h := e.newHarness(t)
+		h.mustRun("apply", "-f", writeFile(t, "xy.yaml", xy("1s", "1s")))
+		var b result
+		hook := func(attempt int) {
+			b = h.run("delete", "cluster", "x1", "--lock-timeout", "1s")
+			if attempt == 1 {
+				// Another scope has a lock of its own.
+				h.mustRun("apply", "-f", writeFile(t, "o.yaml", clusterYAML("o1", "1s")), "--scope", "other", "--lock-timeout", "1s")
+			}
+		}
+		r := h.runIn(withHook(hook), "", "apply", "-f", writeFile(t, "xy2.yaml", xy("1s", "2s")))
+		if r.code != 0 || r.stderr != "" {
+			t.Fatalf("A: %s\nwant a first-time success", r)
+		}
+		want := regexp.MustCompile(`^xdsadmin: --lock-timeout 1s expired waiting for the apply lock of scope "default", held by another apply or delete \(xdsadmin/\S+ since \S+ \(lease [0-9a-f]{16}\)\); nothing was written: try again, or raise --lock-timeout \(the lock of an xdsadmin that died is free within 10s\)\n$`)
+		if b.code != 1 || !want.MatchString(b.stderr) {
+			t.Errorf("B: %s\nwant stderr matching %s", b, want)
+		}
+		h.mustRun("delete", "cluster", "o1", "--scope", "other")
+		if diff := cmp.Diff(map[string]string{"x1": "1s", "y1": "2s"}, timeouts(t, h)); diff != "" {
+			t.Errorf("etcd after A (-want +got):\n%s", diff)
+		}
+		// Released: B goes ahead now.
+		h.mustRun("delete", "cluster", "x1", "--lock-timeout", "1s")
+		if r := h.run("apply", "-f", writeFile(t, "x.yaml", clusterYAML("x1", "1s")), "--lock-timeout", "0s"); r.code != 1 || r.stderr != "xdsadmin: --lock-timeout 0s: must be positive\n" {
+			t.Errorf("--lock-timeout 0s: %s", r)
+		}
+	})
+	t.Run("--timeout bounds the work, not the wait for the lock", func(t *testing.T) {
+		h := e.newHarness(t)
+		ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+		defer cancel()
+		held, err := h.store().LockScope(ctx, "default", time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan result, 1)
+		go func() {
+			done <- h.runIn(ctx, "", "apply", "-f", writeFile(t, "x.yaml", clusterYAML("x1", "1s")), "--timeout", "1s", "--lock-timeout", "10s")
+		}()
+		time.Sleep(1500 * time.Millisecond)
+		select {
+		case r := <-done:
+			t.Fatalf("apply ended while the lock was held: %s", r)
+		default:
+		}
+		if err := held.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if r := <-done; r.code != 0 || !strings.Contains(r.stdout, "1 created") {
+			t.Errorf("apply after the lock was released: %s", r)
 		}
 	})
 }

@@ -20,6 +20,30 @@ const DefaultPrefix = "/legation/"
 
 const resourcesDir = "resources/"
 
+// appliesDir holds one apply marker per scope: <prefix>applies/<scope>.
+// Every transaction the store writes to a scope's resources also puts the
+// scope's marker, so that a deletion, which a compare over a directory
+// cannot see, still moves a key the next apply compares. It is outside
+// resources/, so replicas' views never see it.
+const appliesDir = "applies/"
+
+// locksDir holds the apply locks, <prefix>locks/apply/<scope>/<lease>
+// (etcd's concurrency.Mutex keys), and who holds or waits for them,
+// <prefix>locks/holders/<lease, 16 hex digits>.
+const locksDir = "locks/"
+
+// ApplyMarkerKey is the etcd key of scope's apply marker under prefix.
+func ApplyMarkerKey(prefix, scope string) string { return prefix + appliesDir + scope }
+
+// ApplyLockKey is the etcd key prefix of scope's apply lock under prefix
+// (the mutex's keys are under it, after a '/').
+func ApplyLockKey(prefix, scope string) string { return prefix + locksDir + "apply/" + scope }
+
+// LockHolderKey is the etcd key naming the holder of lease id's lock.
+func LockHolderKey(prefix string, id int64) string {
+	return fmt.Sprintf("%s%sholders/%016x", prefix, locksDir, id)
+}
+
 // Key names one resource.
 type Key struct {
 	Type  *resource.Type

@@ -103,8 +103,9 @@ func TestRefreshLease(t *testing.T) {
 	if _, err := c.Revoke(ctx, clientv3.LeaseID(res.Lease)); err != nil {
 		t.Fatal(err)
 	}
-	if n := countKeys(t, c, prefix); n != 0 {
-		t.Errorf("%d keys under %s after the lease ended, want 0", n, prefix)
+	// The scope's apply marker is not under the lease: it stays.
+	if n := countKeys(t, c, prefix+"resources/") + countKeys(t, c, prefix+"leases/"); n != 0 {
+		t.Errorf("%d resources and lease markers under %s after the lease ended, want 0", n, prefix)
 	}
 	rev := etcdRev(t, c)
 	_, err = s.RefreshLease(ctx, res.Lease)

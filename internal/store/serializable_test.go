@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -89,12 +90,24 @@ func valueOf(t *testing.T, r *store.Resource) int {
 // the rest of the scope. Each apply's history entry is what its plan read
 // of the declared (and prunable) keys and what it wrote; porcupine checks
 // that the history is linearizable as a register map: no apply committed
-// on a plan another had made stale, unchanged keys included.
+// on a plan another had made stale, unchanged keys included. Without the
+// scope's apply lock the appliers race and the compares refuse the stale
+// plans; with it (as xdsadmin apply and delete take it) they serialize and
+// none gives up.
 func TestApplySerializable(t *testing.T) {
 	e := storetest.Start(t, storetest.Options{})
 	c := e.Client(t)
-	s := newTestStore(t, c, "/serial/", nil)
-	ctx := testCtx(t)
+	t.Run("compares only", func(t *testing.T) {
+		testApplySerializable(t, newTestStore(t, c, "/serial/", nil), false)
+	})
+	t.Run("with the scope lock", func(t *testing.T) {
+		testApplySerializable(t, newTestStore(t, c, "/serial-locked/", nil), true)
+	})
+}
+
+func testApplySerializable(t *testing.T, s *store.Store, lock bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 
 	const (
 		appliers = 4
@@ -128,6 +141,14 @@ func TestApplySerializable(t *testing.T) {
 				}
 				call := now()
 				var out *regOutput
+				var held *store.ScopeLock
+				if lock {
+					var err error
+					if held, err = s.LockScope(ctx, "default", 30*time.Second); err != nil {
+						t.Errorf("lock: %v", err)
+						return
+					}
+				}
 				for range attempts {
 					plan, err := s.MakePlan(ctx, req)
 					if err != nil {
@@ -158,6 +179,12 @@ func TestApplySerializable(t *testing.T) {
 					}
 					break
 				}
+				if held != nil {
+					if err := held.Unlock(ctx); err != nil {
+						t.Errorf("unlock: %v", err)
+						return
+					}
+				}
 				ret := now()
 				mu.Lock()
 				if out == nil {
@@ -177,11 +204,13 @@ func TestApplySerializable(t *testing.T) {
 	}
 	t.Logf("%d applies committed or found nothing to do, %d gave up after %d conflicts; %d conflicts in all; %s",
 		len(history), failed, attempts, conflicts, time.Since(start).Round(time.Millisecond))
-	if conflicts == 0 {
+	switch {
+	case !lock && conflicts == 0:
 		t.Fatal("no apply conflicted: the test did not race the appliers")
-	}
-	if len(history) < total/2 {
+	case !lock && len(history) < total/2:
 		t.Fatalf("only %d of %d applies succeeded", len(history), total)
+	case lock && failed > total/100:
+		t.Fatalf("%d of %d applies gave up under the lock, want at most 1%%", failed, total)
 	}
 	// The state etcd ends in is part of the history: a last read of every
 	// key, after all the applies.
@@ -218,9 +247,10 @@ func TestApplySerializable(t *testing.T) {
 	}
 }
 
-// TestApplyDeclaredSet: an apply's transaction compares every key it
-// declares, unchanged ones included, and the directories it prunes, so
-// that a plan made stale by another writer commits nothing.
+// TestApplyDeclaredSet: an apply's transaction compares the (type, scope)
+// directories it declares keys in or prunes, and its scope's apply marker,
+// so that a plan made stale by another writer commits nothing, whether the
+// writer changed, created or deleted a key, unchanged ones included.
 func TestApplyDeclaredSet(t *testing.T) {
 	e := storetest.Start(t, storetest.Options{MaxTxnOps: 8})
 	c := e.Client(t)
@@ -305,15 +335,26 @@ func TestApplyDeclaredSet(t *testing.T) {
 			want:     map[string]int{"x": 0, "y": 0, "z": 0},
 		},
 		{
-			name:  "a key of a type A does not prune",
-			prune: true,
-			b:     store.PlanRequest{Puts: []store.Put{put(resource.Listener, "z", 0)}},
-			want:  map[string]int{"x": 0, "y": 1, "listener/z": 0},
+			// Stricter than the declared set: a directory A declares a key
+			// in moved.
+			name:     "a key A does not declare, in a type and scope it does",
+			b:        store.PlanRequest{Puts: []store.Put{put(resource.Cluster, "z", 0)}},
+			conflict: true,
+			want:     map[string]int{"x": 0, "y": 0, "z": 0},
 		},
 		{
-			name: "a key A does not declare",
-			b:    store.PlanRequest{Puts: []store.Put{put(resource.Cluster, "z", 0)}},
-			want: map[string]int{"x": 0, "y": 1, "z": 0},
+			// Stricter still: the scope's apply marker moved.
+			name:     "a key of a type A does not prune, in its scope",
+			prune:    true,
+			b:        store.PlanRequest{Puts: []store.Put{put(resource.Listener, "z", 0)}},
+			conflict: true,
+			want:     map[string]int{"x": 0, "y": 0, "listener/z": 0},
+		},
+		{
+			name:  "a key in another scope",
+			prune: true,
+			b:     store.PlanRequest{Puts: []store.Put{{Key: key(resource.Cluster, "other", "z"), Body: body(t, resource.Cluster, "z", 0, 0)}}},
+			want:  map[string]int{"x": 0, "y": 1, "z": 0},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -349,31 +390,119 @@ func TestApplyDeclaredSet(t *testing.T) {
 		}
 	})
 
-	t.Run("unchanged keys count against --max-txn-ops", func(t *testing.T) {
+	t.Run("unchanged keys do not count against --max-txn-ops", func(t *testing.T) {
 		s := newStore(t)
 		var req store.PlanRequest
 		for i := range 9 {
 			req.Puts = append(req.Puts, put(resource.Cluster, fmt.Sprintf("c%d", i), 0))
 		}
-		apply(t, s, store.PlanRequest{Puts: req.Puts[:8]})
-		apply(t, s, store.PlanRequest{Puts: req.Puts[8:]})
+		apply(t, s, store.PlanRequest{Puts: req.Puts[:7]})
+		apply(t, s, store.PlanRequest{Puts: req.Puts[7:]})
 		req.Puts[0] = put(resource.Cluster, "c0", 1)
 		plan, err := s.MakePlan(ctx, req)
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := "the apply needs 9 compares in one transaction (one per resource it declares, unchanged ones included, and one per pruned type), more than etcd's --max-txn-ops (8)"
-		for name, err := range map[string]error{"CheckLimits": s.CheckLimits(plan, store.ApplyOptions{}), "Apply": func() error { _, err := s.Apply(ctx, plan, store.ApplyOptions{}); return err }()} {
-			if !errors.Is(err, store.ErrLimit) || !strings.Contains(err.Error(), want) {
-				t.Errorf("%s: %v, want ErrLimit holding %q", name, err, want)
-			}
+		if err := s.CheckLimits(plan, store.ApplyOptions{}); err != nil {
+			t.Fatalf("CheckLimits: %v", err)
 		}
-		res, err := s.Apply(ctx, plan, store.ApplyOptions{Chunked: true})
+		res, err := s.Apply(ctx, plan, store.ApplyOptions{})
 		if err != nil || len(res.Revisions) != 1 {
-			t.Fatalf("chunked: %+v, %v; want one revision (the compare-only chunk writes none)", res, err)
+			t.Fatalf("apply: %+v, %v; want one transaction", res, err)
 		}
 		if v := values(t, s)["c0"]; v != 1 {
-			t.Errorf("c0 = %d after the chunked apply", v)
+			t.Errorf("c0 = %d after the apply", v)
 		}
 	})
+
+	t.Run("a chunked apply of 12 writes goes in two transactions", func(t *testing.T) {
+		s := newStore(t)
+		var req store.PlanRequest
+		for i := range 12 {
+			req.Puts = append(req.Puts, put(resource.Cluster, fmt.Sprintf("c%d", i), 0))
+		}
+		plan, err := s.MakePlan(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.CheckLimits(plan, store.ApplyOptions{}); !errors.Is(err, store.ErrLimit) {
+			t.Fatalf("CheckLimits: %v, want ErrLimit (12 writes, --max-txn-ops 8)", err)
+		}
+		res, err := s.Apply(ctx, plan, store.ApplyOptions{Chunked: true})
+		if err != nil || len(res.Revisions) != 2 {
+			t.Fatalf("chunked: %+v, %v; want two transactions", res, err)
+		}
+	})
+}
+
+// TestApplyManyDeclared: an apply declaring 500 resources, 3 of them
+// changed, commits in one transaction against an etcd with the default
+// --max-txn-ops (128): its compares count (type, scope) directories, not
+// keys.
+func TestApplyManyDeclared(t *testing.T) {
+	e := storetest.Start(t, storetest.Options{})
+	c := e.Client(t)
+	s := newTestStore(t, c, "/many/", nil)
+	ctx := testCtx(t)
+	puts := func(changed map[int]bool) []store.Put {
+		var out []store.Put
+		for i := range 500 {
+			typ := resource.Cluster
+			if i%2 == 1 {
+				typ = resource.Endpoint
+			}
+			v := 0
+			if changed[i] {
+				v = 1
+			}
+			name := fmt.Sprintf("r%03d", i)
+			out = append(out, store.Put{Key: key(typ, "default", name), Body: body(t, typ, name, v, 0)})
+		}
+		return out
+	}
+	plan, err := s.MakePlan(ctx, store.PlanRequest{Puts: puts(nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Apply(ctx, plan, store.ApplyOptions{Chunked: true}); err != nil {
+		t.Fatal(err)
+	}
+
+	plan, err = s.MakePlan(ctx, store.PlanRequest{Puts: puts(map[int]bool{7: true, 250: true, 499: true})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := map[store.Action]int{}
+	for _, ch := range plan.Changes {
+		counts[ch.Action]++
+	}
+	if counts[store.Update] != 3 || counts[store.Unchanged] != 497 {
+		t.Fatalf("plan: %v, want 3 changed and 497 unchanged", counts)
+	}
+	res, err := s.Apply(ctx, plan, store.ApplyOptions{})
+	if err != nil {
+		t.Fatalf("apply of 500 declared, 3 changed, unchunked: %v", err)
+	}
+	if len(res.Revisions) != 1 || res.Revision != plan.Revision+1 {
+		t.Errorf("apply: revisions %v, want one, %d", res.Revisions, plan.Revision+1)
+	}
+	for _, name := range []string{"r007", "r499"} {
+		r, _, err := s.Get(ctx, key(resource.Endpoint, "default", name), 0)
+		if err != nil || r.ModRevision != res.Revision {
+			t.Errorf("%s: %v, %v; want it written at %d", name, r, err, res.Revision)
+		}
+	}
+	r, _, err := s.Get(ctx, key(resource.Cluster, "default", "r250"), 0)
+	if err != nil || r.ModRevision != res.Revision {
+		t.Errorf("r250: %v, %v; want it written at %d", r, err, res.Revision)
+	}
+	r, _, err = s.Get(ctx, key(resource.Cluster, "default", "r000"), 0)
+	if err != nil || r.ModRevision == res.Revision {
+		t.Errorf("r000: %v, %v; want it left as it was", r, err)
+	}
+
+	// The same plan again is stale: its directories moved.
+	if _, err := s.Apply(ctx, plan, store.ApplyOptions{}); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("the stale plan applied again: %v, want ErrConflict", err)
+	}
 }

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -117,9 +118,10 @@ func (s *Store) EtcdKey(k Key) string { return s.root + k.path() }
 // ErrNotFound is returned by Get for a key that does not exist.
 var ErrNotFound = errors.New("store: not found")
 
-// ErrConflict is returned by Apply when a resource the plan declares
-// (written, deleted or left unchanged) or would prune changed in etcd
-// after the plan was made, or a resource appeared where it prunes.
+// ErrConflict is returned by Apply when, after the plan was made, a
+// resource was created or changed in a (type, scope) directory the plan
+// declares a resource in (written, deleted or left unchanged) or prunes,
+// or a Store wrote to one of its scopes (a deletion, say).
 var ErrConflict = errors.New("store: resources changed since the plan was made; plan again")
 
 // ErrLimit is wrapped by errors about an apply beyond etcd's limits.
@@ -329,7 +331,7 @@ type Plan struct {
 	TTL time.Duration
 	// Prune holds the directories the plan prunes: one per type of
 	// PruneTypes in PruneScope. Apply refuses to commit if any key in them
-	// changed or appeared after Revision.
+	// changed or appeared after Revision (see Apply).
 	Prune      bool
 	PruneScope string
 	PruneTypes []*resource.Type
@@ -535,16 +537,31 @@ type ApplyOptions struct {
 
 // Apply writes a plan: one etcd transaction, so one revision, unless
 // opts.Chunked. The transaction is conditional on the plan's whole
-// declared set being as the plan saw it: every key it writes, deletes or
-// leaves unchanged has the mod_revision the plan read (or still does not
-// exist), and no key in a directory it prunes changed or appeared after
-// the plan's revision. So an apply is serializable with every other
-// apply: if anything moved, nothing is written and the error wraps
-// ErrConflict. Chunked, each transaction is conditional on its own keys,
-// and the first one also on the unchanged keys and the pruned
-// directories. Beyond etcd's limits (compares count, as etcd counts
-// them), and not chunked, the error wraps ErrLimit, names the limit, and
-// nothing is written.
+// declared set being as the plan saw it, with a number of compares that
+// grows with the (type, scope) directories the plan touches, not with its
+// keys:
+//
+//   - per directory it declares a key in (written, deleted or unchanged)
+//     or prunes, every key under it has a mod_revision no later than the
+//     plan's revision: no key there was created or changed since. This is
+//     stricter than comparing the declared keys one by one: a change to a
+//     key the plan does not declare, in a directory it does, conflicts too.
+//   - per scope, the scope's apply marker (ApplyMarkerKey) was not written
+//     since the plan's revision. Every transaction of the store that
+//     writes a scope's resources puts its marker, so a deletion there
+//     (which a compare over a directory cannot see) conflicts too.
+//
+// So an apply is serializable with every other write of a Store: if
+// anything moved, nothing is written and the error wraps ErrConflict.
+// Writers that bypass the Store (etcdctl) move no marker: a key they
+// delete is not noticed (a put recreates it, a delete does nothing), and
+// neither is a key whose lease expires. Chunked, the first transaction
+// compares against the plan's revision and each later one against the
+// revision of the one before it, so that a chunked apply also conflicts
+// if another writer wrote between its parts (those before it being
+// written, which the error says). Beyond etcd's limits (compares and
+// operations count, as etcd counts them), and not chunked, the error
+// wraps ErrLimit, names the limit, and nothing is written.
 //
 // A plan with nothing to write is not sent: its read, at one revision, is
 // its linearization point.
@@ -553,7 +570,7 @@ func (s *Store) Apply(ctx context.Context, plan *Plan, opts ApplyOptions) (*Appl
 	if !hasWork(plan) {
 		return res, nil
 	}
-	chunks, guard, err := s.chunk(plan, opts.Chunked)
+	chunks, err := s.chunk(plan, opts.Chunked)
 	if err != nil {
 		return nil, err
 	}
@@ -569,8 +586,9 @@ func (s *Store) Apply(ctx context.Context, plan *Plan, opts ApplyOptions) (*Appl
 		}
 		res.Lease = int64(lease.ID)
 	}
+	since := plan.Revision
 	for i, ch := range chunks {
-		rev, err := s.commit(ctx, plan, ch, guard && i == 0, clientv3.LeaseID(res.Lease), now)
+		rev, err := s.commit(ctx, plan, ch, since, clientv3.LeaseID(res.Lease), now)
 		if err != nil {
 			if i == 0 && res.Lease != 0 {
 				s.cfg.Client.Revoke(context.WithoutCancel(ctx), clientv3.LeaseID(res.Lease)) //nolint:errcheck // best effort; it expires anyway
@@ -580,10 +598,7 @@ func (s *Store) Apply(ctx context.Context, plan *Plan, opts ApplyOptions) (*Appl
 			}
 			return nil, err
 		}
-		if !hasWork(&Plan{Changes: ch}) {
-			// Compares only (unchanged resources, chunked): no revision.
-			continue
-		}
+		since = rev
 		res.Revision = rev
 		res.Revisions = append(res.Revisions, rev)
 	}
@@ -596,7 +611,7 @@ func (s *Store) CheckLimits(plan *Plan, opts ApplyOptions) error {
 	if !hasWork(plan) {
 		return nil
 	}
-	_, _, err := s.chunk(plan, opts.Chunked)
+	_, err := s.chunk(plan, opts.Chunked)
 	return err
 }
 
@@ -609,32 +624,63 @@ func hasWork(plan *Plan) bool {
 	return false
 }
 
-// commit sends one transaction: compares on every change of changes
-// (unchanged ones only compare), and with guardPrune on the plan's pruned
-// directories, then the writes.
-func (s *Store) commit(ctx context.Context, plan *Plan, changes []Change, guardPrune bool, lease clientv3.LeaseID, now *timestamppb.Timestamp) (int64, error) {
-	cmps := make([]clientv3.Cmp, 0, len(changes)+len(plan.PruneTypes))
-	ops := make([]clientv3.Op, 0, len(changes))
-	if guardPrune {
-		for _, d := range plan.PruneDirs() {
-			// Every key of the directory, deleted ones aside (each has a
-			// compare of its own), is as old as the plan: none changed
-			// or appeared since. An empty range compares true.
-			dir := s.EtcdKey(d)
-			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(dir), "<", plan.Revision+1).WithPrefix())
+// ApplyMarker is the value of a scope's apply marker.
+type ApplyMarker struct {
+	// By names the writer (the store's Writer).
+	By string `json:"by,omitempty"`
+	// At is when the apply was sent.
+	At time.Time `json:"at"`
+}
+
+// guards returns what every transaction of plan compares: the etcd
+// prefixes of the (type, scope) directories the plan declares a key in or
+// prunes, and the scopes of those, each sorted.
+func (s *Store) guards(plan *Plan) (dirs, scopes []string) {
+	seenDir, seenScope := map[string]bool{}, map[string]bool{}
+	add := func(t *resource.Type, scope string) {
+		if d := s.EtcdKey(Key{Type: t, Scope: scope}); !seenDir[d] {
+			seenDir[d] = true
+			dirs = append(dirs, d)
+		}
+		if !seenScope[scope] {
+			seenScope[scope] = true
+			scopes = append(scopes, scope)
 		}
 	}
+	for _, c := range plan.Changes {
+		add(c.Type, c.Scope)
+	}
+	for _, d := range plan.PruneDirs() {
+		add(d.Type, d.Scope)
+	}
+	sort.Strings(dirs)
+	sort.Strings(scopes)
+	return dirs, scopes
+}
+
+// commit sends one transaction: the plan's guards, compared against
+// revision since (nothing they cover was written after it), then the
+// writes of changes and the apply markers of the scopes they write.
+func (s *Store) commit(ctx context.Context, plan *Plan, changes []Change, since int64, lease clientv3.LeaseID, now *timestamppb.Timestamp) (int64, error) {
+	dirs, scopes := s.guards(plan)
+	cmps := make([]clientv3.Cmp, 0, len(dirs)+len(scopes))
+	for _, d := range dirs {
+		// An empty range compares true.
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(d), "<", since+1).WithPrefix())
+	}
+	for _, sc := range scopes {
+		// A marker never written has mod_revision 0.
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(ApplyMarkerKey(s.cfg.Prefix, sc)), "<", since+1))
+	}
+	ops := make([]clientv3.Op, 0, len(changes)+len(scopes))
+	written := map[string]bool{}
 	for _, c := range changes {
-		key := s.EtcdKey(c.Key)
-		if c.Old == nil {
-			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(key), "=", 0))
-		} else {
-			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", c.Old.ModRevision))
-		}
-		switch c.Action {
-		case Unchanged:
+		if c.Action == Unchanged {
 			continue
-		case Delete:
+		}
+		written[c.Scope] = true
+		key := s.EtcdKey(c.Key)
+		if c.Action == Delete {
 			ops = append(ops, clientv3.OpDelete(key))
 			continue
 		}
@@ -647,6 +693,17 @@ func (s *Store) commit(ctx context.Context, plan *Plan, changes []Change, guardP
 			po = append(po, clientv3.WithLease(lease))
 		}
 		ops = append(ops, clientv3.OpPut(key, string(val), po...))
+	}
+	marker, err := json.Marshal(ApplyMarker{By: s.cfg.Writer, At: now.AsTime()})
+	if err != nil {
+		return 0, fmt.Errorf("store: encode apply marker: %w", err)
+	}
+	for _, sc := range scopes {
+		if written[sc] {
+			// Never under the apply's lease: its expiry must not delete
+			// the marker.
+			ops = append(ops, clientv3.OpPut(ApplyMarkerKey(s.cfg.Prefix, sc), string(marker)))
+		}
 	}
 	resp, err := s.kv.Txn(ctx).If(cmps...).Then(ops...).Commit()
 	if err != nil {
@@ -670,89 +727,94 @@ func (s *Store) envelope(body *anypb.Any, ttl time.Duration, now *timestamppb.Ti
 	return b, nil
 }
 
-// opBytes estimates the bytes one change adds to a transaction request:
-// key twice (compare and op), value, and protobuf framing.
+// opBytes estimates the bytes one write adds to a transaction request:
+// key, value, and protobuf framing.
 func (s *Store) opBytes(c Change) int {
-	if c.Action == Unchanged {
-		return len(s.EtcdKey(c.Key)) + 16
-	}
-	n := 2*len(s.EtcdKey(c.Key)) + 32
+	n := len(s.EtcdKey(c.Key)) + 32
 	if c.New != nil {
 		n += len(c.New.GetValue()) + len(c.New.GetTypeUrl()) + len(s.cfg.Writer) + 64
 	}
 	return n
 }
 
-// chunk checks the limits and splits the plan's changes into
-// transactions. etcd counts the larger of a transaction's compares and its
-// operations against --max-txn-ops: every change, unchanged ones included,
-// has a compare, and the first transaction also one per pruned directory
-// (chunked: only if they leave room for a change; guard says whether).
-func (s *Store) chunk(plan *Plan, chunked bool) (chunks [][]Change, guard bool, err error) {
-	work := plan.Changes
-	guards := len(plan.PruneDirs())
-	total := 0
-	nops := 0
-	for _, c := range work {
-		total += s.opBytes(c)
+// chunk checks the limits and splits the plan's writes into transactions.
+// etcd counts the larger of a transaction's compares and its operations
+// against --max-txn-ops. Every transaction has one compare per guarded
+// directory and one per scope (see guards), and writes, besides its
+// changes, one apply marker per scope: unchanged resources cost nothing.
+func (s *Store) chunk(plan *Plan, chunked bool) ([][]Change, error) {
+	var work []Change
+	writes := map[string]bool{}
+	for _, c := range plan.Changes {
 		if c.Action != Unchanged {
-			nops++
+			work = append(work, c)
+			writes[c.Scope] = true
 		}
 	}
-	for _, d := range plan.PruneDirs() {
-		total += len(s.EtcdKey(d)) + 16
+	dirs, scopes := s.guards(plan)
+	ncmps := len(dirs) + len(scopes)
+	// The compares, and the marker puts (a marker's value is small).
+	fixed := 0
+	for _, d := range dirs {
+		fixed += len(d) + 16
+	}
+	for _, sc := range scopes {
+		fixed += 2*len(ApplyMarkerKey(s.cfg.Prefix, sc)) + len(s.cfg.Writer) + 96
+	}
+	if ncmps > s.cfg.MaxTxnOps {
+		return nil, fmt.Errorf("%w: the apply needs %d compares in every transaction (one per type and scope it declares or prunes, and one per scope), more than etcd's --max-txn-ops (%d): split it by scope, or raise --max-txn-ops on every etcd member and pass the same value to xdsadmin --max-txn-ops",
+			ErrLimit, ncmps, s.cfg.MaxTxnOps)
 	}
 	if !chunked {
+		nops := len(work) + len(writes)
+		total := fixed
+		for _, c := range work {
+			total += s.opBytes(c)
+		}
 		switch {
 		case nops > s.cfg.MaxTxnOps:
-			return nil, false, fmt.Errorf("%w: the apply needs %d operations in one transaction, more than etcd's --max-txn-ops (%d): use --chunked to split it (clients may then see it in parts), or raise --max-txn-ops on every etcd member and pass the same value to xdsadmin --max-txn-ops",
-				ErrLimit, nops, s.cfg.MaxTxnOps)
-		case len(work)+guards > s.cfg.MaxTxnOps:
-			return nil, false, fmt.Errorf("%w: the apply needs %d compares in one transaction (one per resource it declares, unchanged ones included, and one per pruned type), more than etcd's --max-txn-ops (%d): use --chunked to split it (clients may then see it in parts, and only the first part is checked against unchanged resources), or raise --max-txn-ops on every etcd member and pass the same value to xdsadmin --max-txn-ops",
-				ErrLimit, len(work)+guards, s.cfg.MaxTxnOps)
+			markers := "its scope's apply marker"
+			if len(writes) > 1 {
+				markers = fmt.Sprintf("%d scopes' apply markers", len(writes))
+			}
+			return nil, fmt.Errorf("%w: the apply needs %d operations in one transaction (%d writes and %s), more than etcd's --max-txn-ops (%d): use --chunked to split it (clients may then see it in parts), or raise --max-txn-ops on every etcd member and pass the same value to xdsadmin --max-txn-ops",
+				ErrLimit, nops, len(work), markers, s.cfg.MaxTxnOps)
 		case total > s.cfg.MaxRequestBytes:
-			return nil, false, fmt.Errorf("%w: the apply needs a transaction of about %d bytes, more than etcd's --max-request-bytes (%d): use --chunked to split it (clients may then see it in parts), or raise --max-request-bytes on every etcd member and pass the same value to xdsadmin --max-request-bytes",
+			return nil, fmt.Errorf("%w: the apply needs a transaction of about %d bytes, more than etcd's --max-request-bytes (%d): use --chunked to split it (clients may then see it in parts), or raise --max-request-bytes on every etcd member and pass the same value to xdsadmin --max-request-bytes",
 				ErrLimit, total, s.cfg.MaxRequestBytes)
 		}
-		return [][]Change{work}, true, nil
+		return [][]Change{work}, nil
 	}
-	if guards >= s.cfg.MaxTxnOps {
-		guards = 0
+	// Room for changes in each transaction, the markers aside.
+	room := s.cfg.MaxTxnOps - len(scopes)
+	if room < 1 {
+		return nil, fmt.Errorf("%w: the apply writes to %d scopes, which leaves no room for a change under etcd's --max-txn-ops (%d): split it by scope", ErrLimit, len(scopes), s.cfg.MaxTxnOps)
 	}
 	ordered := make([]Change, len(work))
 	copy(ordered, work)
 	rank := func(c Change) int {
-		if c.Action == Unchanged {
-			return -1
-		}
 		if c.Action == Delete {
 			return 100 + resource.DeleteOrder(c.Type)
 		}
 		return c.Type.Order
 	}
 	sort.SliceStable(ordered, func(i, j int) bool { return rank(ordered[i]) < rank(ordered[j]) })
+	var chunks [][]Change
 	var cur []Change
-	// The first transaction carries the pruned directories' compares.
-	size, count := 0, guards
-	if guards > 0 {
-		for _, d := range plan.PruneDirs() {
-			size += len(s.EtcdKey(d)) + 16
-		}
-	}
+	size := fixed
 	for _, c := range ordered {
 		b := s.opBytes(c)
-		if b > s.cfg.MaxRequestBytes {
-			return nil, false, fmt.Errorf("%w: %s alone needs about %d bytes, more than etcd's --max-request-bytes (%d)", ErrLimit, c.Key, b, s.cfg.MaxRequestBytes)
+		if fixed+b > s.cfg.MaxRequestBytes {
+			return nil, fmt.Errorf("%w: %s alone needs about %d bytes, more than etcd's --max-request-bytes (%d)", ErrLimit, c.Key, fixed+b, s.cfg.MaxRequestBytes)
 		}
-		if len(cur) > 0 && (count+1 > s.cfg.MaxTxnOps || size+b > s.cfg.MaxRequestBytes) {
+		if len(cur) > 0 && (len(cur)+1 > room || size+b > s.cfg.MaxRequestBytes) {
 			chunks = append(chunks, cur)
-			cur, size, count = nil, 0, 0
+			cur, size = nil, fixed
 		}
 		cur = append(cur, c)
 		size += b
-		count++
 	}
-	return append(chunks, cur), guards > 0, nil
+	return append(chunks, cur), nil
 }
 
 // Diff lists what changed between revisions r1 and r2 (r2 zero: now), in

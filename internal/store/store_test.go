@@ -228,7 +228,7 @@ func TestApplyIsOneRevision(t *testing.T) {
 			puts = append(puts, put(t, typ, "default", fmt.Sprintf("r%02d", i), 1))
 		}
 	}
-	wch := rawWatch(t, c, "/one/")
+	wch := rawWatch(t, c, "/one/resources/")
 	plan := mustPlan(t, s, store.PlanRequest{Puts: puts})
 	for _, ch := range plan.Changes {
 		if ch.Action != store.Create {
@@ -249,7 +249,7 @@ func TestApplyIsOneRevision(t *testing.T) {
 		t.Errorf("Lease = %d, want 0 without a TTL", res.Lease)
 	}
 
-	kvs, err := c.Get(testCtx(t), "/one/", clientv3.WithPrefix())
+	kvs, err := c.Get(testCtx(t), "/one/resources/", clientv3.WithPrefix())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -542,7 +542,7 @@ func TestApplyLimits(t *testing.T) {
 	}{
 		{"max-txn-ops", "/ops/", nil,
 			func(t *testing.T) []store.Put { return clusters(t, "default", "c", 200, 1) },
-			[]string{"200 operations", "--max-txn-ops (128)", "--chunked"}},
+			[]string{"201 operations in one transaction (200 writes and its scope's apply marker)", "--max-txn-ops (128)", "--chunked"}},
 		{"max-request-bytes", "/bytes/", func(cfg *store.Config) { cfg.MaxRequestBytes = 4096 },
 			func(t *testing.T) []store.Put {
 				var puts []store.Put
@@ -605,12 +605,13 @@ func TestApplyLimits(t *testing.T) {
 		if _, err := s.Apply(testCtx(t), plan, store.ApplyOptions{}); !errors.Is(err, store.ErrLimit) {
 			t.Fatalf("unchunked Apply: %v, want ErrLimit", err)
 		}
-		wch := rawWatch(t, c, "/chunks/")
+		wch := rawWatch(t, c, "/chunks/resources/")
 		res, err := s.Apply(testCtx(t), plan, store.ApplyOptions{Chunked: true})
 		if err != nil {
 			t.Fatalf("chunked Apply: %v", err)
 		}
-		wantChunks := (total + maxOps - 1) / maxOps
+		// Each transaction also puts the scope's apply marker.
+		wantChunks := (total + maxOps - 2) / (maxOps - 1)
 		if len(res.Revisions) != wantChunks {
 			t.Errorf("%d transactions (%v), want %d", len(res.Revisions), res.Revisions, wantChunks)
 		}
@@ -706,7 +707,7 @@ func TestApplyLimits(t *testing.T) {
 		if len(res.Revisions) < 3 {
 			t.Errorf("%d transactions, want at least 3 (10 KB in 4 KB requests)", len(res.Revisions))
 		}
-		if n := countKeys(t, c, "/chunkbytes/"); n != 10 {
+		if n := countKeys(t, c, "/chunkbytes/resources/"); n != 10 {
 			t.Errorf("%d keys written, want 10", n)
 		}
 	})
@@ -966,7 +967,7 @@ func TestApplyTTL(t *testing.T) {
 	if len(resps) != 1 {
 		t.Errorf("the expiry came in %d watch responses, want 1", len(resps))
 	}
-	if n := countKeys(t, c, "/ttl/"); n != 0 {
+	if n := countKeys(t, c, "/ttl/resources/"); n != 0 {
 		t.Errorf("%d keys left after the lease ended", n)
 	}
 
