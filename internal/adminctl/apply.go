@@ -20,6 +20,9 @@ type applyFlags struct {
 	dryRun  bool
 	prune   bool
 	chunked bool
+	// checkRefs and strict: see checkReferences.
+	checkRefs bool
+	strict    bool
 }
 
 func (a *app) applyCommand() *cobra.Command {
@@ -50,6 +53,12 @@ expire together unless written again. An apply larger than etcd's limits
 several transactions in make-before-break order (clusters and endpoints
 first, deletions last), at the price of clients seeing it in parts.
 
+--check-references warns (on standard error) about references that resolve
+neither in the input nor in etcd (the scope, and for a node group the default
+scope too): a route naming a missing cluster, a listener naming a missing
+route configuration over RDS, an EDS cluster without endpoints. With
+--strict they are errors and nothing is written.
+
 The output lists every resource as created, changed, unchanged or deleted,
 then the etcd revision the apply made.`,
 		Example: `  xdsadmin apply -f examples/
@@ -67,6 +76,8 @@ then the etcd revision the apply made.`,
 	fl.BoolVar(&f.dryRun, "dry-run", false, "print what would change, write nothing")
 	fl.BoolVar(&f.prune, "prune", false, "delete the resources of the scope that the files do not name")
 	fl.BoolVar(&f.chunked, "chunked", false, "split an apply beyond etcd's limits into several transactions")
+	fl.BoolVar(&f.checkRefs, "check-references", false, "warn about routes naming missing clusters, listeners naming missing route configurations (RDS) and EDS clusters without endpoints, in the input and the scope")
+	fl.BoolVar(&f.strict, "strict", false, "with --check-references: a missing reference is an error, and nothing is written")
 	_ = cmd.MarkFlagFilename("filename", "yaml", "yml", "json")
 	return cmd
 }
@@ -77,6 +88,9 @@ func (a *app) runApply(ctx context.Context, f applyFlags) error {
 	}
 	if f.ttl < 0 || (f.ttl > 0 && f.ttl < time.Second) {
 		return fmt.Errorf("--ttl %s: must be at least 1s (0: no TTL)", f.ttl)
+	}
+	if f.strict && !f.checkRefs {
+		return errors.New("--strict needs --check-references")
 	}
 	docs, err := readDocs(f.files, a.in)
 	if err != nil {
@@ -100,6 +114,11 @@ func (a *app) runApply(ctx context.Context, f applyFlags) error {
 		return err
 	}
 	defer c.Close()
+	if f.checkRefs {
+		if err := a.checkReferences(ctx, c, f.scope, docs, f.strict); err != nil {
+			return err
+		}
+	}
 	return a.execute(ctx, c, req, f.dryRun, store.ApplyOptions{Chunked: f.chunked})
 }
 
