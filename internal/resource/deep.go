@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 
+	udpatypev1 "github.com/cncf/xds/go/udpa/type/v1"
+	xdstypev3 "github.com/cncf/xds/go/xds/type/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -157,7 +159,7 @@ func (w *deepWalker) routerLast(path string, hcm *hcmv3.HttpConnectionManager) {
 	p := join(path, "http_filters")
 	isRouter := func(f *hcmv3.HttpFilter) bool {
 		if tc := f.GetTypedConfig(); tc != nil {
-			return tc.GetTypeUrl() == RouterURL
+			return filterType(tc) == RouterURL
 		}
 		return f.GetConfigDiscovery() == nil && f.GetName() == routerName
 	}
@@ -178,6 +180,24 @@ func (w *deepWalker) routerLast(path string, hcm *hcmv3.HttpConnectionManager) {
 	if !isRouter(last) {
 		w.fail(p+"["+strconv.Itoa(len(filters)-1)+"]", "last HTTP filter %q is not the router (%s): the last HTTP filter must be the router", last.GetName(), RouterURL)
 	}
+}
+
+// filterType is the type URL of a filter's configuration, looking
+// through a TypedStruct (a configuration given as a Struct) as Envoy does.
+func filterType(tc *anypb.Any) string {
+	switch tc.GetTypeUrl() {
+	case "type.googleapis.com/xds.type.v3.TypedStruct":
+		var ts xdstypev3.TypedStruct
+		if tc.UnmarshalTo(&ts) == nil {
+			return ts.GetTypeUrl()
+		}
+	case "type.googleapis.com/udpa.type.v1.TypedStruct":
+		var ts udpatypev1.TypedStruct
+		if tc.UnmarshalTo(&ts) == nil {
+			return ts.GetTypeUrl()
+		}
+	}
+	return tc.GetTypeUrl()
 }
 
 // pgvError is what the generated validators' errors have in common.

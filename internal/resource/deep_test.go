@@ -54,6 +54,9 @@ func TestDecodeDeepValidation(t *testing.T) {
 	}{
 		{"valid", listenerYAML("ingress", faultFilter+routerFilter), ""},
 		{"router only", listenerYAML("ingress", routerFilter), ""},
+		{"router in a TypedStruct", listenerYAML("ingress", `      - name: envoy.filters.http.router
+        typed_config: {"@type": type.googleapis.com/xds.type.v3.TypedStruct, type_url: "`+resource.RouterURL+`"}
+`), ""},
 		{"empty stat_prefix", listenerYAML("", routerFilter),
 			l + hcm + ".stat_prefix: value length must be at least 1 runes"},
 		{"router not last", listenerYAML("ingress", routerFilter+faultFilter),
