@@ -118,7 +118,7 @@ func TestValidateDeepBinary(t *testing.T) {
 		t.Fatal(err)
 	}
 	hcm := &hcmv3.HttpConnectionManager{
-		StatPrefix: "s",
+		StatPrefix:     "s",
 		RouteSpecifier: &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: &routev3.RouteConfiguration{Name: "r"}},
 		HttpFilters: []*hcmv3.HttpFilter{
 			{Name: "x", ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: &anypb.Any{TypeUrl: "type.googleapis.com/example.Nope", Value: []byte{1, 2}}}},
