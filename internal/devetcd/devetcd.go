@@ -83,7 +83,7 @@ type Server struct {
 
 	stop chan struct{} // closed by Close: stops the compactor
 	done chan struct{} // closed when the compactor has returned
-	once sync.Once     // guards the close of stop
+	once sync.Once     // makes Close idempotent
 }
 
 // Start starts etcd and waits until it serves, or until ctx ends or
@@ -193,24 +193,25 @@ func (s *Server) compactor(cfg Config) {
 			return
 		case <-t.C:
 		}
-		to := s.etcd.Server.KV().Rev() - cfg.HistoryRevisions
-		if to < compacted+step {
-			continue
+		if to := s.etcd.Server.KV().Rev() - cfg.HistoryRevisions; to >= compacted+step {
+			if err := s.compact(to); err != nil {
+				s.log.Warn("embedded etcd: compaction failed; retrying", "revision", to, "err", err)
+				continue
+			}
+			compacted = to
+			s.log.Debug("embedded etcd: compacted", "revision", to)
 		}
-		if err := s.compact(to); err != nil {
-			s.log.Warn("embedded etcd: compaction failed; retrying", "revision", to, "err", err)
-			continue
-		}
-		compacted = to
+		// Looked at on every tick, not only after a compaction: bbolt
+		// counts the pages a compaction frees as free only once a later
+		// write commits.
 		be := s.etcd.Server.Backend()
 		size, inUse := be.Size(), be.SizeInUse()
-		s.log.Debug("embedded etcd: compacted", "revision", to, "db_bytes", size, "db_bytes_in_use", inUse)
 		if free := size - inUse; cfg.DefragFreeBytes > 0 && free >= cfg.DefragFreeBytes && free >= size/2 {
 			if err := s.etcd.Server.Defragment(); err != nil {
 				s.log.Warn("embedded etcd: defragmentation failed", "err", err)
 				continue
 			}
-			s.log.Info("embedded etcd: defragmented", "db_bytes_before", size, "db_bytes", be.Size())
+			s.log.Info("embedded etcd: defragmented", "db_bytes_before", size, "db_bytes_in_use", inUse, "db_bytes", be.Size())
 		}
 	}
 }
@@ -241,9 +242,11 @@ func (s *Server) Err() <-chan error { return s.etcd.Err() }
 // Close stops the compactor and the server, and waits for them. It is
 // safe to call twice.
 func (s *Server) Close() error {
-	s.once.Do(func() { close(s.stop) })
-	<-s.done
-	s.etcd.Close()
+	s.once.Do(func() {
+		close(s.stop)
+		<-s.done
+		s.etcd.Close() // which panics when called twice
+	})
 	return nil
 }
 
