@@ -41,9 +41,11 @@ resource in proto3 JSON form with an "@type", or a whole DiscoveryResponse
 prints).
 
 Every resource is checked before anything is written: strict decoding
-(unknown fields are errors), the Envoy protos' validation rules, and
-non-empty names unique per type across all the files. An error names the
-file, the document, the resource, the field and the rule.
+(unknown fields are errors), the Envoy protos' validation rules, also on
+what every Any holds (typed_config: an unknown type is an error), an
+HttpConnectionManager's router filter last, and non-empty names unique per
+type across all the files. An error names the file, the document, the
+resource, the field (its path through typed_config) and the rule.
 
 --prune also deletes the resources of the scope that the files do not name:
 the scope then holds exactly the files. It refuses to run with no resource
