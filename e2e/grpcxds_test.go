@@ -44,8 +44,9 @@ func TestGRPCXDSRoutesAndFollowsEndpointChange(t *testing.T) {
 }
 
 // TestGRPCXDSNackIsNotLooped: grpc-go NACKs a listener whose
-// HttpConnectionManager has no http filters. The replica counts the NACK
-// once, shows it on /debug/streams, sends nothing more for listeners
+// HttpConnectionManager runs a filter it does not implement (CORS). The
+// replica counts the NACK once, shows it on /debug/streams, sends nothing
+// more for listeners
 // (promise 7: a NACK never loops), and the client keeps routing with the
 // listener it had. A valid listener then clears the NACK.
 func TestGRPCXDSNackIsNotLooped(t *testing.T) {
@@ -67,7 +68,7 @@ func TestGRPCXDSNackIsNotLooped(t *testing.T) {
 	}
 	before := e.metric(t, "legation_sotw_responses_total", `type="listener"`)
 
-	// xdsadmin accepts it: no validation rule says an HCM needs filters.
+	// xdsadmin accepts it: Envoy has the CORS filter, grpc-go has not.
 	badRev := e.apply(t, listenerYAML(false))
 	waitFor(t, "legation_sotw_nacks_total{type=listener} = 1", func() (bool, string) {
 		got := e.metric(t, "legation_sotw_nacks_total", `type="listener"`)
@@ -109,7 +110,7 @@ func TestGRPCXDSNackIsNotLooped(t *testing.T) {
 		t.Fatalf("/debug/streams: no listener state for node %q: %+v", id, st)
 	}
 	ls := *st.Types["listener"]
-	const wantMsg = "http filters list is empty" // grpc-go's words
+	const wantMsg = `no filter implementation found for "type.googleapis.com/envoy.extensions.filters.http.cors.v3.Cors"` // grpc-go's words
 	if !strings.Contains(ls.LastNack, wantMsg) {
 		t.Errorf("/debug/streams listener last_nack = %q, want it to contain %q", ls.LastNack, wantMsg)
 	}

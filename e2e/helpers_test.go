@@ -241,11 +241,11 @@ const (
 	clusterName = "svc-cluster"
 )
 
-// listenerYAML is the API listener svc. Without the router filter its
-// HttpConnectionManager has no http_filters at all: valid for xdsadmin
-// (the proto has no rule against it) but NACKed by grpc-go ("http filters
-// list is empty").
-func listenerYAML(withRouter bool) string {
+// listenerYAML is the API listener svc. Not grpcOK, its
+// HttpConnectionManager runs the CORS filter before the router: valid for
+// xdsadmin and for Envoy, but NACKed by grpc-go, which has no CORS filter
+// ("no filter implementation found for ...Cors").
+func listenerYAML(grpcOK bool) string {
 	doc := `"@type": type.googleapis.com/envoy.config.listener.v3.Listener
 name: svc
 api_listener:
@@ -257,16 +257,19 @@ api_listener:
       config_source:
         ads: {}
         resource_api_version: V3
+    http_filters:
 `
-	if withRouter {
-		doc += `    http_filters:
-    # The router filter must be last.
+	if !grpcOK {
+		doc += `    - name: envoy.filters.http.cors
+      typed_config:
+        "@type": type.googleapis.com/envoy.extensions.filters.http.cors.v3.Cors
+`
+	}
+	return doc + `    # The router filter must be last.
     - name: envoy.filters.http.router
       typed_config:
         "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
 `
-	}
-	return doc
 }
 
 const routeYAML = `"@type": type.googleapis.com/envoy.config.route.v3.RouteConfiguration

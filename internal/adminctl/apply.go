@@ -25,6 +25,9 @@ type applyFlags struct {
 	maxDeletions  int
 	chunked       bool
 	lockTimeout   time.Duration
+	// checkRefs and strict: see checkReferences.
+	checkRefs bool
+	strict    bool
 }
 
 // defaultLockTimeout is how long apply and delete wait for the scope's
@@ -56,9 +59,11 @@ resource in proto3 JSON form with an "@type", or a whole DiscoveryResponse
 prints).
 
 Every resource is checked before anything is written: strict decoding
-(unknown fields are errors), the Envoy protos' validation rules, and
-non-empty names unique per type across all the files. An error names the
-file, the document, the resource, the field and the rule.
+(unknown fields are errors), the Envoy protos' validation rules, also on
+what every Any holds (typed_config: an unknown type is an error), an
+HttpConnectionManager's router filter last, and non-empty names unique per
+type across all the files. An error names the file, the document, the
+resource, the field (its path through typed_config) and the rule.
 
 --prune also deletes the resources of the scope that the files do not name,
 of the types the files hold: "apply -f clusters.yaml --prune" deletes only
@@ -80,6 +85,12 @@ they expire together unless written again. An apply larger than etcd's limits
 (--max-txn-ops, --max-request-bytes) fails, unless --chunked splits it into
 several transactions in make-before-break order (clusters and endpoints
 first, deletions last), at the price of clients seeing it in parts.
+
+--check-references warns (on standard error) about references that resolve
+neither in the input nor in etcd (the scope, and for a node group the default
+scope too): a route naming a missing cluster, a listener naming a missing
+route configuration over RDS, an EDS cluster without endpoints. With
+--strict they are errors and nothing is written.
 
 The output lists every resource as created, changed, unchanged or deleted,
 then the etcd revision the apply made.`,
@@ -107,6 +118,8 @@ then the etcd revision the apply made.`,
 	fl.IntVar(&f.maxDeletions, "max-deletions", defaultMaxDeletions, "with --prune: refuse to delete more than this many resources")
 	fl.BoolVar(&f.chunked, "chunked", false, "split an apply beyond etcd's limits into several transactions")
 	fl.DurationVar(&f.lockTimeout, "lock-timeout", defaultLockTimeout, "how long to wait for the scope's apply lock, held by another apply or delete")
+	fl.BoolVar(&f.checkRefs, "check-references", false, "warn about routes naming missing clusters, listeners naming missing route configurations (RDS) and EDS clusters without endpoints, in the input and the scope")
+	fl.BoolVar(&f.strict, "strict", false, "with --check-references: a missing reference is an error, and nothing is written")
 	_ = cmd.MarkFlagFilename("filename", "yaml", "yml", "json")
 	return cmd
 }
@@ -174,6 +187,9 @@ func (a *app) runApply(ctx context.Context, f applyFlags) error {
 	if err := checkLockTimeout(f.lockTimeout); err != nil {
 		return err
 	}
+	if f.strict && !f.checkRefs {
+		return errors.New("--strict needs --check-references")
+	}
 	docs, err := readDocs(f.files, a.in)
 	if err != nil {
 		return err
@@ -201,6 +217,11 @@ func (a *app) runApply(ctx context.Context, f applyFlags) error {
 		return err
 	}
 	defer c.Close()
+	if f.checkRefs {
+		if err := a.checkReferences(ctx, c, f.scope, docs, f.strict); err != nil {
+			return err
+		}
+	}
 	return a.execute(ctx, c, req, lockSpec{scope: f.scope, timeout: f.lockTimeout}, f.dryRun, store.ApplyOptions{Chunked: f.chunked}, check)
 }
 

@@ -103,6 +103,22 @@ resources:
 			want:  `-: document 1, resource 2 (cluster "b"): invalid Cluster.ConnectTimeout: value must be greater than 0s`,
 		},
 		{
+			name: "router filter not last, inside typed_config",
+			args: []string{"apply", "-f", "-"},
+			stdin: `"@type": type.googleapis.com/envoy.config.listener.v3.Listener
+name: l
+api_listener:
+  api_listener:
+    "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+    stat_prefix: l
+    rds: {route_config_name: r, config_source: {ads: {}}}
+    http_filters:
+    - {name: envoy.filters.http.router, typed_config: {"@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}}
+    - {name: envoy.filters.http.fault, typed_config: {"@type": type.googleapis.com/envoy.extensions.filters.http.fault.v3.HTTPFault}}
+`,
+			want: `-: document 1 (listener "l"): api_listener.api_listener(envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager).http_filters[0]: the router filter (type.googleapis.com/envoy.extensions.filters.http.router.v3.Router) must be the last HTTP filter, not 1 of 2`,
+		},
+		{
 			name:  "stdin twice",
 			args:  []string{"apply", "-f", "-", "-f", "-"},
 			stdin: clusterYAML("x", "1s"),

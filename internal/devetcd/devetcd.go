@@ -11,10 +11,13 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"sync"
 	"syscall"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.etcd.io/etcd/server/v3/storage/mvcc"
 	"go.uber.org/zap"
 )
 
@@ -32,17 +35,56 @@ type Config struct {
 	// --max-request-bytes. Zero keeps etcd's defaults (128, 1.5 MiB).
 	MaxTxnOps       uint
 	MaxRequestBytes uint
-	// Logger gets a line when the server is up; nil discards. etcd's own
-	// logs are kept at error level.
+	// Logger gets a line when the server is up, and one per compaction
+	// (Debug) or defragmentation (Info); nil discards. etcd's own logs are
+	// kept at error level.
 	Logger *slog.Logger
 	// StartTimeout bounds the wait for the server to be ready. Zero: 60s.
 	StartTimeout time.Duration
+
+	// HistoryRevisions is how many revisions of history compaction keeps:
+	// "xdsadmin get --revision", "diff" and "watch --from" work back that
+	// far, and a replica whose watch broke resumes from where it was
+	// rather than reloading. Zero: DefaultHistoryRevisions; negative:
+	// never compact (the history grows without bound).
+	HistoryRevisions int64
+	// CompactCheck is how often the server's revision is looked at; it is
+	// compacted when HistoryRevisions/10 revisions (at least 1) have
+	// passed beyond the history kept. Zero: 1s.
+	CompactCheck time.Duration
+	// DefragFreeBytes: after a compaction, the database file is
+	// defragmented (given back to the file system) when at least this many
+	// bytes and at least half the file are free. etcd serves nothing while
+	// it defragments: in dev mode that is a few milliseconds per MiB.
+	// Zero: 64 MiB; negative: never.
+	DefragFreeBytes int64
+	// QuotaBytes is etcd's --quota-backend-bytes: beyond it etcd raises
+	// the NOSPACE alarm and refuses every write until the space is
+	// reclaimed and the alarm disarmed. Zero: DefaultQuotaBytes.
+	QuotaBytes int64
+	// UnsafeNoFsync is etcd's --unsafe-no-fsync: writes are not synced to
+	// disk, and a crash may lose or corrupt them. For tests that make many
+	// writes, never for data anyone keeps.
+	UnsafeNoFsync bool
 }
+
+// The defaults of the history kept and of the quota. 10,000 revisions of
+// small dev resources are a few MiB; the quota is a quarter of etcd's own
+// 2 GiB default, ample for a dev store whose history is bounded.
+const (
+	DefaultHistoryRevisions = 10000
+	DefaultQuotaBytes       = 512 << 20
+)
 
 // Server is a running embedded etcd.
 type Server struct {
 	etcd     *embed.Etcd
 	endpoint string
+	log      *slog.Logger
+
+	stop chan struct{} // closed by Close: stops the compactor
+	done chan struct{} // closed when the compactor has returned
+	once sync.Once     // makes Close idempotent
 }
 
 // portTries is how many times Start picks free ports for addresses
@@ -111,6 +153,24 @@ func start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.MaxRequestBytes > 0 {
 		ec.MaxRequestBytes = cfg.MaxRequestBytes
 	}
+	if cfg.HistoryRevisions == 0 {
+		cfg.HistoryRevisions = DefaultHistoryRevisions
+	}
+	if cfg.CompactCheck <= 0 {
+		cfg.CompactCheck = time.Second
+	}
+	if cfg.DefragFreeBytes == 0 {
+		cfg.DefragFreeBytes = 64 << 20
+	}
+	if cfg.QuotaBytes <= 0 {
+		cfg.QuotaBytes = DefaultQuotaBytes
+	}
+	ec.QuotaBackendBytes = cfg.QuotaBytes
+	ec.UnsafeNoFsync = cfg.UnsafeNoFsync
+	// etcd's own auto-compaction stays off: its revision mode looks every
+	// five minutes, time enough for a write loop to add millions of
+	// revisions, and its periodic mode bounds time, not size. The
+	// compactor below keeps a number of revisions, checked every second.
 	e, err := embed.StartEtcd(ec)
 	if err != nil {
 		return nil, fmt.Errorf("devetcd: start on %s: %w", clientAddr, err)
@@ -133,10 +193,73 @@ func start(ctx context.Context, cfg Config) (*Server, error) {
 		e.Close()
 		return nil, ctx.Err()
 	}
-	if cfg.Logger != nil {
-		cfg.Logger.Info("embedded etcd serving", "endpoint", clientAddr, "dir", cfg.Dir)
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
 	}
-	return &Server{etcd: e, endpoint: clientAddr}, nil
+	log.Info("embedded etcd serving", "endpoint", clientAddr, "dir", cfg.Dir,
+		"history_revisions", cfg.HistoryRevisions, "quota_bytes", cfg.QuotaBytes)
+	s := &Server{etcd: e, endpoint: clientAddr, log: log, stop: make(chan struct{}), done: make(chan struct{})}
+	go s.compactor(cfg)
+	return s, nil
+}
+
+// compactor compacts the history to the last cfg.HistoryRevisions
+// revisions, in steps of a tenth of that, and defragments when a
+// compaction leaves much of the file free. It returns when Close is called.
+func (s *Server) compactor(cfg Config) {
+	defer close(s.done)
+	if cfg.HistoryRevisions < 0 {
+		return
+	}
+	step := max(cfg.HistoryRevisions/10, 1)
+	t := time.NewTicker(cfg.CompactCheck)
+	defer t.Stop()
+	var compacted int64
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+		if to := s.etcd.Server.KV().Rev() - cfg.HistoryRevisions; to >= compacted+step {
+			if err := s.compact(to); err != nil {
+				s.log.Warn("embedded etcd: compaction failed; retrying", "revision", to, "err", err)
+				continue
+			}
+			compacted = to
+			s.log.Debug("embedded etcd: compacted", "revision", to)
+		}
+		// Looked at on every tick, not only after a compaction: bbolt
+		// counts the pages a compaction frees as free only once a later
+		// write commits.
+		be := s.etcd.Server.Backend()
+		size, inUse := be.Size(), be.SizeInUse()
+		if free := size - inUse; cfg.DefragFreeBytes > 0 && free >= cfg.DefragFreeBytes && free >= size/2 {
+			if err := s.etcd.Server.Defragment(); err != nil {
+				s.log.Warn("embedded etcd: defragmentation failed", "err", err)
+				continue
+			}
+			s.log.Info("embedded etcd: defragmented", "db_bytes_before", size, "db_bytes_in_use", inUse, "db_bytes", be.Size())
+		}
+	}
+}
+
+func (s *Server) compact(rev int64) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	go func() { // Close cancels a compaction under way
+		select {
+		case <-s.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	_, err := s.etcd.Server.Compact(ctx, &etcdserverpb.CompactionRequest{Revision: rev, Physical: true})
+	if errors.Is(err, mvcc.ErrCompacted) {
+		return nil // compacted already, by an operator's etcdctl
+	}
+	return err
 }
 
 // Endpoint is the host:port clients dial.
@@ -145,9 +268,14 @@ func (s *Server) Endpoint() string { return s.endpoint }
 // Err reports a fatal server error; it never closes on its own.
 func (s *Server) Err() <-chan error { return s.etcd.Err() }
 
-// Close stops the server and waits for it. It is safe to call twice.
+// Close stops the compactor and the server, and waits for them. It is
+// safe to call twice.
 func (s *Server) Close() error {
-	s.etcd.Close()
+	s.once.Do(func() {
+		close(s.stop)
+		<-s.done
+		s.etcd.Close() // which panics when called twice
+	})
 	return nil
 }
 

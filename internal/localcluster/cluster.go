@@ -665,6 +665,11 @@ func (c *Cluster) etcdArgs(p *proc) []string {
 		"--initial-cluster", strings.Join(initial, ","),
 		"--initial-cluster-state", "new",
 		"--initial-cluster-token", "legation-" + c.cfg.NamePrefix + c.cfg.Net,
+		// History and space as the README's cluster example keeps them
+		// (EtcdFlags, after these, may change them).
+		"--auto-compaction-mode", "revision",
+		"--auto-compaction-retention", "100000",
+		"--quota-backend-bytes", "4294967296",
 	}
 	if t := etcdTLS(&c.cfg); t != nil {
 		cert, key := t.CertFile, t.KeyFile

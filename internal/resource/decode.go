@@ -253,6 +253,9 @@ func itemLabel(item json.RawMessage) string {
 
 func unmarshalJSON(js []byte, m proto.Message) error {
 	if err := unmarshalStrict.Unmarshal(js, m); err != nil {
+		if uerr := unknownAnyInJSON(js); uerr != nil {
+			return uerr
+		}
 		// protojson's positions refer to the JSON made from the YAML, not
 		// to the operator's file: leave them out. protobuf also puts a
 		// no-break space after "proto:" at random, to stop callers from
@@ -291,7 +294,7 @@ func fromAny(source string, index, item int, a *anypb.Any) (Doc, error) {
 	if err := ValidateName(name); err != nil {
 		return fail(label, err)
 	}
-	if err := Validate(msg); err != nil {
+	if err := Check(msg); err != nil {
 		return fail(label, err)
 	}
 	body, err := Marshal(t, msg)

@@ -126,7 +126,7 @@ func checkDoc(t *testing.T, d resource.Doc) {
 	if got := d.Type.NameOf(msg); got != d.Name {
 		t.Errorf("%s: body names %q, want %q", d.Where(), got, d.Name)
 	}
-	if err := resource.Validate(msg); err != nil {
+	if err := resource.Check(msg); err != nil {
 		t.Errorf("%s: body does not validate: %v", d.Where(), err)
 	}
 	// The stored bytes are stable: marshaling the decoded body again gives
@@ -267,7 +267,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"bad enum", clusterA + "lb_policy: NOPE\n",
 			`in.yaml: document 1 (cluster "a"): proto: invalid value for enum field lbPolicy: "NOPE"`},
 		{"unresolvable typed_config", "\"@type\": type.googleapis.com/envoy.config.listener.v3.Listener\nname: l\nfilter_chains:\n- filters:\n  - name: x\n    typed_config:\n      \"@type\": type.googleapis.com/foo.Bar\n",
-			`in.yaml: document 1 (listener "l"): proto: unable to resolve "type.googleapis.com/foo.Bar": "not found"`},
+			`in.yaml: document 1 (listener "l"): filter_chains[0].filters[0].typed_config: unknown type "type.googleapis.com/foo.Bar": not an Envoy extension type this xdsadmin knows`},
 		{"control character in name", "\"@type\": " + clusterURL + "\nname: \"a\\tb\"\n",
 			`in.yaml: document 1 (cluster "a\tb"): name "a\tb" holds a control character`},
 		{"several rule violations", "\"@type\": " + endpointURL + "\ncluster_name: e\nendpoints:\n- priority: 1\n  load_balancing_weight: 0\n",

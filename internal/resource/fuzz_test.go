@@ -31,6 +31,15 @@ func FuzzDecode(f *testing.F) {
 		clusterA + "name: b\n",
 		"# header\n--- !!map\n" + clusterA + "eds_cluster_config: {service_name: a}\n",
 		"",
+		listenerYAML("", routerFilter+faultFilter),
+		listenerYAML("s", `      - name: x
+        typed_config: {"@type": type.googleapis.com/example.Nope}
+`),
+		listenerYAML("s", `      - name: x
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.http.fault.v3.HTTPFault
+          abort: {http_status: 99, percentage: {numerator: 1}}
+`+routerFilter),
 	} {
 		f.Add([]byte(s))
 	}
@@ -58,5 +67,29 @@ func FuzzDecode(f *testing.F) {
 			}
 			checkDoc(t, d)
 		}
+	})
+}
+
+// FuzzCheck feeds binary resources, as the store receives them from any
+// writer, to Check: whatever the Any inside them hold, at whatever depth,
+// it must return, not panic.
+func FuzzCheck(f *testing.F) {
+	for _, file := range []string{"../../examples/listeners.yaml", "../../examples/routes.yaml", "../../examples/clusters.yaml"} {
+		docs, err := resource.Decode(file, readFile(f, file))
+		if err != nil {
+			f.Fatal(err)
+		}
+		for _, d := range docs {
+			f.Add(uint8(d.Type.Order), d.Body.GetValue())
+		}
+	}
+	f.Fuzz(func(t *testing.T, typ uint8, b []byte) {
+		all := resource.All()
+		tp := all[int(typ)%len(all)]
+		msg, err := resource.Unmarshal(tp, b)
+		if err != nil {
+			return
+		}
+		_ = resource.Check(msg)
 	})
 }

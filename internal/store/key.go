@@ -85,6 +85,13 @@ func parsePath(p string) (Key, error) {
 // ("type/scope/name"). It checks that the envelope decodes, that its body
 // is a resource of the key's type that decodes, and that the resource's
 // own name is the key's name. Errors wrap ErrMalformed.
+//
+// It does not run resource.Check: every write through Store is checked
+// already, and a replica decodes each revision once on its hot path. A
+// value another tool wrote that breaks a rule inside typed_config is
+// served and NACKed by the clients (and shown by xdsadmin status) rather
+// than withheld: a stricter check in a newer release must not make a
+// replica drop a listener that older replicas serve.
 func DecodeValue(p string, value []byte) (Key, *legationv1.Envelope, error) {
 	k, err := parsePath(p)
 	if err != nil {

@@ -494,7 +494,9 @@ func (s *Store) MakePlan(ctx context.Context, req PlanRequest) (*Plan, error) {
 
 // checkPut refuses a put that would store what DecodeValue rejects when
 // it is read back: no name, a body of another type than the key's, or a
-// body naming another resource than the key.
+// body naming another resource than the key; and a body that breaks the
+// Envoy protos' rules, in the resource or in any Any inside it
+// (resource.Check).
 func checkPut(p Put) error {
 	if p.Type == nil {
 		return fmt.Errorf("store: put of %q without a type", p.Name)
@@ -511,6 +513,11 @@ func checkPut(p Put) error {
 	}
 	if got := p.Type.NameOf(msg); got != p.Name {
 		return fmt.Errorf("store: %s: body names %q", p.Key, got)
+	}
+	// Every writer, not only xdsadmin's decoder, gets the same checks,
+	// typed_config included: a resource Envoy would NACK is not stored.
+	if err := resource.Check(msg); err != nil {
+		return fmt.Errorf("store: %s: %w", p.Key, err)
 	}
 	return nil
 }

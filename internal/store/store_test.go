@@ -14,6 +14,7 @@ import (
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"github.com/google/go-cmp/cmp"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
@@ -1052,6 +1053,20 @@ func TestPruneAndDelete(t *testing.T) {
 		wrongName.Name = "b"
 		noName := put(t, resource.Cluster, "edge", "a", 1)
 		noName.Name = ""
+		// A listener whose typed_config breaks the rules of its own type:
+		// only the deep walk into the Any finds it.
+		hcm, err := anypb.New(&hcmv3.HttpConnectionManager{
+			RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{RouteConfigName: "r", ConfigSource: &corev3.ConfigSource{
+				ConfigSourceSpecifier: &corev3.ConfigSource_Ads{Ads: &corev3.AggregatedConfigSource{}}}}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		badListener, err := resource.Marshal(resource.Listener, &listenerv3.Listener{Name: "l", ApiListener: &listenerv3.ApiListener{ApiListener: hcm}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		badHCM := store.Put{Key: key(resource.Listener, "edge", "l"), Body: badListener}
 		for _, tc := range []struct {
 			name string
 			req  store.PlanRequest
@@ -1063,6 +1078,7 @@ func TestPruneAndDelete(t *testing.T) {
 			{"body of another type", store.PlanRequest{Puts: []store.Put{wrongType}}, `store: cluster/edge/a: body is "type.googleapis.com/envoy.config.listener.v3.Listener", want "type.googleapis.com/envoy.config.cluster.v3.Cluster"`},
 			{"body naming another resource", store.PlanRequest{Puts: []store.Put{wrongName}}, `store: cluster/edge/b: body names "a"`},
 			{"no name", store.PlanRequest{Puts: []store.Put{noName}}, `store: cluster/edge/: empty name: every resource needs a non-empty name`},
+			{"invalid typed_config", store.PlanRequest{Puts: []store.Put{a, badHCM}}, `store: listener/edge/l: api_listener.api_listener(envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager).stat_prefix: value length must be at least 1 runes; api_listener.api_listener(envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager).http_filters: no router filter (type.googleapis.com/envoy.extensions.filters.http.router.v3.Router): the last HTTP filter must be the router`},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				_, err := s.MakePlan(ctx, tc.req)

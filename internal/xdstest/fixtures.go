@@ -58,14 +58,18 @@ func adsSource() *corev3.ConfigSource {
 
 // Cluster is an EDS cluster whose endpoints (service name: its own name)
 // come over ADS. ms is its connect timeout in milliseconds, which makes
-// versions of it differ.
+// versions of it differ; 0 leaves it unset (Envoy's default), as a zero
+// timeout breaks the proto's rules and the store refuses it.
 func Cluster(name string, ms int64) *clusterv3.Cluster {
-	return &clusterv3.Cluster{
+	c := &clusterv3.Cluster{
 		Name:                 name,
-		ConnectTimeout:       durationpb.New(time.Duration(ms) * time.Millisecond),
 		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
 		EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{ServiceName: name, EdsConfig: adsSource()},
 	}
+	if ms != 0 {
+		c.ConnectTimeout = durationpb.New(time.Duration(ms) * time.Millisecond)
+	}
+	return c
 }
 
 // Endpoints is the ClusterLoadAssignment of cluster name: one endpoint on
