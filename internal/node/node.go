@@ -193,12 +193,13 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 		return fmt.Errorf("node: %w", err)
 	}
 	if n.status, err = status.NewWriter(status.Config{
-		Client:     n.client,
-		Prefix:     cfg.EtcdPrefix,
-		Replica:    cfg.Name,
-		Source:     n.nodeStatus,
-		Logger:     n.log,
-		Registerer: n.reg,
+		Client:           n.client,
+		Prefix:           cfg.EtcdPrefix,
+		Replica:          cfg.Name,
+		Source:           n.nodeStatus,
+		MaxTxnsPerSecond: cfg.StatusWriteBudget,
+		Logger:           n.log,
+		Registerer:       n.reg,
 	}); err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
