@@ -816,6 +816,9 @@ func (n *Node) readiness() (bool, string) {
 			return false, "loading the authorization rules from etcd"
 		}
 	}
+	if r := n.view.RevisionReset(); r != nil {
+		return false, fmt.Sprintf("%s; serving the view at revision %d until etcd's revision passes it", r, r.View)
+	}
 	if quiet := time.Since(n.view.LastHeard()); quiet > n.cfg.EtcdStaleAfter {
 		return false, fmt.Sprintf("etcd unreachable: nothing heard from it for %s; serving the view at revision %d meanwhile",
 			quiet.Round(time.Second), n.view.Snapshot().Revision)
