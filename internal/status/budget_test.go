@@ -130,3 +130,32 @@ func TestWriteBudget(t *testing.T) {
 		t.Errorf("etcd revision moved by %.0f in %.1fs, over the 3 replicas' budget of %.0f", revs, elapsed, replicas*limit)
 	}
 }
+
+// TestWriteBudgetReachesEveryNode: with every node changing on every round
+// and a budget of one transaction of two records a round, each round
+// writes the nodes after those the last one wrote, so every node's record
+// is written in turn rather than the first two's again and again.
+func TestWriteBudgetReachesEveryNode(t *testing.T) {
+	e := storetest.Start(t, storetest.Options{})
+	c := e.Client(t)
+	const prefix = "/turn/"
+	var calls atomic.Int64
+	ids := []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j"}
+	w := startWriter(t, c, prefix, "r", func(cfg *status.Config) {
+		cfg.Source = func() []status.NodeStatus {
+			v := fmt.Sprint(calls.Add(1)) // every node changes every round
+			out := make([]status.NodeStatus, len(ids))
+			for i, id := range ids {
+				out[i] = node(id, v)
+			}
+			return out
+		}
+		cfg.Interval = 50 * time.Millisecond
+		cfg.MaxTxnsPerSecond = 20 // one transaction a round
+		cfg.MaxOps = 2
+	})
+	eventually(t, "a record for every node", func() bool { return len(readStored(t, c, prefix)) == len(ids) })
+	if got := w.metric("legation_status_updates_coalesced_total"); got == 0 {
+		t.Error("no update coalesced")
+	}
+}
