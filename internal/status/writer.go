@@ -53,9 +53,10 @@ type Config struct {
 	// number of nodes. The records that changed beyond it stay dirty, keyed
 	// by node: the next rounds write them in node-id order from where the
 	// last round stopped, each with its latest value (a change superseded
-	// before it was written is never written). A round spends at most
-	// max(1, MaxTxnsPerSecond×Interval) transactions, and the spare budget
-	// does not accumulate beyond that. Zero: 20.
+	// before it was written is never written). Spare budget accumulates up
+	// to max(1, MaxTxnsPerSecond×max(Interval, 1s)) transactions: over any
+	// T seconds the writer commits at most that plus MaxTxnsPerSecond×T.
+	// Zero: 20.
 	MaxTxnsPerSecond float64
 	// MaxOps bounds the operations of one etcd transaction. It must not be
 	// over the etcd servers' --max-txn-ops. Deletes go at most MaxOps-1 to
@@ -193,7 +194,10 @@ func NewWriter(cfg Config) (*Writer, error) {
 		return nil, err
 	}
 	m.budget.Set(cfg.MaxTxnsPerSecond)
-	burst := max(1, math.Floor(cfg.MaxTxnsPerSecond*cfg.Interval.Seconds()))
+	// Spare budget accumulates up to a second's worth (or an Interval's, if
+	// longer): a round slower than Interval still spends the budget of the
+	// time it took.
+	burst := max(1, math.Floor(cfg.MaxTxnsPerSecond*max(cfg.Interval, time.Second).Seconds()))
 	return &Writer{
 		cfg:      cfg,
 		log:      log.With("component", "status", "replica", cfg.Replica),
