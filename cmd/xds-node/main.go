@@ -109,6 +109,8 @@ func parseFlags(args []string) (node.Config, error) {
 		"an xDS stream (relayed ones too) whose client takes no response for this long ends with UNAVAILABLE; 0: no bound")
 	fs.Float64Var(&cfg.RebalanceRate, "rebalance-rate", cfg.RebalanceRate,
 		"streams each replica closes per second (with jitter) when a membership change moves their node's home")
+	fs.Float64Var(&cfg.StatusWriteBudget, "status-write-budget", cfg.StatusWriteBudget,
+		"etcd transactions per second (each up to 64 node status records) this replica spends at most on status records; the rest waits, coalesced by node")
 	fs.DurationVar(&cfg.EtcdStaleAfter, "etcd-stale-after", cfg.EtcdStaleAfter,
 		"not ready after hearing nothing from etcd for this long (the last view is still served)")
 	fs.BoolVar(&cfg.DebugOpen, "debug-open", cfg.DebugOpen,

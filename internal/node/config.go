@@ -90,6 +90,12 @@ type Config struct {
 	// ready replicas, while it keeps serving its last view. Must be
 	// positive.
 	EtcdStaleAfter time.Duration
+	// StatusWriteBudget (--status-write-budget) bounds this replica's
+	// writes of node status records: etcd transactions per second, each
+	// of up to 64 records, whatever the number of nodes it serves. What
+	// changes beyond it waits, coalesced by node, for the next seconds.
+	// Must be positive.
+	StatusWriteBudget float64
 	// Name is the replica's name (--name). DefaultConfig uses the
 	// hostname.
 	Name string
@@ -274,6 +280,7 @@ func DefaultConfig() Config {
 		SendTimeout:         xd.SendTimeout,
 		RebalanceRate:       50,              // streams closed per second after a membership change
 		EtcdStaleAfter:      3 * time.Second, // three missed progress notifications
+		StatusWriteBudget:   20,              // status.DefaultConfig: 1,280 records a second
 
 		// Limits and overload.
 		KeepaliveMinTime:      5 * time.Second,  // Envoy's and gRPC's usual pings are 10s or more
@@ -369,6 +376,9 @@ func (c *Config) Validate() error {
 	}
 	if !(c.RebalanceRate > 0) || c.RebalanceRate > 1e6 {
 		add(fmt.Errorf("--rebalance-rate %v: must be positive (streams per second)", c.RebalanceRate))
+	}
+	if !(c.StatusWriteBudget > 0) || c.StatusWriteBudget > 1e6 {
+		add(fmt.Errorf("--status-write-budget %v: must be positive (etcd transactions per second)", c.StatusWriteBudget))
 	}
 	if c.EtcdStaleAfter <= 0 {
 		add(fmt.Errorf("--etcd-stale-after %s: must be positive", c.EtcdStaleAfter))

@@ -1,6 +1,7 @@
 package node_test
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -43,6 +44,8 @@ func TestValidate(t *testing.T) {
 		{"no limits", func(c *node.Config) {
 			c.MaxConnectionAge, c.MaxStreamsPerConn, c.StreamRate, c.StreamBurst, c.MaxStreams, c.HTTPMaxConns = 0, 0, 0, 0, 0, 0
 		}, ""},
+		{"status write budget zero", func(c *node.Config) { c.StatusWriteBudget = 0 }, "--status-write-budget"},
+		{"status write budget NaN", func(c *node.Config) { c.StatusWriteBudget = math.NaN() }, "--status-write-budget"},
 		{"keepalive min time zero", func(c *node.Config) { c.KeepaliveMinTime = 0 }, "--keepalive-min-time"},
 		{"keepalive time zero", func(c *node.Config) { c.KeepaliveTime = 0 }, "--keepalive-time"},
 		{"keepalive timeout negative", func(c *node.Config) { c.KeepaliveTimeout = -time.Second }, "--keepalive-timeout"},

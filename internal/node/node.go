@@ -199,12 +199,13 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 		return fmt.Errorf("node: %w", err)
 	}
 	if n.status, err = status.NewWriter(status.Config{
-		Client:     n.client,
-		Prefix:     cfg.EtcdPrefix,
-		Replica:    cfg.Name,
-		Source:     n.nodeStatus,
-		Logger:     n.log,
-		Registerer: n.reg,
+		Client:           n.client,
+		Prefix:           cfg.EtcdPrefix,
+		Replica:          cfg.Name,
+		Source:           n.nodeStatus,
+		MaxTxnsPerSecond: cfg.StatusWriteBudget,
+		Logger:           n.log,
+		Registerer:       n.reg,
 	}); err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
@@ -886,6 +887,9 @@ func (n *Node) readiness() (bool, string) {
 		default:
 			return false, "loading the authorization rules from etcd"
 		}
+	}
+	if r := n.view.RevisionReset(); r != nil {
+		return false, fmt.Sprintf("%s; serving the view at revision %d until etcd's revision passes it", r, r.View)
 	}
 	if quiet := time.Since(n.view.LastHeard()); quiet > n.cfg.EtcdStaleAfter {
 		return false, fmt.Sprintf("etcd unreachable: nothing heard from it for %s; serving the view at revision %d meanwhile",

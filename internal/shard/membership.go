@@ -518,8 +518,16 @@ func (m *Membership) registryLoop(ctx context.Context, ka <-chan *clientv3.Lease
 		backoff = minBackoff
 		register.Reset(backoff)
 	}
+	// The record changes with readiness only; a flapping replica still
+	// writes it at most once per minRecordInterval, the last state winning.
+	var last time.Time
 	write := func() {
 		rewrite.Stop()
+		if wait := minRecordInterval - time.Since(last); !last.IsZero() && wait > 0 {
+			rewrite.Reset(wait)
+			return
+		}
+		last = time.Now()
 		id := clientv3.LeaseID(m.lease.Load())
 		if id == 0 {
 			return // registering again writes the current record
@@ -567,6 +575,10 @@ func (m *Membership) registryLoop(ctx context.Context, ka <-chan *clientv3.Lease
 		}
 	}
 }
+
+// minRecordInterval spaces a replica's writes of its registry record: its
+// membership writes are at most one a second, whatever the cluster's size.
+const minRecordInterval = time.Second
 
 // stoppedTimer returns a timer that has not started.
 func stoppedTimer() *time.Timer {

@@ -480,3 +480,38 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Fatalf("no metric %s", name)
 	return 0
 }
+
+// TestRegistryWriteBudget flaps a replica's readiness 200 times: its
+// registry record is written at most about once a second, and ends in the
+// last state.
+func TestRegistryWriteBudget(t *testing.T) {
+	c := newCluster(t)
+	a := c.start(c.config("a"))
+	client := c.etcd.Client(t)
+	ctx := testCtx(t)
+	key := shard.RegistryKey(testPrefix, "a")
+	before, err := client.Get(ctx, key)
+	if err != nil || len(before.Kvs) != 1 {
+		t.Fatalf("Get %s: %v", key, err)
+	}
+	began := time.Now()
+	for i := range 200 {
+		a.SetReady(i%2 == 0)
+		time.Sleep(5 * time.Millisecond)
+	}
+	a.SetReady(true)
+	waitFor(t, shardTestTimeout, "the record does not end ready", func() bool {
+		reg, err := shard.ListRegistry(ctx, client, testPrefix)
+		return err == nil && len(reg) == 1 && reg[0].Ready
+	})
+	after, err := client.Get(ctx, key)
+	if err != nil || len(after.Kvs) != 1 {
+		t.Fatalf("Get %s: %v", key, err)
+	}
+	writes := after.Kvs[0].Version - before.Kvs[0].Version
+	// One write a second, plus the first at once.
+	if limit := int64(time.Since(began).Seconds()) + 2; writes > limit {
+		t.Errorf("record written %d times in %s, want at most %d", writes, time.Since(began), limit)
+	}
+	t.Logf("201 readiness changes in %s: %d record writes", time.Since(began), writes)
+}

@@ -15,6 +15,10 @@ type metrics struct {
 	leaseLost prometheus.Counter
 	held      prometheus.Gauge
 	takenOver prometheus.Counter
+	budget    prometheus.Gauge
+	dirty     prometheus.Gauge
+	deferred  prometheus.Counter
+	coalesced prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -35,11 +39,19 @@ func newMetrics() *metrics {
 			Name: "legation_status_records", Help: "Status records this replica holds in etcd."}),
 		takenOver: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "legation_status_records_taken_over_total", Help: "Records this replica wrote that another replica (or tool) wrote over or deleted since: left alone, or written again while the node is still here."}),
+		budget: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "legation_status_write_budget_txns_per_second", Help: "The status write budget: etcd transactions per second this replica commits at most (--status-write-budget)."}),
+		dirty: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "legation_status_records_dirty", Help: "Record writes and deletes the write budget left for the next rounds, after the last round."}),
+		deferred: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "legation_status_records_deferred_total", Help: "Record writes and deletes the write budget left for a later round, counted once per round left."}),
+		coalesced: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "legation_status_updates_coalesced_total", Help: "Record values the write budget held back that a newer value replaced (or the node left) before they were written: writes saved."}),
 	}
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.written, m.bytes, m.deleted, m.txns, m.errors, m.leaseLost, m.held, m.takenOver}
+	return []prometheus.Collector{m.written, m.bytes, m.deleted, m.txns, m.errors, m.leaseLost, m.held, m.takenOver, m.budget, m.dirty, m.deferred, m.coalesced}
 }
 
 // register registers the collectors on reg (nil: nothing), all or none.

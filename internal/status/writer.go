@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -46,6 +47,17 @@ type Config struct {
 	// replica served the node for a while, then deleted its record). Zero:
 	// 30s. At least Interval.
 	ResyncInterval time.Duration
+	// MaxTxnsPerSecond is the write budget: how many etcd transactions
+	// (record writes and deletes, each of up to MaxOps records) the writer
+	// commits per second at most, averaged over Interval, whatever the
+	// number of nodes. The records that changed beyond it stay dirty, keyed
+	// by node: the next rounds write them in node-id order from where the
+	// last round stopped, each with its latest value (a change superseded
+	// before it was written is never written). Spare budget accumulates up
+	// to max(1, MaxTxnsPerSecond×max(Interval, 1s)) transactions: over any
+	// T seconds the writer commits at most that plus MaxTxnsPerSecond×T.
+	// Zero: 20.
+	MaxTxnsPerSecond float64
 	// MaxOps bounds the operations of one etcd transaction. It must not be
 	// over the etcd servers' --max-txn-ops. Deletes go at most MaxOps-1 to
 	// a transaction: each is conditional (a nested transaction), and etcd
@@ -69,7 +81,10 @@ func DefaultConfig() Config {
 		Interval:       time.Second,      // a push and its ACK, usually in one write
 		ResyncInterval: 30 * time.Second, // one keys-only read of the directory
 		MaxOps:         64,               // half of etcd's default --max-txn-ops (128)
-		LeaseTTL:       10 * time.Second, // as shard's registry lease
+		// 20 txns of 64 records: 1,280 record writes a second per
+		// replica, 20 etcd revisions.
+		MaxTxnsPerSecond: 20,
+		LeaseTTL:         10 * time.Second, // as shard's registry lease
 	}
 }
 
@@ -84,6 +99,9 @@ func (c *Config) fill() {
 	}
 	if c.MaxOps == 0 {
 		c.MaxOps = d.MaxOps
+	}
+	if c.MaxTxnsPerSecond == 0 {
+		c.MaxTxnsPerSecond = d.MaxTxnsPerSecond
 	}
 	if c.LeaseTTL == 0 {
 		c.LeaseTTL = d.LeaseTTL
@@ -116,6 +134,9 @@ func (c Config) Validate() error {
 	if c.MaxOps < 1 {
 		add("MaxOps %d must be positive", c.MaxOps)
 	}
+	if c.MaxTxnsPerSecond < 0 || math.IsNaN(c.MaxTxnsPerSecond) || math.IsInf(c.MaxTxnsPerSecond, 0) {
+		add("MaxTxnsPerSecond %v must be positive", c.MaxTxnsPerSecond)
+	}
 	if c.LeaseTTL < time.Second {
 		add("LeaseTTL %s must be at least 1s", c.LeaseTTL)
 	}
@@ -145,6 +166,16 @@ type Writer struct {
 	kaStop  context.CancelFunc
 	written map[string]held // node id -> what it has in etcd under lease
 	failing bool            // the last round failed: log again only on recovery
+	// The write budget: a token bucket of transactions, refilled at
+	// MaxTxnsPerSecond up to burst.
+	tokens float64
+	burst  float64
+	filled time.Time // when tokens was last refilled
+	// deferred holds the records the budget left for a later round: node
+	// id -> hash of the value not written. A node whose value changes
+	// again before it is written counts one coalesced update.
+	deferred map[string]uint64
+	cursor   string // the last node id written: the next round starts after it
 }
 
 // NewWriter returns a writer for cfg, its zero fields set to the defaults.
@@ -162,13 +193,21 @@ func NewWriter(cfg Config) (*Writer, error) {
 	if err := m.register(cfg.Registerer); err != nil {
 		return nil, err
 	}
+	m.budget.Set(cfg.MaxTxnsPerSecond)
+	// Spare budget accumulates up to a second's worth (or an Interval's, if
+	// longer): a round slower than Interval still spends the budget of the
+	// time it took.
+	burst := max(1, math.Floor(cfg.MaxTxnsPerSecond*max(cfg.Interval, time.Second).Seconds()))
 	return &Writer{
-		cfg:     cfg,
-		log:     log.With("component", "status", "replica", cfg.Replica),
-		metrics: m,
-		syncs:   make(chan chan error),
-		done:    make(chan struct{}),
-		written: map[string]held{},
+		cfg:      cfg,
+		log:      log.With("component", "status", "replica", cfg.Replica),
+		metrics:  m,
+		syncs:    make(chan chan error),
+		done:     make(chan struct{}),
+		written:  map[string]held{},
+		burst:    burst,
+		tokens:   burst,
+		deferred: map[string]uint64{},
 	}, nil
 }
 
@@ -278,10 +317,18 @@ func (w *Writer) round(ctx context.Context) error {
 		r.Home = w.cfg.Replica
 		v := encode(r)
 		h := xxhash.Sum64(v)
+		if d, ok := w.deferred[r.NodeID]; ok && d != h {
+			w.metrics.coalesced.Inc() // the value the budget held back is never written
+		}
 		if old, ok := w.written[r.NodeID]; ok && old.hash == h {
 			continue
 		}
 		puts = append(puts, pending{id: r.NodeID, key: Key(w.cfg.Prefix, r.NodeID), value: v, hash: h})
+	}
+	for id := range w.deferred {
+		if !now[id] {
+			w.metrics.coalesced.Inc() // left before its record was written
+		}
 	}
 	var gone []string
 	for id := range w.written {
@@ -291,10 +338,27 @@ func (w *Writer) round(ctx context.Context) error {
 	}
 	slices.SortFunc(puts, func(a, b pending) int { return strings.Compare(a.id, b.id) })
 	slices.Sort(gone)
+	// Start after the last node written, so that a budget smaller than
+	// what changes still reaches every node in turn.
+	at, _ := slices.BinarySearchFunc(puts, w.cursor, func(p pending, id string) int {
+		if p.id <= id {
+			return -1
+		}
+		return 1
+	})
+	puts = append(puts[at:], puts[:at]...)
 
-	err := w.put(ctx, puts)
+	// Deletes first: a node that left never changes again, so they are
+	// done with; puts then have the rest of the budget.
+	avail := w.refill()
+	budget := avail
+	gone, err := w.delete(ctx, gone, &budget)
 	if err == nil {
-		err = w.delete(ctx, gone)
+		puts, err = w.put(ctx, puts, &budget)
+	}
+	w.tokens -= float64(avail - budget)
+	if err == nil {
+		w.postpone(puts, len(gone))
 	}
 	w.metrics.held.Set(float64(len(w.written)))
 	if err != nil {
@@ -307,10 +371,38 @@ func (w *Writer) round(ctx context.Context) error {
 	return nil
 }
 
+// refill adds the tokens earned since the last refill, up to the burst,
+// and returns how many whole transactions they allow.
+func (w *Writer) refill() int {
+	now := time.Now()
+	if !w.filled.IsZero() {
+		w.tokens = min(w.burst, w.tokens+now.Sub(w.filled).Seconds()*w.cfg.MaxTxnsPerSecond)
+	}
+	w.filled = now
+	return int(w.tokens)
+}
+
+// postpone records what the budget left for later: the puts not written and
+// the count of deletes not done.
+func (w *Writer) postpone(puts []pending, gone int) {
+	next := make(map[string]uint64, len(puts))
+	for _, p := range puts {
+		next[p.id] = p.hash
+	}
+	w.deferred = next
+	w.metrics.dirty.Set(float64(len(puts) + gone))
+	if len(puts)+gone > 0 {
+		w.metrics.deferred.Add(float64(len(puts) + gone))
+		w.log.Debug("status: write budget spent; the rest waits for the next rounds",
+			"records", len(puts), "deletes", gone, "txns_per_second", w.cfg.MaxTxnsPerSecond)
+	}
+}
+
 // put writes the records in transactions of at most MaxOps puts and
-// maxTxnBytes.
-func (w *Writer) put(ctx context.Context, puts []pending) error {
-	for len(puts) > 0 {
+// maxTxnBytes, while *budget (transactions) lasts. It returns the records
+// not written.
+func (w *Writer) put(ctx context.Context, puts []pending, budget *int) ([]pending, error) {
+	for len(puts) > 0 && *budget > 0 {
 		n, size := 0, 0
 		for n < len(puts) && n < w.cfg.MaxOps {
 			s := len(puts[n].key) + len(puts[n].value)
@@ -321,7 +413,6 @@ func (w *Writer) put(ctx context.Context, puts []pending) error {
 			n++
 		}
 		batch := puts[:n]
-		puts = puts[n:]
 		ops := make([]clientv3.Op, len(batch))
 		for i, p := range batch {
 			ops[i] = clientv3.OpPut(p.key, string(p.value), clientv3.WithLease(w.lease))
@@ -329,30 +420,33 @@ func (w *Writer) put(ctx context.Context, puts []pending) error {
 		tctx, cancel := context.WithTimeout(ctx, w.cfg.LeaseTTL)
 		resp, err := w.cfg.Client.Txn(tctx).Then(ops...).Commit()
 		cancel()
+		*budget-- // a failed transaction may have committed
 		if err != nil {
 			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 				w.lost("etcd no longer knows it")
 			}
-			return fmt.Errorf("status: write %d records: %w", len(batch), err)
+			return puts, fmt.Errorf("status: write %d records: %w", len(batch), err)
 		}
+		puts = puts[n:]
 		w.metrics.txns.Inc()
 		w.metrics.written.Add(float64(len(batch)))
 		w.metrics.bytes.Add(float64(size))
 		for _, p := range batch {
 			w.written[p.id] = held{hash: p.hash, rev: resp.Header.Revision}
 		}
+		w.cursor = batch[len(batch)-1].id
 	}
-	return nil
+	return puts, nil
 }
 
 // delete deletes the records of the nodes that left, each only if it is
-// still under this writer's lease: if another replica wrote it since, the
-// node is connected there and the record is the other's.
-func (w *Writer) delete(ctx context.Context, gone []string) error {
+// still under this writer's lease (if another replica wrote it since, the
+// node is connected there and the record is the other's), while *budget
+// (transactions) lasts. It returns the ids not deleted.
+func (w *Writer) delete(ctx context.Context, gone []string, budget *int) ([]string, error) {
 	per := max(w.cfg.MaxOps-1, 1)
-	for len(gone) > 0 {
+	for len(gone) > 0 && *budget > 0 {
 		batch := gone[:min(per, len(gone))]
-		gone = gone[len(batch):]
 		ops := make([]clientv3.Op, len(batch))
 		for i, id := range batch {
 			key := Key(w.cfg.Prefix, id)
@@ -363,9 +457,11 @@ func (w *Writer) delete(ctx context.Context, gone []string) error {
 		tctx, cancel := context.WithTimeout(ctx, w.cfg.LeaseTTL)
 		resp, err := w.cfg.Client.Txn(tctx).Then(ops...).Commit()
 		cancel()
+		*budget--
 		if err != nil {
-			return fmt.Errorf("status: delete %d records: %w", len(batch), err)
+			return gone, fmt.Errorf("status: delete %d records: %w", len(batch), err)
 		}
+		gone = gone[len(batch):]
 		w.metrics.txns.Inc()
 		for i, id := range batch {
 			// Ours or not, the key is no longer this writer's to track.
@@ -377,7 +473,7 @@ func (w *Writer) delete(ctx context.Context, gone []string) error {
 			}
 		}
 	}
-	return nil
+	return gone, nil
 }
 
 // check runs resync, and a round at once if it forgot records.

@@ -2,6 +2,7 @@ package status_test
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -27,7 +28,7 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatalf("good config: %v", err)
 	}
 	zero := good()
-	zero.Interval, zero.ResyncInterval, zero.MaxOps, zero.LeaseTTL = 0, 0, 0, 0
+	zero.Interval, zero.ResyncInterval, zero.MaxOps, zero.LeaseTTL, zero.MaxTxnsPerSecond = 0, 0, 0, 0, 0
 	if err := zero.Validate(); err != nil {
 		t.Fatalf("zero fields stand for the defaults: %v", err)
 	}
@@ -43,6 +44,8 @@ func TestConfigValidate(t *testing.T) {
 		{"negative interval", func(c *status.Config) { c.Interval = -time.Second }, "Interval"},
 		{"resync below interval", func(c *status.Config) { c.Interval, c.ResyncInterval = time.Minute, time.Second }, "ResyncInterval"},
 		{"max ops", func(c *status.Config) { c.MaxOps = -1 }, "MaxOps"},
+		{"negative budget", func(c *status.Config) { c.MaxTxnsPerSecond = -1 }, "MaxTxnsPerSecond"},
+		{"infinite budget", func(c *status.Config) { c.MaxTxnsPerSecond = math.Inf(1) }, "MaxTxnsPerSecond"},
 		{"lease ttl", func(c *status.Config) { c.LeaseTTL = 100 * time.Millisecond }, "LeaseTTL"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

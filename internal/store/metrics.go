@@ -12,6 +12,8 @@ type viewMetrics struct {
 	skipped    prometheus.Gauge
 	watchLosts prometheus.Counter
 	stalls     prometheus.Counter
+	resets     prometheus.Counter
+	resetHeld  prometheus.Gauge
 }
 
 func newViewMetrics(reg prometheus.Registerer, in *interests) *viewMetrics {
@@ -34,6 +36,10 @@ func newViewMetrics(reg prometheus.Registerer, in *interests) *viewMetrics {
 			Name: "legation_view_watch_stalls_total", Help: "Watches restarted because etcd sent nothing, not even progress, for the stall timeout."}),
 		watchLosts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "legation_view_watch_restarts_total", Help: "Times the view's etcd watch ended and was started again."}),
+		resets: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "legation_view_revision_resets_total", Help: "Times etcd's revision was found behind the view's (etcd restored from an older snapshot without --bump-revision)."}),
+		resetHeld: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "legation_view_revision_reset", Help: "1 while etcd's revision is behind the view's and the view serves its last snapshot, else 0."}),
 	}
 	wakes := prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "legation_view_stream_wakes_total",
@@ -44,7 +50,7 @@ func newViewMetrics(reg prometheus.Registerer, in *interests) *viewMetrics {
 		Help: "Times the view woke an xDS stream that no change concerned, so that it lets go of the snapshots published since it last advanced (at most every 10s, and only while changes are published)."},
 		func() float64 { return float64(in.catchUps.Load()) })
 	if reg != nil {
-		reg.MustRegister(m.revision, m.resources, m.events, m.snapshots, m.reloads, m.malformed, m.skipped, m.watchLosts, m.stalls, wakes, catchUps)
+		reg.MustRegister(m.revision, m.resources, m.events, m.snapshots, m.reloads, m.malformed, m.skipped, m.watchLosts, m.stalls, m.resets, m.resetHeld, wakes, catchUps)
 	}
 	return m
 }

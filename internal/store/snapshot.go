@@ -29,6 +29,18 @@ type Entry struct {
 	// Body is the resource exactly as stored: its Value is the marshaled
 	// resource, sent to clients as is. It is never re-marshaled.
 	Body *anypb.Any
+
+	// etcdRev is the key's etcd mod revision when ModRevision was raised
+	// above it (a reload after etcd went back to older data), else 0.
+	etcdRev int64
+}
+
+// etcdModRevision is the key's mod revision in etcd.
+func (e *Entry) etcdModRevision() int64 {
+	if e.etcdRev != 0 {
+		return e.etcdRev
+	}
+	return e.ModRevision
 }
 
 // ChangeKind says how a resource changed between two snapshots.

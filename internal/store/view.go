@@ -150,6 +150,9 @@ type View struct {
 	// response or progress notification), in Unix nanoseconds.
 	heard atomic.Int64
 
+	// reset is set while etcd's revision is behind the view's.
+	reset atomic.Pointer[RevisionReset]
+
 	// Owned by the Run goroutine.
 	malformed map[string]int64 // etcd key -> mod revision of its bad value
 	tombFIFO  []tomb
@@ -232,6 +235,27 @@ func (v *View) WaitRevision(ctx context.Context, rev int64) (*Snapshot, error) {
 	return s, nil
 }
 
+// RevisionReset says that etcd's revision went behind the view's: etcd was
+// restored from an older snapshot without --bump-revision. The view keeps
+// serving its last snapshot until etcd's revision passes it.
+type RevisionReset struct {
+	// Etcd is etcd's revision when last asked.
+	Etcd int64
+	// View is the revision of the snapshot the view keeps serving.
+	View int64
+	// Since is when the view found it.
+	Since time.Time
+}
+
+// String is the reason readiness gives.
+func (r *RevisionReset) String() string {
+	return fmt.Sprintf("etcd revision reset: etcd at %d < view at %d", r.Etcd, r.View)
+}
+
+// RevisionReset returns the revision reset the view is holding through,
+// nil if none.
+func (v *View) RevisionReset() *RevisionReset { return v.reset.Load() }
+
 // LastHeard returns when etcd last answered the view: the view is etcd's
 // state as of then at least. Zero before the first load.
 func (v *View) LastHeard() time.Time {
@@ -277,7 +301,7 @@ func streamCtx(ctx context.Context, id string) context.Context {
 // meanwhile. Call it once.
 func (v *View) Run(ctx context.Context) error {
 	for {
-		if err := v.load(ctx); err == nil {
+		if err := v.load(ctx, false); err == nil {
 			break
 		} else if ctx.Err() != nil {
 			return nil
@@ -304,33 +328,43 @@ func (v *View) Run(ctx context.Context) error {
 		}
 		v.metrics.watchLosts.Inc()
 		var compacted *compactedError
-		if errors.As(err, &compacted) {
+		var reset *resetError
+		switch {
+		case errors.As(err, &reset):
+			if v.hold(ctx) {
+				v.historyTo = 0
+				if !v.reload(ctx, true) {
+					return nil
+				}
+			}
+		case errors.As(err, &compacted):
 			if v.historyTo != 0 && compacted.rev <= v.cur.Load().Revision+1 {
 				// Only history was lost: read what is left of it.
 				from = compacted.rev
 				continue
 			}
 			// Events the view needs are gone: reload. What history was
-			// read stays; the rest is not needed any more.
+			// read stays; the rest is not needed any more. After a restore
+			// with --bump-revision --mark-compacted this is the way back.
 			v.historyTo = 0
 			v.endHistoryRead()
 			v.cfg.Logger.Warn("view: watch compacted; reloading", "revision", v.cur.Load().Revision, "compacted", compacted.rev)
-			for {
-				if err := v.load(ctx); err == nil {
-					break
-				} else if ctx.Err() != nil {
-					return nil
-				} else {
-					v.cfg.Logger.Warn("view: reload failed; retrying", "err", err)
-				}
-				if !sleep(ctx, v.cfg.RetryInterval) {
-					return nil
-				}
+			if !v.reload(ctx, false) {
+				return nil
 			}
-		} else {
+		default:
 			v.cfg.Logger.Warn("view: watch ended; resuming", "revision", v.cur.Load().Revision, "err", err)
 			if !sleep(ctx, v.cfg.RetryInterval) {
 				return nil
+			}
+			// etcd sends a watch from a revision it has not reached
+			// nothing, not even progress: after a restore that took its
+			// revision back, the watch stalls. Ask where etcd is.
+			if v.hold(ctx) {
+				v.historyTo = 0
+				if !v.reload(ctx, true) {
+					return nil
+				}
 			}
 		}
 		if v.historyTo == 0 {
@@ -338,6 +372,99 @@ func (v *View) Run(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// reload loads the whole state again, retrying until it succeeds; if etcd
+// turns out to be behind the view it holds first (see hold). afterReset
+// says etcd went back since the view last loaded: every key is then taken
+// as changed, since a revision at or below the view's may now name other
+// data. It returns false if ctx ended first.
+func (v *View) reload(ctx context.Context, afterReset bool) bool {
+	for {
+		err := v.load(ctx, afterReset)
+		if err == nil {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		var reset *resetError
+		if errors.As(err, &reset) {
+			if v.hold(ctx) {
+				afterReset = true
+			}
+			continue
+		}
+		v.cfg.Logger.Warn("view: reload failed; retrying", "err", err)
+		if !sleep(ctx, v.cfg.RetryInterval) {
+			return false
+		}
+	}
+}
+
+// hold is called when etcd answered at a revision behind the view's. It
+// asks etcd for its revision with a linearizable read: if etcd is not
+// behind after all (a member lagging the others answered), it returns
+// false at once. Otherwise etcd went back to older data (restored from a
+// snapshot without --bump-revision): hold reports it (RevisionReset, a
+// log, the metrics) and keeps the view's last snapshot, so that no client
+// is sent a version lower than one it was sent, until etcd's revision
+// passes the view's; then it returns true and the view must reload. It
+// also returns, true, if ctx ends.
+func (v *View) hold(ctx context.Context) bool {
+	view := v.cur.Load().Revision
+	var r *RevisionReset
+	for {
+		etcd, err := v.etcdRevision(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return true
+		case err != nil:
+			v.cfg.Logger.Debug("view: read etcd's revision", "err", err)
+		case r == nil && etcd >= view:
+			return false
+		case etcd > view:
+			v.cfg.Logger.Info("view: etcd's revision passed the view's again; reloading every resource",
+				"etcd_revision", etcd, "view_revision", view, "held_for", time.Since(r.Since).Round(time.Millisecond))
+			v.reset.Store(nil)
+			v.metrics.resetHeld.Set(0)
+			return true
+		default:
+			v.heard.Store(time.Now().UnixNano()) // etcd answers: not stale
+			if r == nil {
+				r = &RevisionReset{Etcd: etcd, View: view, Since: time.Now()}
+				v.metrics.resets.Inc()
+				v.metrics.resetHeld.Set(1)
+				v.cfg.Logger.Warn("view: etcd's revision is behind the view's: etcd was restored from an older snapshot; "+
+					"serving the view's last snapshot until etcd's revision passes it (restore with --bump-revision to avoid this)",
+					"etcd_revision", etcd, "view_revision", view)
+			} else {
+				r = &RevisionReset{Etcd: etcd, View: view, Since: r.Since}
+			}
+			v.reset.Store(r)
+		}
+		if !sleep(ctx, v.cfg.RetryInterval) {
+			return true
+		}
+	}
+}
+
+// etcdRevision returns etcd's current revision, read linearizably.
+func (v *View) etcdRevision(ctx context.Context) (int64, error) {
+	rctx, cancel := context.WithTimeout(ctx, max(v.cfg.StallTimeout, time.Second))
+	defer cancel()
+	resp, err := v.cfg.Client.Get(rctx, v.root, clientv3.WithCountOnly())
+	if err != nil {
+		return 0, err
+	}
+	return resp.Header.Revision, nil
+}
+
+// resetError is etcd answering at a revision behind the view's.
+type resetError struct{ etcd, view int64 }
+
+func (e *resetError) Error() string {
+	return fmt.Sprintf("etcd answered at revision %d, behind the view's %d", e.etcd, e.view)
 }
 
 type compactedError struct{ rev int64 }
@@ -386,6 +513,9 @@ func (v *View) follow(ctx context.Context, from int64) error {
 			}
 			if err := wr.Err(); err != nil {
 				return err
+			}
+			if cur := v.cur.Load().Revision; wr.Header.Revision != 0 && wr.Header.Revision < cur {
+				return &resetError{etcd: wr.Header.Revision, view: cur}
 			}
 			v.cfg.Logger.Debug("view: watch response", "header", wr.Header.Revision, "events", len(wr.Events), "progress", wr.IsProgressNotify())
 			v.heard.Store(time.Now().UnixNano())
@@ -452,7 +582,13 @@ func (v *View) publish(s *Snapshot) {
 
 // load reads the whole state at one revision and publishes it. On a reload
 // the new snapshot records, as its changes, how it differs from the last.
-func (v *View) load(ctx context.Context) error {
+// A key changed since the last snapshot whose mod revision is not above
+// the last snapshot's (etcd went back to older data) is given the reload's
+// revision as its ModRevision, so that the versions served never go back
+// and clients holding the newer data are sent the older. afterReset takes
+// every key as changed (see reload). It refuses, with a *resetError, a
+// revision behind the last snapshot's, or equal to it after a reset.
+func (v *View) load(ctx context.Context, afterReset bool) error {
 	prev := v.cur.Load()
 	var b *builder
 	if prev == nil {
@@ -464,11 +600,16 @@ func (v *View) load(ctx context.Context) error {
 	seen := map[string]bool{}
 	st := &Store{cfg: Config{PageSize: v.cfg.PageSize}, kv: v.cfg.Client, root: v.root}
 	var rev int64
-	err := st.rangeAll(ctx, v.root, 0, func(r int64) { rev = r }, func(kv *mvccpb.KeyValue) {
+	err := st.rangeAll(ctx, v.root, 0, func(r int64) {
+		rev = r
+		if prev != nil {
+			b.raiseTo, b.raiseUpTo = r, prev.Revision
+		}
+	}, func(kv *mvccpb.KeyValue) {
 		p := string(kv.Key[len(v.root):])
 		seen[p] = true
-		if prev != nil {
-			if e, ok := prev.entries.Get([]byte(p)); ok && e.ModRevision == kv.ModRevision {
+		if prev != nil && !afterReset {
+			if e, ok := prev.entries.Get([]byte(p)); ok && e.etcdModRevision() == kv.ModRevision {
 				return // unchanged since the last snapshot
 			}
 		}
@@ -478,8 +619,8 @@ func (v *View) load(ctx context.Context) error {
 		return err
 	}
 	if prev != nil {
-		if rev < prev.Revision {
-			return fmt.Errorf("store: view: etcd answered at revision %d, behind the view's %d", rev, prev.Revision)
+		if rev < prev.Revision || (afterReset && rev == prev.Revision) {
+			return &resetError{etcd: rev, view: prev.Revision}
 		}
 		prev.entries.Root().Walk(func(k []byte, e *Entry) bool {
 			if !seen[string(k)] {
@@ -527,6 +668,10 @@ type builder struct {
 	reloaded    bool
 	touched     bool
 	initial     bool // the first load: every entry is new, list no changes
+	// On a reload, a key written at or before raiseUpTo (the last
+	// snapshot's revision) that changed is presented as written at
+	// raiseTo (the reload's revision).
+	raiseTo, raiseUpTo int64
 }
 
 func newBuilder(prev *Snapshot) *builder {
@@ -621,6 +766,9 @@ func (b *builder) put(v *View, kv *mvccpb.KeyValue, p string) {
 	body := env.GetBody()
 	body.TypeUrl = k.Type.URL // share one string per type
 	e := &Entry{Key: k, ModRevision: kv.ModRevision, CreateRevision: kv.CreateRevision, Lease: kv.Lease, Body: body}
+	if b.raiseTo != 0 && kv.ModRevision <= b.raiseUpTo {
+		e.etcdRev, e.ModRevision = kv.ModRevision, b.raiseTo
+	}
 	if env.GetTtl() != nil {
 		e.TTL = env.GetTtl().AsDuration()
 	}
@@ -629,9 +777,9 @@ func (b *builder) put(v *View, kv *mvccpb.KeyValue, p string) {
 	}
 	b.entries.Insert([]byte(p), e)
 	b.tombs.Delete([]byte(p))
-	b.bumpSet(p, kv.ModRevision)
+	b.bumpSet(p, e.ModRevision)
 	if !b.initial {
-		b.changes = append(b.changes, EntryChange{Key: k, Kind: Upserted, Revision: kv.ModRevision})
+		b.changes = append(b.changes, EntryChange{Key: k, Kind: Upserted, Revision: e.ModRevision})
 	}
 	b.touched = true
 }

@@ -153,7 +153,7 @@ func BenchmarkViewLoadFromEtcd(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := v.load(ctx); err != nil {
+		if err := v.load(ctx, false); err != nil {
 			b.Fatal(err)
 		}
 		if got := v.Snapshot().Len(); got != n {

@@ -249,6 +249,9 @@ func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	for _, mf := range mfs {
 		if mf.GetName() == name {
+			if g := mf.GetMetric()[0].GetGauge(); g != nil {
+				return g.GetValue()
+			}
 			return mf.GetMetric()[0].GetCounter().GetValue()
 		}
 	}
