@@ -2,6 +2,7 @@ package devetcd_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -76,17 +77,25 @@ func cluster(t testing.TB, name string, v int) *anypb.Any {
 
 // apply plans and applies one put, as xdsadmin apply does, and returns
 // the revision written.
+//
+// Applies to one scope from many workers conflict (each compares the
+// scope's apply marker): a conflict plans again, as xdsadmin does.
 func (e *compactEnv) apply(ctx context.Context, t testing.TB, name string, v int) (int64, error) {
-	plan, err := e.store.MakePlan(ctx, store.PlanRequest{Puts: []store.Put{{
-		Key: store.Key{Type: resource.Cluster, Scope: store.DefaultScope, Name: name}, Body: cluster(t, name, v)}}})
-	if err != nil {
-		return 0, err
+	for {
+		plan, err := e.store.MakePlan(ctx, store.PlanRequest{Puts: []store.Put{{
+			Key: store.Key{Type: resource.Cluster, Scope: store.DefaultScope, Name: name}, Body: cluster(t, name, v)}}})
+		if err != nil {
+			return 0, err
+		}
+		res, err := e.store.Apply(ctx, plan, store.ApplyOptions{})
+		if errors.Is(err, store.ErrConflict) {
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		return res.Revision, nil
 	}
-	res, err := e.store.Apply(ctx, plan, store.ApplyOptions{})
-	if err != nil {
-		return 0, err
-	}
-	return res.Revision, nil
 }
 
 // drive makes n applies with workers in parallel, each worker changing
