@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 
 	"github.com/legation-io/legation/internal/relay"
@@ -190,4 +191,36 @@ func TestRebalanceStops(t *testing.T) {
 	if n := metric(t, a.reg, "legation_relay_rebalance_closes_total"); n != 1 {
 		t.Errorf("legation_relay_rebalance_closes_total = %v, want 1", n)
 	}
+}
+
+// TestRebalanceDropsBackedOffConns: a membership change drops the pooled
+// connection to a home that could not be reached (backing off in
+// TRANSIENT_FAILURE), so that the next stream to it dials at once, and
+// keeps the others; streams on the kept connection carry on.
+func TestRebalanceDropsBackedOffConns(t *testing.T) {
+	c := newCluster(t)
+	a := c.addReplica(t, "a")
+	b := c.addReplica(t, "b")
+	c.apply(t, clusters(1)...)
+	a.setHomes(map[string]string{"n1": "b", "n2": "x"}) // x: not in the cluster, at gone
+	relayed := adsStream(t, a.addr)
+	relayed.Send(cdsRequest("n1"))
+	relayed.Expect()
+	local := adsStream(t, a.addr)
+	local.Send(cdsRequest("n2")) // x unreachable: served by A
+	local.Expect()
+	waitFor(t, "the connection to x backing off", func() bool {
+		st, ok := relay.PooledConnState(a.relay, gone)
+		return ok && st == connectivity.TransientFailure
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), xdstest.Timeout)
+	defer cancel()
+	a.relay.Rebalance(ctx, ring("a", map[string]string{"n1": "b", "n2": "x"}))
+	if _, ok := relay.PooledConnState(a.relay, gone); ok {
+		t.Error("the backed-off connection to x is still pooled after a membership change")
+	}
+	if st, ok := relay.PooledConnState(a.relay, b.addr); !ok || st != connectivity.Ready {
+		t.Errorf("the connection to b: %v pooled %v, want it kept and ready", st, ok)
+	}
+	relayed.ExpectNone()
 }

@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 
 	"github.com/legation-io/legation/internal/xdsstream"
@@ -138,17 +139,32 @@ func (r *Relay) Rebalance(ctx context.Context, home func(nodeID string) (name st
 	return closed
 }
 
-// resetBackoff has every pooled connection that waits out a
-// reconnection backoff try to connect at once.
+// resetBackoff drops from the pool every connection that waits out a
+// reconnection backoff (TRANSIENT_FAILURE), so that the next stream to
+// that home dials afresh, at once. (grpc-go's
+// ClientConn.ResetConnectBackoff would reset it in place, but in v1.85 it
+// ranges over the connection's subchannels without the lock its balancer
+// writes them under: a data race.) A dropped connection still carrying
+// streams is closed by release when the last one ends.
 func (r *Relay) resetBackoff() {
 	r.mu.Lock()
-	ccs := make([]*grpc.ClientConn, 0, len(r.conns))
-	for _, pc := range r.conns {
-		ccs = append(ccs, pc.cc)
+	var closeNow []*grpc.ClientConn
+	for addr, pc := range r.conns {
+		if pc.cc.GetState() != connectivity.TransientFailure {
+			continue
+		}
+		delete(r.conns, addr)
+		if pc.idle != nil {
+			pc.idle.Stop()
+			pc.idle = nil
+		}
+		if pc.refs == 0 {
+			closeNow = append(closeNow, pc.cc)
+		}
 	}
 	r.mu.Unlock()
-	for _, cc := range ccs {
-		cc.ResetConnectBackoff()
+	for _, cc := range closeNow {
+		cc.Close() // only ErrClientConnClosing, impossible here
 	}
 }
 

@@ -611,14 +611,24 @@ func (r *Relay) conn(addr string) (*grpc.ClientConn, func(), error) {
 }
 
 // release gives back a connection conn handed out; the last one out
-// starts its idle timer.
+// starts its idle timer, or closes it if it was dropped from the pool.
 func (r *Relay) release(addr string, pc *pooledConn) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	pc.refs--
-	if pc.refs > 0 || r.conns[addr] != pc {
+	if pc.refs > 0 {
+		r.mu.Unlock()
 		return
 	}
+	if r.conns[addr] != pc {
+		closed := r.closed
+		r.mu.Unlock()
+		if !closed {
+			// Dropped from the pool (resetBackoff): its last stream ended.
+			pc.cc.Close() // only ErrClientConnClosing, impossible here
+		}
+		return
+	}
+	defer r.mu.Unlock()
 	gen := pc.gen
 	pc.idle = time.AfterFunc(r.cfg.ConnIdleTimeout, func() {
 		r.mu.Lock()
