@@ -278,29 +278,33 @@ func (w *replicaWatch) run() {
 	}
 }
 
-func (w *replicaWatch) poll() {
-	w.mu.Lock()
-	up := make(map[string]bool, len(w.up))
-	for k, v := range w.up {
-		up[k] = v
-	}
-	going := w.going
-	w.nPolls++
-	w.mu.Unlock()
+// planned returns the rings the plan allows now: the replicas meant to
+// be up, and those with the one going down. Called with w.mu held.
+func (w *replicaWatch) planned() (up map[string]bool, running, withGoing string) {
+	up = make(map[string]bool, len(w.up))
 	var names []string
-	for n, ok := range up {
+	for n, ok := range w.up {
+		up[n] = ok
 		if ok {
 			names = append(names, n)
 		}
 	}
 	sort.Strings(names)
-	running := strings.Join(names, ",")
-	withGoing := running
-	if going != "" && !up[going] {
-		s := append(slices.Clone(names), going)
+	running = strings.Join(names, ",")
+	withGoing = running
+	if w.going != "" && !w.up[w.going] {
+		s := append(slices.Clone(names), w.going)
 		sort.Strings(s)
 		withGoing = strings.Join(s, ",")
 	}
+	return up, running, withGoing
+}
+
+func (w *replicaWatch) poll() {
+	w.mu.Lock()
+	up, running, withGoing := w.planned()
+	w.nPolls++
+	w.mu.Unlock()
 	for _, r := range w.c.Replicas() {
 		if !r.Running() {
 			continue
@@ -328,14 +332,18 @@ func (w *replicaWatch) poll() {
 		w.mu.Lock()
 		k := ringKey{r.Name, r.PID}
 		if rs := w.rings[k]; len(rs) == 0 || rs[len(rs)-1].ring != key {
-			planned := key == running || key == withGoing
+			// The plan may have changed while the ring was read (a
+			// replica planned down, then stopped): either plan explains
+			// the ring.
+			_, runningNow, withGoingNow := w.planned()
+			planned := key == running || key == withGoing || key == runningNow || key == withGoingNow
 			w.rings[k] = append(rs, ringSample{now, key, planned})
 			// A replica just started may see itself alone, or part of
 			// the ring, before it has joined: only the rings after its
 			// first planned one count.
 			if !planned && slices.ContainsFunc(rs, func(r ringSample) bool { return r.planned }) {
-				w.bad = append(w.bad, fmt.Sprintf("%s saw ring [%s] at %s, want [%s] or [%s]",
-					r.Name, key, now.Format("15:04:05.000"), running, withGoing))
+				w.bad = append(w.bad, fmt.Sprintf("%s saw ring [%s] at %s, want [%s] or [%s] (planned when the poll began), or [%s] or [%s] (now)",
+					r.Name, key, now.Format("15:04:05.000"), running, withGoing, runningNow, withGoingNow))
 			}
 		}
 		w.mu.Unlock()
