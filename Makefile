@@ -24,7 +24,7 @@ APT_SHELLCHECK := shellcheck
 APT_IPROUTE    := iproute2
 
 .PHONY: all build run test check-proto fmt-check golangci-lint shellcheck unit \
-	fuzz $(FUZZ_RUNS) e2e bench lint proto tidy setup clean
+	fuzz $(FUZZ_RUNS) e2e bench bench-load lint proto tidy setup clean
 
 all: build
 
@@ -64,6 +64,28 @@ e2e: setup
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# The load scenarios of docs/performance.md (hack/bench-load.sh): Legation
+# SotW and delta at BENCH_STREAMS and BENCH_DELTA_STREAMS streams, then
+# Legation beside go-control-plane (bench/gcp) at BENCH_GCP_STREAMS and
+# BENCH_SMALL_STREAMS; 0 skips a scenario. The JSON results go to
+# BENCH_OUT. 10,000 streams take minutes on 2 cores: make bench-load
+# BENCH_STREAMS=2000 BENCH_DELTA_STREAMS=2000 for a quicker look.
+BENCH_STREAMS       ?= 10000
+BENCH_DELTA_STREAMS ?= 10000
+BENCH_GCP_STREAMS   ?= 2000
+BENCH_SMALL_STREAMS ?= 500
+BENCH_LISTENERS     ?= 0
+BENCH_UPDATES       ?= 10
+BENCH_INTERVAL      ?= 1s
+BENCH_IDLE          ?= 10s
+BENCH_OUT           ?= bench-load-out
+
+bench-load:
+	GO=$(GO) STREAMS=$(BENCH_STREAMS) DELTA_STREAMS=$(BENCH_DELTA_STREAMS) \
+	GCP_STREAMS=$(BENCH_GCP_STREAMS) SMALL_STREAMS=$(BENCH_SMALL_STREAMS) \
+	LISTENERS=$(BENCH_LISTENERS) UPDATES=$(BENCH_UPDATES) INTERVAL=$(BENCH_INTERVAL) IDLE=$(BENCH_IDLE) \
+	OUT=$(BENCH_OUT) ./hack/bench-load.sh
 
 lint: fmt-check golangci-lint shellcheck
 

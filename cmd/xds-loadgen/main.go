@@ -1,0 +1,203 @@
+// Command xds-loadgen simulates a fleet of Envoys on ADS against a Legation
+// replica (or the go-control-plane server of bench/gcp), writes a scenario
+// of endpoint changes, and reports each client's commit-to-receipt
+// latency, what the clients received, and the server's CPU and RSS
+// (README, "Load testing"). The work is package loadgen's.
+//
+// Exit codes: 0 when the run completed, 1 on a runtime error (the initial
+// sync did not complete, a write failed), 2 on a bad flag.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/pflag"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/legation-io/legation/internal/etcdconn"
+	"github.com/legation-io/legation/internal/loadgen"
+	"github.com/legation-io/legation/internal/resource"
+	"github.com/legation-io/legation/internal/store"
+)
+
+// options are the flags beyond loadgen.Config's.
+type options struct {
+	target      string
+	mode        string
+	output      string
+	controlURL  string
+	etcd        etcdconn.Options
+	etcdPrefix  string
+	scope       string
+	dialTimeout time.Duration
+}
+
+func main() {
+	cfg, opts, err := parseFlags(os.Args[1:])
+	if errors.Is(err, pflag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		for _, line := range strings.Split(err.Error(), "\n") {
+			fmt.Fprintf(os.Stderr, "xds-loadgen: %s\n", line)
+		}
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, cfg, opts); err != nil {
+		fmt.Fprintf(os.Stderr, "xds-loadgen: %v\n", err)
+		stop()
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, cfg loadgen.Config, opts options) error {
+	switch opts.target {
+	case "legation":
+		cli, st, err := connect(ctx, opts)
+		if err != nil {
+			return err
+		}
+		defer cli.Close()
+		cfg.Target = &loadgen.StoreTarget{Store: st, Scope: opts.scope}
+	case "gcp":
+		cfg.Target = &loadgen.HTTPTarget{URL: strings.TrimSuffix(opts.controlURL, "/")}
+	}
+	res, err := loadgen.Run(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if opts.output == "json" {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
+	res.WriteText(os.Stdout)
+	return nil
+}
+
+// connect opens the etcd client and the store, checking within
+// --dial-timeout that etcd answers.
+func connect(ctx context.Context, opts options) (*clientv3.Client, *store.Store, error) {
+	ccfg, err := opts.etcd.ClientConfig()
+	if err != nil {
+		return nil, nil, err
+	}
+	ccfg.DialTimeout = opts.dialTimeout
+	ccfg.Logger = zap.NewNop()
+	cli, err := clientv3.New(ccfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("etcd at %s: %w", strings.Join(opts.etcd.Endpoints, ","), err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, opts.dialTimeout)
+	defer cancel()
+	if _, err := cli.Get(pctx, opts.etcdPrefix, clientv3.WithCountOnly()); err != nil {
+		cli.Close()
+		return nil, nil, fmt.Errorf("etcd at %s is unreachable: %w (is it running? set --etcd-endpoints)", strings.Join(opts.etcd.Endpoints, ","), err)
+	}
+	st, err := store.New(store.Config{Client: cli, Prefix: opts.etcdPrefix, Writer: "xds-loadgen"})
+	if err != nil {
+		cli.Close()
+		return nil, nil, fmt.Errorf("--etcd-prefix: %w", err)
+	}
+	return cli, st, nil
+}
+
+// parseFlags turns the command line into a checked Config; errors name
+// the flag.
+func parseFlags(args []string) (loadgen.Config, options, error) {
+	cfg := loadgen.DefaultConfig()
+	opts := options{target: "legation", mode: "sotw", output: "text", etcdPrefix: store.DefaultPrefix, scope: store.DefaultScope, dialTimeout: 5 * time.Second}
+	fs := pflag.NewFlagSet("xds-loadgen", pflag.ContinueOnError)
+	fs.SortFlags = false
+	fs.StringVar(&opts.target, "target", opts.target, "legation (writes to etcd) or gcp (writes to bench/gcp's control endpoint)")
+	fs.StringVar(&opts.mode, "mode", opts.mode, "sotw or delta ADS")
+	fs.StringVar(&cfg.XDSAddr, "xds-addr", "127.0.0.1:18000", "the server's ADS address")
+	fs.StringVar(&cfg.MetricsURL, "metrics-url", "http://127.0.0.1:18001/metrics", "the server's /metrics, for its process CPU and RSS; empty: not read")
+	fs.StringVar(&opts.controlURL, "control-url", "http://127.0.0.1:18101", "with --target gcp: the server's control endpoint")
+	fs.StringSliceVar(&opts.etcd.Endpoints, etcdconn.FlagEndpoints, []string{"127.0.0.1:2379"}, "with --target legation: etcd endpoints, comma separated")
+	fs.StringVar(&opts.etcdPrefix, "etcd-prefix", opts.etcdPrefix, "with --target legation: the replica's etcd key prefix")
+	fs.StringVar(&opts.scope, "scope", opts.scope, "with --target legation: the scope the fixture is written in: default (every node sees it) or the clients' group (--node-prefix, with the replica's default --group-by)")
+	opts.etcd.AddFlags(fs)
+	fs.IntVar(&cfg.Streams, "streams", cfg.Streams, "simulated Envoys, one ADS stream each")
+	fs.IntVar(&cfg.Conns, "conns", cfg.Conns, "gRPC connections the streams share round robin; 0: one per stream")
+	fs.Float64Var(&cfg.OpenRate, "open-rate", cfg.OpenRate, "streams opened per second at the start; 0: all at once")
+	fs.Float64Var(&cfg.NackRatio, "nack-ratio", cfg.NackRatio, "fraction of responses a synced client NACKs, in [0, 1)")
+	fs.IntVar(&cfg.Clusters, "clusters", cfg.Clusters, "EDS clusters in the fixture")
+	fs.IntVar(&cfg.Endpoints, "endpoints", cfg.Endpoints, "endpoints per cluster")
+	fs.IntVar(&cfg.Listeners, "listeners", cfg.Listeners, "listeners in the fixture, each with its route configuration; with some, clients also subscribe to LDS and RDS")
+	fs.IntVar(&cfg.Updates, "updates", cfg.Updates, "updates, each changing one cluster's endpoints")
+	fs.DurationVar(&cfg.Interval, "interval", cfg.Interval, "least time between the starts of two updates (each also waits for every client to have the last)")
+	fs.DurationVar(&cfg.Idle, "idle", cfg.Idle, "how long the server's CPU is measured with nothing changing; 0: not measured")
+	fs.DurationVar(&cfg.SyncTimeout, "sync-timeout", cfg.SyncTimeout, "bound on the initial sync of every client (exceeded: exit 1)")
+	fs.DurationVar(&cfg.UpdateTimeout, "update-timeout", cfg.UpdateTimeout, "bound on the wait for every client to receive one update (exceeded: recorded as missing)")
+	fs.DurationVar(&cfg.BackoffBase, "backoff-base", cfg.BackoffBase, "first reconnect backoff, doubled at each failure (full jitter)")
+	fs.DurationVar(&cfg.BackoffMax, "backoff-max", cfg.BackoffMax, "largest reconnect backoff")
+	fs.StringVar(&cfg.NodePrefix, "node-prefix", cfg.NodePrefix, "the clients' node cluster, and the prefix of their node ids")
+	fs.StringVarP(&opts.output, "output", "o", opts.output, "text or json (on stdout; the progress lines go to stderr)")
+	quiet := fs.Bool("quiet", false, "no progress lines")
+	fs.Usage = func() {
+		fmt.Fprintf(os.Stderr, "Usage: xds-loadgen [flags]\n\n"+
+			"Simulates Envoys on ADS against a Legation replica (or bench/gcp's go-control-plane server),\n"+
+			"writes a fixture and then one endpoint change per update, and reports commit-to-receipt\n"+
+			"latencies, bytes received, stream errors and the server's CPU and RSS.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if !errors.Is(err, pflag.ErrHelp) {
+			err = fmt.Errorf("%w (see --help)", err)
+		}
+		return cfg, opts, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, opts, fmt.Errorf("unexpected argument %q (see --help)", fs.Arg(0))
+	}
+	var errs []error
+	switch opts.target {
+	case "legation":
+		cfg.TargetName = "legation"
+		if err := opts.etcd.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+		if err := resource.ValidateScope(opts.scope); err != nil {
+			errs = append(errs, fmt.Errorf("--scope: %w", err))
+		}
+	case "gcp":
+		cfg.TargetName = "gcp"
+		if opts.controlURL == "" {
+			errs = append(errs, errors.New("--control-url: required with --target gcp"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("--target %q: must be legation or gcp", opts.target))
+	}
+	switch opts.mode {
+	case "sotw":
+	case "delta":
+		cfg.Delta = true
+	default:
+		errs = append(errs, fmt.Errorf("--mode %q: must be sotw or delta", opts.mode))
+	}
+	if opts.output != "text" && opts.output != "json" {
+		errs = append(errs, fmt.Errorf("-o %q: must be text or json", opts.output))
+	}
+	if !*quiet {
+		cfg.Progress = os.Stderr
+	}
+	// The target is set by run; Validate checks the rest.
+	cfg.Target = &loadgen.HTTPTarget{}
+	if err := cfg.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	cfg.Target = nil
+	return cfg, opts, errors.Join(errs...)
+}

@@ -1,0 +1,46 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestParseFlags: the defaults make a valid config; each bad flag is
+// refused with an error naming it.
+func TestParseFlags(t *testing.T) {
+	cfg, opts, err := parseFlags([]string{"--quiet"})
+	if err != nil {
+		t.Fatalf("parseFlags(defaults) = %v", err)
+	}
+	if opts.target != "legation" || cfg.TargetName != "legation" || cfg.Delta || opts.output != "text" || cfg.Progress != nil {
+		t.Errorf("defaults: target %q/%q, delta %v, output %q, progress %v; want legation, SotW, text, none (--quiet)",
+			opts.target, cfg.TargetName, cfg.Delta, opts.output, cfg.Progress)
+	}
+	cfg, opts, err = parseFlags([]string{"--target", "gcp", "--mode", "delta", "-o", "json", "--streams", "7", "--conns", "2"})
+	if err != nil {
+		t.Fatalf("parseFlags(gcp delta) = %v", err)
+	}
+	if cfg.TargetName != "gcp" || !cfg.Delta || opts.output != "json" || cfg.Streams != 7 || cfg.Conns != 2 {
+		t.Errorf("gcp delta: got %q delta %v output %q streams %d conns %d", cfg.TargetName, cfg.Delta, opts.output, cfg.Streams, cfg.Conns)
+	}
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--target", "envoy"}, `--target "envoy"`},
+		{[]string{"--mode", "incremental"}, `--mode "incremental"`},
+		{[]string{"-o", "yaml"}, `-o "yaml"`},
+		{[]string{"--streams", "0"}, "--streams 0"},
+		{[]string{"--nack-ratio", "1.5"}, "--nack-ratio 1.5"},
+		{[]string{"--target", "gcp", "--control-url", ""}, "--control-url"},
+		{[]string{"--etcd-endpoints", "ftp://x:1"}, "ftp://x:1"},
+		{[]string{"extra"}, `unexpected argument "extra"`},
+		{[]string{"--scope", "a/b"}, "--scope"},
+	} {
+		_, _, err := parseFlags(append(tc.args, "--quiet"))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("parseFlags(%q) = %v, want an error naming %s", tc.args, err, tc.want)
+		}
+	}
+}

@@ -1,0 +1,171 @@
+#!/usr/bin/env bash
+# Runs xds-loadgen's scenarios (docs/performance.md): a dev-mode xds-node
+# (embedded etcd) and bench/gcp's go-control-plane server, each started
+# afresh for each scenario, then
+#   1. Legation, SotW, $STREAMS streams
+#   2. Legation, delta, $DELTA_STREAMS streams
+#   3. Legation and go-control-plane, SotW, $GCP_STREAMS streams each
+#   4. the same at $SMALL_STREAMS streams
+# and prints each run's summary and, for 3 and 4, the ratios Legation /
+# go-control-plane of the server CPU per update per client and of the bytes
+# per client per update. The JSON results are left in $OUT.
+#
+# Every setting is an environment variable (make bench-load passes its own
+# of the same names): a scenario whose streams are 0 is skipped.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+GO=${GO:-go}
+STREAMS=${STREAMS:-10000}
+DELTA_STREAMS=${DELTA_STREAMS:-10000}
+GCP_STREAMS=${GCP_STREAMS:-2000}
+SMALL_STREAMS=${SMALL_STREAMS:-500}
+STREAMS_PER_CONN=${STREAMS_PER_CONN:-10}
+CLUSTERS=${CLUSTERS:-200}
+ENDPOINTS=${ENDPOINTS:-20}
+LISTENERS=${LISTENERS:-0}
+UPDATES=${UPDATES:-10}
+INTERVAL=${INTERVAL:-1s}
+IDLE=${IDLE:-10s}
+NACK_RATIO=${NACK_RATIO:-0}
+PORT_BASE=${PORT_BASE:-28000}
+OUT=${OUT:-bench-load-out}
+
+xds_addr=127.0.0.1:$PORT_BASE
+http_addr=127.0.0.1:$((PORT_BASE + 1))
+etcd_addr=127.0.0.1:$((PORT_BASE + 2))
+gcp_xds_addr=127.0.0.1:$((PORT_BASE + 100))
+gcp_http_addr=127.0.0.1:$((PORT_BASE + 101))
+
+for tool in curl jq; do
+  if ! command -v "$tool" >/dev/null; then
+    echo "bench-load: needs $tool (apt-get install $tool)" >&2
+    exit 1
+  fi
+done
+
+mkdir -p bin "$OUT"
+echo "bench-load: building xds-node, xds-loadgen and bench/gcp's gcp-server" >&2
+"$GO" build -o bin/ ./cmd/xds-node ./cmd/xds-loadgen
+(cd bench/gcp && "$GO" build -o ../../bin/gcp-server .)
+
+server_pid=
+data_dir=
+stop_server() {
+  if [[ -n $server_pid ]]; then
+    kill "$server_pid" 2>/dev/null || true
+    wait "$server_pid" 2>/dev/null || true
+    server_pid=
+  fi
+  if [[ -n $data_dir ]]; then
+    rm -rf "$data_dir"
+    data_dir=
+  fi
+}
+trap stop_server EXIT
+
+# wait_http URL: polls URL until it answers 200, for up to 60s.
+wait_http() {
+  local i
+  for ((i = 0; i < 600; i++)); do
+    if curl -fsS -o /dev/null "$1" 2>/dev/null; then
+      return 0
+    fi
+    if ! kill -0 "$server_pid" 2>/dev/null; then
+      echo "bench-load: the server exited; see $OUT/server.log" >&2
+      return 1
+    fi
+    sleep 0.1
+  done
+  echo "bench-load: $1 did not answer within 60s" >&2
+  return 1
+}
+
+# check_free URL: fails when something already answers at URL (a server
+# left from another run would be measured instead of ours).
+check_free() {
+  if curl -fsS -o /dev/null "$1" 2>/dev/null; then
+    echo "bench-load: something already answers at $1; stop it or set PORT_BASE" >&2
+    return 1
+  fi
+}
+
+start_legation() {
+  check_free "http://$http_addr/readyz"
+  data_dir=$(mktemp -d)
+  ./bin/xds-node --data-dir "$data_dir" --dev-etcd-addr "$etcd_addr" \
+    --xds-addr "$xds_addr" --http-addr "$http_addr" --log-level warn \
+    >"$OUT/server.log" 2>&1 &
+  server_pid=$!
+  wait_http "http://$http_addr/readyz"
+}
+
+start_gcp() {
+  check_free "http://$gcp_http_addr/metrics"
+  ./bin/gcp-server --xds-addr "$gcp_xds_addr" --http-addr "$gcp_http_addr" \
+    >"$OUT/server.log" 2>&1 &
+  server_pid=$!
+  wait_http "http://$gcp_http_addr/metrics"
+}
+
+# loadgen NAME TARGET MODE STREAMS: one run against the server started,
+# its JSON in $OUT/NAME.json and its summary on stdout.
+loadgen() {
+  local name=$1 target=$2 mode=$3 streams=$4 conns
+  conns=$(((streams + STREAMS_PER_CONN - 1) / STREAMS_PER_CONN))
+  local args=(--target "$target" --mode "$mode" --streams "$streams" --conns "$conns"
+    --clusters "$CLUSTERS" --endpoints "$ENDPOINTS" --listeners "$LISTENERS" --updates "$UPDATES"
+    --interval "$INTERVAL" --idle "$IDLE" --nack-ratio "$NACK_RATIO" -o json)
+  if [[ $target == legation ]]; then
+    args+=(--xds-addr "$xds_addr" --metrics-url "http://$http_addr/metrics" --etcd-endpoints "$etcd_addr")
+  else
+    args+=(--xds-addr "$gcp_xds_addr" --metrics-url "http://$gcp_http_addr/metrics" --control-url "http://$gcp_http_addr")
+  fi
+  echo "bench-load: $name: ${args[*]}" >&2
+  ./bin/xds-loadgen "${args[@]}" >"$OUT/$name.json"
+  summary "$OUT/$name.json"
+}
+
+# summary FILE: the figures of docs/performance.md's table.
+summary() {
+  jq -r '"\(.target) \(.mode) \(.streams) streams: write to receipt p50 \(.overall.latency.p50 * 1000 | round) ms, p99 \(.overall.latency.p99 * 1000 | round) ms, max \(.overall.latency.max * 1000 | round) ms; all received (median) \(.overall.all_received_median * 1000 | round) ms; missing \(.overall.missing); idle CPU \(.idle.cpu_ms_per_s // 0 | . * 10 | round / 10) ms/s; RSS after sync \(.server.rss_bytes_after_sync / 1048576 | round) MiB (\(.server.rss_bytes_per_stream / 1024 | round) KiB/stream); CPU per update per client \(.server.cpu_seconds_per_update_per_client * 1e6 | . * 10 | round / 10) us; \(.overall.bytes_per_client_per_update | round) bytes/client/update; stream errors \(.stream_errors)"' "$1"
+}
+
+# ratio A B: Legation (A) over go-control-plane (B).
+ratio() {
+  jq -rn --slurpfile a "$1" --slurpfile b "$2" '
+    def r(x; y): if y == 0 then "n/a" else (x / y * 1000 | round / 1000 | tostring) + "x" end;
+    "Legation / go-control-plane at \($a[0].streams) \($a[0].mode) streams: CPU per update per client " +
+    r($a[0].server.cpu_seconds_per_update_per_client; $b[0].server.cpu_seconds_per_update_per_client) +
+    ", bytes per client per update " + r($a[0].overall.bytes_per_client_per_update; $b[0].overall.bytes_per_client_per_update) +
+    ", p99 " + r($a[0].overall.latency.p99; $b[0].overall.latency.p99) +
+    ", RSS after sync " + r($a[0].server.rss_bytes_after_sync; $b[0].server.rss_bytes_after_sync)'
+}
+
+# main is the whole run: bash reads a function whole before running it, so
+# an edit of this file during a run does not derail the run.
+main() {
+  if ((STREAMS > 0)); then
+    start_legation
+    loadgen legation-sotw-"$STREAMS" legation sotw "$STREAMS"
+    stop_server
+  fi
+  if ((DELTA_STREAMS > 0)); then
+    start_legation
+    loadgen legation-delta-"$DELTA_STREAMS" legation delta "$DELTA_STREAMS"
+    stop_server
+  fi
+  for n in "$GCP_STREAMS" "$SMALL_STREAMS"; do
+    if ((n > 0)); then
+      start_legation
+      loadgen legation-sotw-"$n" legation sotw "$n"
+      stop_server
+      start_gcp
+      loadgen gcp-sotw-"$n" gcp sotw "$n"
+      stop_server
+      ratio "$OUT/legation-sotw-$n.json" "$OUT/gcp-sotw-$n.json"
+    fi
+  done
+}
+
+main

@@ -1,0 +1,537 @@
+package loadgen
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+)
+
+// The type URLs a client subscribes to.
+const (
+	cdsURL = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
+	edsURL = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
+	ldsURL = "type.googleapis.com/envoy.config.listener.v3.Listener"
+	rdsURL = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
+	hcmURL = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
+)
+
+// stamp is when a client's EDS version first reached version.
+type stamp struct {
+	version int64
+	at      time.Time
+}
+
+// client is one simulated Envoy: one ADS stream at a time on a shared
+// connection. Its run goroutine owns everything but the atomics and seen.
+type client struct {
+	f    *fleet
+	id   int
+	conn *grpc.ClientConn
+	rng  *rand.Rand
+	node *corev3.Node
+
+	// subscribed and held are indexed by cluster: the EDS names asked for
+	// and those received. Kept across reconnects, as Envoy keeps its
+	// configuration.
+	subscribed []bool
+	held       []bool
+	// rdsSubscribed and rdsHeld are the same for route configurations,
+	// indexed by listener.
+	rdsSubscribed []bool
+	rdsHeld       []bool
+
+	heldN      atomic.Int32 // true entries of held
+	rdsHeldN   atomic.Int32 // true entries of rdsHeld
+	edsVersion atomic.Int64 // the highest EDS version received
+	counted    atomic.Int64 // 1 + the index of the last goal reached
+	bytes      atomic.Int64 // bytes of responses received
+	resources  atomic.Int64 // resources in responses received
+
+	mu   sync.Mutex
+	seen []stamp // guarded by mu: each raise of edsVersion, in order
+}
+
+func newClient(f *fleet, id int, conn *grpc.ClientConn) *client {
+	return &client{
+		f:          f,
+		id:         id,
+		conn:       conn,
+		rng:        rand.New(rand.NewPCG(f.cfg.Seed, uint64(id))),
+		node:       &corev3.Node{Id: fmt.Sprintf("%s-%05d", f.cfg.NodePrefix, id), Cluster: f.cfg.NodePrefix},
+		subscribed: make([]bool, len(f.names)),
+		held:       make([]bool, len(f.names)),
+
+		rdsSubscribed: make([]bool, len(f.routes)),
+		rdsHeld:       make([]bool, len(f.routes)),
+	}
+}
+
+// run opens the client's stream until ctx ends, again after each end with
+// a capped exponential backoff (reset by a stream that received
+// something), counting the ends as stream errors.
+func (c *client) run(ctx context.Context) {
+	backoff := c.f.cfg.BackoffBase
+	for {
+		var got bool
+		var err error
+		if c.f.cfg.Delta {
+			got, err = c.delta(ctx)
+		} else {
+			got, err = c.sotw(ctx)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		c.f.streamErrors.Add(1)
+		c.f.noteError(err)
+		if got {
+			backoff = c.f.cfg.BackoffBase
+		}
+		// Full jitter, as Envoy's backoff strategy.
+		wait := time.Duration(c.rng.Int64N(int64(backoff)) + 1)
+		backoff = min(2*backoff, c.f.cfg.BackoffMax)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		c.f.reconnects.Add(1)
+	}
+}
+
+// nack reports whether to NACK the response just received: a fraction of
+// them once the client is synced (before, a NACK would only delay the
+// initial subscription, which Envoy's NACKs are not about).
+func (c *client) nack() bool {
+	r := c.f.cfg.NackRatio
+	if r <= 0 || c.counted.Load() == 0 {
+		return false
+	}
+	return c.rng.Float64() < r
+}
+
+func nackDetail() *status.Status {
+	return &status.Status{Code: int32(codes.InvalidArgument), Message: "xds-loadgen: NACK by --nack-ratio"}
+}
+
+// received records an EDS response: its size and version, and the names
+// it carries (held) or removes.
+func (c *client) received(version int64, names []int, removed []int) {
+	now := time.Now()
+	for _, i := range names {
+		if !c.held[i] {
+			c.held[i] = true
+			c.heldN.Add(1)
+		}
+	}
+	for _, i := range removed {
+		if c.held[i] {
+			c.held[i] = false
+			c.heldN.Add(-1)
+		}
+	}
+	if version > c.edsVersion.Load() {
+		c.mu.Lock()
+		c.seen = append(c.seen, stamp{version: version, at: now})
+		c.mu.Unlock()
+		c.edsVersion.Store(version)
+	}
+	c.f.reach(c)
+}
+
+// receivedRoutes records an RDS response's route configurations.
+func (c *client) receivedRoutes(names []int, removed []int) {
+	for _, i := range names {
+		if !c.rdsHeld[i] {
+			c.rdsHeld[i] = true
+			c.rdsHeldN.Add(1)
+		}
+	}
+	for _, i := range removed {
+		if c.rdsHeld[i] {
+			c.rdsHeld[i] = false
+			c.rdsHeldN.Add(-1)
+		}
+	}
+	c.f.reach(c)
+}
+
+// routeNames returns the indexes of the route configurations the
+// listeners of a response take over RDS (those of the fixture).
+func (c *client) routeNames(bodies [][]byte) ([]int, error) {
+	var out []int
+	for _, b := range bodies {
+		var l listenerv3.Listener
+		if err := proto.Unmarshal(b, &l); err != nil {
+			return nil, fmt.Errorf("listener: %w", err)
+		}
+		for _, fc := range l.GetFilterChains() {
+			for _, f := range fc.GetFilters() {
+				a := f.GetTypedConfig()
+				if a.GetTypeUrl() != hcmURL {
+					continue
+				}
+				var hcm hcmv3.HttpConnectionManager
+				if err := proto.Unmarshal(a.GetValue(), &hcm); err != nil {
+					return nil, fmt.Errorf("listener %s: %w", l.GetName(), err)
+				}
+				if i, ok := c.f.routeIndex[hcm.GetRds().GetRouteConfigName()]; ok {
+					out = append(out, i)
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// firstAt returns when the client's EDS version first reached version.
+func (c *client) firstAt(version int64) (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, s := range c.seen {
+		if s.version >= version {
+			return s.at, true
+		}
+	}
+	return time.Time{}, false
+}
+
+func (c *client) count(m proto.Message, resources int) {
+	c.bytes.Add(int64(proto.Size(m)))
+	c.resources.Add(int64(resources))
+	c.f.responses.Add(1)
+}
+
+// serviceNames returns the indexes of the EDS service names of the
+// clusters of a response (those of the fixture; others are left alone).
+func (c *client) serviceNames(bodies [][]byte) ([]int, error) {
+	out := make([]int, 0, len(bodies))
+	for _, b := range bodies {
+		var cl clusterv3.Cluster
+		if err := proto.Unmarshal(b, &cl); err != nil {
+			return nil, fmt.Errorf("cluster: %w", err)
+		}
+		name := cl.GetEdsClusterConfig().GetServiceName()
+		if name == "" {
+			name = cl.GetName()
+		}
+		if i, ok := c.f.index[name]; ok {
+			out = append(out, i)
+		}
+	}
+	return out, nil
+}
+
+// sotw runs one state-of-the-world ADS stream until it ends.
+func (c *client) sotw(ctx context.Context) (got bool, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(c.conn).StreamAggregatedResources(ctx)
+	if err != nil {
+		return false, err
+	}
+	if err := st.Send(&discoveryv3.DiscoveryRequest{Node: c.node, TypeUrl: cdsURL}); err != nil {
+		return false, err
+	}
+	var cdsVersion, edsVersion, edsNonce, ldsVersion, rdsVersion, rdsNonce string
+	var edsNames, rdsNames []string
+	askLDS := len(c.f.routes) > 0
+	for {
+		resp, err := st.Recv()
+		if err != nil {
+			return got, err
+		}
+		got = true
+		c.count(resp, len(resp.GetResources()))
+		nack := c.nack()
+		req := &discoveryv3.DiscoveryRequest{TypeUrl: resp.GetTypeUrl(), ResponseNonce: resp.GetNonce()}
+		switch resp.GetTypeUrl() {
+		case cdsURL:
+			if !nack {
+				bodies := make([][]byte, len(resp.GetResources()))
+				for i, a := range resp.GetResources() {
+					bodies[i] = a.GetValue()
+				}
+				idx, err := c.serviceNames(bodies)
+				if err != nil {
+					return got, err
+				}
+				// CDS is state of the world: the EDS names are exactly
+				// those of the clusters received.
+				names := make([]string, 0, len(idx))
+				want := make([]bool, len(c.subscribed))
+				for _, i := range idx {
+					want[i] = true
+				}
+				changed := false
+				for i, w := range want {
+					if w {
+						names = append(names, c.f.names[i])
+					}
+					if w != c.subscribed[i] {
+						changed = true
+					}
+				}
+				if changed || edsNames == nil {
+					copy(c.subscribed, want)
+					edsNames = names
+					// Envoy asks for the new EDS names before it ACKs CDS.
+					if err := st.Send(&discoveryv3.DiscoveryRequest{TypeUrl: edsURL, ResourceNames: edsNames,
+						VersionInfo: edsVersion, ResponseNonce: edsNonce}); err != nil {
+						return got, err
+					}
+				}
+				cdsVersion = resp.GetVersionInfo()
+			}
+			req.VersionInfo = cdsVersion
+		case ldsURL:
+			if !nack {
+				bodies := make([][]byte, len(resp.GetResources()))
+				for i, a := range resp.GetResources() {
+					bodies[i] = a.GetValue()
+				}
+				idx, err := c.routeNames(bodies)
+				if err != nil {
+					return got, err
+				}
+				want := make([]bool, len(c.rdsSubscribed))
+				for _, i := range idx {
+					want[i] = true
+				}
+				names := make([]string, 0, len(idx))
+				changed := false
+				for i, w := range want {
+					if w {
+						names = append(names, c.f.routes[i])
+					}
+					if w != c.rdsSubscribed[i] {
+						changed = true
+					}
+				}
+				if changed || rdsNames == nil {
+					copy(c.rdsSubscribed, want)
+					rdsNames = names
+					if err := st.Send(&discoveryv3.DiscoveryRequest{TypeUrl: rdsURL, ResourceNames: rdsNames,
+						VersionInfo: rdsVersion, ResponseNonce: rdsNonce}); err != nil {
+						return got, err
+					}
+				}
+				ldsVersion = resp.GetVersionInfo()
+			}
+			req.VersionInfo = ldsVersion
+		case rdsURL:
+			rdsNonce = resp.GetNonce()
+			idx := make([]int, 0, len(resp.GetResources()))
+			for _, a := range resp.GetResources() {
+				if i, ok := c.f.routeIndex[claName(a.GetValue())]; ok {
+					idx = append(idx, i)
+				}
+			}
+			c.receivedRoutes(idx, nil)
+			if !nack {
+				rdsVersion = resp.GetVersionInfo()
+			}
+			req.VersionInfo = rdsVersion
+			req.ResourceNames = rdsNames
+		case edsURL:
+			edsNonce = resp.GetNonce()
+			idx := make([]int, 0, len(resp.GetResources()))
+			for _, a := range resp.GetResources() {
+				if i, ok := c.f.index[claName(a.GetValue())]; ok {
+					idx = append(idx, i)
+				}
+			}
+			c.received(parseVersion(resp.GetVersionInfo()), idx, nil)
+			if !nack {
+				edsVersion = resp.GetVersionInfo()
+			}
+			req.VersionInfo = edsVersion
+			req.ResourceNames = edsNames
+		default:
+			req.VersionInfo = resp.GetVersionInfo()
+		}
+		if nack {
+			req.ErrorDetail = nackDetail()
+			c.f.nacks.Add(1)
+		}
+		if err := st.Send(req); err != nil {
+			return got, err
+		}
+		// Envoy asks for listeners once its clusters are in.
+		if askLDS && resp.GetTypeUrl() == cdsURL {
+			askLDS = false
+			if err := st.Send(&discoveryv3.DiscoveryRequest{TypeUrl: ldsURL}); err != nil {
+				return got, err
+			}
+		}
+	}
+}
+
+// delta runs one delta ADS stream until it ends.
+func (c *client) delta(ctx context.Context) (got bool, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(c.conn).DeltaAggregatedResources(ctx)
+	if err != nil {
+		return false, err
+	}
+	if err := st.Send(&discoveryv3.DeltaDiscoveryRequest{Node: c.node, TypeUrl: cdsURL}); err != nil {
+		return false, err
+	}
+	// A new stream subscribes again to what the client wants.
+	clear(c.subscribed)
+	clear(c.rdsSubscribed)
+	askLDS := len(c.f.routes) > 0
+	for {
+		resp, err := st.Recv()
+		if err != nil {
+			return got, err
+		}
+		got = true
+		c.count(resp, len(resp.GetResources()))
+		nack := c.nack()
+		req := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: resp.GetTypeUrl(), ResponseNonce: resp.GetNonce()}
+		switch resp.GetTypeUrl() {
+		case cdsURL:
+			if !nack {
+				bodies := make([][]byte, 0, len(resp.GetResources()))
+				for _, r := range resp.GetResources() {
+					bodies = append(bodies, r.GetResource().GetValue())
+				}
+				idx, err := c.serviceNames(bodies)
+				if err != nil {
+					return got, err
+				}
+				var sub []string
+				for _, i := range idx {
+					if !c.subscribed[i] {
+						c.subscribed[i] = true
+						sub = append(sub, c.f.names[i])
+					}
+				}
+				if len(sub) > 0 {
+					if err := st.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: edsURL, ResourceNamesSubscribe: sub}); err != nil {
+						return got, err
+					}
+				}
+			}
+		case ldsURL:
+			if !nack {
+				bodies := make([][]byte, 0, len(resp.GetResources()))
+				for _, r := range resp.GetResources() {
+					bodies = append(bodies, r.GetResource().GetValue())
+				}
+				idx, err := c.routeNames(bodies)
+				if err != nil {
+					return got, err
+				}
+				var sub []string
+				for _, i := range idx {
+					if !c.rdsSubscribed[i] {
+						c.rdsSubscribed[i] = true
+						sub = append(sub, c.f.routes[i])
+					}
+				}
+				if len(sub) > 0 {
+					if err := st.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: rdsURL, ResourceNamesSubscribe: sub}); err != nil {
+						return got, err
+					}
+				}
+			}
+		case rdsURL:
+			var idx, removed []int
+			for _, r := range resp.GetResources() {
+				if i, ok := c.f.routeIndex[r.GetName()]; ok {
+					idx = append(idx, i)
+				}
+			}
+			for _, n := range resp.GetRemovedResources() {
+				if i, ok := c.f.routeIndex[n]; ok {
+					removed = append(removed, i)
+				}
+			}
+			c.receivedRoutes(idx, removed)
+		case edsURL:
+			idx := make([]int, 0, len(resp.GetResources()))
+			version := parseVersion(resp.GetSystemVersionInfo())
+			for _, r := range resp.GetResources() {
+				if i, ok := c.f.index[r.GetName()]; ok {
+					idx = append(idx, i)
+				}
+				version = max(version, parseVersion(r.GetVersion()))
+			}
+			var removed []int
+			for _, n := range resp.GetRemovedResources() {
+				if i, ok := c.f.index[n]; ok {
+					removed = append(removed, i)
+				}
+			}
+			c.received(version, idx, removed)
+		}
+		if nack {
+			req.ErrorDetail = nackDetail()
+			c.f.nacks.Add(1)
+		}
+		if err := st.Send(req); err != nil {
+			return got, err
+		}
+		if askLDS && resp.GetTypeUrl() == cdsURL {
+			askLDS = false
+			if err := st.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: ldsURL}); err != nil {
+				return got, err
+			}
+		}
+	}
+}
+
+// parseVersion is a version as a number; 0 when it is not one (a hash).
+func parseVersion(v string) int64 {
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// claName reads field 1 of a message without decoding the rest: the
+// cluster_name of a ClusterLoadAssignment, the name of a
+// RouteConfiguration.
+func claName(b []byte) string {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return ""
+		}
+		b = b[n:]
+		if num == 1 && typ == protowire.BytesType {
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return ""
+			}
+			return string(v)
+		}
+		n = protowire.ConsumeFieldValue(num, typ, b)
+		if n < 0 {
+			return ""
+		}
+		b = b[n:]
+	}
+	return ""
+}

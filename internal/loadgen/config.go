@@ -1,0 +1,147 @@
+package loadgen
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"time"
+)
+
+// Config configures Run. DefaultConfig fills every field but Target and
+// XDSAddr.
+type Config struct {
+	// Target receives the scenario's writes. Required.
+	Target Target
+	// TargetName names the target in the result ("legation", "gcp").
+	TargetName string
+	// XDSAddr is the server's ADS address, host:port. Required.
+	XDSAddr string
+	// MetricsURL is the server's Prometheus /metrics. Empty: no server
+	// CPU and RSS in the result.
+	MetricsURL string
+
+	// Delta makes the clients use delta ADS; false: state of the world.
+	Delta bool
+	// Streams is the number of simulated Envoys, one ADS stream each.
+	Streams int
+	// Conns is the number of gRPC connections the streams share round
+	// robin. Zero: one connection per stream.
+	Conns int
+	// OpenRate is the streams opened per second at the start. Zero: all
+	// at once.
+	OpenRate float64
+	// NackRatio is the fraction of responses a synced client NACKs, in
+	// [0, 1).
+	NackRatio float64
+
+	// Clusters and Endpoints are the fixture: that many EDS clusters of
+	// that many endpoints each.
+	Clusters, Endpoints int
+	// Listeners is the listeners of the fixture, each with its route
+	// configuration; with some, clients also subscribe to LDS (wildcard)
+	// and RDS. Zero: CDS and EDS only.
+	Listeners int
+	// Updates is the number of updates, each changing the endpoints of one
+	// cluster, Interval apart at least (the next one waits for every
+	// client to have the last one, or for UpdateTimeout).
+	Updates  int
+	Interval time.Duration
+	// Idle is how long the server's CPU is measured with every client
+	// synced and nothing changing. Zero: not measured.
+	Idle time.Duration
+
+	// SyncTimeout bounds the wait for every client to hold the fixture;
+	// UpdateTimeout the wait for every client to receive one update.
+	SyncTimeout, UpdateTimeout time.Duration
+	// BackoffBase and BackoffMax bound the reconnect backoff.
+	BackoffBase, BackoffMax time.Duration
+
+	// NodePrefix is the clients' node cluster, and the prefix of their
+	// node ids (NodePrefix-00042).
+	NodePrefix string
+	// Seed seeds the clients' random NACKs.
+	Seed uint64
+	// Progress gets a progress line every ProgressEvery. Nil: none.
+	Progress      io.Writer
+	ProgressEvery time.Duration
+}
+
+// DefaultConfig returns the defaults of xds-loadgen's flags.
+func DefaultConfig() Config {
+	return Config{
+		TargetName:    "legation",
+		Streams:       100,
+		Conns:         0,    // one per stream
+		OpenRate:      1000, // the replica's default --stream-rate
+		Clusters:      200,  // the fixture of the figures in docs/performance.md
+		Endpoints:     20,
+		Updates:       10,
+		Interval:      time.Second,
+		Idle:          10 * time.Second,
+		SyncTimeout:   5 * time.Minute,
+		UpdateTimeout: time.Minute,
+		BackoffBase:   500 * time.Millisecond, // Envoy's default base interval
+		BackoffMax:    10 * time.Second,
+		NodePrefix:    "xds-loadgen",
+		Seed:          1,
+		ProgressEvery: 2 * time.Second,
+	}
+}
+
+// Validate checks the fields against each other; errors name the flag.
+func (c *Config) Validate() error {
+	var errs []error
+	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	if c.Target == nil {
+		add("loadgen: no target")
+	}
+	if c.XDSAddr == "" {
+		add("--xds-addr: required")
+	}
+	if c.Streams < 1 || c.Streams > 1_000_000 {
+		add("--streams %d: must be in [1, 1000000]", c.Streams)
+	}
+	if c.Conns < 0 || c.Conns > c.Streams {
+		add("--conns %d: must be in [0, --streams] (0: one per stream)", c.Conns)
+	}
+	if !(c.OpenRate >= 0) {
+		add("--open-rate %v: must be 0 (all at once) or positive", c.OpenRate)
+	}
+	if !(c.NackRatio >= 0 && c.NackRatio < 1) {
+		add("--nack-ratio %v: must be in [0, 1)", c.NackRatio)
+	}
+	if c.Clusters < 1 || c.Clusters > 99999 {
+		add("--clusters %d: must be in [1, 99999]", c.Clusters)
+	}
+	if c.Endpoints < 1 || c.Endpoints > 10000 {
+		add("--endpoints %d: must be in [1, 10000]", c.Endpoints)
+	}
+	if c.Listeners < 0 || c.Listeners > 10000 {
+		add("--listeners %d: must be in [0, 10000]", c.Listeners)
+	}
+	if c.Updates < 0 || c.Updates > 50000 {
+		add("--updates %d: must be in [0, 50000]", c.Updates)
+	}
+	if c.Interval < 0 {
+		add("--interval %s: must not be negative", c.Interval)
+	}
+	if c.Idle < 0 {
+		add("--idle %s: must not be negative", c.Idle)
+	}
+	if c.SyncTimeout <= 0 {
+		add("--sync-timeout %s: must be positive", c.SyncTimeout)
+	}
+	if c.UpdateTimeout <= 0 {
+		add("--update-timeout %s: must be positive", c.UpdateTimeout)
+	}
+	if c.BackoffBase <= 0 || c.BackoffMax < c.BackoffBase {
+		add("backoff %s..%s: the base must be positive and at most the max", c.BackoffBase, c.BackoffMax)
+	}
+	if c.NodePrefix == "" {
+		add("--node-prefix: must not be empty")
+	}
+	if c.Progress != nil && c.ProgressEvery <= 0 {
+		add("progress every %s: must be positive", c.ProgressEvery)
+	}
+	return errors.Join(errs...)
+}
