@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net"
 	"net/http"
+	"net/http/pprof"
 
 	"github.com/legation-io/legation/internal/ads"
 	"github.com/legation-io/legation/internal/delta"
@@ -21,6 +22,13 @@ func (n *Node) handleDebug(mux *http.ServeMux) {
 	mux.Handle("GET /debug/view", n.debugOnly(http.HandlerFunc(n.serveDebugView)))
 	mux.Handle("GET /debug/streams", n.debugOnly(http.HandlerFunc(n.serveDebugStreams)))
 	mux.Handle("GET /debug/cluster", n.debugOnly(http.HandlerFunc(n.serveDebugCluster)))
+	// Go's profiles (go tool pprof http://ADDR/debug/pprof/profile?seconds=20):
+	// a profile must fit in the HTTP write timeout (30s).
+	mux.Handle("GET /debug/pprof/", n.debugOnly(http.HandlerFunc(pprof.Index)))
+	mux.Handle("GET /debug/pprof/cmdline", n.debugOnly(http.HandlerFunc(pprof.Cmdline)))
+	mux.Handle("GET /debug/pprof/profile", n.debugOnly(http.HandlerFunc(pprof.Profile)))
+	mux.Handle("GET /debug/pprof/symbol", n.debugOnly(http.HandlerFunc(pprof.Symbol)))
+	mux.Handle("GET /debug/pprof/trace", n.debugOnly(http.HandlerFunc(pprof.Trace)))
 }
 
 // debugOnly lets only admins reach h with mTLS on (docs/design.md,

@@ -453,6 +453,9 @@ func TestDebugLoopbackOnly(t *testing.T) {
 		{"streams from IPv6 loopback", n, http.MethodGet, "/debug/streams", "[::1]:5555", http.StatusOK},
 		{"streams from afar", n, http.MethodGet, "/debug/streams", remote, http.StatusForbidden},
 		{"view from afar", n, http.MethodGet, "/debug/view", remote, http.StatusForbidden},
+		{"pprof from loopback", n, http.MethodGet, "/debug/pprof/goroutine?debug=1", "127.0.0.1:5555", http.StatusOK},
+		{"pprof from afar", n, http.MethodGet, "/debug/pprof/goroutine?debug=1", remote, http.StatusForbidden},
+		{"CPU profile from afar", n, http.MethodGet, "/debug/pprof/profile?seconds=1", remote, http.StatusForbidden},
 		{"streams from no address", n, http.MethodGet, "/debug/streams", "@", http.StatusForbidden},
 		{"streams from afar, debug open", no, http.MethodGet, "/debug/streams", remote, http.StatusOK},
 		// Not loaded yet: 503, but not refused.
