@@ -22,13 +22,18 @@ const rollingBound = 60 * time.Second
 
 // rollingFlags are TestClusterRollingRestart's xds-node flags: admission
 // at rollingRate new streams a second per replica with a burst of
-// rollingBurst, at most 1.1 times a replica's fair share, and a drain
-// over rollingDrain (with a shutdown budget after it).
+// rollingBurst, at most 1.1 times a replica's fair share, rebalancing at
+// half that rate, and a drain over rollingDrain (with a shutdown budget
+// after it).
 func rollingFlags() []string {
 	return []string{
 		"--stream-rate", strconv.Itoa(rollingRate),
 		"--stream-burst", strconv.Itoa(rollingBurst),
 		"--max-streams-share", "1.1",
+		// Streams whose home moved are closed at half the rate new ones
+		// are admitted: the two replicas closing them into the three
+		// admitting them stay under the rate.
+		"--rebalance-rate", strconv.Itoa(rollingRate / 2),
 		"--drain-period", rollingDrain.String(),
 		"--shutdown-timeout", "2s",
 	}

@@ -616,6 +616,10 @@ func (n *Node) Run(ctx context.Context) error {
 		"xds_addr", n.XDSAddr(), "http_addr", n.HTTPAddr(), "etcd_prefix", n.cfg.EtcdPrefix,
 		"tls", n.tls != nil, "mtls", n.cfg.MTLS())
 	n.warnInsecure()
+	if n.cfg.StreamRate > 0 && n.cfg.RebalanceRate > n.cfg.StreamRate {
+		n.log.Warn("--rebalance-rate is above --stream-rate: after a membership change the replicas close streams faster than they admit the reconnects, which are refused and back off",
+			"rebalance_rate", n.cfg.RebalanceRate, "stream_rate", n.cfg.StreamRate)
+	}
 	if n.cluster.Clustered() && n.cfg.GossipKeyFile == "" {
 		// Once per process: the risk is the configuration's, not an event.
 		n.log.Warn("gossip is unencrypted and unauthenticated (no --gossip-key-file): any host that reaches the gossip port can join the ring, "+
