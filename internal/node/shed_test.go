@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"fmt"
+	"log/slog"
 	"math"
 	"strings"
 	"sync/atomic"
@@ -109,4 +110,26 @@ func TestShedAboveShare(t *testing.T) {
 		st := cc.GetState()
 		return st != connectivity.Ready, st.String()
 	})
+}
+
+// TestRebalanceRateWarning: a replica whose --rebalance-rate is above its
+// --stream-rate says so at start; one within it does not.
+func TestRebalanceRateWarning(t *testing.T) {
+	const warning = "--rebalance-rate is above --stream-rate"
+	e := newXDSEnv(t)
+	for _, tt := range []struct {
+		rebalance float64
+		warns     bool
+	}{{50, true}, {10, false}} {
+		logs := &logBuffer{}
+		cfg := e.config(t)
+		cfg.StreamRate, cfg.StreamBurst, cfg.RebalanceRate = 10, 10, tt.rebalance
+		cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+		r := start(t, cfg)
+		waitReady(t, r)
+		r.stop(t)
+		if got := strings.Contains(logs.String(), warning); got != tt.warns {
+			t.Errorf("--rebalance-rate %v with --stream-rate 10: warned %v, want %v:\n%s", tt.rebalance, got, tt.warns, logs.String())
+		}
+	}
 }
