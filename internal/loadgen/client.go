@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 )
 
 // The type URLs a client subscribes to.
@@ -265,32 +266,14 @@ func (c *client) sotw(ctx context.Context) (got bool, err error) {
 		switch resp.GetTypeUrl() {
 		case cdsURL:
 			if !nack {
-				bodies := make([][]byte, len(resp.GetResources()))
-				for i, a := range resp.GetResources() {
-					bodies[i] = a.GetValue()
-				}
-				idx, err := c.serviceNames(bodies)
+				idx, err := c.serviceNames(anyBodies(resp.GetResources()))
 				if err != nil {
 					return got, err
 				}
 				// CDS is state of the world: the EDS names are exactly
 				// those of the clusters received.
-				names := make([]string, 0, len(idx))
-				want := make([]bool, len(c.subscribed))
-				for _, i := range idx {
-					want[i] = true
-				}
-				changed := false
-				for i, w := range want {
-					if w {
-						names = append(names, c.f.names[i])
-					}
-					if w != c.subscribed[i] {
-						changed = true
-					}
-				}
+				names, changed := setSubscribed(c.subscribed, idx, c.f.names)
 				if changed || edsNames == nil {
-					copy(c.subscribed, want)
 					edsNames = names
 					// Envoy asks for the new EDS names before it ACKs CDS.
 					if err := st.Send(&discoveryv3.DiscoveryRequest{TypeUrl: edsURL, ResourceNames: edsNames,
@@ -303,30 +286,12 @@ func (c *client) sotw(ctx context.Context) (got bool, err error) {
 			req.VersionInfo = cdsVersion
 		case ldsURL:
 			if !nack {
-				bodies := make([][]byte, len(resp.GetResources()))
-				for i, a := range resp.GetResources() {
-					bodies[i] = a.GetValue()
-				}
-				idx, err := c.routeNames(bodies)
+				idx, err := c.routeNames(anyBodies(resp.GetResources()))
 				if err != nil {
 					return got, err
 				}
-				want := make([]bool, len(c.rdsSubscribed))
-				for _, i := range idx {
-					want[i] = true
-				}
-				names := make([]string, 0, len(idx))
-				changed := false
-				for i, w := range want {
-					if w {
-						names = append(names, c.f.routes[i])
-					}
-					if w != c.rdsSubscribed[i] {
-						changed = true
-					}
-				}
+				names, changed := setSubscribed(c.rdsSubscribed, idx, c.f.routes)
 				if changed || rdsNames == nil {
-					copy(c.rdsSubscribed, want)
 					rdsNames = names
 					if err := st.Send(&discoveryv3.DiscoveryRequest{TypeUrl: rdsURL, ResourceNames: rdsNames,
 						VersionInfo: rdsVersion, ResponseNonce: rdsNonce}); err != nil {
@@ -411,22 +376,11 @@ func (c *client) delta(ctx context.Context) (got bool, err error) {
 		switch resp.GetTypeUrl() {
 		case cdsURL:
 			if !nack {
-				bodies := make([][]byte, 0, len(resp.GetResources()))
-				for _, r := range resp.GetResources() {
-					bodies = append(bodies, r.GetResource().GetValue())
-				}
-				idx, err := c.serviceNames(bodies)
+				idx, err := c.serviceNames(deltaBodies(resp.GetResources()))
 				if err != nil {
 					return got, err
 				}
-				var sub []string
-				for _, i := range idx {
-					if !c.subscribed[i] {
-						c.subscribed[i] = true
-						sub = append(sub, c.f.names[i])
-					}
-				}
-				if len(sub) > 0 {
+				if sub := addSubscribed(c.subscribed, idx, c.f.names); len(sub) > 0 {
 					if err := st.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: edsURL, ResourceNamesSubscribe: sub}); err != nil {
 						return got, err
 					}
@@ -434,22 +388,11 @@ func (c *client) delta(ctx context.Context) (got bool, err error) {
 			}
 		case ldsURL:
 			if !nack {
-				bodies := make([][]byte, 0, len(resp.GetResources()))
-				for _, r := range resp.GetResources() {
-					bodies = append(bodies, r.GetResource().GetValue())
-				}
-				idx, err := c.routeNames(bodies)
+				idx, err := c.routeNames(deltaBodies(resp.GetResources()))
 				if err != nil {
 					return got, err
 				}
-				var sub []string
-				for _, i := range idx {
-					if !c.rdsSubscribed[i] {
-						c.rdsSubscribed[i] = true
-						sub = append(sub, c.f.routes[i])
-					}
-				}
-				if len(sub) > 0 {
+				if sub := addSubscribed(c.rdsSubscribed, idx, c.f.routes); len(sub) > 0 {
 					if err := st.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: rdsURL, ResourceNamesSubscribe: sub}); err != nil {
 						return got, err
 					}
@@ -534,4 +477,58 @@ func claName(b []byte) string {
 		b = b[n:]
 	}
 	return ""
+}
+
+// anyBodies returns the encoded messages of a SotW response's resources.
+func anyBodies(rs []*anypb.Any) [][]byte {
+	out := make([][]byte, len(rs))
+	for i, a := range rs {
+		out[i] = a.GetValue()
+	}
+	return out
+}
+
+// deltaBodies returns the encoded messages of a delta response's
+// resources.
+func deltaBodies(rs []*discoveryv3.Resource) [][]byte {
+	out := make([][]byte, len(rs))
+	for i, r := range rs {
+		out[i] = r.GetResource().GetValue()
+	}
+	return out
+}
+
+// setSubscribed makes subscribed (indexed like names) exactly idx, as a
+// SotW client does from a full-state response; it returns the names
+// subscribed, in index order, and whether the set changed.
+func setSubscribed(subscribed []bool, idx []int, names []string) ([]string, bool) {
+	want := make([]bool, len(subscribed))
+	for _, i := range idx {
+		want[i] = true
+	}
+	out := make([]string, 0, len(idx))
+	changed := false
+	for i, w := range want {
+		if w {
+			out = append(out, names[i])
+		}
+		if w != subscribed[i] {
+			changed = true
+		}
+	}
+	copy(subscribed, want)
+	return out, changed
+}
+
+// addSubscribed marks idx subscribed, as a delta client does, and
+// returns the names that were not yet.
+func addSubscribed(subscribed []bool, idx []int, names []string) []string {
+	var out []string
+	for _, i := range idx {
+		if !subscribed[i] {
+			subscribed[i] = true
+			out = append(out, names[i])
+		}
+	}
+	return out
 }

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/legation-io/legation/internal/procstat"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -197,7 +198,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	defer wg.Wait()
 	defer cancel()
 	syncStart := time.Now()
-	syncCPU := processCPU()
+	syncCPU := procstat.CPU()
 	for i, c := range f.clients {
 		if cfg.OpenRate > 0 {
 			at := syncStart.Add(time.Duration(float64(i) / cfg.OpenRate * float64(time.Second)))
@@ -215,7 +216,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, fmt.Errorf("initial sync: %w (stream errors: %d, %v)", err, f.streamErrors.Load(), f.errorKinds())
 	}
 	res.Sync.Seconds = time.Since(syncStart).Seconds()
-	res.Loadgen.SyncCPUSeconds = (processCPU() - syncCPU).Seconds()
+	res.Loadgen.SyncCPUSeconds = (procstat.CPU() - syncCPU).Seconds()
 	b, r := f.sums()
 	res.Sync.BytesPerClient, res.Sync.ResourcesPerClient = float64(b)/float64(cfg.Streams), float64(r)/float64(cfg.Streams)
 	afterSync, err := scrape()
@@ -254,7 +255,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	var all []float64
 	var next time.Time
-	updatesCPU := processCPU()
+	updatesCPU := procstat.CPU()
 	for k := range cfg.Updates {
 		if err := sleep(ctx, time.Until(next)); err != nil {
 			return nil, err
@@ -294,7 +295,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		all = append(all, lat...)
 		res.Updates = append(res.Updates, u)
 	}
-	res.Loadgen.UpdatesCPUSeconds = (processCPU() - updatesCPU).Seconds()
+	res.Loadgen.UpdatesCPUSeconds = (procstat.CPU() - updatesCPU).Seconds()
 	afterUpdates, err := scrape()
 	if err != nil {
 		return nil, err

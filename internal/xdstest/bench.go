@@ -3,6 +3,8 @@ package xdstest
 import (
 	"runtime"
 	"time"
+
+	"github.com/legation-io/legation/internal/procstat"
 )
 
 // The measuring tools of the fan-out benchmarks (BenchmarkFanout,
@@ -25,7 +27,7 @@ func MarkNow() Mark {
 	var m Mark
 	m.At = time.Now()
 	runtime.ReadMemStats(&m.Mem)
-	m.CPU = processCPU()
+	m.CPU = procstat.CPU()
 	return m
 }
 

@@ -1,14 +1,14 @@
 //go:build unix
 
-package xdstest
+package procstat
 
 import (
 	"syscall"
 	"time"
 )
 
-// processCPU is the process's user and system CPU time so far.
-func processCPU() time.Duration {
+// CPU is the process's user and system CPU time so far.
+func CPU() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0

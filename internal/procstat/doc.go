@@ -1,0 +1,3 @@
+// Package procstat reads what the process itself has used, for the load
+// tool's and the benchmarks' figures.
+package procstat
