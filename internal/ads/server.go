@@ -150,6 +150,9 @@ type StreamStatus = xdsstream.Status[TypeStatus]
 // Streams returns the status of every open stream, by id.
 func (s *Server) Streams() []StreamStatus { return s.core.Streams() }
 
+// StatusGeneration changes whenever what Streams returns may have.
+func (s *Server) StatusGeneration() uint64 { return s.core.StatusGeneration() }
+
 // TypeStatus is a SotW stream's state for one type.
 type TypeStatus struct {
 	VersionSent  string `json:"version_sent"`

@@ -26,5 +26,6 @@ func TestSendTimeoutStuckClientAmongMany(t *testing.T) {
 		Apply:       func(tb testing.TB, puts []store.Put) int64 { return e.Apply(tb, puts) },
 		Cuts:        func() float64 { return limitHits(t, e.reg, "send_timeout") },
 		SendTimeout: sendTimeout,
+		Etcd:        e.Client,
 	}, xdstest.StuckScale)
 }

@@ -63,6 +63,9 @@ type StreamStatus = xdsstream.Status[TypeStatus]
 // Streams returns the status of every open delta stream, by id.
 func (s *Server) Streams() []StreamStatus { return s.core.Streams() }
 
+// StatusGeneration changes whenever what Streams returns may have.
+func (s *Server) StatusGeneration() uint64 { return s.core.StatusGeneration() }
+
 // TypeStatus is a delta stream's state for one type.
 type TypeStatus struct {
 	SystemVersionSent  string `json:"system_version_sent"`

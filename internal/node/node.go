@@ -203,6 +203,7 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 		Prefix:           cfg.EtcdPrefix,
 		Replica:          cfg.Name,
 		Source:           n.nodeStatus,
+		Generation:       n.statusGeneration,
 		MaxTxnsPerSecond: cfg.StatusWriteBudget,
 		Logger:           n.log,
 		Registerer:       n.reg,
@@ -958,4 +959,10 @@ func (n *Node) serveReadyz(w http.ResponseWriter, _ *http.Request) {
 // nodeStatus is the status writer's source: the nodes this replica serves.
 func (n *Node) nodeStatus() []status.NodeStatus {
 	return status.FromStreams(n.cfg.Name, xdsstream.Summaries(n.sotw.Streams()), xdsstream.Summaries(n.delta.Streams()))
+}
+
+// statusGeneration changes whenever nodeStatus's answer may have: the sum
+// of the servers' generations, each only growing.
+func (n *Node) statusGeneration() uint64 {
+	return n.sotw.StatusGeneration() + n.delta.StatusGeneration()
 }

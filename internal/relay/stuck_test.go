@@ -45,6 +45,7 @@ func TestSendTimeoutStuckClientRelayed(t *testing.T) {
 		Apply:       apply,
 		Cuts:        func() float64 { return metric(t, a.reg, "legation_relay_send_timeouts_total") },
 		SendTimeout: sendTimeout,
+		Etcd:        c.Client,
 	}, xdstest.StuckScale)
 	waitFor(t, "the stuck stream's leg to its home ended", func() bool {
 		for _, id := range sotwNodes(b) {

@@ -37,6 +37,11 @@ type Config struct {
 	// a slice the caller does not modify afterwards. Records without a node
 	// id are skipped; of two with the same id, the first is kept. Required.
 	Source func() []NodeStatus
+	// Generation, if set, changes whenever what Source returns may have
+	// (the xDS servers' StatusGeneration): a round that finds it where
+	// the last one left it, with nothing held back by the budget, reads
+	// and writes nothing, so idle streams cost nothing each Interval.
+	Generation func() uint64
 	// Interval is how often Source is read and what changed is written:
 	// changes within one interval (a push and its ACK) coalesce into one
 	// write. Zero: 1s.
@@ -175,6 +180,10 @@ type Writer struct {
 	// id -> hash of the value not written. A node whose value changes
 	// again before it is written counts one coalesced update.
 	deferred map[string]uint64
+	// quiet: the last round read Source at generation quietGen and left
+	// nothing behind (Config.Generation).
+	quiet    bool
+	quietGen uint64
 	cursor   string // the last node id written: the next round starts after it
 }
 
@@ -300,6 +309,14 @@ func (w *Writer) round(ctx context.Context) error {
 			return w.fail(ctx, err)
 		}
 	}
+	var gen uint64
+	if w.cfg.Generation != nil {
+		gen = w.cfg.Generation()
+		if w.quiet && gen == w.quietGen && len(w.deferred) == 0 {
+			return nil // nothing changed since a round that wrote it all
+		}
+		w.quiet = false
+	}
 	recs := w.cfg.Source()
 	now := make(map[string]bool, len(recs))
 	var puts []pending
@@ -367,6 +384,9 @@ func (w *Writer) round(ctx context.Context) error {
 	if w.failing {
 		w.failing = false
 		w.log.Info("status: writing node status records again")
+	}
+	if w.cfg.Generation != nil && len(w.deferred) == 0 {
+		w.quiet, w.quietGen = true, gen
 	}
 	return nil
 }
@@ -562,6 +582,7 @@ func (w *Writer) lost(why string) {
 	w.kaStop()
 	w.lease, w.ka, w.kaStop = 0, nil, nil
 	clear(w.written)
+	w.quiet = false // every record is to be written again
 	w.metrics.leaseLost.Inc()
 	w.metrics.held.Set(0)
 }

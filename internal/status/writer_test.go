@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -268,4 +269,41 @@ func TestWriter(t *testing.T) {
 			t.Fatalf("keys written: %v", resp.Kvs)
 		}
 	})
+}
+
+// TestWriterGeneration: with Config.Generation, a round at the generation
+// of the last complete round reads nothing (Source is not called); a new
+// generation reads and writes what changed.
+func TestWriterGeneration(t *testing.T) {
+	e := storetest.Start(t, storetest.Options{})
+	c := e.Client(t)
+	var gen, reads atomic.Uint64
+	var src *source
+	w := startWriter(t, c, "/gen/", "a", func(cfg *status.Config) {
+		cfg.Generation = gen.Load
+		get := cfg.Source
+		cfg.Source = func() []status.NodeStatus {
+			reads.Add(1)
+			return get()
+		}
+	})
+	src = w.src
+	src.set(node("a", "1"))
+	w.sync()
+	r0 := reads.Load()
+	for range 3 {
+		w.sync()
+	}
+	if got := reads.Load() - r0; got != 0 {
+		t.Fatalf("Source read %d times in 3 rounds at an unchanged generation, want 0", got)
+	}
+	src.set(node("a", "2"))
+	gen.Add(1)
+	w.sync()
+	if got := reads.Load() - r0; got != 1 {
+		t.Fatalf("Source read %d times after the generation moved, want 1", got)
+	}
+	if got := readStored(t, c, "/gen/")["a"].rec.Types["cluster"].VersionSent; got != "2" {
+		t.Errorf("stored version %q after the change, want 2", got)
+	}
 }

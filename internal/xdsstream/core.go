@@ -39,6 +39,9 @@ type Core[T Reporter] struct {
 	nextID  atomic.Uint64
 	streams Registry[*Stream[T]]
 	nacks   nackLog
+	// statusGen counts the changes of what Streams returns: a stream
+	// opened or closed, a status set.
+	statusGen atomic.Uint64
 	// refusedLog and timeoutLog pace the lines of refused streams and of
 	// send timeouts.
 	refusedLog, timeoutLog burstLog
@@ -90,6 +93,10 @@ func (c *Core[T]) CatchUp(ctx context.Context, rev int64) (*store.Snapshot, erro
 	}
 	return snap, nil
 }
+
+// StatusGeneration changes whenever what Streams returns may have: a
+// reader that saw the same generation before has nothing new to read.
+func (c *Core[T]) StatusGeneration() uint64 { return c.statusGen.Load() }
 
 // Streams returns the status of every open stream, by id.
 func (c *Core[T]) Streams() []Status[T] {

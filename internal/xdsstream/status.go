@@ -3,6 +3,7 @@ package xdsstream
 import (
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/legation-io/legation/internal/lease"
@@ -72,12 +73,16 @@ type statusBox[T Reporter] struct {
 	mu   sync.Mutex // guards stat and ttl
 	stat Status[T]
 	ttl  map[string][]TTLStatus // per type, what stat.TTLResources is made of
+	// gen is the server's status generation (Core.StatusGeneration),
+	// bumped by every change.
+	gen *atomic.Uint64
 }
 
 func (b *statusBox[T]) setNode(id, group string) {
 	b.mu.Lock()
 	b.stat.NodeID, b.stat.Group = id, group
 	b.mu.Unlock()
+	b.gen.Add(1)
 }
 
 // set records the status of type t. It is updated in place: a push
@@ -86,6 +91,7 @@ func (b *statusBox[T]) setNode(id, group string) {
 func (b *statusBox[T]) set(t *resource.Type, v T, ttl []TTLStatus, tracked bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	defer b.gen.Add(1)
 	if b.stat.Types == nil {
 		b.stat.Types = map[string]*T{}
 	}

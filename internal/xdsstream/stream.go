@@ -117,9 +117,12 @@ func Serve[Q any, R interface {
 	s := &Stream[T]{core: c, gs: gs, ID: c.nextID.Add(1), Ctx: ctx, Fixed: fixed, Snap: snap}
 	s.Log = c.Config.Logger.With("stream", s.ID, "protocol", name)
 	s.status.stat = Status[T]{ID: s.ID, Protocol: name, ConnectedAt: time.Now().UTC()}
+	s.status.gen = &c.statusGen
 	r := rules(s)
 	s.changed, s.holds = r.Changed, r.Holds
 	defer c.streams.Add(s.ID, s)()
+	c.statusGen.Add(1) // opened; closed below
+	defer c.statusGen.Add(1)
 	defer func() {
 		if s.interest != nil {
 			s.interest.Close()

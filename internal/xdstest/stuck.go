@@ -12,6 +12,7 @@ import (
 	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -84,6 +85,11 @@ type StuckServer struct {
 	Cuts func() float64
 	// SendTimeout is the send timeout of whatever cuts the stuck stream.
 	SendTimeout time.Duration
+	// Etcd, if set, is the client of the etcd holding the resources: each
+	// run compacts it first, so that the second run's heap does not also
+	// hold the first run's etcd history (the test's etcd shares its
+	// process) and the two runs' heaps compare.
+	Etcd *clientv3.Client
 }
 
 // StuckResult is what one run measured.
@@ -157,7 +163,12 @@ func RunStuck(tb testing.TB, s StuckServer, size StuckSize, stuck bool) StuckRes
 	tb.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	s.Apply(tb, stuckPuts(tb, 0))
+	rev := s.Apply(tb, stuckPuts(tb, 0))
+	if s.Etcd != nil {
+		if _, err := s.Etcd.Compact(ctx, rev, clientv3.WithCompactPhysical()); err != nil {
+			tb.Fatalf("compacting etcd at %d: %v", rev, err)
+		}
+	}
 
 	// The normal clients, each synced and ACKed before the updates.
 	var conns []*grpc.ClientConn
