@@ -218,12 +218,12 @@ func markAliases(ts *typeState, changed string) {
 	}
 	for n := range ts.names {
 		if strings.HasPrefix(n, rc+"/") {
-			ts.dirty[n] = true
+			ts.dirty = set(ts.dirty, n)
 		}
 	}
-	for n := range ts.have {
+	ts.have.each(func(n string, _ held) {
 		if strings.HasPrefix(n, rc+"/") {
-			ts.dirty[n] = true
+			ts.dirty = set(ts.dirty, n)
 		}
-	}
+	})
 }
