@@ -47,6 +47,7 @@ type Server struct {
 	m            *metrics
 	trustVersion bool
 	rest         restCache // REST-JSON bodies of the latest revision
+	sent         sentSets  // what streams hold, shared among them
 }
 
 // New returns a Server. It does no I/O.
