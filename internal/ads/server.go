@@ -48,6 +48,7 @@ type Server struct {
 	trustVersion bool
 	rest         restCache // REST-JSON bodies of the latest revision
 	sent         sentSets  // what streams hold, shared among them
+	names        xdsstream.NameSets
 }
 
 // New returns a Server. It does no I/O.

@@ -27,7 +27,7 @@ type stream struct {
 type typeState struct {
 	t        *resource.Type
 	wildcard bool
-	names    map[string]bool
+	names    *xdsstream.NameSet // shared with the streams subscribed to the same names
 	// sent is what the client holds, as far as the server knows: the
 	// entries of the responses it sent (or that it presented on connect),
 	// shared with the streams sent the same responses.
@@ -103,7 +103,7 @@ func (st *stream) subscribe(t *resource.Type, r *discoveryv3.DiscoveryRequest) e
 	st.types[t] = ts
 	names := r.GetResourceNames()
 	ts.wildcard = (t.Wildcard && len(names) == 0) || contains(names, "*")
-	ts.names = nameSet(names)
+	ts.names = st.s.names.Get(names)
 	presented := parseVersion(r.GetVersionInfo())
 	if err := st.CatchUp(presented); err != nil {
 		return err
@@ -133,13 +133,13 @@ func (st *stream) subscribe(t *resource.Type, r *discoveryv3.DiscoveryRequest) e
 // asked resources).
 func (st *stream) setNames(ts *typeState, names []string, answer bool) {
 	wildcard := contains(names, "*") || (ts.wildcard && len(names) == 0 && ts.t.Wildcard)
-	next := nameSet(names)
-	if wildcard == ts.wildcard && sameSet(next, ts.names) {
+	if wildcard == ts.wildcard && ts.names.Same(names) {
 		return
 	}
+	next := st.s.names.Get(names)
 	added := false
-	for n := range next {
-		if !ts.names[n] {
+	for _, n := range next.Sorted() {
+		if !ts.names.Has(n) {
 			ts.dirty = mark(ts.dirty, n)
 			added = true
 		}
@@ -147,7 +147,7 @@ func (st *stream) setNames(ts *typeState, names []string, answer bool) {
 	if !wildcard {
 		var drop []string
 		ts.sent.each(func(e *store.Entry) {
-			if !next[e.Name] {
+			if !next.Has(e.Name) {
 				drop = append(drop, e.Name)
 			}
 		})
@@ -169,7 +169,7 @@ func (st *stream) setNames(ts *typeState, names []string, answer bool) {
 // Changed marks the subscribed names a change may concern.
 func (st *stream) Changed(c store.EntryChange) {
 	ts := st.types[c.Type]
-	if ts != nil && (ts.wildcard || ts.names[c.Name]) {
+	if ts != nil && (ts.wildcard || ts.names.Has(c.Name)) {
 		ts.dirty = mark(ts.dirty, c.Name)
 	}
 }
@@ -199,7 +199,7 @@ func (st *stream) Flush() error {
 // flushFullState sends the whole subscribed set of a LDS/CDS-like type when
 // any of it changed.
 func (st *stream) flushFullState(ts *typeState) error {
-	names := keys(ts.names)
+	names := ts.names.Sorted()
 	entries := scope.Entries(st.Snap, ts.t, st.Group, names, ts.wildcard)
 	force := ts.forceSend
 	ts.needAll, ts.forceSend = false, false
@@ -274,9 +274,7 @@ func (st *stream) flushNamed(ts *typeState) error {
 				candidates = append(candidates, e.Name)
 			}
 		}
-		for n := range ts.names {
-			candidates = append(candidates, n)
-		}
+		candidates = append(candidates, ts.names.Sorted()...)
 	} else {
 		candidates = keys(ts.dirty)
 	}
@@ -361,7 +359,7 @@ func (st *stream) updateStatus(ts *typeState) {
 		NackVersion:  ts.rec.Nacked,
 		LastNack:     ts.rec.NackMsg,
 		Wildcard:     ts.wildcard,
-		Subscribed:   len(ts.names),
+		Subscribed:   ts.names.Len(),
 		Resources:    ts.resources,
 	})
 }
@@ -386,28 +384,6 @@ func mark(m map[string]bool, n string) map[string]bool {
 	}
 	m[n] = true
 	return m
-}
-
-func nameSet(names []string) map[string]bool {
-	m := make(map[string]bool, len(names))
-	for _, n := range names {
-		if n != "*" {
-			m[n] = true
-		}
-	}
-	return m
-}
-
-func sameSet(a, b map[string]bool) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k := range a {
-		if !b[k] {
-			return false
-		}
-	}
-	return true
 }
 
 func keys(m map[string]bool) []string {
