@@ -35,6 +35,7 @@ type Server struct {
 	m       *metrics
 	aliases aliasIndexes // VHDS alias indexes, shared by the streams
 	held    heldSets     // what streams hold, shared among them
+	names   xdsstream.NameSets
 }
 
 // New returns a Server. It does no I/O.

@@ -27,7 +27,9 @@ type stream struct {
 type typeState struct {
 	t        *resource.Type
 	wildcard bool
-	names    map[string]bool // explicit subscriptions
+	// names: explicit subscriptions, shared with the streams subscribed
+	// to the same names.
+	names *xdsstream.NameSet
 	have     holding         // what the client holds, as far as the server knows
 	// nacked: held names last sent in a response the client NACKed (not
 	// ACKed, for the status); nil when none.
@@ -61,7 +63,7 @@ func (st *stream) Handle(t *resource.Type, r *discoveryv3.DeltaDiscoveryRequest)
 	ts := st.types[t]
 	first := ts == nil
 	if first {
-		ts = &typeState{t: t, names: map[string]bool{}, have: newHolding(), settled: true, needAll: true}
+		ts = &typeState{t: t, have: newHolding(), settled: true, needAll: true}
 		st.types[t] = ts
 		// Legacy wildcard: a first request of a LDS/CDS-like type that
 		// names nothing.
@@ -107,17 +109,32 @@ func (st *stream) Handle(t *resource.Type, r *discoveryv3.DeltaDiscoveryRequest)
 			st.releaseHold()
 		}
 	}
+	if len(r.GetResourceNamesSubscribe()) > 0 || len(r.GetResourceNamesUnsubscribe()) > 0 {
+		if err := st.subscribe(ts, r, first); err != nil {
+			return err
+		}
+	}
+	st.updateStatus(ts)
+	return nil
+}
+
+// subscribe applies the subscription changes of request r, the type's
+// first if first.
+func (st *stream) subscribe(ts *typeState, r *discoveryv3.DeltaDiscoveryRequest, first bool) error {
+	t := ts.t
+	names := ts.names.Clone() // interned again once changed
+	defer func() { ts.names = st.s.names.Intern(names) }()
 	for _, n := range r.GetResourceNamesSubscribe() {
 		if n == "*" {
 			ts.wildcard, ts.needAll = true, true
 			continue
 		}
-		if !ts.names[n] && len(ts.names) >= st.s.core.Config.MaxNames && st.s.core.Config.MaxNames >= 0 {
+		if !names[n] && len(names) >= st.s.core.Config.MaxNames && st.s.core.Config.MaxNames >= 0 {
 			// Subscriptions accumulate over requests: the bound is on the
 			// total, checked before it grows.
-			return st.CheckCount(t, xdsstream.LimitNames, "resource_names_subscribe", len(ts.names)+1)
+			return st.CheckCount(t, xdsstream.LimitNames, "resource_names_subscribe", len(names)+1)
 		}
-		ts.names[n] = true
+		names[n] = true
 		ts.dirty = set(ts.dirty, n)
 		// Always sent, since the client may have forgotten it, unless the
 		// type's first request presents it in initial_resource_versions:
@@ -133,7 +150,7 @@ func (st *stream) Handle(t *resource.Type, r *discoveryv3.DeltaDiscoveryRequest)
 			ts.wildcard = false
 			var drop []string
 			ts.have.each(func(h string, _ held) {
-				if !ts.names[h] {
+				if !names[h] {
 					drop = append(drop, h)
 				}
 			})
@@ -142,17 +159,16 @@ func (st *stream) Handle(t *resource.Type, r *discoveryv3.DeltaDiscoveryRequest)
 			}
 			continue
 		}
-		if !ts.names[n] {
+		if !names[n] {
 			continue // a phantom unsubscribe
 		}
-		delete(ts.names, n)
+		delete(names, n)
 		delete(ts.force, n)
 		delete(ts.toldAbsent, n)
 		if !ts.wildcard {
 			ts.have.drop(n) // the client drops it
 		}
 	}
-	st.updateStatus(ts)
 	return nil
 }
 
@@ -184,7 +200,7 @@ func (st *stream) Changed(c store.EntryChange) {
 	if ts == nil {
 		return
 	}
-	if ts.wildcard || ts.names[c.Name] || ts.have.has(c.Name) {
+	if ts.wildcard || ts.names.Has(c.Name) || ts.have.has(c.Name) {
 		ts.dirty = set(ts.dirty, c.Name)
 	}
 	if c.Type == resource.VirtualHost {
@@ -223,12 +239,12 @@ func (st *stream) flushType(ts *typeState) error {
 	// response for every stream of the group at this revision, shared
 	// under a short key.
 	shareKey := ""
-	if ts.needAll && ts.wildcard && len(ts.names) == 0 && ts.have.len() == 0 && len(ts.dirty) == 0 {
+	if ts.needAll && ts.wildcard && ts.names.Len() == 0 && ts.have.len() == 0 && len(ts.dirty) == 0 {
 		shareKey = "DA\x00" + ts.t.Name + "\x00" + st.Group + "\x00" + strconv.FormatInt(st.Snap.Revision, 10)
 	}
 	candidates := map[string]bool{}
 	if ts.needAll {
-		for n := range ts.names {
+		for n := range ts.names.All() {
 			candidates[n] = true
 		}
 		ts.have.each(func(n string, _ held) { candidates[n] = true })
@@ -251,7 +267,7 @@ func (st *stream) flushType(ts *typeState) error {
 	var aliases *aliasIndex // built or fetched on the first alias
 	for _, n := range sortedKeys(candidates) {
 		h, isHeld := ts.have.get(n)
-		if !ts.wildcard && !ts.names[n] {
+		if !ts.wildcard && !ts.names.Has(n) {
 			ts.have.drop(n) // held but not subscribed: the client drops it
 			continue
 		}
@@ -276,7 +292,7 @@ func (st *stream) flushType(ts *typeState) error {
 			case isHeld:
 				removed = append(removed, n)
 				ts.have.drop(n)
-			case ts.names[n] && !ts.toldAbsent[n]:
+			case ts.names.Has(n) && !ts.toldAbsent[n]:
 				removed = append(removed, n) // asked for, does not exist
 				ts.toldAbsent = set(ts.toldAbsent, n)
 			}
@@ -415,7 +431,7 @@ func (st *stream) updateStatus(ts *typeState) {
 		NackVersion:        ts.rec.Nacked,
 		LastNack:           ts.rec.NackMsg,
 		Wildcard:           ts.wildcard,
-		Subscribed:         len(ts.names),
+		Subscribed:         ts.names.Len(),
 		Held:               ts.have.len(),
 	}
 	if ts.outstanding {

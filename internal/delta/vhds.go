@@ -216,7 +216,7 @@ func markAliases(ts *typeState, changed string) {
 	if !ok {
 		return
 	}
-	for n := range ts.names {
+	for n := range ts.names.All() {
 		if strings.HasPrefix(n, rc+"/") {
 			ts.dirty = set(ts.dirty, n)
 		}

@@ -2,6 +2,7 @@ package xdsstream
 
 import (
 	"hash/maphash"
+	"iter"
 	"runtime"
 	"sort"
 	"sync"
@@ -38,6 +39,30 @@ func (s *NameSet) Len() int {
 		return 0
 	}
 	return len(s.m)
+}
+
+// All yields the names, in no order.
+func (s *NameSet) All() iter.Seq[string] {
+	return func(yield func(string) bool) {
+		if s == nil {
+			return
+		}
+		for n := range s.m {
+			if !yield(n) {
+				return
+			}
+		}
+	}
+}
+
+// Clone returns the names as a new map, to be changed and interned again
+// (NameSets.Intern).
+func (s *NameSet) Clone() map[string]bool {
+	m := make(map[string]bool, s.Len())
+	for n := range s.All() {
+		m[n] = true
+	}
+	return m
 }
 
 // Sorted returns the names in order. The slice is shared: it must not be
@@ -109,10 +134,17 @@ func (c *NameSets) Get(names []string) *NameSet {
 			m[n] = true
 		}
 	}
+	return c.Intern(m)
+}
+
+// Intern returns the set of the names of m, shared with every stream
+// that asked for the same set while this one lives. It takes m: the
+// caller must not change it after.
+func (c *NameSets) Intern(m map[string]bool) *NameSet {
 	if len(m) == 0 {
 		return nil
 	}
-	sum = 0
+	var sum uint64
 	for n := range m {
 		sum += maphash.String(nameSeed, n)
 	}
