@@ -30,7 +30,7 @@ type typeState struct {
 	// names: explicit subscriptions, shared with the streams subscribed
 	// to the same names.
 	names *xdsstream.NameSet
-	have     holding         // what the client holds, as far as the server knows
+	have  holding // what the client holds, as far as the server knows
 	// nacked: held names last sent in a response the client NACKed (not
 	// ACKed, for the status); nil when none.
 	nacked map[string]bool
@@ -41,9 +41,9 @@ type typeState struct {
 	force map[string]bool
 	// dirty: names that may have changed. toldAbsent, force and dirty are
 	// nil while empty: an idle stream keeps no map for them.
-	dirty map[string]bool
-	needAll    bool            // evaluate every subscribed or held name
-	respond    bool            // send a response even if empty (a first request)
+	dirty   map[string]bool
+	needAll bool // evaluate every subscribed or held name
+	respond bool // send a response even if empty (a first request)
 
 	// rec: the system_version_info and nonce of the last response, the
 	// last ACK and NACK.
