@@ -38,7 +38,7 @@ type typeState struct {
 
 	needAll   bool            // send everything subscribed
 	forceSend bool            // answer even if nothing changed (a first request)
-	dirty     map[string]bool // names that may have changed; nil while none
+	dirty     map[string]bool // names that may have changed; nil after a flush of many (see reuse)
 	// holdRemovals: CDS sent a make-before-break interim set keeping
 	// removed clusters; the final set waits for LDS and RDS ACKs.
 	holdRemovals bool
@@ -203,7 +203,7 @@ func (st *stream) flushFullState(ts *typeState) error {
 	entries := scope.Entries(st.Snap, ts.t, st.Group, names, ts.wildcard)
 	force := ts.forceSend
 	ts.needAll, ts.forceSend = false, false
-	ts.dirty = nil
+	ts.dirty = reuse(ts.dirty)
 	if !force && sameEntries(entries, &ts.sent) {
 		return nil
 	}
@@ -280,7 +280,7 @@ func (st *stream) flushNamed(ts *typeState) error {
 	}
 	force := ts.forceSend
 	ts.needAll, ts.forceSend = false, false
-	ts.dirty = nil
+	ts.dirty = reuse(ts.dirty)
 	var out []*store.Entry
 	seen := map[string]bool{}
 	for _, n := range candidates {
@@ -375,6 +375,17 @@ func sameEntries(entries []*store.Entry, sent *holding) bool {
 		}
 	}
 	return true
+}
+
+// reuse empties m, a map of names, for the next changes: a small one is
+// kept, so that a push allocates no new map, a large one (a first
+// response's) let go.
+func reuse(m map[string]bool) map[string]bool {
+	if len(m) > 8 {
+		return nil
+	}
+	clear(m)
+	return m
 }
 
 // mark adds n to m, made if nil, and returns it.

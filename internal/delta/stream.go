@@ -39,8 +39,9 @@ type typeState struct {
 	toldAbsent map[string]bool
 	// force: (re)subscribed names, sent even if held at the version.
 	force map[string]bool
-	// dirty: names that may have changed. toldAbsent, force and dirty are
-	// nil while empty: an idle stream keeps no map for them.
+	// dirty: names that may have changed. toldAbsent and force are nil
+	// while empty, dirty is after a flush of many (see reuse): an idle
+	// stream keeps no large map for them.
 	dirty   map[string]bool
 	needAll bool // evaluate every subscribed or held name
 	respond bool // send a response even if empty (a first request)
@@ -259,7 +260,7 @@ func (st *stream) flushType(ts *typeState) error {
 	}
 	respond := ts.respond
 	ts.needAll, ts.respond = false, false
-	ts.dirty = nil
+	ts.dirty = reuse(ts.dirty)
 
 	holdRemovals := breaks(ts.t) && st.Fixed == nil && st.referrersPending()
 	var out []item
@@ -458,6 +459,17 @@ func (st *stream) updateStatus(ts *typeState) {
 		})
 	}
 	st.SetStatus(ts.t, s)
+}
+
+// reuse empties m, a map of names, for the next changes: a small one is
+// kept, so that a push allocates no new map, a large one (a first
+// response's) let go.
+func reuse(m map[string]bool) map[string]bool {
+	if len(m) > 8 {
+		return nil
+	}
+	clear(m)
+	return m
 }
 
 // set adds n to m, made if nil, and returns it.
