@@ -151,72 +151,30 @@ func BenchmarkFanout(b *testing.B) {
 	}
 }
 
-// BenchmarkIdleStreamMemory reports the memory each idle SotW stream costs
-// (docs/design.md: "memory per connected stream ... beyond shared state:
-// at most 50 KB"): 1000 ADS streams on 10 connections, subscribed to the 200
-// assignments and having ACKed them; heap and goroutine stacks are read
-// after runtime.GC before the streams open and once they are idle.
-//
-// Server and clients share the process, so bytes/stream (heap-B/stream
-// plus stack-B/stream) holds both sides. The clients use the raw codec
-// and keep no decoded response; their part is grpc-go's client stream,
-// the benchmark's own small per-stream record and two goroutines per
-// stream (the benchmark's receive loop and grpc-go's context watcher). The
-// split comes from an exact profile of the allocations made while the
-// streams open (runtime.MemProfileRate=1): server-heap-B/stream is the
-// heap the server's code (packages ads and xdsstream, grpc-go's server side) still holds
-// per stream, client-heap-B/stream the clients'. Goroutines are told apart
-// by their stacks: server-goroutines/stream, and server-B/stream, the
-// server's heap plus its share of the stack memory (by goroutine count,
-// as idle goroutines' stacks are alike). Connection buffers (10
-// connections) are amortised over the streams; the shared state (view,
-// encoded bodies) is counted once, not per stream.
+// BenchmarkIdleStreamMemory reports the memory each idle SotW ADS stream
+// costs holding 400 resources (docs/design.md: "memory per connected
+// stream ... beyond shared state: at most 50 KB"): 200 clusters by
+// wildcard CDS and their 200 endpoint sets by name, the scenario and
+// metrics of xdstest.BenchmarkStreamMemory, which internal/delta's
+// BenchmarkIdleStreamMemory runs over delta.
 func BenchmarkIdleStreamMemory(b *testing.B) {
-	e := newEnv(b)
-	names := fanoutSeed(b, e)
-	const n = 1000
-	b.Run(fmt.Sprintf("streams=%d", n), func(b *testing.B) {
-		var heap, stack, goroutines, serverHeap, clientHeap, serverG float64
-		for i := 0; i < b.N; i++ {
-			before := xdstest.SettledMemStats()
-			g0 := xdstest.GoroutinesByOwner(ownerOf)
-			p0 := xdstest.ReadAllocProfile()
-			rate := runtime.MemProfileRate
-			runtime.MemProfileRate = 1
-			f := &fanout{e: e, n: n, names: names}
-			b.Cleanup(func() { // if open fails; else a no-op
-				runtime.MemProfileRate = rate
-				f.close(b)
-			})
-			f.open(b)
-			runtime.MemProfileRate = rate
-			after := xdstest.SettledMemStats()
-			g1 := xdstest.GoroutinesByOwner(ownerOf)
-			split := xdstest.ReadAllocProfile().InUseSince(p0, ownerOf)
-			heap += float64(int64(after.HeapAlloc) - int64(before.HeapAlloc))
-			stack += float64(int64(after.StackInuse) - int64(before.StackInuse))
-			serverHeap += float64(split[xdstest.OwnedByServer].Bytes)
-			clientHeap += float64(split[xdstest.OwnedByClient].Bytes)
-			for _, c := range g1 {
-				goroutines += float64(c)
+	e := newEnvWith(b, xdstest.MemoryOptions())
+	xdstest.BenchmarkStreamMemory(b, xdstest.MemoryServer{
+		Env:  e.Env,
+		Addr: e.addr,
+		Settled: func() int {
+			settled := 0
+			for _, s := range e.srv.Streams() {
+				c, ep := s.Types[resource.Cluster.Name], s.Types[resource.Endpoint.Name]
+				if strings.HasPrefix(s.NodeID, "mem-") && c != nil && ep != nil &&
+					c.VersionAcked != "" && c.VersionAcked == c.VersionSent && ep.VersionAcked != "" && ep.VersionAcked == ep.VersionSent &&
+					c.Resources == 200 && ep.Resources == 200 {
+					settled++
+				}
 			}
-			for _, c := range g0 {
-				goroutines -= float64(c)
-			}
-			serverG += float64(g1[xdstest.OwnedByServer] - g0[xdstest.OwnedByServer])
-			f.close(b)
-		}
-		per := float64(b.N) * n
-		b.ReportMetric((heap+stack)/per, "bytes/stream")
-		b.ReportMetric(heap/per, "heap-B/stream")
-		b.ReportMetric(stack/per, "stack-B/stream")
-		b.ReportMetric(goroutines/per, "goroutines/stream")
-		b.ReportMetric(serverHeap/per, "server-heap-B/stream")
-		b.ReportMetric(clientHeap/per, "client-heap-B/stream")
-		b.ReportMetric(serverG/per, "server-goroutines/stream")
-		if goroutines > 0 {
-			b.ReportMetric((serverHeap+stack*serverG/goroutines)/per, "server-B/stream")
-		}
+			return settled
+		},
+		Open: func() int { return len(e.srv.Streams()) },
 	})
 }
 

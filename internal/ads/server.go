@@ -47,6 +47,8 @@ type Server struct {
 	m            *metrics
 	trustVersion bool
 	rest         restCache // REST-JSON bodies of the latest revision
+	sent         sentSets  // what streams hold, shared among them
+	names        xdsstream.NameSets
 }
 
 // New returns a Server. It does no I/O.

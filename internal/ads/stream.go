@@ -27,17 +27,18 @@ type stream struct {
 type typeState struct {
 	t        *resource.Type
 	wildcard bool
-	names    map[string]bool
+	names    *xdsstream.NameSet // shared with the streams subscribed to the same names
 	// sent is what the client holds, as far as the server knows: the
-	// entries of the responses it sent (or that it presented on connect).
-	sent map[string]*store.Entry
+	// entries of the responses it sent (or that it presented on connect),
+	// shared with the streams sent the same responses.
+	sent holding
 	// rec: the version_info and nonce of the last response (Version is
 	// the one presented, when nothing was sent), the last ACK and NACK.
 	rec xdsstream.Record
 
 	needAll   bool            // send everything subscribed
 	forceSend bool            // answer even if nothing changed (a first request)
-	dirty     map[string]bool // names that may have changed
+	dirty     map[string]bool // names that may have changed; nil after a flush of many (see reuse)
 	// holdRemovals: CDS sent a make-before-break interim set keeping
 	// removed clusters; the final set waits for LDS and RDS ACKs.
 	holdRemovals bool
@@ -98,11 +99,11 @@ func (st *stream) Handle(t *resource.Type, r *discoveryv3.DiscoveryRequest) erro
 // subscribe handles a type's first request on the stream (or a request
 // without a nonce, which starts the type over).
 func (st *stream) subscribe(t *resource.Type, r *discoveryv3.DiscoveryRequest) error {
-	ts := &typeState{t: t, sent: map[string]*store.Entry{}, dirty: map[string]bool{}}
+	ts := &typeState{t: t, sent: newHolding()}
 	st.types[t] = ts
 	names := r.GetResourceNames()
 	ts.wildcard = (t.Wildcard && len(names) == 0) || contains(names, "*")
-	ts.names = nameSet(names)
+	ts.names = st.s.names.Get(names)
 	presented := parseVersion(r.GetVersionInfo())
 	if err := st.CatchUp(presented); err != nil {
 		return err
@@ -114,10 +115,10 @@ func (st *stream) subscribe(t *resource.Type, r *discoveryv3.DiscoveryRequest) e
 	if presented >= 0 && (ts.wildcard || st.s.trustVersion) &&
 		scope.UnchangedSince(snap, t, st.Group, names, ts.wildcard, presented) {
 		for _, e := range scope.Entries(snap, t, st.Group, names, ts.wildcard) {
-			ts.sent[e.Name] = e
+			ts.sent.set(e)
 		}
 		ts.rec.Version, ts.rec.Acked = r.GetVersionInfo(), r.GetVersionInfo()
-		ts.resources = len(ts.sent)
+		ts.resources = ts.sent.len()
 		st.s.m.noResend.Inc()
 		st.updateStatus(ts)
 		return nil
@@ -132,22 +133,26 @@ func (st *stream) subscribe(t *resource.Type, r *discoveryv3.DiscoveryRequest) e
 // asked resources).
 func (st *stream) setNames(ts *typeState, names []string, answer bool) {
 	wildcard := contains(names, "*") || (ts.wildcard && len(names) == 0 && ts.t.Wildcard)
-	next := nameSet(names)
-	if wildcard == ts.wildcard && sameSet(next, ts.names) {
+	if wildcard == ts.wildcard && ts.names.Same(names) {
 		return
 	}
+	next := st.s.names.Get(names)
 	added := false
-	for n := range next {
-		if !ts.names[n] {
-			ts.dirty[n] = true
+	for _, n := range next.Sorted() {
+		if !ts.names.Has(n) {
+			ts.dirty = mark(ts.dirty, n)
 			added = true
 		}
 	}
 	if !wildcard {
-		for n := range ts.sent {
-			if !next[n] {
-				delete(ts.sent, n) // unsubscribed: the client drops it
+		var drop []string
+		ts.sent.each(func(e *store.Entry) {
+			if !next.Has(e.Name) {
+				drop = append(drop, e.Name)
 			}
+		})
+		for _, n := range drop {
+			ts.sent.drop(n) // unsubscribed: the client drops it
 		}
 	}
 	if wildcard && !ts.wildcard {
@@ -164,8 +169,8 @@ func (st *stream) setNames(ts *typeState, names []string, answer bool) {
 // Changed marks the subscribed names a change may concern.
 func (st *stream) Changed(c store.EntryChange) {
 	ts := st.types[c.Type]
-	if ts != nil && (ts.wildcard || ts.names[c.Name]) {
-		ts.dirty[c.Name] = true
+	if ts != nil && (ts.wildcard || ts.names.Has(c.Name)) {
+		ts.dirty = mark(ts.dirty, c.Name)
 	}
 }
 
@@ -194,12 +199,12 @@ func (st *stream) Flush() error {
 // flushFullState sends the whole subscribed set of a LDS/CDS-like type when
 // any of it changed.
 func (st *stream) flushFullState(ts *typeState) error {
-	names := keys(ts.names)
+	names := ts.names.Sorted()
 	entries := scope.Entries(st.Snap, ts.t, st.Group, names, ts.wildcard)
 	force := ts.forceSend
 	ts.needAll, ts.forceSend = false, false
-	clear(ts.dirty) // reused: a push allocates no new map
-	if !force && sameEntries(entries, ts.sent) {
+	ts.dirty = reuse(ts.dirty)
+	if !force && sameEntries(entries, &ts.sent) {
 		return nil
 	}
 	version := version(st.Snap.Revision)
@@ -209,11 +214,11 @@ func (st *stream) flushFullState(ts *typeState) error {
 		for _, e := range entries {
 			now[e.Name] = true
 		}
-		for n, e := range ts.sent {
-			if !now[n] {
+		ts.sent.each(func(e *store.Entry) {
+			if !now[e.Name] {
 				removed = append(removed, e)
 			}
-		}
+		})
 		if len(removed) > 0 && st.referrersPending() {
 			// Make before break: keep the removed clusters until the
 			// listeners and routes that dropped them are ACKed. The
@@ -269,15 +274,13 @@ func (st *stream) flushNamed(ts *typeState) error {
 				candidates = append(candidates, e.Name)
 			}
 		}
-		for n := range ts.names {
-			candidates = append(candidates, n)
-		}
+		candidates = append(candidates, ts.names.Sorted()...)
 	} else {
 		candidates = keys(ts.dirty)
 	}
 	force := ts.forceSend
 	ts.needAll, ts.forceSend = false, false
-	clear(ts.dirty) // reused: a push allocates no new map
+	ts.dirty = reuse(ts.dirty)
 	var out []*store.Entry
 	seen := map[string]bool{}
 	for _, n := range candidates {
@@ -287,10 +290,10 @@ func (st *stream) flushNamed(ts *typeState) error {
 		seen[n] = true
 		e := scope.Visible(st.Snap, ts.t, st.Group, n)
 		if e == nil {
-			delete(ts.sent, n)
+			ts.sent.drop(n)
 			continue
 		}
-		if old := ts.sent[n]; !force && old != nil && old.Scope == e.Scope && old.ModRevision == e.ModRevision {
+		if old := ts.sent.get(n); !force && old != nil && old.Scope == e.Scope && old.ModRevision == e.ModRevision {
 			continue
 		}
 		out = append(out, e)
@@ -336,19 +339,14 @@ func (st *stream) send(ts *typeState, entries []*store.Entry, ver string, sharea
 		return err
 	}
 	ts.rec.Sent(ver, nonce)
-	for _, e := range entries {
-		ts.sent[e.Name] = e
-	}
 	if ts.t.Wildcard {
 		// A full-state response replaces what the client holds.
-		now := make(map[string]*store.Entry, len(entries))
-		for _, e := range entries {
-			now[e.Name] = e
-		}
-		ts.sent = now
+		ts.sent.replace(&st.s.sent, st.Snap.Revision, key, entries)
+	} else {
+		ts.sent.merge(&st.s.sent, st.Snap.Revision, key, entries)
 	}
 	st.RecordTTLs(ts.t, len(entries), func(i int) xdsstream.Item { return xdsstream.Item{Entry: entries[i]} }, ttls)
-	ts.resources = len(ts.sent)
+	ts.resources = ts.sent.len()
 	st.updateStatus(ts)
 	return nil
 }
@@ -361,17 +359,17 @@ func (st *stream) updateStatus(ts *typeState) {
 		NackVersion:  ts.rec.Nacked,
 		LastNack:     ts.rec.NackMsg,
 		Wildcard:     ts.wildcard,
-		Subscribed:   len(ts.names),
+		Subscribed:   ts.names.Len(),
 		Resources:    ts.resources,
 	})
 }
 
-func sameEntries(entries []*store.Entry, sent map[string]*store.Entry) bool {
-	if len(entries) != len(sent) {
+func sameEntries(entries []*store.Entry, sent *holding) bool {
+	if len(entries) != sent.len() {
 		return false
 	}
 	for _, e := range entries {
-		old := sent[e.Name]
+		old := sent.get(e.Name)
 		if old == nil || old.Scope != e.Scope || old.ModRevision != e.ModRevision {
 			return false
 		}
@@ -379,26 +377,24 @@ func sameEntries(entries []*store.Entry, sent map[string]*store.Entry) bool {
 	return true
 }
 
-func nameSet(names []string) map[string]bool {
-	m := make(map[string]bool, len(names))
-	for _, n := range names {
-		if n != "*" {
-			m[n] = true
-		}
+// reuse empties m, a map of names, for the next changes: a small one is
+// kept, so that a push allocates no new map, a large one (a first
+// response's) let go.
+func reuse(m map[string]bool) map[string]bool {
+	if len(m) > 8 {
+		return nil
 	}
+	clear(m)
 	return m
 }
 
-func sameSet(a, b map[string]bool) bool {
-	if len(a) != len(b) {
-		return false
+// mark adds n to m, made if nil, and returns it.
+func mark(m map[string]bool, n string) map[string]bool {
+	if m == nil {
+		m = map[string]bool{}
 	}
-	for k := range a {
-		if !b[k] {
-			return false
-		}
-	}
-	return true
+	m[n] = true
+	return m
 }
 
 func keys(m map[string]bool) []string {

@@ -34,6 +34,8 @@ type Server struct {
 	core    *xdsstream.Core[TypeStatus]
 	m       *metrics
 	aliases aliasIndexes // VHDS alias indexes, shared by the streams
+	held    heldSets     // what streams hold, shared among them
+	names   xdsstream.NameSets
 }
 
 // New returns a Server. It does no I/O.

@@ -23,26 +23,28 @@ type stream struct {
 	types map[*resource.Type]*typeState
 }
 
-// held is what the client holds of one resource.
-type held struct {
-	version string
-	scope   string // "" when only the version is known (initial_resource_versions)
-	acked   bool   // the response that carried it was ACKed
-}
-
 // typeState is a stream's delta state for one resource type.
 type typeState struct {
 	t        *resource.Type
 	wildcard bool
-	names    map[string]bool // explicit subscriptions
-	have     map[string]held // what the client holds, as far as the server knows
+	// names: explicit subscriptions, shared with the streams subscribed
+	// to the same names.
+	names *xdsstream.NameSet
+	have  holding // what the client holds, as far as the server knows
+	// nacked: held names last sent in a response the client NACKed (not
+	// ACKed, for the status); nil when none.
+	nacked map[string]bool
 	// toldAbsent: explicitly subscribed names already listed in
 	// removed_resources because they do not exist.
 	toldAbsent map[string]bool
-	force      map[string]bool // (re)subscribed: send even if held at the version
-	dirty      map[string]bool // names that may have changed
-	needAll    bool            // evaluate every subscribed or held name
-	respond    bool            // send a response even if empty (a first request)
+	// force: (re)subscribed names, sent even if held at the version.
+	force map[string]bool
+	// dirty: names that may have changed. toldAbsent and force are nil
+	// while empty, dirty is after a flush of many (see reuse): an idle
+	// stream keeps no large map for them.
+	dirty   map[string]bool
+	needAll bool // evaluate every subscribed or held name
+	respond bool // send a response even if empty (a first request)
 
 	// rec: the system_version_info and nonce of the last response, the
 	// last ACK and NACK.
@@ -62,20 +64,19 @@ func (st *stream) Handle(t *resource.Type, r *discoveryv3.DeltaDiscoveryRequest)
 	ts := st.types[t]
 	first := ts == nil
 	if first {
-		ts = &typeState{t: t, names: map[string]bool{}, have: map[string]held{}, toldAbsent: map[string]bool{},
-			force: map[string]bool{}, dirty: map[string]bool{}, settled: true, needAll: true}
+		ts = &typeState{t: t, have: newHolding(), settled: true, needAll: true}
 		st.types[t] = ts
 		// Legacy wildcard: a first request of a LDS/CDS-like type that
 		// names nothing.
 		ts.wildcard = t.Wildcard && len(r.GetResourceNamesSubscribe()) == 0
 		var newest int64
 		for n, v := range r.GetInitialResourceVersions() {
-			ts.have[n] = held{version: v, acked: true}
+			ts.have.set(n, held{rev: parseRev(v)})
 			if rev, err := strconv.ParseInt(v, 10, 64); err == nil && rev > newest {
 				newest = rev
 			}
 		}
-		if len(ts.have) == 0 {
+		if ts.have.len() == 0 {
 			ts.respond = true // the client waits for a first answer
 		}
 		// Promise 3: never answer with older than what the client holds.
@@ -88,6 +89,11 @@ func (st *stream) Handle(t *resource.Type, r *discoveryv3.DeltaDiscoveryRequest)
 			st.StaleNonce(t, nonce)
 		} else if d := r.GetErrorDetail(); d != nil {
 			st.Nack(t, &ts.rec, d.GetMessage())
+			for _, n := range ts.inFlight {
+				if ts.have.has(n) {
+					ts.nacked = set(ts.nacked, n)
+				}
+			}
 			ts.outstanding, ts.inFlight = false, nil
 			// Nothing is resent: what the client was sent counts as held,
 			// so only a later change of a resource sends it again.
@@ -95,57 +101,75 @@ func (st *stream) Handle(t *resource.Type, r *discoveryv3.DeltaDiscoveryRequest)
 			ts.rec.Acked = ts.rec.Version
 			ts.rec.ClearNack()
 			for _, n := range ts.inFlight {
-				if h, ok := ts.have[n]; ok {
-					h.acked = true
-					ts.have[n] = h
-				}
+				delete(ts.nacked, n)
+			}
+			if len(ts.nacked) == 0 {
+				ts.nacked = nil
 			}
 			ts.outstanding, ts.inFlight, ts.settled = false, nil, true
 			st.releaseHold()
 		}
 	}
+	if len(r.GetResourceNamesSubscribe()) > 0 || len(r.GetResourceNamesUnsubscribe()) > 0 {
+		if err := st.subscribe(ts, r, first); err != nil {
+			return err
+		}
+	}
+	st.updateStatus(ts)
+	return nil
+}
+
+// subscribe applies the subscription changes of request r, the type's
+// first if first.
+func (st *stream) subscribe(ts *typeState, r *discoveryv3.DeltaDiscoveryRequest, first bool) error {
+	t := ts.t
+	names := ts.names.Clone() // interned again once changed
+	defer func() { ts.names = st.s.names.Intern(names) }()
 	for _, n := range r.GetResourceNamesSubscribe() {
 		if n == "*" {
 			ts.wildcard, ts.needAll = true, true
 			continue
 		}
-		if !ts.names[n] && len(ts.names) >= st.s.core.Config.MaxNames && st.s.core.Config.MaxNames >= 0 {
+		if !names[n] && len(names) >= st.s.core.Config.MaxNames && st.s.core.Config.MaxNames >= 0 {
 			// Subscriptions accumulate over requests: the bound is on the
 			// total, checked before it grows.
-			return st.CheckCount(t, xdsstream.LimitNames, "resource_names_subscribe", len(ts.names)+1)
+			return st.CheckCount(t, xdsstream.LimitNames, "resource_names_subscribe", len(names)+1)
 		}
-		ts.names[n] = true
-		ts.dirty[n] = true
+		names[n] = true
+		ts.dirty = set(ts.dirty, n)
 		// Always sent, since the client may have forgotten it, unless the
 		// type's first request presents it in initial_resource_versions:
 		// those say exactly what the client holds (promise 4), and Envoy
 		// resubscribes every name it holds when it reconnects.
 		if _, presented := r.GetInitialResourceVersions()[n]; !first || !presented {
-			ts.force[n] = true
+			ts.force = set(ts.force, n)
 		}
 		delete(ts.toldAbsent, n)
 	}
 	for _, n := range r.GetResourceNamesUnsubscribe() {
 		if n == "*" {
 			ts.wildcard = false
-			for h := range ts.have {
-				if !ts.names[h] {
-					delete(ts.have, h)
+			var drop []string
+			ts.have.each(func(h string, _ held) {
+				if !names[h] {
+					drop = append(drop, h)
 				}
+			})
+			for _, h := range drop {
+				ts.have.drop(h)
 			}
 			continue
 		}
-		if !ts.names[n] {
+		if !names[n] {
 			continue // a phantom unsubscribe
 		}
-		delete(ts.names, n)
+		delete(names, n)
 		delete(ts.force, n)
 		delete(ts.toldAbsent, n)
 		if !ts.wildcard {
-			delete(ts.have, n) // the client drops it
+			ts.have.drop(n) // the client drops it
 		}
 	}
-	st.updateStatus(ts)
 	return nil
 }
 
@@ -177,8 +201,8 @@ func (st *stream) Changed(c store.EntryChange) {
 	if ts == nil {
 		return
 	}
-	if _, held := ts.have[c.Name]; ts.wildcard || ts.names[c.Name] || held {
-		ts.dirty[c.Name] = true
+	if ts.wildcard || ts.names.Has(c.Name) || ts.have.has(c.Name) {
+		ts.dirty = set(ts.dirty, c.Name)
 	}
 	if c.Type == resource.VirtualHost {
 		markAliases(ts, c.Name)
@@ -216,17 +240,15 @@ func (st *stream) flushType(ts *typeState) error {
 	// response for every stream of the group at this revision, shared
 	// under a short key.
 	shareKey := ""
-	if ts.needAll && ts.wildcard && len(ts.names) == 0 && len(ts.have) == 0 && len(ts.dirty) == 0 {
+	if ts.needAll && ts.wildcard && ts.names.Len() == 0 && ts.have.len() == 0 && len(ts.dirty) == 0 {
 		shareKey = "DA\x00" + ts.t.Name + "\x00" + st.Group + "\x00" + strconv.FormatInt(st.Snap.Revision, 10)
 	}
 	candidates := map[string]bool{}
 	if ts.needAll {
-		for n := range ts.names {
+		for n := range ts.names.All() {
 			candidates[n] = true
 		}
-		for n := range ts.have {
-			candidates[n] = true
-		}
+		ts.have.each(func(n string, _ held) { candidates[n] = true })
 		if ts.wildcard {
 			for _, e := range scope.Entries(st.Snap, ts.t, st.Group, nil, true) {
 				candidates[e.Name] = true
@@ -238,16 +260,16 @@ func (st *stream) flushType(ts *typeState) error {
 	}
 	respond := ts.respond
 	ts.needAll, ts.respond = false, false
-	clear(ts.dirty) // reused: a push allocates no new map
+	ts.dirty = reuse(ts.dirty)
 
 	holdRemovals := breaks(ts.t) && st.Fixed == nil && st.referrersPending()
 	var out []item
 	var removed []string
 	var aliases *aliasIndex // built or fetched on the first alias
 	for _, n := range sortedKeys(candidates) {
-		_, isHeld := ts.have[n]
-		if !ts.wildcard && !ts.names[n] {
-			delete(ts.have, n) // held but not subscribed: the client drops it
+		h, isHeld := ts.have.get(n)
+		if !ts.wildcard && !ts.names.Has(n) {
+			ts.have.drop(n) // held but not subscribed: the client drops it
 			continue
 		}
 		e := scope.Visible(st.Snap, ts.t, st.Group, n)
@@ -270,16 +292,14 @@ func (st *stream) flushType(ts *typeState) error {
 				ts.holdRemoval = true // make before break: later
 			case isHeld:
 				removed = append(removed, n)
-				delete(ts.have, n)
-			case ts.names[n] && !ts.toldAbsent[n]:
+				ts.have.drop(n)
+			case ts.names.Has(n) && !ts.toldAbsent[n]:
 				removed = append(removed, n) // asked for, does not exist
-				ts.toldAbsent[n] = true
+				ts.toldAbsent = set(ts.toldAbsent, n)
 			}
 			delete(ts.force, n)
 			continue
 		}
-		v := strconv.FormatInt(e.ModRevision, 10)
-		h := ts.have[n]
 		// A version presented in initial_resource_versions names a
 		// mod_revision, not a key: it is trusted unless another resource
 		// the client may have held shares it (an alias that may have
@@ -287,17 +307,23 @@ func (st *stream) flushType(ts *typeState) error {
 		unconfirmed := h.scope == ""
 		ambiguous := unconfirmed && (alias != "" ||
 			(st.Group != "" && e.Scope == store.DefaultScope && st.Snap.LastChange(ts.t, st.Group) > e.ModRevision))
-		if isHeld && h.version == v && (unconfirmed || h.scope == source) && !ambiguous && !ts.force[n] {
+		if isHeld && h.rev == e.ModRevision && (unconfirmed || h.scope == source) && !ambiguous && !ts.force[n] {
 			if h.scope == "" {
 				st.s.m.notResent.Inc()
 				h.scope = source
-				ts.have[n] = h
+				ts.have.set(n, h)
 			}
 			continue
 		}
 		delete(ts.force, n)
 		delete(ts.toldAbsent, n)
 		out = append(out, item{Item: xdsstream.Item{Entry: e, Alias: alias}, source: source})
+	}
+	if len(ts.force) == 0 {
+		ts.force = nil
+	}
+	if len(ts.toldAbsent) == 0 {
+		ts.toldAbsent = nil
 	}
 	if !holdRemovals && breaks(ts.t) {
 		ts.holdRemoval = false
@@ -387,9 +413,9 @@ func (st *stream) send(ts *typeState, out []item, removed []string, shareKey str
 	ts.outstanding, ts.settled = true, false
 	ts.inFlight = ts.inFlight[:0]
 	for _, it := range out {
-		ts.have[it.Key()] = held{version: strconv.FormatInt(it.Entry.ModRevision, 10), scope: it.source}
 		ts.inFlight = append(ts.inFlight, it.Key())
 	}
+	ts.have.sent(&st.s.held, st.Snap.Revision, shareKey, out, removed)
 	st.RecordTTLs(ts.t, len(out), func(i int) xdsstream.Item { return out[i].Item }, ttls)
 	st.s.m.removalsSent.WithLabelValues(ts.t.Name).Add(float64(len(removed)))
 	st.updateStatus(ts)
@@ -406,23 +432,53 @@ func (st *stream) updateStatus(ts *typeState) {
 		NackVersion:        ts.rec.Nacked,
 		LastNack:           ts.rec.NackMsg,
 		Wildcard:           ts.wildcard,
-		Subscribed:         len(ts.names),
-		Held:               len(ts.have),
+		Subscribed:         ts.names.Len(),
+		Held:               ts.have.len(),
 	}
 	if ts.outstanding {
 		s.Outstanding = ts.rec.Nonce
 	}
-	if len(ts.have) <= maxStatusResources {
-		s.Resources = make(map[string]ResourceStatus, len(ts.have))
-		for n, h := range ts.have {
-			rs := ResourceStatus{VersionSent: h.version}
-			if h.acked {
-				rs.VersionAcked = h.version
+	if ts.have.len() <= maxStatusResources {
+		var inFlight map[string]bool
+		if ts.outstanding {
+			inFlight = make(map[string]bool, len(ts.inFlight))
+			for _, n := range ts.inFlight {
+				inFlight[n] = true
+			}
+		}
+		s.Resources = make(map[string]ResourceStatus, ts.have.len())
+		ts.have.each(func(n string, h held) {
+			var rs ResourceStatus
+			if h.rev > 0 {
+				rs.VersionSent = strconv.FormatInt(h.rev, 10)
+			}
+			if !inFlight[n] && !ts.nacked[n] {
+				rs.VersionAcked = rs.VersionSent
 			}
 			s.Resources[n] = rs
-		}
+		})
 	}
 	st.SetStatus(ts.t, s)
+}
+
+// reuse empties m, a map of names, for the next changes: a small one is
+// kept, so that a push allocates no new map, a large one (a first
+// response's) let go.
+func reuse(m map[string]bool) map[string]bool {
+	if len(m) > 8 {
+		return nil
+	}
+	clear(m)
+	return m
+}
+
+// set adds n to m, made if nil, and returns it.
+func set(m map[string]bool, n string) map[string]bool {
+	if m == nil {
+		m = map[string]bool{}
+	}
+	m[n] = true
+	return m
 }
 
 func sortedKeys(m map[string]bool) []string {

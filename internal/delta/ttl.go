@@ -44,8 +44,8 @@ func (st *stream) Holds(t *resource.Type, key string, h xdsstream.TTLHeld) bool 
 	if ts == nil {
 		return false
 	}
-	have, ok := ts.have[key]
-	return ok && have.version == h.Version
+	have, ok := ts.have.get(key)
+	return ok && strconv.FormatInt(have.rev, 10) == h.Version
 }
 
 // heartbeats sends the heartbeats due, per type, when no response of the

@@ -216,14 +216,14 @@ func markAliases(ts *typeState, changed string) {
 	if !ok {
 		return
 	}
-	for n := range ts.names {
+	for n := range ts.names.All() {
 		if strings.HasPrefix(n, rc+"/") {
-			ts.dirty[n] = true
+			ts.dirty = set(ts.dirty, n)
 		}
 	}
-	for n := range ts.have {
+	ts.have.each(func(n string, _ held) {
 		if strings.HasPrefix(n, rc+"/") {
-			ts.dirty[n] = true
+			ts.dirty = set(ts.dirty, n)
 		}
-	}
+	})
 }

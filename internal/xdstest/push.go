@@ -519,7 +519,8 @@ func pushOwnerOf(stack []uintptr) Owner {
 			strings.HasPrefix(fn, "google.golang.org/grpc.(*Server)"),
 			strings.HasPrefix(fn, "google.golang.org/grpc.(*serverStream)"):
 			server = true
-		case strings.HasPrefix(fn, "github.com/legation-io/legation/internal/xdstest.(*pushFixture)"),
+		case memoryClient(fn),
+			strings.HasPrefix(fn, "github.com/legation-io/legation/internal/xdstest.(*pushFixture)"),
 			strings.HasPrefix(fn, "github.com/legation-io/legation/internal/xdstest.pushCodec"),
 			strings.HasPrefix(fn, "github.com/legation-io/legation/internal/xdstest.(*pushMsg)"),
 			strings.Contains(fn, "grpc/internal/transport.(*http2Client)"),
