@@ -1,9 +1,8 @@
 package ads
 
 import (
-	"sync"
-
 	"github.com/legation-io/legation/internal/store"
+	"github.com/legation-io/legation/internal/xdsstream"
 )
 
 // sentSet is a set of entries a client holds, by name. Reached through
@@ -118,48 +117,12 @@ func build(from *sentSet, entries []*store.Entry) *sentSet {
 	return s
 }
 
-// sentSets shares sent sets among the streams: streams holding the same
-// set that send the same response (named by its body's cache key, which
-// names its content exactly) hold the same set after it. Entries are
-// kept for one view revision, as the body cache's: a newer revision
-// replaces them (the sets live on in the streams that hold them).
-type sentSets struct {
-	mu  sync.Mutex // guards rev, m
-	rev int64
-	m   map[sentKey]*sentNext
-}
-
-type sentKey struct {
-	from *sentSet // nil: the response replaces the set
-	key  string   // the response's body key
-}
-
-// sentNext is the set after a response; once builds it.
-type sentNext struct {
-	once sync.Once
-	set  *sentSet
-}
+// sentSets shares sent sets among the streams (xdsstream.SharedSets).
+type sentSets struct{ xdsstream.SharedSets[sentSet] }
 
 // next returns the shared set that from (nil: none, for a full-state
 // response) becomes with entries, sent at revision rev in the response
 // whose body key is key.
 func (c *sentSets) next(rev int64, from *sentSet, key string, entries []*store.Entry) *sentSet {
-	c.mu.Lock()
-	if rev > c.rev || c.m == nil {
-		c.rev, c.m = rev, map[sentKey]*sentNext{}
-	}
-	var x *sentNext
-	if rev == c.rev {
-		k := sentKey{from: from, key: key}
-		if x = c.m[k]; x == nil {
-			x = &sentNext{}
-			c.m[k] = x
-		}
-	}
-	c.mu.Unlock()
-	if x == nil { // older than the table's revision: the stream's own
-		return build(from, entries)
-	}
-	x.once.Do(func() { x.set = build(from, entries) })
-	return x.set
+	return c.Next(rev, from, key, func() *sentSet { return build(from, entries) })
 }

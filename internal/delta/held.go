@@ -2,7 +2,8 @@ package delta
 
 import (
 	"strconv"
-	"sync"
+
+	"github.com/legation-io/legation/internal/xdsstream"
 )
 
 // held is what the client holds of one resource.
@@ -128,55 +129,18 @@ func parseRev(v string) int64 {
 	return rev
 }
 
-// heldSets shares held sets among the streams: streams holding the same
-// set that send the same response (named by its body's cache key, which
-// names its content exactly) hold the same set after it. Entries are
-// kept for one view revision, as the body cache's: a newer revision
-// replaces them (the sets live on in the streams that hold them).
-type heldSets struct {
-	mu  sync.Mutex // guards rev, m
-	rev int64
-	m   map[heldKey]*heldNext
-}
-
-type heldKey struct {
-	from *heldSet
-	key  string // the response's body key
-}
-
-// heldNext is the set after a response; once builds it.
-type heldNext struct {
-	once sync.Once
-	set  *heldSet
-}
+// heldSets shares held sets among the streams (xdsstream.SharedSets).
+type heldSets struct{ xdsstream.SharedSets[heldSet] }
 
 // next returns the shared set that from becomes once the response named
-// key, sent at revision rev, is applied by apply.
+// key, sent at revision rev, is applied.
 func (c *heldSets) next(rev int64, from *heldSet, key string, out []item, removed []string) *heldSet {
-	c.mu.Lock()
-	if rev > c.rev || c.m == nil {
-		c.rev, c.m = rev, map[heldKey]*heldNext{}
-	}
-	var n *heldNext
-	if rev == c.rev {
-		k := heldKey{from: from, key: key}
-		if n = c.m[k]; n == nil {
-			n = &heldNext{}
-			c.m[k] = n
-		}
-	}
-	c.mu.Unlock()
-	build := func() *heldSet {
+	return c.Next(rev, from, key, func() *heldSet {
 		s := &heldSet{m: make(map[string]held, len(from.m)+len(out))}
 		for k, x := range from.m {
 			s.m[k] = x
 		}
 		s.apply(out, removed)
 		return s
-	}
-	if n == nil { // an older revision than the table's: this stream's own
-		return build()
-	}
-	n.once.Do(func() { n.set = build() })
-	return n.set
+	})
 }
