@@ -105,7 +105,7 @@ func TestStreamBounds(t *testing.T) {
 // Many streams NACKing one response with huge messages: the messages are
 // kept and logged cut, and logged once with a count, not once per stream.
 func TestNackLogsBounded(t *testing.T) {
-	const streams, msgSize = 100, 1000 << 10 // the harness takes 1 MiB requests
+	const streams, msgSize = nackStreams, nackMsgSize // nack_size_*_test.go
 	var logs logBuffer
 	e := newEnv(t, func(c *ads.Config) {
 		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
@@ -147,7 +147,7 @@ func TestNackLogsBounded(t *testing.T) {
 	})
 	out := logs.String()
 	t.Logf("%d streams NACKing with %d-byte messages: %d bytes of logs", streams, len(msg), len(out))
-	if len(out) > 64<<10 {
+	if len(out) > 64<<10 { // issue 13 asks for under 1 MiB
 		t.Errorf("%d bytes of logs, want under 64 KiB", len(out))
 	}
 	if lines, _ := logged(out); lines > 5 {

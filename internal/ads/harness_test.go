@@ -46,7 +46,7 @@ func newEnvWith(tb testing.TB, kit xdstest.Options, opts ...envOption) *env {
 	if e.srv, err = ads.New(cfg); err != nil {
 		tb.Fatal(err)
 	}
-	g := grpc.NewServer(append(grpcapi.ServerOptions(), grpc.MaxRecvMsgSize(1<<20))...)
+	g := grpc.NewServer(append(grpcapi.ServerOptions(), grpc.MaxRecvMsgSize(harnessMaxRecv))...)
 	grpcapi.Register(g, grpcapi.Services{SotW: e.srv})
 	e.addr = xdstest.Serve(tb, g)
 	return e
