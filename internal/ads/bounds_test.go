@@ -1,7 +1,6 @@
 package ads_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -21,44 +20,13 @@ import (
 	"github.com/legation-io/legation/internal/xdstest"
 )
 
-// logBuffer is an io.Writer for a logger, safe for concurrent use.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+// logBuffer is a logger's io.Writer the test reads.
+type logBuffer = xdstest.LogBuffer
 
 // limitHits reads legation_sotw_limit_hits_total{limit}.
 func limitHits(tb testing.TB, reg prometheus.Gatherer, limit string) float64 {
 	tb.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "legation_sotw_limit_hits_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "limit" && l.GetValue() == limit {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
+	return xdstest.CounterSum(tb, reg, "legation_sotw_limit_hits_total", "limit", limit)
 }
 
 // Each bound ends the stream with its status, naming the bound's flag.

@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/legation-io/legation/internal/ads"
 	"github.com/legation-io/legation/internal/store"
 	"github.com/legation-io/legation/internal/xdstest"
@@ -20,24 +18,6 @@ import (
 type everySnapshot struct{ *store.View }
 
 func (everySnapshot) Interest(string) *store.Interest { return nil }
-
-// counterSum is the sum of the counter name's samples on reg.
-func counterSum(tb testing.TB, reg prometheus.Gatherer, name string) float64 {
-	tb.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	sum := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			for _, m := range mf.GetMetric() {
-				sum += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return sum
-}
 
 // BenchmarkIdleCPU measures what idle streams cost (docs/design.md:
 // "10,000 connected streams, no change: at most 5 ms of server CPU per
@@ -83,8 +63,8 @@ func BenchmarkIdleCPU(b *testing.B) {
 				var wakes, snaps float64
 				b.ResetTimer()
 				for range b.N {
-					w0 := counterSum(b, e.reg, "legation_view_stream_wakes_total") + counterSum(b, e.reg, "legation_view_stream_catchups_total")
-					s0 := counterSum(b, e.reg, "legation_view_snapshots_total")
+					w0 := xdstest.CounterSum(b, e.reg, "legation_view_stream_wakes_total") + xdstest.CounterSum(b, e.reg, "legation_view_stream_catchups_total")
+					s0 := xdstest.CounterSum(b, e.reg, "legation_view_snapshots_total")
 					m0 := xdstest.MarkNow()
 					ctx, cancel := context.WithTimeout(context.Background(), window)
 					for k := 0; ctx.Err() == nil; k++ {
@@ -99,12 +79,12 @@ func BenchmarkIdleCPU(b *testing.B) {
 					cancel()
 					m1 := xdstest.MarkNow()
 					cpu += m1.CPU - m0.CPU
-					s := counterSum(b, e.reg, "legation_view_snapshots_total") - s0
+					s := xdstest.CounterSum(b, e.reg, "legation_view_snapshots_total") - s0
 					snaps += s
 					if every {
 						wakes += s * float64(n)
 					} else {
-						wakes += counterSum(b, e.reg, "legation_view_stream_wakes_total") + counterSum(b, e.reg, "legation_view_stream_catchups_total") - w0
+						wakes += xdstest.CounterSum(b, e.reg, "legation_view_stream_wakes_total") + xdstest.CounterSum(b, e.reg, "legation_view_stream_catchups_total") - w0
 					}
 				}
 				secs := float64(b.N) * window.Seconds()

@@ -23,23 +23,7 @@ import (
 // limitHits reads legation_delta_limit_hits_total{limit}.
 func limitHits(tb testing.TB, reg prometheus.Gatherer, limit string) float64 {
 	tb.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "legation_delta_limit_hits_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "limit" && l.GetValue() == limit {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
+	return xdstest.CounterSum(tb, reg, "legation_delta_limit_hits_total", "limit", limit)
 }
 
 // A delta stream subscribing 1,000,000 names, in chunks as a client

@@ -1,12 +1,10 @@
 package node_test
 
 import (
-	"bytes"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/legation-io/legation/internal/node"
@@ -15,22 +13,7 @@ import (
 )
 
 // logBuffer collects a node's logs; the node writes from many goroutines.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+type logBuffer = xdstest.LogBuffer
 
 const insecureGossip = "gossip is unencrypted and unauthenticated"
 

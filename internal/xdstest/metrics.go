@@ -1,0 +1,61 @@
+package xdstest
+
+import (
+	"bytes"
+	"sync"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// LogBuffer is an io.Writer for a test's logger: many goroutines write to
+// it, the test reads it. Its methods may be called concurrently.
+type LogBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *LogBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *LogBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// CounterSum returns the sum of the samples of counter name on reg whose
+// labels include each pair of labels (name, value, name, value...); 0
+// when there is none.
+func CounterSum(tb testing.TB, reg prometheus.Gatherer, name string, labels ...string) float64 {
+	tb.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	samples:
+		for _, m := range mf.GetMetric() {
+			for i := 0; i+1 < len(labels); i += 2 {
+				found := false
+				for _, l := range m.GetLabel() {
+					if l.GetName() == labels[i] && l.GetValue() == labels[i+1] {
+						found = true
+					}
+				}
+				if !found {
+					continue samples
+				}
+			}
+			sum += m.GetCounter().GetValue()
+		}
+	}
+	return sum
+}
