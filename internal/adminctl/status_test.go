@@ -23,7 +23,7 @@ func (h *harness) statusWriter(replica string, recs ...status.NodeStatus) {
 	cfg.Client = h.env.client
 	cfg.Prefix = h.prefix
 	cfg.Replica = replica
-	cfg.Source = func() []status.NodeStatus { return slices.Clone(recs) }
+	cfg.Source = status.ListSource(func() []status.NodeStatus { return slices.Clone(recs) })
 	cfg.Interval = time.Hour // written by Sync below
 	cfg.ResyncInterval = time.Hour
 	w, err := status.NewWriter(cfg)

@@ -65,6 +65,16 @@ type StreamStatus = xdsstream.Status[TypeStatus]
 // Streams returns the status of every open delta stream, by id.
 func (s *Server) Streams() []StreamStatus { return s.core.Streams() }
 
+// Stamps reports each stream's node, id and count of status changes, for
+// the status writer (xdsstream.Core.Stamps).
+func (s *Server) Stamps(fn func(node string, stream, changes uint64)) { s.core.Stamps(fn) }
+
+// SummariesOf returns the summaries of the streams of the nodes want
+// selects.
+func (s *Server) SummariesOf(want func(node string) bool) []xdsstream.Summary {
+	return s.core.SummariesOf(want)
+}
+
 // StatusGeneration changes whenever what Streams returns may have.
 func (s *Server) StatusGeneration() uint64 { return s.core.StatusGeneration() }
 

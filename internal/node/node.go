@@ -202,7 +202,7 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 		Client:           n.client,
 		Prefix:           cfg.EtcdPrefix,
 		Replica:          cfg.Name,
-		Source:           n.nodeStatus,
+		Source:           statusSource{n},
 		Generation:       n.statusGeneration,
 		MaxTxnsPerSecond: cfg.StatusWriteBudget,
 		Logger:           n.log,
@@ -956,12 +956,22 @@ func (n *Node) serveReadyz(w http.ResponseWriter, _ *http.Request) {
 	fmt.Fprintln(w, "ok")
 }
 
-// nodeStatus is the status writer's source: the nodes this replica serves.
-func (n *Node) nodeStatus() []status.NodeStatus {
-	return status.FromStreams(n.cfg.Name, xdsstream.Summaries(n.sotw.Streams()), xdsstream.Summaries(n.delta.Streams()))
+// statusSource is the status writer's view of the node's SotW and delta
+// streams.
+type statusSource struct{ n *Node }
+
+func (s statusSource) Stamps(fn func(node string, stream, changes uint64)) {
+	s.n.sotw.Stamps(fn)
+	// The two servers number their streams each from 1: the top bit
+	// keeps a node's SotW and delta streams apart.
+	s.n.delta.Stamps(func(node string, stream, changes uint64) { fn(node, stream|1<<63, changes) })
 }
 
-// statusGeneration changes whenever nodeStatus's answer may have: the sum
+func (s statusSource) Records(want func(node string) bool) []status.NodeStatus {
+	return status.FromStreams(s.n.cfg.Name, s.n.sotw.SummariesOf(want), s.n.delta.SummariesOf(want))
+}
+
+// statusGeneration changes whenever statusSource's answers may have: the sum
 // of the servers' generations, each only growing.
 func (n *Node) statusGeneration() uint64 {
 	return n.sotw.StatusGeneration() + n.delta.StatusGeneration()

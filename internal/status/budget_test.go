@@ -54,7 +54,7 @@ func TestWriteBudget(t *testing.T) {
 	ws := make([]*running, replicas)
 	for r := range replicas {
 		ws[r] = startWriter(t, c, prefix, fmt.Sprintf("r%d", r), func(cfg *status.Config) {
-			cfg.Source = source(ids[r])
+			cfg.Source = status.ListSource(source(ids[r]))
 			cfg.Interval = interval
 			cfg.MaxTxnsPerSecond = rate
 			cfg.MaxOps = maxOps
@@ -142,14 +142,14 @@ func TestWriteBudgetReachesEveryNode(t *testing.T) {
 	var calls atomic.Int64
 	ids := []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j"}
 	w := startWriter(t, c, prefix, "r", func(cfg *status.Config) {
-		cfg.Source = func() []status.NodeStatus {
+		cfg.Source = status.ListSource(func() []status.NodeStatus {
 			v := fmt.Sprint(calls.Add(1)) // every node changes every round
 			out := make([]status.NodeStatus, len(ids))
 			for i, id := range ids {
 				out[i] = node(id, v)
 			}
 			return out
-		}
+		})
 		cfg.Interval = 50 * time.Millisecond
 		cfg.MaxTxnsPerSecond = 4 // 4 transactions at first, then one each 250ms
 		cfg.MaxOps = 2

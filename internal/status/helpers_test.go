@@ -92,7 +92,7 @@ func startWriter(t *testing.T, c *clientv3.Client, prefix, replica string, mod f
 	cfg.Client = c
 	cfg.Prefix = prefix
 	cfg.Replica = replica
-	cfg.Source = src.get
+	cfg.Source = status.ListSource(src.get)
 	cfg.Interval = time.Hour
 	cfg.ResyncInterval = time.Hour
 	cfg.LeaseTTL = testLeaseTTL

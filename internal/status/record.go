@@ -87,7 +87,7 @@ type streamView struct {
 // request yet) are skipped. Where two streams of a node carry the same
 // type, the one connected last wins: the other is usually a stream the
 // client is abandoning. It only reads its arguments, which may be the
-// servers' Summaries() copies.
+// servers' SummariesOf copies.
 func FromStreams(replica string, servers ...[]xdsstream.Summary) []NodeStatus {
 	byNode := map[string][]streamView{}
 	for _, streams := range servers {

@@ -28,16 +28,14 @@ type Config struct {
 	// Replica is this replica's name: every record written has it as its
 	// home. Required.
 	Replica string
-	// Source returns the records of the nodes this replica serves now,
-	// e.g. FromStreams over the xDS servers' Streams(). It is called from
-	// Run's goroutine only, once per Interval and per Sync, so it must be
-	// safe to call concurrently with the streams it reads, must not block
-	// (the servers' Streams() copy each stream's status under a short
-	// per-stream lock and never wait for a stream's loop), and must return
-	// a slice the caller does not modify afterwards. Records without a node
-	// id are skipped; of two with the same id, the first is kept. Required.
-	Source func() []NodeStatus
-	// Generation, if set, changes whenever what Source returns may have
+	// Source is where the records come from: the nodes this replica
+	// serves now. It is read from Run's goroutine only, once per Interval
+	// and per Sync, so it must be safe to call concurrently with the
+	// streams it reads and must not block (the servers copy each stream's
+	// status under a short per-stream lock and never wait for a stream's
+	// loop). Required.
+	Source Source
+	// Generation, if set, changes whenever what Source reports may have
 	// (the xDS servers' StatusGeneration): a round that finds it where
 	// the last one left it, with nothing held back by the budget, reads
 	// and writes nothing, so idle streams cost nothing each Interval.
@@ -77,6 +75,52 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer gets the writer's metrics (legation_status_*). Nil: none.
 	Registerer prometheus.Registerer
+}
+
+// Source gives a Writer the nodes a replica serves and their records.
+// Rounds are incremental: Stamps is cheap and is read every round; Records
+// builds only the records of the nodes whose stamps moved, and of those
+// only as many as the write budget lets the round write. So a replica
+// whose 10,000 streams all change every second builds about as many
+// records a second as it writes, not 10,000.
+type Source interface {
+	// Stamps calls fn for every stream of every node: the node id, the
+	// stream's id, and a count of the stream's changes. A node's record
+	// is built again only when one of its streams appeared, left or
+	// changed. Streams without a node id are not reported.
+	Stamps(fn func(node string, stream, changes uint64))
+	// Records returns the records of the nodes want selects (a node with
+	// several streams, one record: FromStreams), with any node id.
+	Records(want func(node string) bool) []NodeStatus
+}
+
+// ListSource is a Source over a function that returns every record: each record
+// stands for one stream, stamped with the hash of its encoding. It suits
+// tests and small fixed sets; a replica's Source reads its servers'
+// streams (no record is built to be stamped).
+type ListSource func() []NodeStatus
+
+// Stamps implements Source.
+func (l ListSource) Stamps(fn func(node string, stream, changes uint64)) {
+	for _, r := range l() {
+		if r.NodeID != "" {
+			fn(r.NodeID, 0, xxhash.Sum64(encode(r)))
+		}
+	}
+}
+
+// Records implements Source: of two records with the same node id, the
+// first.
+func (l ListSource) Records(want func(node string) bool) []NodeStatus {
+	var out []NodeStatus
+	seen := map[string]bool{}
+	for _, r := range l() {
+		if r.NodeID != "" && !seen[r.NodeID] && want(r.NodeID) {
+			seen[r.NodeID] = true
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // DefaultConfig returns a Config with the default values; the required
@@ -176,10 +220,14 @@ type Writer struct {
 	tokens float64
 	burst  float64
 	filled time.Time // when tokens was last refilled
-	// deferred holds the records the budget left for a later round: node
-	// id -> hash of the value not written. A node whose value changes
-	// again before it is written counts one coalesced update.
+	// deferred holds the nodes the budget left for a later round: node id
+	// -> its stamp then. A node that changes again before it is written
+	// counts one coalesced update.
 	deferred map[string]uint64
+	// stamps (node id -> the sum of its streams' mixed stamps) and dirty
+	// are rebuilt by each round; kept to reuse their memory.
+	stamps map[string]uint64
+	dirty  []string
 	// quiet: the last round read Source at generation quietGen and left
 	// nothing behind (Config.Generation).
 	quiet    bool
@@ -217,6 +265,7 @@ func NewWriter(cfg Config) (*Writer, error) {
 		burst:    burst,
 		tokens:   burst,
 		deferred: map[string]uint64{},
+		stamps:   map[string]uint64{},
 	}, nil
 }
 
@@ -291,8 +340,9 @@ func (w *Writer) Sync(ctx context.Context) error {
 
 // held is a record the writer has in etcd.
 type held struct {
-	hash uint64 // xxhash of the value
-	rev  int64  // mod revision of the key
+	hash  uint64 // xxhash of the value
+	rev   int64  // mod revision of the key
+	stamp uint64 // the node's stamp when the value was built
 }
 
 // pending is a record to write.
@@ -300,6 +350,19 @@ type pending struct {
 	id, key string
 	value   []byte
 	hash    uint64
+	stamp   uint64
+}
+
+// mix spreads a stream's id and change count over 64 bits, so that the sum
+// over a node's streams moves whenever one of them appears, leaves or
+// changes.
+func mix(stream, changes uint64) uint64 {
+	x := stream*0x9e3779b97f4a7c15 ^ changes
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
 }
 
 // round writes what changed since the last round.
@@ -317,53 +380,46 @@ func (w *Writer) round(ctx context.Context) error {
 		}
 		w.quiet = false
 	}
-	recs := w.cfg.Source()
-	now := make(map[string]bool, len(recs))
-	var puts []pending
-	for _, r := range recs {
-		if r.NodeID == "" || now[r.NodeID] {
-			continue
-		}
-		if len(r.NodeID) > maxNodeIDLen || !utf8.ValidString(r.NodeID) {
+	clear(w.stamps)
+	w.cfg.Source.Stamps(func(node string, stream, changes uint64) {
+		w.stamps[node] += mix(stream, changes)
+	})
+	dirty := w.dirty[:0]
+	for id, stamp := range w.stamps {
+		if len(id) > maxNodeIDLen || !utf8.ValidString(id) {
 			// Node ids are proto strings, so UTF-8; a key that long
 			// would fail its whole batch.
-			w.log.Debug("status: no record for a node id too long or not UTF-8", "len", len(r.NodeID), "limit", maxNodeIDLen)
+			w.log.Debug("status: no record for a node id too long or not UTF-8", "len", len(id), "limit", maxNodeIDLen)
+			delete(w.stamps, id)
 			continue
 		}
-		now[r.NodeID] = true
-		r.Home = w.cfg.Replica
-		v := encode(r)
-		h := xxhash.Sum64(v)
-		if d, ok := w.deferred[r.NodeID]; ok && d != h {
-			w.metrics.coalesced.Inc() // the value the budget held back is never written
+		if h, ok := w.written[id]; !ok || h.stamp != stamp {
+			dirty = append(dirty, id)
 		}
-		if old, ok := w.written[r.NodeID]; ok && old.hash == h {
-			continue
-		}
-		puts = append(puts, pending{id: r.NodeID, key: Key(w.cfg.Prefix, r.NodeID), value: v, hash: h})
 	}
-	for id := range w.deferred {
-		if !now[id] {
-			w.metrics.coalesced.Inc() // left before its record was written
+	for id, stamp := range w.deferred {
+		if now, ok := w.stamps[id]; !ok || now != stamp {
+			// Changed again, or left, before its record was written: the
+			// value the budget held back is never written.
+			w.metrics.coalesced.Inc()
 		}
 	}
 	var gone []string
 	for id := range w.written {
-		if !now[id] {
+		if _, ok := w.stamps[id]; !ok {
 			gone = append(gone, id)
 		}
 	}
-	slices.SortFunc(puts, func(a, b pending) int { return strings.Compare(a.id, b.id) })
+	slices.Sort(dirty)
 	slices.Sort(gone)
 	// Start after the last node written, so that a budget smaller than
 	// what changes still reaches every node in turn.
-	at, _ := slices.BinarySearchFunc(puts, w.cursor, func(p pending, id string) int {
-		if p.id <= id {
-			return -1
-		}
-		return 1
-	})
-	puts = append(puts[at:], puts[:at]...)
+	at, _ := slices.BinarySearch(dirty, w.cursor)
+	if at < len(dirty) && dirty[at] == w.cursor {
+		at++
+	}
+	dirty = append(dirty[at:], dirty[:at]...)
+	w.dirty = dirty
 
 	// Deletes first: a node that left never changes again, so they are
 	// done with; puts then have the rest of the budget.
@@ -371,11 +427,11 @@ func (w *Writer) round(ctx context.Context) error {
 	budget := avail
 	gone, err := w.delete(ctx, gone, &budget)
 	if err == nil {
-		puts, err = w.put(ctx, puts, &budget)
+		dirty, err = w.write(ctx, dirty, &budget)
 	}
 	w.tokens -= float64(avail - budget)
 	if err == nil {
-		w.postpone(puts, len(gone))
+		w.postpone(dirty, len(gone))
 	}
 	w.metrics.held.Set(float64(len(w.written)))
 	if err != nil {
@@ -402,20 +458,70 @@ func (w *Writer) refill() int {
 	return int(w.tokens)
 }
 
-// postpone records what the budget left for later: the puts not written and
-// the count of deletes not done.
-func (w *Writer) postpone(puts []pending, gone int) {
-	next := make(map[string]uint64, len(puts))
-	for _, p := range puts {
-		next[p.id] = p.hash
+// postpone records what the budget left for later: the nodes whose records
+// were not written and the count of deletes not done.
+func (w *Writer) postpone(dirty []string, gone int) {
+	clear(w.deferred)
+	for _, id := range dirty {
+		w.deferred[id] = w.stamps[id]
 	}
-	w.deferred = next
-	w.metrics.dirty.Set(float64(len(puts) + gone))
-	if len(puts)+gone > 0 {
-		w.metrics.deferred.Add(float64(len(puts) + gone))
+	w.metrics.dirty.Set(float64(len(dirty) + gone))
+	if len(dirty)+gone > 0 {
+		w.metrics.deferred.Add(float64(len(dirty) + gone))
 		w.log.Debug("status: write budget spent; the rest waits for the next rounds",
-			"records", len(puts), "deletes", gone, "txns_per_second", w.cfg.MaxTxnsPerSecond)
+			"records", len(dirty), "deletes", gone, "txns_per_second", w.cfg.MaxTxnsPerSecond)
 	}
+}
+
+// write builds the records of the dirty nodes, in order, as many at a time
+// as *budget (transactions) lets it write, and writes those whose value
+// changed. A node whose value is what etcd has already only takes its new
+// stamp. It returns the nodes not written, in order.
+func (w *Writer) write(ctx context.Context, dirty []string, budget *int) ([]string, error) {
+	for len(dirty) > 0 && *budget > 0 {
+		chunk := dirty[:min(len(dirty), *budget*w.cfg.MaxOps)]
+		want := make(map[string]bool, len(chunk))
+		for _, id := range chunk {
+			want[id] = true
+		}
+		recs := map[string]NodeStatus{}
+		for _, r := range w.cfg.Source.Records(func(id string) bool { return want[id] }) {
+			if _, dup := recs[r.NodeID]; !dup && want[r.NodeID] {
+				recs[r.NodeID] = r
+			}
+		}
+		puts := make([]pending, 0, len(chunk))
+		for _, id := range chunk {
+			r, ok := recs[id]
+			if !ok {
+				continue // gone since Stamps: the next round deletes it
+			}
+			r.Home = w.cfg.Replica
+			v := encode(r)
+			h := xxhash.Sum64(v)
+			stamp := w.stamps[id]
+			if old, ok := w.written[id]; ok && old.hash == h {
+				old.stamp = stamp
+				w.written[id] = old
+				continue
+			}
+			puts = append(puts, pending{id: id, key: Key(w.cfg.Prefix, id), value: v, hash: h, stamp: stamp})
+		}
+		left, err := w.put(ctx, puts, budget)
+		rest := dirty[len(chunk):]
+		if len(left) > 0 {
+			ids := make([]string, 0, len(left)+len(rest))
+			for _, p := range left {
+				ids = append(ids, p.id)
+			}
+			rest = append(ids, rest...)
+		}
+		dirty = rest
+		if err != nil {
+			return dirty, err
+		}
+	}
+	return dirty, nil
 }
 
 // put writes the records in transactions of at most MaxOps puts and
@@ -452,7 +558,7 @@ func (w *Writer) put(ctx context.Context, puts []pending, budget *int) ([]pendin
 		w.metrics.written.Add(float64(len(batch)))
 		w.metrics.bytes.Add(float64(size))
 		for _, p := range batch {
-			w.written[p.id] = held{hash: p.hash, rev: resp.Header.Revision}
+			w.written[p.id] = held{hash: p.hash, rev: resp.Header.Revision, stamp: p.stamp}
 		}
 		w.cursor = batch[len(batch)-1].id
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,7 +23,7 @@ func TestConfigValidate(t *testing.T) {
 		c.Client = e.Client(t)
 		c.Prefix = "/legation/"
 		c.Replica = "a"
-		c.Source = func() []status.NodeStatus { return nil }
+		c.Source = status.ListSource(func() []status.NodeStatus { return nil })
 		return c
 	}
 	if err := good().Validate(); err != nil {
@@ -281,11 +282,10 @@ func TestWriterGeneration(t *testing.T) {
 	var src *source
 	w := startWriter(t, c, "/gen/", "a", func(cfg *status.Config) {
 		cfg.Generation = gen.Load
-		get := cfg.Source
-		cfg.Source = func() []status.NodeStatus {
+		cfg.Source = status.ListSource(func() []status.NodeStatus {
 			reads.Add(1)
-			return get()
-		}
+			return src.get()
+		})
 	})
 	src = w.src
 	src.set(node("a", "1"))
@@ -300,10 +300,115 @@ func TestWriterGeneration(t *testing.T) {
 	src.set(node("a", "2"))
 	gen.Add(1)
 	w.sync()
-	if got := reads.Load() - r0; got != 1 {
-		t.Fatalf("Source read %d times after the generation moved, want 1", got)
+	if got := reads.Load() - r0; got != 2 {
+		t.Fatalf("Source read %d times after the generation moved, want 2 (the stamps, then the changed record)", got)
 	}
 	if got := readStored(t, c, "/gen/")["a"].rec.Types["cluster"].VersionSent; got != "2" {
 		t.Errorf("stored version %q after the change, want 2", got)
+	}
+}
+
+// stampedSource is a Source of nodes with one stream each, whose change
+// counts the test sets; it counts the records it builds.
+type stampedSource struct {
+	mu      sync.Mutex
+	changes map[string]uint64
+	built   int
+}
+
+func (s *stampedSource) bump(ids ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range ids {
+		s.changes[id]++
+	}
+}
+
+func (s *stampedSource) Stamps(fn func(node string, stream, changes uint64)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, n := range s.changes {
+		fn(id, 1, n)
+	}
+}
+
+func (s *stampedSource) Records(want func(string) bool) []status.NodeStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []status.NodeStatus
+	for id, n := range s.changes {
+		if want(id) {
+			s.built++
+			out = append(out, node(id, fmt.Sprint(n)))
+		}
+	}
+	return out
+}
+
+func (s *stampedSource) takeBuilt() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := s.built
+	s.built = 0
+	return n
+}
+
+// TestWriterBuildsOnlyWhatMoved: a round builds the records of the nodes
+// whose stamps moved, no others; and of those, no more than its budget
+// lets it write (10,000 streams changing every second must not cost
+// 10,000 records a second to write 1,280).
+func TestWriterBuildsOnlyWhatMoved(t *testing.T) {
+	e := storetest.Start(t, storetest.Options{})
+	c := e.Client(t)
+	nodes := func() *stampedSource {
+		src := &stampedSource{changes: map[string]uint64{}}
+		for i := range 100 {
+			src.changes[fmt.Sprintf("n%03d", i)] = 1
+		}
+		return src
+	}
+
+	src := nodes()
+	w := startWriter(t, c, "/moved/", "a", func(cfg *status.Config) { cfg.Source = src })
+	w.sync()
+	if got := src.takeBuilt(); got != 100 {
+		t.Fatalf("first round built %d records, want 100", got)
+	}
+	src.bump("n007", "n042", "n099")
+	w.sync()
+	if got := src.takeBuilt(); got != 3 {
+		t.Errorf("a round after 3 nodes changed built %d records, want 3", got)
+	}
+	stored := readStored(t, c, "/moved/")
+	if len(stored) != 100 {
+		t.Errorf("%d records stored, want 100", len(stored))
+	}
+	for _, id := range []string{"n007", "n042", "n099"} {
+		if got := stored[id].rec.Types["cluster"].VersionSent; got != "2" {
+			t.Errorf("%s stored at version %q, want 2", id, got)
+		}
+	}
+	w.sync()
+	if got := src.takeBuilt(); got != 0 {
+		t.Errorf("a round with nothing changed built %d records, want 0", got)
+	}
+
+	// A budget of 2 transactions of 10 records (refilled at 2 an hour).
+	tight := nodes()
+	w = startWriter(t, c, "/tight/", "a", func(cfg *status.Config) {
+		cfg.Source = tight
+		cfg.MaxOps = 10
+		cfg.MaxTxnsPerSecond = 2.0 / 3600
+	})
+	w.sync()
+	if got := tight.takeBuilt(); got != 20 {
+		t.Errorf("a round with a budget of 20 records built %d, want 20", got)
+	}
+	if got := len(readStored(t, c, "/tight/")); got != 20 {
+		t.Errorf("%d records stored, want 20", got)
+	}
+	w.sync()
+	if got := tight.takeBuilt(); got != 0 {
+		t.Errorf("a round with the budget spent built %d records, want 0", got)
 	}
 }

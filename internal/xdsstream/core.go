@@ -103,11 +103,27 @@ func (c *Core[T]) Streams() []Status[T] {
 	return Each(&c.streams, (*Stream[T]).Status)
 }
 
-// Summaries summarizes streams, as a server's Streams returned them.
-func Summaries[T Reporter](streams []Status[T]) []Summary {
-	out := make([]Summary, len(streams))
-	for i, s := range streams {
-		out[i] = s.Summary()
-	}
+// Stamps calls fn for every open stream that has had its first request:
+// its node id, its id, and a count of its status changes. A status writer
+// compares them with what it last saw to find the nodes whose records may
+// have changed, without copying any status. fn is called without the
+// registry's lock held.
+func (c *Core[T]) Stamps(fn func(node string, stream, changes uint64)) {
+	c.streams.Range(func(s *Stream[T]) {
+		if node, n := s.status.stamp(); node != "" {
+			fn(node, s.ID, n)
+		}
+	})
+}
+
+// SummariesOf returns the summaries of the open streams whose node id want
+// selects, in no particular order.
+func (c *Core[T]) SummariesOf(want func(node string) bool) []Summary {
+	var out []Summary
+	c.streams.Range(func(s *Stream[T]) {
+		if sum, ok := s.status.summary(want); ok {
+			out = append(out, sum)
+		}
+	})
 	return out
 }

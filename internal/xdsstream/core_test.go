@@ -103,12 +103,12 @@ func TestTTLKey(t *testing.T) {
 
 func TestStatusSummary(t *testing.T) {
 	t0 := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
-	in := []Status[fakeTypeStatus]{{ID: 3, NodeID: "n", Group: "g", Protocol: "test-ads", ConnectedAt: t0,
-		Types: map[string]*fakeTypeStatus{"cluster": {Sent: "5", Acked: "4"}, "route": nil}}}
-	want := []Summary{{ID: 3, NodeID: "n", Group: "g", Protocol: "test-ads", ConnectedAt: t0,
-		Types: map[string]TypeSummary{"cluster": {VersionSent: "5", VersionAcked: "4"}}}}
-	if diff := cmp.Diff(want, Summaries(in)); diff != "" {
-		t.Errorf("Summaries (-want +got):\n%s", diff)
+	in := Status[fakeTypeStatus]{ID: 3, NodeID: "n", Group: "g", Protocol: "test-ads", ConnectedAt: t0,
+		Types: map[string]*fakeTypeStatus{"cluster": {Sent: "5", Acked: "4"}, "route": nil}}
+	want := Summary{ID: 3, NodeID: "n", Group: "g", Protocol: "test-ads", ConnectedAt: t0,
+		Types: map[string]TypeSummary{"cluster": {VersionSent: "5", VersionAcked: "4"}}}
+	if diff := cmp.Diff(want, in.Summary()); diff != "" {
+		t.Errorf("Summary (-want +got):\n%s", diff)
 	}
 }
 

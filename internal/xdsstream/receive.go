@@ -95,6 +95,21 @@ func (r *Registry[S]) Add(id uint64, s S) (remove func()) {
 	}
 }
 
+// Range calls f for every open stream, in no particular order, without
+// the registry's lock held (streams opened meanwhile may be missed, and
+// streams closed meanwhile may be seen).
+func (r *Registry[S]) Range(f func(S)) {
+	r.mu.Lock()
+	list := make([]S, 0, len(r.streams))
+	for _, s := range r.streams {
+		list = append(list, s)
+	}
+	r.mu.Unlock()
+	for _, s := range list {
+		f(s)
+	}
+}
+
 // Each returns f of every open stream, in id order. f is called without
 // the registry's lock held.
 func Each[S, V any](r *Registry[S], f func(S) V) []V {

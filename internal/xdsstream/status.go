@@ -76,13 +76,24 @@ type statusBox[T Reporter] struct {
 	// gen is the server's status generation (Core.StatusGeneration),
 	// bumped by every change.
 	gen *atomic.Uint64
+	// own counts this stream's changes (guarded by mu): a status writer
+	// rebuilds the record of a node only when one of its streams' moved.
+	own uint64
 }
 
 func (b *statusBox[T]) setNode(id, group string) {
 	b.mu.Lock()
 	b.stat.NodeID, b.stat.Group = id, group
+	b.own++
 	b.mu.Unlock()
 	b.gen.Add(1)
+}
+
+// stamp returns the stream's node id and its count of changes.
+func (b *statusBox[T]) stamp() (node string, own uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.stat.NodeID, b.own
 }
 
 // set records the status of type t. It is updated in place: a push
@@ -92,6 +103,7 @@ func (b *statusBox[T]) set(t *resource.Type, v T, ttl []TTLStatus, tracked bool)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	defer b.gen.Add(1)
+	b.own++
 	if b.stat.Types == nil {
 		b.stat.Types = map[string]*T{}
 	}
@@ -121,6 +133,18 @@ func (b *statusBox[T]) get(next func(int64) time.Time) Status[T] {
 	}
 	out.TTLResources = lease.StatusList(b.ttl, next)
 	return out
+}
+
+// summary returns the stream's Summary when want selects its node id (nil
+// want: any), and false otherwise or before the stream's first request.
+// It copies under the lock only what a Summary holds.
+func (b *statusBox[T]) summary(want func(node string) bool) (Summary, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.stat.NodeID == "" || want != nil && !want(b.stat.NodeID) {
+		return Summary{}, false
+	}
+	return b.stat.Summary(), true
 }
 
 // sortedTTL is the status list of one type's TTL'd resources, by name.
