@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -39,6 +40,7 @@ type options struct {
 	etcdPrefix  string
 	scope       string
 	dialTimeout time.Duration
+	cpuProfile  string
 }
 
 func main() {
@@ -62,6 +64,17 @@ func main() {
 }
 
 func run(ctx context.Context, cfg loadgen.Config, opts options) error {
+	if opts.cpuProfile != "" {
+		f, err := os.Create(opts.cpuProfile)
+		if err != nil {
+			return fmt.Errorf("--cpu-profile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("--cpu-profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	switch opts.target {
 	case "legation":
 		cli, st, err := connect(ctx, opts)
@@ -146,6 +159,7 @@ func parseFlags(args []string) (loadgen.Config, options, error) {
 	fs.StringVar(&cfg.NodePrefix, "node-prefix", cfg.NodePrefix, "the clients' node cluster, and the prefix of their node ids")
 	fs.StringVarP(&opts.output, "output", "o", opts.output, "text or json (on stdout; the progress lines go to stderr)")
 	quiet := fs.Bool("quiet", false, "no progress lines")
+	fs.StringVar(&opts.cpuProfile, "cpu-profile", "", "write the load tool's own CPU profile (go tool pprof) of the whole run to this file")
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "Usage: xds-loadgen [flags]\n\n"+
 			"Simulates Envoys on ADS against a Legation replica (or bench/gcp's go-control-plane server),\n"+

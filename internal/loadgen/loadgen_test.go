@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -342,5 +344,30 @@ func TestConfigValidate(t *testing.T) {
 	cfg.XDSAddr = "127.0.0.1:1"
 	if err := cfg.Validate(); err != nil {
 		t.Errorf("Validate() of the defaults = %v, want nil", err)
+	}
+}
+
+// TestScrape: the process figures are read, the status writes a replica
+// owes when it exports them (-1 otherwise), and a page without the process
+// collector is an error naming what is missing.
+func TestScrape(t *testing.T) {
+	pages := map[string]string{
+		"/legation": "# HELP x\nprocess_cpu_seconds_total 12.5\nprocess_resident_memory_bytes 1048576 1700000000000\nlegation_status_records_dirty 3\n",
+		"/gcp":      "process_cpu_seconds_total 1\nprocess_resident_memory_bytes 2\n",
+		"/bare":     "go_goroutines 7\n",
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, pages[r.URL.Path])
+	}))
+	defer srv.Close()
+	s, err := loadgen.Scrape(t.Context(), srv.Client(), srv.URL+"/legation")
+	if err != nil || s.CPUSeconds != 12.5 || s.RSSBytes != 1048576 || s.StatusDirty != 3 {
+		t.Errorf("legation page: %+v, %v; want CPU 12.5, RSS 1048576, dirty 3", s, err)
+	}
+	if s, err := loadgen.Scrape(t.Context(), srv.Client(), srv.URL+"/gcp"); err != nil || s.StatusDirty != -1 {
+		t.Errorf("page without the status gauge: %+v, %v; want dirty -1", s, err)
+	}
+	if _, err := loadgen.Scrape(t.Context(), srv.Client(), srv.URL+"/bare"); err == nil || !strings.Contains(err.Error(), "process_cpu_seconds_total") {
+		t.Errorf("page without process figures: err %v, want one naming process_cpu_seconds_total", err)
 	}
 }

@@ -226,7 +226,13 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 
 	if cfg.Idle > 0 && cfg.MetricsURL != "" {
 		setPhase("idle")
-		// Let the sync's last ACKs and garbage collections settle.
+		// Let the sync's last ACKs and garbage collections settle, and a
+		// Legation replica write the status of the nodes that synced: its
+		// write budget spreads 10,000 records over about 8 s, work the
+		// sync caused, not the idle streams.
+		if err := settle(ctx, scrape, time.Minute); err != nil {
+			return nil, err
+		}
 		if err := sleep(ctx, time.Second); err != nil {
 			return nil, err
 		}
@@ -329,6 +335,22 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 // seedPort is the endpoints' port in the fixture; update k writes
 // seedPort+k, so that every update changes something, run after run.
 const seedPort = 10000
+
+// settle waits, for up to limit, until the server owes etcd no status
+// writes (legation_status_records_dirty is 0, or the server has no such
+// metric).
+func settle(ctx context.Context, scrape func() (*ServerSample, error), limit time.Duration) error {
+	for end := time.Now().Add(limit); time.Now().Before(end); {
+		s, err := scrape()
+		if err != nil || s == nil || s.StatusDirty <= 0 {
+			return err
+		}
+		if err := sleep(ctx, 250*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 func sleep(ctx context.Context, d time.Duration) error {
 	if d <= 0 {

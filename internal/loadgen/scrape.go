@@ -17,11 +17,19 @@ type ServerSample struct {
 	CPUSeconds float64
 	// RSSBytes is process_resident_memory_bytes.
 	RSSBytes float64
+	// StatusDirty is legation_status_records_dirty, the node status
+	// writes a Legation replica still owes etcd (its write budget spreads
+	// them over seconds); -1 when the server has no such metric.
+	StatusDirty float64
 }
 
+// statusDirtyMetric is the gauge of the status writes a replica still
+// owes etcd.
+const statusDirtyMetric = "legation_status_records_dirty"
+
 // Scrape reads process_cpu_seconds_total and
-// process_resident_memory_bytes from a Prometheus text /metrics page.
-// Both must be there.
+// process_resident_memory_bytes from a Prometheus text /metrics page, and
+// legation_status_records_dirty when it is there. The first two must be.
 func Scrape(ctx context.Context, c *http.Client, url string) (ServerSample, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -37,14 +45,14 @@ func Scrape(ctx context.Context, c *http.Client, url string) (ServerSample, erro
 	if resp.StatusCode != http.StatusOK {
 		return ServerSample{}, fmt.Errorf("loadgen: GET %s: %s", url, resp.Status)
 	}
-	s := ServerSample{At: time.Now()}
+	s := ServerSample{At: time.Now(), StatusDirty: -1}
 	var cpu, rss bool
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
 		name, val, ok := strings.Cut(line, " ")
-		if !ok || (name != "process_cpu_seconds_total" && name != "process_resident_memory_bytes") {
+		if !ok || (name != "process_cpu_seconds_total" && name != "process_resident_memory_bytes" && name != statusDirtyMetric) {
 			continue
 		}
 		// A timestamp may follow the value.
@@ -53,9 +61,12 @@ func Scrape(ctx context.Context, c *http.Client, url string) (ServerSample, erro
 		if err != nil {
 			return ServerSample{}, fmt.Errorf("loadgen: %s: %s: %w", url, name, err)
 		}
-		if name == "process_cpu_seconds_total" {
+		switch name {
+		case "process_cpu_seconds_total":
 			s.CPUSeconds, cpu = v, true
-		} else {
+		case statusDirtyMetric:
+			s.StatusDirty = v
+		default:
 			s.RSSBytes, rss = v, true
 		}
 	}

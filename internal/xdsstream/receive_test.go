@@ -57,11 +57,11 @@ func TestReceive(t *testing.T) {
 		*m.(*int) = n
 		return nil
 	}
-	reqc, errc := Receive[int](ctx, recv)
-	if a, b := *<-reqc, *<-reqc; a != 1 || b != 2 {
+	c := Receive[int](ctx, recv)
+	if a, b := *(<-c).Msg, *(<-c).Msg; a != 1 || b != 2 {
 		t.Fatalf("got %d, %d; want 1, 2", a, b)
 	}
-	if err := <-errc; !errors.Is(err, io.EOF) {
+	if err := (<-c).Err; !errors.Is(err, io.EOF) {
 		t.Fatalf("error %v, want EOF", err)
 	}
 }
@@ -69,9 +69,9 @@ func TestReceive(t *testing.T) {
 // TestReceivePanic: a panic in recv ends the receive goroutine with a
 // *limits.PanicError as the receive error, not the process.
 func TestReceivePanic(t *testing.T) {
-	_, errc := Receive[int](t.Context(), func(any) error { panic("decode") })
+	c := Receive[int](t.Context(), func(any) error { panic("decode") })
 	var p *limits.PanicError
-	if err := <-errc; !errors.As(err, &p) || p.Value != "decode" || len(p.Stack) == 0 {
+	if err := (<-c).Err; !errors.As(err, &p) || p.Value != "decode" || len(p.Stack) == 0 {
 		t.Fatalf("receive error %v, want a *limits.PanicError of \"decode\" with a stack", err)
 	}
 }

@@ -131,7 +131,7 @@ func Serve[Q any, R interface {
 	defer func() { c.Metrics.TTLResources.Sub(float64(s.ttlCount)) }()
 
 	// One receive goroutine feeds this loop, the only sender.
-	reqc, errc := Receive[Q](ctx, gs.RecvMsg)
+	reqc := Receive[Q](ctx, gs.RecvMsg)
 	// A client that opens a stream and sends nothing holds it for
 	// nothing: it gets FirstRequestTimeout.
 	var firstc <-chan time.Time
@@ -148,14 +148,20 @@ func Serve[Q any, R interface {
 		select {
 		case q := <-reqc:
 			firstc = nil
-			if err := handle(s, r, R(q)); err != nil {
+			if q.Err != nil {
+				return EndErr(q.Err)
+			}
+			if err := handle(s, r, R(q.Msg)); err != nil {
 				return err
 			}
 		drain: // answer the latest request: take all that are queued first
 			for {
 				select {
 				case q := <-reqc:
-					if err := handle(s, r, R(q)); err != nil {
+					if q.Err != nil {
+						return EndErr(q.Err)
+					}
+					if err := handle(s, r, R(q.Msg)); err != nil {
 						return err
 					}
 				default:
@@ -175,8 +181,6 @@ func Serve[Q any, R interface {
 		case <-firstc:
 			c.Metrics.LimitHits.WithLabelValues(LimitFirstRequest).Inc()
 			return status.Errorf(codes.DeadlineExceeded, "no request within %s of the stream's start (--first-request-timeout)", c.Config.FirstRequestTimeout)
-		case err := <-errc:
-			return EndErr(err)
 		case <-ctx.Done():
 			return nil
 		}
