@@ -1,0 +1,238 @@
+package fsexport
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/legation-io/legation/internal/ads"
+	"github.com/legation-io/legation/internal/resource"
+	"github.com/legation-io/legation/internal/store"
+)
+
+// Config configures an Exporter.
+type Config struct {
+	// Dir is the directory the files are written to. It must exist.
+	Dir string
+	// Format is the files' format. Zero: YAML.
+	Format Format
+	// Group is the node's group: its resources override the default
+	// scope's of the same type and name, as on a replica. Empty: the
+	// default scope only.
+	Group string
+	// Types are the types exported, in the order written. Nil: every type,
+	// in push order (clusters and endpoints before the listeners and
+	// routes that name them).
+	Types []*resource.Type
+}
+
+// Validate checks the config; it does not look at the directory (see
+// CheckDir).
+func (c *Config) Validate() error {
+	if c.Dir == "" {
+		return errors.New("fsexport: no directory")
+	}
+	if c.Format == "" {
+		c.Format = YAML
+	}
+	if _, err := ParseFormat(string(c.Format)); err != nil {
+		return err
+	}
+	if c.Group != "" {
+		if err := resource.ValidateScope(c.Group); err != nil {
+			return fmt.Errorf("group: %w", err)
+		}
+	}
+	return nil
+}
+
+// CheckDir checks that dir is a directory files can be created in, by
+// creating and removing an empty temporary file.
+func CheckDir(dir string) error {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%s is not a directory", dir)
+	}
+	f, err := os.CreateTemp(dir, ".legation-check-*")
+	if err != nil {
+		return err
+	}
+	name := f.Name()
+	f.Close()
+	return os.Remove(name)
+}
+
+// Written is one file an Export wrote.
+type Written struct {
+	Type *resource.Type
+	// Path is the file's path.
+	Path string
+	// Version is the response's version_info.
+	Version string
+	// Resources is how many resources the file holds.
+	Resources int
+}
+
+// Exporter writes a node's files. It remembers what it wrote last, so
+// that Export rewrites only the types whose content changed. Its methods
+// must not be called concurrently.
+type Exporter struct {
+	cfg Config
+	// last is, per type, the encoding of the last response written with
+	// its version_info cleared: what the type's content was.
+	last map[*resource.Type][]byte
+}
+
+// New returns an Exporter. It does no I/O.
+func New(cfg Config) (*Exporter, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Types == nil {
+		cfg.Types = resource.All()
+	}
+	return &Exporter{cfg: cfg, last: map[*resource.Type][]byte{}}, nil
+}
+
+// Response is what a SotW stream of the exporter's group is answered for
+// type t at snap, subscribed to everything: the file's content.
+func (x *Exporter) Response(snap *store.Snapshot, t *resource.Type) *discoveryv3.DiscoveryResponse {
+	return ads.Response(snap, t, x.cfg.Group, nil, true)
+}
+
+// Export writes the file of each type whose content at snap differs from
+// what this Exporter last wrote (every type, the first time), and returns
+// what it wrote. A type whose content is unchanged keeps its file and
+// version, as a SotW stream sends nothing for it. On an error, the files
+// written before it stay, the one that failed keeps its old content and
+// the others are not written; a later Export retries them.
+func (x *Exporter) Export(snap *store.Snapshot) ([]Written, error) {
+	var out []Written
+	for _, t := range x.cfg.Types {
+		resp := x.Response(snap, t)
+		content, err := contentOf(resp)
+		if err != nil {
+			return out, fmt.Errorf("fsexport: %s: %w", t.Name, err)
+		}
+		if old, ok := x.last[t]; ok && bytes.Equal(old, content) {
+			continue
+		}
+		b, err := Encode(resp, x.cfg.Format)
+		if err != nil {
+			return out, fmt.Errorf("fsexport: encode %s as %s: %w", t.Name, x.cfg.Format, err)
+		}
+		path := filepath.Join(x.cfg.Dir, FileName(t, x.cfg.Format))
+		if err := WriteFile(path, b); err != nil {
+			return out, err
+		}
+		x.last[t] = content
+		out = append(out, Written{Type: t, Path: path, Version: resp.GetVersionInfo(), Resources: len(resp.GetResources())})
+	}
+	return out, nil
+}
+
+// contentOf is the deterministic encoding of resp without its version:
+// equal for equal resources whatever the revision.
+func contentOf(resp *discoveryv3.DiscoveryResponse) ([]byte, error) {
+	r := &discoveryv3.DiscoveryResponse{TypeUrl: resp.GetTypeUrl(), Resources: resp.GetResources()}
+	return proto.MarshalOptions{Deterministic: true}.Marshal(r)
+}
+
+// Source is the view an Exporter follows (a *store.View).
+type Source interface {
+	// Ready is closed once the first snapshot is published.
+	Ready() <-chan struct{}
+	// Snapshot returns the latest snapshot.
+	Snapshot() *store.Snapshot
+}
+
+var _ Source = (*store.View)(nil)
+
+// Follow exports src's snapshot once it is ready, then again each time
+// src publishes a newer one (several published meanwhile coalesce into
+// the latest), until ctx ends, when it returns nil. written, if not nil,
+// is called after each Export that wrote something, with the snapshot's
+// revision; it runs on Follow's goroutine. A write error ends Follow with
+// that error. Following a store.View, a compaction or a lost watch is the
+// view's to recover from (it reloads), and revisions never go backwards.
+func (x *Exporter) Follow(ctx context.Context, src Source, written func(rev int64, w []Written)) error {
+	select {
+	case <-src.Ready():
+	case <-ctx.Done():
+		return nil
+	}
+	snap := src.Snapshot()
+	for {
+		w, err := x.Export(snap)
+		if len(w) > 0 && written != nil {
+			written(snap.Revision, w)
+		}
+		if err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-snap.Done():
+		}
+		snap = src.Snapshot()
+	}
+}
+
+// WriteFile replaces the file at path with b atomically: b is written to
+// a temporary file in the same directory, synced, made readable by all
+// (0644) and renamed over path, then the directory is synced. A reader
+// sees the old content or the new, never part of it; on an error the
+// temporary file is removed and path is untouched.
+func WriteFile(path string, b []byte) (err error) {
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	// A dot file, so that Envoy watching path (a move to its name) and
+	// globs over "*.yaml" ignore it.
+	f, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("fsexport: %w", err)
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(tmp)
+			err = fmt.Errorf("fsexport: write %s: %w", path, err)
+		}
+	}()
+	if _, err = f.Write(b); err != nil {
+		return err
+	}
+	if err = f.Chmod(0o644); err != nil {
+		return err
+	}
+	if err = f.Sync(); err != nil {
+		return err
+	}
+	if err = f.Close(); err != nil {
+		return err
+	}
+	if err = os.Rename(tmp, path); err != nil {
+		return err
+	}
+	// The rename itself is durable once the directory is synced.
+	d, derr := os.Open(dir)
+	if derr != nil {
+		return nil // renamed: the file is in place; durability is best effort
+	}
+	defer d.Close()
+	d.Sync() //nolint:errcheck // best effort, as above
+	return nil
+}
