@@ -209,14 +209,16 @@ type exportLine struct {
 	Revision  int64  `json:"revision"`
 	Type      string `json:"type"`
 	File      string `json:"file"`
+	Name      string `json:"name,omitempty"`
 	Version   string `json:"version"`
 	Resources int    `json:"resources"`
+	Removed   bool   `json:"removed,omitempty"`
 }
 
 func (a *app) printExported(rev int64, ws []fsexport.Written) error {
 	lines := make([]exportLine, len(ws))
 	for i, w := range ws {
-		lines[i] = exportLine{Revision: rev, Type: w.Type.Name, File: w.Path, Version: w.Version, Resources: w.Resources}
+		lines[i] = exportLine{Revision: rev, Type: w.Type.Name, File: w.Path, Name: w.Name, Version: w.Version, Resources: w.Resources, Removed: w.Removed}
 	}
 	switch a.opts.Output {
 	case outputJSON:
@@ -244,6 +246,10 @@ func (a *app) printExported(rev int64, ws []fsexport.Written) error {
 	}
 	w := newTable(a.out)
 	for _, l := range lines {
+		if l.Removed {
+			row(w, l.Revision, l.File, "removed")
+			continue
+		}
 		row(w, l.Revision, l.File, l.Resources)
 	}
 	return w.Flush()

@@ -2,8 +2,10 @@ package adminctl
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -157,15 +159,7 @@ func unwrapTTL(t *testing.T, resp *discoveryv3.DiscoveryResponse) (*discoveryv3.
 // readExport decodes the file of type typ in dir.
 func readExport(t *testing.T, dir string, typ *resource.Type, f fsexport.Format) *discoveryv3.DiscoveryResponse {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, fsexport.FileName(typ, f)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := fsexport.Decode(b, f)
-	if err != nil {
-		t.Fatalf("%s: %v", fsexport.FileName(typ, f), err)
-	}
-	return resp
+	return readFile(t, filepath.Join(dir, fsexport.FileName(typ, f)), f)
 }
 
 // sameResponse fails unless file holds, resource for resource, what the
@@ -193,6 +187,53 @@ func sameResponse(t *testing.T, what string, file, sent *discoveryv3.DiscoveryRe
 			t.Errorf("%s: resource %d differs:\nfile   %v\nstream %v", what, i, fm, sm)
 		}
 	}
+}
+
+// exportedFiles lists the files under dir, relative, sorted; it fails on
+// a temporary file left behind.
+func exportedFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		if strings.Contains(rel, ".tmp-") {
+			t.Errorf("temporary file %s left", rel)
+		}
+		out = append(out, rel)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// checkEach fails unless each resource of typeFile, a type that is not
+// wildcard, also has its own file holding it alone at the same version.
+func checkEach(t *testing.T, dir string, typ *resource.Type, f fsexport.Format, typeFile *discoveryv3.DiscoveryResponse) {
+	t.Helper()
+	for i, name := range resourceNames(t, typeFile) {
+		one := readFile(t, filepath.Join(dir, fsexport.ResourceDir(typ), fsexport.ResourceFileName(name, f)), f)
+		want := &discoveryv3.DiscoveryResponse{VersionInfo: typeFile.GetVersionInfo(), TypeUrl: typ.URL, Resources: typeFile.GetResources()[i : i+1]}
+		sameResponse(t, typ.Name+" "+name, one, want)
+	}
+}
+
+func readFile(t *testing.T, path string, f fsexport.Format) *discoveryv3.DiscoveryResponse {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := fsexport.Decode(b, f)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return resp
 }
 
 func resourceNames(t *testing.T, resp *discoveryv3.DiscoveryResponse) []string {
@@ -224,6 +265,9 @@ func TestExportEquivalence(t *testing.T) {
 				} else if len(file.GetResources()) != 0 {
 					t.Errorf("%s: the node sees none, the file holds %d", typ.Name, len(file.GetResources()))
 				}
+				if !typ.Wildcard {
+					checkEach(t, dir, typ, f, file)
+				}
 			}
 			// What the equivalence means here: edge's cluster a
 			// overrides the default one, edge's resources are in, other
@@ -242,9 +286,13 @@ func TestExportEquivalence(t *testing.T) {
 			if got := strings.Join(resourceNames(t, readExport(t, dir, resource.Route, f)), ","); got != "r-ttl,r1" {
 				t.Errorf("routes %s, want r-ttl,r1", got)
 			}
-			left, _ := os.ReadDir(dir)
-			if len(left) != len(resource.All()) {
-				t.Errorf("%d files in the directory, want %d (no temporary file left)", len(left), len(resource.All()))
+			ext := "." + string(f)
+			want := []string{"cds" + ext, "ecds" + ext, "eds" + ext, "eds/a" + ext, "eds/b" + ext, "eds/edge-only" + ext,
+				"lds" + ext, "rds" + ext, "rds/r-ttl" + ext, "rds/r1" + ext, "rtds" + ext, "rtds/layer" + ext,
+				"sds" + ext, "srds" + ext, "vhds" + ext}
+			sort.Strings(want)
+			if got := exportedFiles(t, dir); strings.Join(got, " ") != strings.Join(want, " ") {
+				t.Errorf("files:\n got %v\nwant %v", got, want)
 			}
 		})
 	}
@@ -300,6 +348,10 @@ func TestExportWatch(t *testing.T) {
 	r := startReplica(t)
 	r.seed(t)
 	dir := t.TempDir()
+	// Left by an earlier export: the per-resource file of an endpoint set
+	// that is gone is removed; a file in no export format is not.
+	writeFileAt(t, filepath.Join(dir, "eds", "stale.json"), "{}")
+	writeFileAt(t, filepath.Join(dir, "eds", "README"), "mine")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var out, errOut syncBuffer
@@ -321,6 +373,17 @@ func TestExportWatch(t *testing.T) {
 	before := map[*resource.Type]fileState{}
 	for _, typ := range resource.All() {
 		before[typ] = statFile(t, path(typ))
+	}
+	each := func(name string) string { return filepath.Join(dir, "eds", name+".json") }
+	eachBefore := map[string]fileState{}
+	for _, n := range []string{"a", "b", "edge-only"} {
+		eachBefore[n] = statFile(t, each(n))
+	}
+	if _, err := os.Stat(each("stale")); err == nil {
+		t.Errorf("eds/stale.json, left by an earlier export, was not removed")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "eds", "README")); err != nil {
+		t.Errorf("eds/README, no export's, was removed: %v", err)
 	}
 
 	// A reader that keeps reading the endpoints file, as Envoy would:
@@ -376,6 +439,14 @@ func TestExportWatch(t *testing.T) {
 			t.Errorf("%s was rewritten (inode %d -> %d, mtime %s -> %s), though its resources did not change", fsexport.FileName(typ, fsexport.JSON), before[typ].ino, now.ino, before[typ].mtime, now.mtime)
 		}
 	}
+	if statFile(t, each("a")).ino == eachBefore["a"].ino {
+		t.Errorf("eds/a.json not rewritten")
+	}
+	for _, n := range []string{"b", "edge-only"} {
+		if statFile(t, each(n)) != eachBefore[n] {
+			t.Errorf("eds/%s.json rewritten, though it did not change", n)
+		}
+	}
 	// The new content is what a stream gets at the new revision.
 	sent, _ := r.sotw(t, exportNode(), []*resource.Type{resource.Endpoint})
 	sameResponse(t, "eds after the change", readExport(t, dir, resource.Endpoint, fsexport.JSON), sent[resource.Endpoint])
@@ -397,6 +468,16 @@ func TestExportWatch(t *testing.T) {
 		t.Errorf("eds.json rewritten by a change to clusters")
 	}
 
+	// An endpoint set deleted: its own file goes.
+	rev = r.Apply(t, nil, xdstest.Key(resource.Endpoint, "b"))
+	xdstest.WaitFor(t, "eds/b.json removed", func() (bool, string) {
+		_, err := os.Stat(each("b"))
+		return os.IsNotExist(err), fmt.Sprint(err)
+	})
+	if got := strings.Join(resourceNames(t, readExport(t, dir, resource.Endpoint, fsexport.JSON)), ","); got != "a,edge-only" {
+		t.Errorf("endpoints after deleting b: %s, want a,edge-only", got)
+	}
+
 	cancel()
 	select {
 	case code := <-done:
@@ -409,10 +490,7 @@ func TestExportWatch(t *testing.T) {
 	if !strings.Contains(out.String(), "eds.json") || !strings.Contains(out.String(), xdstest.Version(rev)) {
 		t.Errorf("output does not report the rewrites:\n%s", out.String())
 	}
-	left, _ := os.ReadDir(dir)
-	if len(left) != len(resource.All()) {
-		t.Errorf("%d files in the directory, want %d (no temporary file left)", len(left), len(resource.All()))
-	}
+	exportedFiles(t, dir)
 }
 
 func TestExportBadInput(t *testing.T) {

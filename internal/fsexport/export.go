@@ -6,13 +6,17 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"io/fs"
 	"path/filepath"
+	"sort"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/legation-io/legation/internal/ads"
 	"github.com/legation-io/legation/internal/resource"
+	"github.com/legation-io/legation/internal/scope"
 	"github.com/legation-io/legation/internal/store"
 )
 
@@ -71,15 +75,20 @@ func CheckDir(dir string) error {
 	return os.Remove(name)
 }
 
-// Written is one file an Export wrote.
+// Written is one file an Export wrote or removed.
 type Written struct {
 	Type *resource.Type
 	// Path is the file's path.
 	Path string
+	// Name is the resource a per-resource file holds; empty for the
+	// type's file.
+	Name string
 	// Version is the response's version_info.
 	Version string
 	// Resources is how many resources the file holds.
 	Resources int
+	// Removed: the file was removed, its resource being gone.
+	Removed bool
 }
 
 // Exporter writes a node's files. It remembers what it wrote last, so
@@ -90,6 +99,9 @@ type Exporter struct {
 	// last is, per type, the encoding of the last response written with
 	// its version_info cleared: what the type's content was.
 	last map[*resource.Type][]byte
+	// lastRes is, per type that is not wildcard, per resource name, the
+	// encoding of the resource last written to its own file.
+	lastRes map[*resource.Type]map[string][]byte
 }
 
 // New returns an Exporter. It does no I/O.
@@ -100,7 +112,7 @@ func New(cfg Config) (*Exporter, error) {
 	if cfg.Types == nil {
 		cfg.Types = resource.All()
 	}
-	return &Exporter{cfg: cfg, last: map[*resource.Type][]byte{}}, nil
+	return &Exporter{cfg: cfg, last: map[*resource.Type][]byte{}, lastRes: map[*resource.Type]map[string][]byte{}}, nil
 }
 
 // Response is what a SotW stream of the exporter's group is answered for
@@ -136,6 +148,86 @@ func (x *Exporter) Export(snap *store.Snapshot) ([]Written, error) {
 		}
 		x.last[t] = content
 		out = append(out, Written{Type: t, Path: path, Version: resp.GetVersionInfo(), Resources: len(resp.GetResources())})
+		if !t.Wildcard {
+			w, err := x.exportEach(snap, t, resp)
+			out = append(out, w...)
+			if err != nil {
+				delete(x.last, t) // retried whole next time
+				return out, err
+			}
+		}
+	}
+	return out, nil
+}
+
+// exportEach writes the per-resource files of type t, which is not
+// wildcard: Envoy takes exactly one resource from an EDS, RDS, SDS, RTDS,
+// VHDS or ECDS file ("Unexpected EDS resource length" otherwise), so each
+// resource also gets DIR/<service>/<name>.<format>, a DiscoveryResponse
+// holding it alone at resp's version. Only the resources that changed are
+// rewritten; the files of those gone are removed, and, the first time,
+// any file of the directory in this format that names no resource (left
+// by an earlier export).
+func (x *Exporter) exportEach(snap *store.Snapshot, t *resource.Type, resp *discoveryv3.DiscoveryResponse) ([]Written, error) {
+	dir := filepath.Join(x.cfg.Dir, ResourceDir(t))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("fsexport: %w", err)
+	}
+	// The same entries, in the same order, as resp's resources.
+	entries := scope.Entries(snap, t, x.cfg.Group, nil, true)
+	if len(entries) != len(resp.GetResources()) {
+		return nil, fmt.Errorf("fsexport: %s: %d entries for %d resources", t.Name, len(entries), len(resp.GetResources()))
+	}
+	prev, seen := x.lastRes[t]
+	now := make(map[string][]byte, len(entries))
+	var out []Written
+	for i, e := range entries {
+		a := resp.GetResources()[i]
+		content := append([]byte(a.GetTypeUrl()+"\x00"), a.GetValue()...)
+		if old, ok := prev[e.Name]; ok && bytes.Equal(old, content) {
+			now[e.Name] = old
+			continue
+		}
+		one := &discoveryv3.DiscoveryResponse{VersionInfo: resp.GetVersionInfo(), TypeUrl: resp.GetTypeUrl(), Resources: []*anypb.Any{a}}
+		b, err := Encode(one, x.cfg.Format)
+		if err != nil {
+			return out, fmt.Errorf("fsexport: encode %s %q as %s: %w", t.Name, e.Name, x.cfg.Format, err)
+		}
+		path := filepath.Join(dir, ResourceFileName(e.Name, x.cfg.Format))
+		if err := WriteFile(path, b); err != nil {
+			return out, err
+		}
+		now[e.Name] = content
+		out = append(out, Written{Type: t, Path: path, Name: e.Name, Version: one.GetVersionInfo(), Resources: 1})
+	}
+	x.lastRes[t] = now
+	var gone []string
+	if !seen {
+		// Whatever an earlier run left in this format.
+		des, err := os.ReadDir(dir)
+		if err != nil {
+			return out, fmt.Errorf("fsexport: %w", err)
+		}
+		for _, de := range des {
+			name, ok := resourceOfFile(de.Name(), x.cfg.Format)
+			if _, held := now[name]; ok && !held && de.Type().IsRegular() {
+				gone = append(gone, name)
+			}
+		}
+	} else {
+		for name := range prev {
+			if _, held := now[name]; !held {
+				gone = append(gone, name)
+			}
+		}
+		sort.Strings(gone)
+	}
+	for _, name := range gone {
+		path := filepath.Join(dir, ResourceFileName(name, x.cfg.Format))
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return out, fmt.Errorf("fsexport: %w", err)
+		}
+		out = append(out, Written{Type: t, Path: path, Name: name, Version: resp.GetVersionInfo(), Removed: true})
 	}
 	return out, nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"strings"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -65,6 +66,33 @@ func FileName(t *resource.Type, f Format) string {
 		n = t.Name // a type added without a short name still gets a file
 	}
 	return n + "." + string(f)
+}
+
+// ResourceDir is the directory, under the export's, of the per-resource
+// files of type t, which is not wildcard: "eds", "rds", "sds" and so on.
+func ResourceDir(t *resource.Type) string {
+	return strings.TrimSuffix(FileName(t, ""), ".")
+}
+
+// ResourceFileName is the name of the file of resource name in format f:
+// the name path-escaped ('/' as %2F, so a name is one file), then the
+// format's extension.
+func ResourceFileName(name string, f Format) string {
+	return url.PathEscape(name) + "." + string(f)
+}
+
+// resourceOfFile is the resource name a file named base holds in format
+// f, if base is such a file.
+func resourceOfFile(base string, f Format) (string, bool) {
+	esc, ok := strings.CutSuffix(base, "."+string(f))
+	if !ok || esc == "" {
+		return "", false
+	}
+	name, err := url.PathUnescape(esc)
+	if err != nil || url.PathEscape(name) != esc {
+		return "", false
+	}
+	return name, true
 }
 
 // Encode encodes resp in format f. JSON and YAML are proto3 JSON with
