@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/legation-io/legation/internal/ads"
 	"github.com/legation-io/legation/internal/fsexport"
@@ -26,6 +27,7 @@ import (
 	"github.com/legation-io/legation/internal/store"
 	"github.com/legation-io/legation/internal/xdsstream"
 	"github.com/legation-io/legation/internal/xdstest"
+	legationv1 "github.com/legation-io/legation/proto/legation/v1"
 )
 
 // replica is a real SotW server (with TTLs on the wire) over a real view
@@ -529,5 +531,46 @@ func TestExportBadInput(t *testing.T) {
 				t.Errorf("%d files written", len(left))
 			}
 		})
+	}
+}
+
+// TestExportUnencodable: a resource written to etcd by another tool with
+// an Any of a type no Envoy proto defines cannot be written as JSON or
+// YAML; the export fails naming it, and writes nothing.
+func TestExportUnencodable(t *testing.T) {
+	r := startReplica(t)
+	r.seed(t)
+	c := xdstest.Cluster("weird", 1000)
+	c.TransportSocket = &corev3.TransportSocket{Name: "x", ConfigType: &corev3.TransportSocket_TypedConfig{
+		TypedConfig: &anypb.Any{TypeUrl: "type.googleapis.com/no.such.Type"}}}
+	body, err := resource.Marshal(resource.Cluster, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	val, err := proto.Marshal(&legationv1.Envelope{Body: body})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	defer cancel()
+	if _, err := r.Client.Put(ctx, exportPrefix+"resources/cluster/default/weird", string(val)); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"json", "yaml"} {
+		dir := t.TempDir()
+		res := r.h.run("export", "--node", "n", "--dir", dir, "--format", f)
+		if res.code == 0 || !strings.Contains(res.stderr, `cluster "weird" (scope default)`) || !strings.Contains(res.stderr, "no.such.Type") {
+			t.Errorf("%s: got %s\nwant an error naming cluster weird and its type", f, res)
+
+		}
+		if got := exportedFiles(t, dir); len(got) != 0 {
+			t.Errorf("%s: files written: %v", f, got)
+		}
+	}
+	// Binary proto carries the Any as it is.
+	dir := t.TempDir()
+	r.h.mustRun("export", "--node", "n", "--dir", dir, "--format", "pb")
+	if got := strings.Join(resourceNames(t, readExport(t, dir, resource.Cluster, fsexport.Proto)), ","); got != "a,b,weird" {
+		t.Errorf("clusters %s, want a,b,weird", got)
 	}
 }

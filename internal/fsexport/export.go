@@ -124,89 +124,130 @@ func (x *Exporter) Response(snap *store.Snapshot, t *resource.Type) *discoveryv3
 // Export writes the file of each type whose content at snap differs from
 // what this Exporter last wrote (every type, the first time), and returns
 // what it wrote. A type whose content is unchanged keeps its file and
-// version, as a SotW stream sends nothing for it. On an error, the files
-// written before it stay, the one that failed keeps its old content and
-// the others are not written; a later Export retries them.
+// version, as a SotW stream sends nothing for it.
+//
+// Every file is encoded before any is written, so a resource that cannot
+// be encoded (an Any of a type no Envoy proto defines, written to etcd by
+// another tool) fails the export with nothing written. Each file is
+// replaced atomically (WriteFile); if writing one fails, those written
+// before it stay, and the next Export rewrites everything.
 func (x *Exporter) Export(snap *store.Snapshot) ([]Written, error) {
-	var out []Written
+	var ops []op
+	last := make(map[*resource.Type][]byte, len(x.cfg.Types))
+	lastRes := make(map[*resource.Type]map[string][]byte)
 	for _, t := range x.cfg.Types {
 		resp := x.Response(snap, t)
 		content, err := contentOf(resp)
 		if err != nil {
-			return out, fmt.Errorf("fsexport: %s: %w", t.Name, err)
+			return nil, fmt.Errorf("fsexport: %s: %w", t.Name, err)
 		}
+		last[t] = content
 		if old, ok := x.last[t]; ok && bytes.Equal(old, content) {
+			if m, ok := x.lastRes[t]; ok {
+				lastRes[t] = m
+			}
 			continue
 		}
 		b, err := Encode(resp, x.cfg.Format)
 		if err != nil {
-			return out, fmt.Errorf("fsexport: encode %s as %s: %w", t.Name, x.cfg.Format, err)
+			return nil, fmt.Errorf("fsexport: encode %s%s as %s: %w", t.Name, x.culprit(snap, t, resp), x.cfg.Format, err)
 		}
 		path := filepath.Join(x.cfg.Dir, FileName(t, x.cfg.Format))
-		if err := WriteFile(path, b); err != nil {
-			return out, err
-		}
-		x.last[t] = content
-		out = append(out, Written{Type: t, Path: path, Version: resp.GetVersionInfo(), Resources: len(resp.GetResources())})
+		ops = append(ops, op{data: b, Written: Written{Type: t, Path: path, Version: resp.GetVersionInfo(), Resources: len(resp.GetResources())}})
 		if !t.Wildcard {
-			w, err := x.exportEach(snap, t, resp)
-			out = append(out, w...)
+			each, now, err := x.planEach(snap, t, resp)
 			if err != nil {
-				delete(x.last, t) // retried whole next time
-				return out, err
+				return nil, err
 			}
+			ops = append(ops, each...)
+			lastRes[t] = now
 		}
 	}
+	var out []Written
+	for _, o := range ops {
+		if err := o.do(); err != nil {
+			// What is on disk is now partly unknown: start over.
+			x.last, x.lastRes = map[*resource.Type][]byte{}, map[*resource.Type]map[string][]byte{}
+			return out, err
+		}
+		out = append(out, o.Written)
+	}
+	x.last, x.lastRes = last, lastRes
 	return out, nil
 }
 
-// exportEach writes the per-resource files of type t, which is not
+// culprit names, as ` "NAME" (scope S)`, the first resource of resp that
+// does not encode alone in the export's format, or returns "".
+func (x *Exporter) culprit(snap *store.Snapshot, t *resource.Type, resp *discoveryv3.DiscoveryResponse) string {
+	entries := scope.Entries(snap, t, x.cfg.Group, nil, true)
+	for i, a := range resp.GetResources() {
+		one := &discoveryv3.DiscoveryResponse{TypeUrl: resp.GetTypeUrl(), Resources: []*anypb.Any{a}}
+		if _, err := Encode(one, x.cfg.Format); err != nil && i < len(entries) {
+			return fmt.Sprintf(" %q (scope %s)", entries[i].Name, entries[i].Scope)
+		}
+	}
+	return ""
+}
+
+// op is one file to write (data) or remove.
+type op struct {
+	Written
+	data []byte
+}
+
+func (o op) do() error {
+	if o.Removed {
+		if err := os.Remove(o.Path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("fsexport: %w", err)
+		}
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(o.Path), 0o755); err != nil {
+		return fmt.Errorf("fsexport: %w", err)
+	}
+	return WriteFile(o.Path, o.data)
+}
+
+// planEach plans the per-resource files of type t, which is not
 // wildcard: Envoy takes exactly one resource from an EDS, RDS, SDS, RTDS,
 // VHDS or ECDS file ("Unexpected EDS resource length" otherwise), so each
 // resource also gets DIR/<service>/<name>.<format>, a DiscoveryResponse
 // holding it alone at resp's version. Only the resources that changed are
 // rewritten; the files of those gone are removed, and, the first time,
 // any file of the directory in this format that names no resource (left
-// by an earlier export).
-func (x *Exporter) exportEach(snap *store.Snapshot, t *resource.Type, resp *discoveryv3.DiscoveryResponse) ([]Written, error) {
+// by an earlier export). It returns the operations and what each
+// resource's file then holds.
+func (x *Exporter) planEach(snap *store.Snapshot, t *resource.Type, resp *discoveryv3.DiscoveryResponse) ([]op, map[string][]byte, error) {
 	dir := filepath.Join(x.cfg.Dir, ResourceDir(t))
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("fsexport: %w", err)
-	}
 	// The same entries, in the same order, as resp's resources.
 	entries := scope.Entries(snap, t, x.cfg.Group, nil, true)
 	if len(entries) != len(resp.GetResources()) {
-		return nil, fmt.Errorf("fsexport: %s: %d entries for %d resources", t.Name, len(entries), len(resp.GetResources()))
+		return nil, nil, fmt.Errorf("fsexport: %s: %d entries for %d resources", t.Name, len(entries), len(resp.GetResources()))
 	}
 	prev, seen := x.lastRes[t]
 	now := make(map[string][]byte, len(entries))
-	var out []Written
+	var ops []op
 	for i, e := range entries {
 		a := resp.GetResources()[i]
 		content := append([]byte(a.GetTypeUrl()+"\x00"), a.GetValue()...)
+		now[e.Name] = content
 		if old, ok := prev[e.Name]; ok && bytes.Equal(old, content) {
-			now[e.Name] = old
 			continue
 		}
 		one := &discoveryv3.DiscoveryResponse{VersionInfo: resp.GetVersionInfo(), TypeUrl: resp.GetTypeUrl(), Resources: []*anypb.Any{a}}
 		b, err := Encode(one, x.cfg.Format)
 		if err != nil {
-			return out, fmt.Errorf("fsexport: encode %s %q as %s: %w", t.Name, e.Name, x.cfg.Format, err)
+			return nil, nil, fmt.Errorf("fsexport: encode %s %q as %s: %w", t.Name, e.Name, x.cfg.Format, err)
 		}
 		path := filepath.Join(dir, ResourceFileName(e.Name, x.cfg.Format))
-		if err := WriteFile(path, b); err != nil {
-			return out, err
-		}
-		now[e.Name] = content
-		out = append(out, Written{Type: t, Path: path, Name: e.Name, Version: one.GetVersionInfo(), Resources: 1})
+		ops = append(ops, op{data: b, Written: Written{Type: t, Path: path, Name: e.Name, Version: one.GetVersionInfo(), Resources: 1}})
 	}
-	x.lastRes[t] = now
 	var gone []string
 	if !seen {
 		// Whatever an earlier run left in this format.
 		des, err := os.ReadDir(dir)
-		if err != nil {
-			return out, fmt.Errorf("fsexport: %w", err)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, nil, fmt.Errorf("fsexport: %w", err)
 		}
 		for _, de := range des {
 			name, ok := resourceOfFile(de.Name(), x.cfg.Format)
@@ -224,12 +265,9 @@ func (x *Exporter) exportEach(snap *store.Snapshot, t *resource.Type, resp *disc
 	}
 	for _, name := range gone {
 		path := filepath.Join(dir, ResourceFileName(name, x.cfg.Format))
-		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return out, fmt.Errorf("fsexport: %w", err)
-		}
-		out = append(out, Written{Type: t, Path: path, Name: name, Version: resp.GetVersionInfo(), Removed: true})
+		ops = append(ops, op{Written: Written{Type: t, Path: path, Name: name, Version: resp.GetVersionInfo(), Removed: true}})
 	}
-	return out, nil
+	return ops, now, nil
 }
 
 // contentOf is the deterministic encoding of resp without its version:
