@@ -5,8 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"sort"
 
