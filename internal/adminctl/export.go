@@ -145,9 +145,12 @@ func (a *app) runExport(ctx context.Context, f exportFlags, deriving bool) error
 
 	// A one-off export is bounded by --timeout; --watch only its
 	// connection, as watch.
-	runCtx, cancel := a.commandContext(ctx)
+	var runCtx context.Context
+	var cancel context.CancelFunc
 	if f.watch {
 		runCtx, cancel = context.WithCancel(ctx)
+	} else {
+		runCtx, cancel = a.commandContext(ctx)
 	}
 	defer cancel()
 	cctx, ccancel := a.commandContext(ctx)
