@@ -44,9 +44,17 @@ revision and type_url the type's. Envoy reads them with path_config_source.
 Files, in DIR, named by the type's xDS service and the format:
   cds.yaml lds.yaml eds.yaml rds.yaml srds.yaml vhds.yaml sds.yaml rtds.yaml ecds.yaml
 (.json or .pb with --format json or pb). A type the node sees nothing of
-gets a file with no resources. Each file is written to a temporary file in
-DIR, synced, and renamed into place: a reader (Envoy watches moves) sees
-the old file or the new one, never part of one.
+gets a file with no resources. Envoy takes exactly one resource from an
+EDS, RDS, SDS, RTDS, VHDS or ECDS file, so each resource of those types
+also gets a file of its own, DIR/eds/NAME.yaml, DIR/rds/NAME.yaml and so
+on (NAME path-escaped: '/' is %2F); export owns those directories and
+removes the files there that name no current resource.
+
+Every file is encoded before any is written: a resource that cannot be
+(an Any of an unknown type) fails the export with nothing written. Each
+file is written to a temporary file in its directory, synced, and renamed
+into place: a reader (Envoy watches moves) sees the old file or the new
+one, never part of one.
 
 The node's group is --group if given. Otherwise it is derived as the
 replicas derive it, from the node's Node message: --group-by (the
@@ -57,7 +65,7 @@ only. The group used is printed to standard error.
 With --watch, export keeps the files current until interrupted (Ctrl-C,
 which is a success): it follows etcd from the revision exported, and at
 each change rewrites only the files whose resources changed, at the new
-revision; the others keep theirs, as a SotW stream sends nothing for a type
+revision (and removes those of resources gone); the others keep theirs, as a SotW stream sends nothing for a type
 that did not change. After a compaction it reloads from etcd.
 
 Each file written is printed: REVISION FILE RESOURCES (-o json: one object
