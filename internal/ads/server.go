@@ -138,8 +138,19 @@ func (s *Server) poll(ctx context.Context, r *discoveryv3.DiscoveryRequest, t *r
 
 // response builds the poll's answer.
 func (p *polled) response() *discoveryv3.DiscoveryResponse {
-	entries := scope.Entries(p.snap, p.t, p.group, p.names, p.wildcard)
-	resp := &discoveryv3.DiscoveryResponse{VersionInfo: version(p.snap.Revision), TypeUrl: p.t.URL, Resources: make([]*anypb.Any, 0, len(entries))}
+	return Response(p.snap, p.t, p.group, p.names, p.wildcard)
+}
+
+// Response is the full state of type t that a SotW client of group
+// subscribed to names (or to everything, wildcard) is answered at snap:
+// version_info is snap's revision, the resources are sorted by name and
+// carried as stored, never wrapped with a TTL. It is a poll's answer, and
+// what xdsadmin export writes; a stream sends the same resources at the
+// same version, those of EDS/RDS-like types only as they change. The
+// response shares the stored bodies: never modify them.
+func Response(snap *store.Snapshot, t *resource.Type, group string, names []string, wildcard bool) *discoveryv3.DiscoveryResponse {
+	entries := scope.Entries(snap, t, group, names, wildcard)
+	resp := &discoveryv3.DiscoveryResponse{VersionInfo: version(snap.Revision), TypeUrl: t.URL, Resources: make([]*anypb.Any, 0, len(entries))}
 	for _, e := range entries {
 		resp.Resources = append(resp.Resources, e.Body)
 	}
