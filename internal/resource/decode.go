@@ -167,6 +167,13 @@ func decodeDocument(source string, index int, raw []byte) ([]Doc, error) {
 		return nil, fail("", errors.New("a document must be a mapping with an \"@type\" key"))
 	}
 	var typeURL string
+	if _, typed := head["@type"]; !typed {
+		if _, ok := head["resources"]; ok {
+			// Envoy's filesystem subscription format (what xdsadmin
+			// export writes): a DiscoveryResponse without "@type".
+			return decodeResponse(source, index, head)
+		}
+	}
 	if err := json.Unmarshal(head["@type"], &typeURL); err != nil || typeURL == "" {
 		return nil, fail(guessName(head), errors.New("missing \"@type\" (e.g. \"@type\": "+Cluster.URL+")"))
 	}

@@ -330,6 +330,24 @@ func TestDecodeDiscoveryResponse(t *testing.T) {
 	}
 }
 
+// TestDecodeEnvoyFileFormat: a DiscoveryResponse without "@type", as
+// Envoy's filesystem subscriptions read it and xdsadmin export writes it,
+// is decoded as one; its errors are a DiscoveryResponse's.
+func TestDecodeEnvoyFileFormat(t *testing.T) {
+	const in = "version_info: \"7\"\ntype_url: " + clusterURL + "\nresources:\n- \"@type\": " + clusterURL + "\n  name: a\n  connect_timeout: 1s\n"
+	docs, err := resource.Decode("cds.yaml", []byte(in))
+	if err != nil {
+		t.Fatalf("Decode: %v", err)
+	}
+	if diff := cmp.Diff([]docID{{1, 1, "cluster", "a"}}, ids(docs)); diff != "" {
+		t.Errorf("decoded resources differ (-want +got):\n%s", diff)
+	}
+	_, err = resource.Decode("cds.yaml", []byte("version_infoo: \"7\"\nresources: []\n"))
+	if got, want := errString(err), `cds.yaml: document 1 (DiscoveryResponse): proto: unknown field "version_infoo"`; got != want {
+		t.Errorf("error:\n got %s\nwant %s", got, want)
+	}
+}
+
 func TestDecodeDiscoveryResponseErrors(t *testing.T) {
 	const head = "\"@type\": type.googleapis.com/envoy.service.discovery.v3.DiscoveryResponse\n"
 	const ok = "- \"@type\": " + clusterURL + "\n  name: ok\n"
