@@ -52,7 +52,8 @@ const (
 	// reader goroutine).
 	pushOpenBatch = 2 * pushPerConn
 	// pushTxnOps and pushMaxRequestBytes are the etcd limits of the env:
-	// the clusters are written 10,000 per transaction.
+	// the clusters are written 9,999 per transaction, with the scope's
+	// apply marker.
 	pushTxnOps          = 10000
 	pushMaxRequestBytes = 64 << 20
 	// pushTimeout bounds the set-up of one configuration and each push.
@@ -126,15 +127,16 @@ type pushEnv struct {
 	clusters int // clusters written so far: pushClusterName(0..clusters-1)
 }
 
-// seed writes clusters until there are n, pushTxnOps per transaction
-// through the store (each transaction one revision, as xdsadmin apply
-// writes them), and waits until the view has them.
+// seed writes clusters until there are n, pushTxnOps-1 per transaction
+// (the scope's apply marker is the last operation) through the store
+// (each transaction one revision, as xdsadmin apply writes them), and
+// waits until the view has them.
 func (e *pushEnv) seed(tb testing.TB, n int) {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), pushTimeout)
 	defer cancel()
 	for e.clusters < n {
-		end := min(n, e.clusters+pushTxnOps)
+		end := min(n, e.clusters+pushTxnOps-1)
 		puts := make([]store.Put, 0, end-e.clusters)
 		for i := e.clusters; i < end; i++ {
 			puts = append(puts, Put(tb, resource.Cluster, store.DefaultScope, pushCluster(pushClusterName(i), 1000)))
