@@ -86,7 +86,7 @@ func (s *Server) Fetch(ctx context.Context, r *discoveryv3.DiscoveryRequest, t *
 	if err != nil || p == nil {
 		return nil, p == nil && err == nil, err
 	}
-	return p.response(), false, nil
+	return p.response(s.core.ControlPlane), false, nil
 }
 
 // polled is what a poll asks for at the snapshot that answers it.
@@ -136,10 +136,11 @@ func (s *Server) poll(ctx context.Context, r *discoveryv3.DiscoveryRequest, t *r
 	return &polled{t: t, group: group, names: names, wildcard: wildcard, snap: snap}, nil
 }
 
-// response builds the poll's answer.
-func (p *polled) response() *discoveryv3.DiscoveryResponse {
+// response builds the poll's answer, carrying cp (the replica's name).
+func (p *polled) response(cp *corev3.ControlPlane) *discoveryv3.DiscoveryResponse {
 	entries := scope.Entries(p.snap, p.t, p.group, p.names, p.wildcard)
-	resp := &discoveryv3.DiscoveryResponse{VersionInfo: version(p.snap.Revision), TypeUrl: p.t.URL, Resources: make([]*anypb.Any, 0, len(entries))}
+	resp := &discoveryv3.DiscoveryResponse{VersionInfo: version(p.snap.Revision), TypeUrl: p.t.URL, Resources: make([]*anypb.Any, 0, len(entries)),
+		ControlPlane: cp}
 	for _, e := range entries {
 		resp.Resources = append(resp.Resources, e.Body)
 	}
