@@ -47,18 +47,18 @@ type Shared struct {
 func SharedMetrics(reg prometheus.Registerer) (*Shared, error) {
 	s := &Shared{
 		Convergence: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: ConvergenceMetric,
-			Help: "Seconds from a change's commit (the writer's written_at, else when the view received it) to a client's ACK of the response carrying it, by protocol and type.",
+			Name:    ConvergenceMetric,
+			Help:    "Seconds from a change's commit (the writer's written_at, else when the view received it) to a client's ACK of the response carrying it, by protocol and type.",
 			Buckets: convergenceBuckets,
 		}, []string{"protocol", "type"}),
 		Push: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: PushMetric,
-			Help: "Seconds from the view receiving a change to this replica's last send of it, by protocol and type; observed when the next change of the type starts going out.",
+			Name:    PushMetric,
+			Help:    "Seconds from the view receiving a change to this replica's last send of it, by protocol and type; observed when the next change of the type starts going out.",
 			Buckets: pushBuckets,
 		}, []string{"protocol", "type"}),
 		ResponseSize: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: ResponseSizeMetric,
-			Help: "Bytes of each response sent (SotW and delta: each send on a stream; rest: each REST-JSON 200 body), by protocol and type.",
+			Name:    ResponseSizeMetric,
+			Help:    "Bytes of each response sent (SotW and delta: each send on a stream; rest: each REST-JSON 200 body), by protocol and type.",
 			Buckets: sizeBuckets,
 		}, []string{"protocol", "type"}),
 	}
