@@ -6,8 +6,18 @@ import (
 
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
 )
+
+// NewRegistry returns the registry xds-node serves on /metrics, before the
+// node registers its own: with the Go runtime's and the process's
+// collectors (go_*, process_*).
+func NewRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
 
 // newMetrics registers the node's own metrics. ready reports the state
 // /readyz serves; it is read at scrape time, so the gauge never lags it.
