@@ -307,8 +307,12 @@ func (s *Stream[T]) wake() <-chan struct{} {
 // other so that none is missed.
 func (s *Stream[T]) Advance() {
 	for x := s.Snap.Next(); x != nil; x = x.Next() {
-		if len(x.Changes) > 0 {
-			s.adv = stamp{rev: x.Revision, seen: x.Seen.UnixNano(), committed: x.Committed.UnixNano()}
+		if len(x.Changes) > 0 && !x.Seen.IsZero() {
+			committed := x.Committed
+			if committed.IsZero() {
+				committed = x.Seen
+			}
+			s.adv = stamp{rev: x.Revision, seen: x.Seen.UnixNano(), committed: committed.UnixNano()}
 		}
 		for _, c := range x.Changes {
 			if c.Scope == store.DefaultScope || c.Scope == s.Group {
