@@ -25,9 +25,16 @@ func TestGRPCXDSRoutesAndFollowsEndpointChange(t *testing.T) {
 	t.Logf("first RPC reached backend A after %s", time.Since(start).Round(time.Millisecond))
 
 	start = time.Now()
+	before := e.metric(t, "legation_xds_convergence_seconds_count", `protocol="sotw",type="endpoint"`)
 	e.apply(t, endpointsYAML(e.b.port))
 	waitReaches(t, cc, e.b.port)
 	t.Logf("RPCs reached backend B %s after the apply", time.Since(start).Round(time.Millisecond))
+	// grpc-go ACKed the endpoint change: its commit-to-ACK time is in the
+	// convergence histogram.
+	waitFor(t, "the endpoint change's convergence observed", func() (bool, string) {
+		n := e.metric(t, "legation_xds_convergence_seconds_count", `protocol="sotw",type="endpoint"`)
+		return n > before, fmt.Sprintf("count %g, %g before the change", n, before)
+	})
 
 	// With the endpoint set replaced, nothing is left to pick A.
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)

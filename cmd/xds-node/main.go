@@ -20,8 +20,6 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/pflag"
 
 	"github.com/legation-io/legation/internal/etcdconn"
@@ -40,9 +38,7 @@ func main() {
 		}
 		os.Exit(2)
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	cfg.Registerer = reg
+	cfg.Registerer = node.NewRegistry()
 
 	n, err := node.New(cfg)
 	if err != nil {

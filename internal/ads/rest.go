@@ -82,12 +82,13 @@ func (s *Server) RESTHandler() http.Handler {
 		}
 		// Authorized above: the body may come from the cache.
 		out, err := s.rest.get(p.snap.Revision, restKey(p.t, p.group, p.names, p.wildcard), func() ([]byte, error) {
-			return protojson.Marshal(p.response())
+			return protojson.Marshal(p.response(s.core.ControlPlane))
 		})
 		if err != nil {
 			http.Error(w, "encode response: "+err.Error(), http.StatusInternalServerError)
 			return
 		}
+		s.core.Shared.ResponseSize.WithLabelValues("rest", t.Name).Observe(float64(len(out)))
 		w.Header().Set("Content-Type", "application/json")
 		w.Write(out) //nolint:errcheck // the client went away
 	})

@@ -86,7 +86,7 @@ func (s *Server) Fetch(ctx context.Context, r *discoveryv3.DiscoveryRequest, t *
 	if err != nil || p == nil {
 		return nil, p == nil && err == nil, err
 	}
-	return p.response(), false, nil
+	return p.response(s.core.ControlPlane), false, nil
 }
 
 // polled is what a poll asks for at the snapshot that answers it.
@@ -136,9 +136,11 @@ func (s *Server) poll(ctx context.Context, r *discoveryv3.DiscoveryRequest, t *r
 	return &polled{t: t, group: group, names: names, wildcard: wildcard, snap: snap}, nil
 }
 
-// response builds the poll's answer.
-func (p *polled) response() *discoveryv3.DiscoveryResponse {
-	return Response(p.snap, p.t, p.group, p.names, p.wildcard)
+// response builds the poll's answer, carrying cp (the replica's name).
+func (p *polled) response(cp *corev3.ControlPlane) *discoveryv3.DiscoveryResponse {
+	resp := Response(p.snap, p.t, p.group, p.names, p.wildcard)
+	resp.ControlPlane = cp
+	return resp
 }
 
 // Response is the full state of type t that a SotW client of group

@@ -87,6 +87,7 @@ func (st *stream) Handle(t *resource.Type, r *discoveryv3.DiscoveryRequest) erro
 		return nil
 	}
 	ts.rec.Acked = r.GetVersionInfo()
+	st.Ack(t, &ts.rec)
 	if ts.rec.Acked == ts.rec.Version {
 		ts.rec.ClearNack()
 	}
@@ -171,6 +172,7 @@ func (st *stream) Changed(c store.EntryChange) {
 	ts := st.types[c.Type]
 	if ts != nil && (ts.wildcard || ts.names.Has(c.Name)) {
 		ts.dirty = mark(ts.dirty, c.Name)
+		st.Touch(&ts.rec)
 	}
 }
 
@@ -205,6 +207,7 @@ func (st *stream) flushFullState(ts *typeState) error {
 	ts.needAll, ts.forceSend = false, false
 	ts.dirty = reuse(ts.dirty)
 	if !force && sameEntries(entries, &ts.sent) {
+		ts.rec.Unchanged()
 		return nil
 	}
 	version := version(st.Snap.Revision)
@@ -299,6 +302,7 @@ func (st *stream) flushNamed(ts *typeState) error {
 		out = append(out, e)
 	}
 	if len(out) == 0 && !force {
+		ts.rec.Unchanged()
 		return nil
 	}
 	scope.SortEntries(out)
@@ -311,7 +315,8 @@ func (st *stream) flushNamed(ts *typeState) error {
 func (st *stream) send(ts *typeState, entries []*store.Entry, ver string, shareable bool) error {
 	ttls := st.WireTTLs(len(entries), func(i int) *store.Entry { return entries[i] })
 	build := func() proto.Message {
-		r := &discoveryv3.DiscoveryResponse{VersionInfo: ver, TypeUrl: ts.t.URL, Resources: make([]*anypb.Any, 0, len(entries))}
+		r := &discoveryv3.DiscoveryResponse{VersionInfo: ver, TypeUrl: ts.t.URL, Resources: make([]*anypb.Any, 0, len(entries)),
+			ControlPlane: st.s.core.ControlPlane}
 		for i, e := range entries {
 			if ttls != nil && ttls[i] > 0 {
 				r.Resources = append(r.Resources, wrapTTL(e, ver, ttls[i], true))
@@ -334,11 +339,9 @@ func (st *stream) send(ts *typeState, entries []*store.Entry, ver string, sharea
 		}
 		key = xdsstream.TTLKey(b.String(), ttls)
 	}
-	nonce, err := st.Send(ts.t, key, build, len(entries))
-	if err != nil {
+	if _, err := st.Send(ts.t, &ts.rec, ver, key, build, len(entries)); err != nil {
 		return err
 	}
-	ts.rec.Sent(ver, nonce)
 	if ts.t.Wildcard {
 		// A full-state response replaces what the client holds.
 		ts.sent.replace(&st.s.sent, st.Snap.Revision, key, entries)

@@ -81,7 +81,8 @@ func (st *stream) sendHeartbeat(ts *typeState, due []xdsstream.TTLHeld) error {
 	ttls := st.WireTTLs(len(due), func(i int) *store.Entry { return due[i].Entry })
 	ver := ts.rec.Version
 	build := func() proto.Message {
-		r := &discoveryv3.DiscoveryResponse{VersionInfo: ver, TypeUrl: ts.t.URL, Resources: make([]*anypb.Any, len(due))}
+		r := &discoveryv3.DiscoveryResponse{VersionInfo: ver, TypeUrl: ts.t.URL, Resources: make([]*anypb.Any, len(due)),
+			ControlPlane: st.s.core.ControlPlane}
 		for i, h := range due {
 			r.Resources[i] = wrapTTL(h.Entry, ver, ttls[i], false)
 		}
@@ -97,7 +98,7 @@ func (st *stream) sendHeartbeat(ts *typeState, due []xdsstream.TTLHeld) error {
 		}
 		key = b.String()
 	}
-	nonce, err := st.Send(ts.t, key, build, 0)
+	nonce, err := st.Send(ts.t, nil, ver, key, build, 0)
 	if err != nil {
 		return err
 	}

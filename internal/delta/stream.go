@@ -99,6 +99,7 @@ func (st *stream) Handle(t *resource.Type, r *discoveryv3.DeltaDiscoveryRequest)
 			// so only a later change of a resource sends it again.
 		} else {
 			ts.rec.Acked = ts.rec.Version
+			st.Ack(t, &ts.rec)
 			ts.rec.ClearNack()
 			for _, n := range ts.inFlight {
 				delete(ts.nacked, n)
@@ -203,9 +204,13 @@ func (st *stream) Changed(c store.EntryChange) {
 	}
 	if ts.wildcard || ts.names.Has(c.Name) || ts.have.has(c.Name) {
 		ts.dirty = set(ts.dirty, c.Name)
+		st.Touch(&ts.rec)
 	}
 	if c.Type == resource.VirtualHost {
 		markAliases(ts, c.Name)
+		if len(ts.dirty) > 0 {
+			st.Touch(&ts.rec)
+		}
 	}
 }
 
@@ -329,6 +334,7 @@ func (st *stream) flushType(ts *typeState) error {
 		ts.holdRemoval = false
 	}
 	if len(out) == 0 && len(removed) == 0 && !respond {
+		ts.rec.Unchanged()
 		st.updateStatus(ts)
 		return nil
 	}
@@ -394,7 +400,7 @@ func (st *stream) send(ts *typeState, out []item, removed []string, shareKey str
 	}
 	shareKey = xdsstream.TTLKey(shareKey, ttls)
 	build := func() proto.Message {
-		r := &discoveryv3.DeltaDiscoveryResponse{SystemVersionInfo: sysVersion, TypeUrl: ts.t.URL, RemovedResources: removed,
+		r := &discoveryv3.DeltaDiscoveryResponse{SystemVersionInfo: sysVersion, TypeUrl: ts.t.URL, RemovedResources: removed, ControlPlane: st.s.core.ControlPlane,
 			Resources: make([]*discoveryv3.Resource, 0, len(out))}
 		for i, it := range out {
 			var ttl time.Duration
@@ -405,11 +411,9 @@ func (st *stream) send(ts *typeState, out []item, removed []string, shareKey str
 		}
 		return r
 	}
-	nonce, err := st.Send(ts.t, shareKey, build, len(out))
-	if err != nil {
+	if _, err := st.Send(ts.t, &ts.rec, sysVersion, shareKey, build, len(out)); err != nil {
 		return err
 	}
-	ts.rec.Sent(sysVersion, nonce)
 	ts.outstanding, ts.settled = true, false
 	ts.inFlight = ts.inFlight[:0]
 	for _, it := range out {

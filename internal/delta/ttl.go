@@ -71,13 +71,14 @@ func (st *stream) sendHeartbeat(t *resource.Type, due []xdsstream.TTLHeld) error
 		key.WriteString("\x00" + e.Scope + "/" + e.Name + "@" + strconv.FormatInt(e.ModRevision, 10) + "~" + h.Alias + "~" + strconv.FormatInt(int64(ttls[i]), 10))
 	}
 	build := func() proto.Message {
-		r := &discoveryv3.DeltaDiscoveryResponse{SystemVersionInfo: sysVersion, TypeUrl: t.URL, Resources: make([]*discoveryv3.Resource, len(due))}
+		r := &discoveryv3.DeltaDiscoveryResponse{SystemVersionInfo: sysVersion, TypeUrl: t.URL, Resources: make([]*discoveryv3.Resource, len(due)),
+			ControlPlane: st.s.core.ControlPlane}
 		for i, h := range due {
 			r.Resources[i] = wireResource(h.Item, ttls[i], false)
 		}
 		return r
 	}
-	nonce, err := st.Send(t, key.String(), build, 0)
+	nonce, err := st.Send(t, nil, sysVersion, key.String(), build, 0)
 	if err != nil {
 		return err
 	}

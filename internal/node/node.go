@@ -236,6 +236,7 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 		SendTimeout:         unbounded(cfg.SendTimeout),
 		Leases:              n.leases,
 		Authorizer:          n.guard,
+		Identifier:          cfg.Name,
 		Logger:              n.log,
 		Registerer:          n.reg,
 		PanicOnNode:         cfg.panicOnNode,
@@ -284,6 +285,10 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 	}); err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
+	gm, err := grpcMetrics(n.reg)
+	if err != nil {
+		return err
+	}
 	srvOpts := append(grpcapi.ServerOptions(),
 		grpc.MaxRecvMsgSize(cfg.MaxRecvMsgSize),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
@@ -297,16 +302,19 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 			MaxConnectionAgeGrace: cfg.MaxConnectionAgeGrace,
 		}),
 		grpc.StatsHandler(n.limits.StatsHandler()),
-		// Recovery comes first, so that it covers every interceptor and
+		// The gRPC metrics come first, so that a call that panicked is
+		// counted with the INTERNAL the recovery ends it with (their
+		// interceptors, go-grpc-middleware's, do not panic). Recovery
+		// comes next, so that it covers every other interceptor and
 		// handler; then the bounds and admission, before the relay, so
 		// that a stream is admitted at the replica its client reached (the
 		// edge) and not again at its home. CSDS answers admins only (with
 		// mTLS); the relay comes after, so an xDS stream it relays is
 		// checked at its home.
-		grpc.ChainStreamInterceptor(n.limits.RecoverStream(), n.limits.StreamInterceptor(),
+		grpc.ChainStreamInterceptor(streamMetrics(gm), n.limits.RecoverStream(), n.limits.StreamInterceptor(),
 			n.guard.AdminStreamInterceptor(statusv3.ClientStatusDiscoveryService_StreamClientStatus_FullMethodName),
 			n.relay.StreamInterceptor()),
-		grpc.ChainUnaryInterceptor(n.limits.RecoverUnary(),
+		grpc.ChainUnaryInterceptor(gm.UnaryServerInterceptor(), n.limits.RecoverUnary(),
 			n.guard.AdminUnaryInterceptor(statusv3.ClientStatusDiscoveryService_FetchClientStatus_FullMethodName)))
 	if n.tls != nil {
 		srvOpts = append(srvOpts, grpc.Creds(credentials.NewTLS(n.tls.ServerConfig(xdsClientAuth(cfg.MTLS())))))
@@ -322,6 +330,7 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 		CSDS:   n.csds,
 		Health: n.health,
 	})
+	gm.InitializeMetrics(n.grpcSrv) // every method's series, at 0
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", n.serveHealthz)

@@ -373,6 +373,7 @@ func (m *Membership) rebuild() {
 	r := ReadyRing(alive, m.cfg.VNodes)
 	m.metrics.alive.Set(float64(len(alive)))
 	m.metrics.ringMembers.Set(float64(r.Len()))
+	m.metrics.share.Set(r.shares[m.cfg.Name])
 
 	m.mu.Lock()
 	if r.equal(m.ring.Load()) {

@@ -10,6 +10,7 @@ type metrics struct {
 	reg         prometheus.Registerer // nil: not registered
 	alive       prometheus.Gauge
 	ringMembers prometheus.Gauge
+	share       prometheus.Gauge // this replica's share of the ring
 	ringChanges prometheus.Counter
 	leaseLost   prometheus.Counter
 	badMeta     prometheus.Counter
@@ -24,6 +25,8 @@ func newMetrics() *metrics {
 			Name: "legation_shard_members_alive", Help: "Members memberlist considers alive, this replica included."}),
 		ringMembers: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "legation_shard_ring_members", Help: "Members on the hash ring (the ready ones, or all alive when none is ready)."}),
+		share: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "legation_shard_ring_share", Help: "This replica's share of the hash ring (0 to 1): about the fraction of node ids it is home to."}),
 		ringChanges: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "legation_shard_ring_changes_total", Help: "Times a new hash ring replaced the previous one."}),
 		leaseLost: prometheus.NewCounter(prometheus.CounterOpts{
@@ -40,7 +43,7 @@ func newMetrics() *metrics {
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.alive, m.ringMembers, m.ringChanges, m.leaseLost, m.badMeta, m.keys, m.keyReloads, m.keyErrors}
+	return []prometheus.Collector{m.alive, m.ringMembers, m.share, m.ringChanges, m.leaseLost, m.badMeta, m.keys, m.keyReloads, m.keyErrors}
 }
 
 // register registers the collectors on reg (nil: nothing), all or none.

@@ -1,6 +1,10 @@
 package store
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 type viewMetrics struct {
 	revision   prometheus.Gauge
@@ -16,7 +20,7 @@ type viewMetrics struct {
 	resetHeld  prometheus.Gauge
 }
 
-func newViewMetrics(reg prometheus.Registerer, in *interests) *viewMetrics {
+func newViewMetrics(reg prometheus.Registerer, in *interests, heard func() time.Time) *viewMetrics {
 	m := &viewMetrics{
 		revision: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "legation_view_revision", Help: "The etcd revision of the view's latest snapshot."}),
@@ -49,7 +53,17 @@ func newViewMetrics(reg prometheus.Registerer, in *interests) *viewMetrics {
 		Name: "legation_view_stream_catchups_total",
 		Help: "Times the view woke an xDS stream that no change concerned, so that it lets go of the snapshots published since it last advanced (at most every 10s, and only while changes are published)."},
 		func() float64 { return float64(in.catchUps.Load()) })
+	lag := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "legation_view_etcd_lag_seconds",
+		Help: "Seconds since the view last heard from etcd (a watch response or progress notification, asked for when etcd is quiet); it grows while the view is cut off from etcd or its watch stalls; 0 before the first load."},
+		func() float64 {
+			if h := heard(); !h.IsZero() {
+				return time.Since(h).Seconds()
+			}
+			return 0
+		})
 	if reg != nil {
+		reg.MustRegister(lag)
 		reg.MustRegister(m.revision, m.resources, m.events, m.snapshots, m.reloads, m.malformed, m.skipped, m.watchLosts, m.stalls, m.resets, m.resetHeld, wakes, catchUps)
 	}
 	return m

@@ -80,6 +80,22 @@ type Snapshot struct {
 	// Malformed counts the keys currently skipped because their values do
 	// not decode.
 	Malformed int
+	// Seen is when the view received what the snapshot applies: the watch
+	// response (or the start of the load) it was built from.
+	Seen time.Time
+	// Committed stamps when the oldest change the snapshot applies was
+	// committed, as well as this replica can tell: etcd keeps no commit
+	// wall time, so it is the earliest written_at of the envelopes the
+	// snapshot puts (the writer's clock, taken by Store.Apply right before
+	// its transaction, the instant the scope's apply marker records too),
+	// never later than Seen (clocks that disagree cannot make it later).
+	// When the snapshot only deletes, or its writer (another tool) set no
+	// written_at, it is Seen. Reading the stamp from the envelope the view
+	// decodes anyway costs no etcd read or write and no extra decode; the
+	// apply marker holds the same instant but lies outside the watched
+	// resources, and watching it would cost every replica an event per
+	// apply and per scope. Zero for the first load, which changes nothing.
+	Committed time.Time
 
 	entries *iradix.Tree[*Entry] // "type/scope/name" -> entry
 	sets    *iradix.Tree[int64]  // "type/scope" -> revision of its last change

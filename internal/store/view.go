@@ -187,7 +187,7 @@ func NewView(cfg ViewConfig) (*View, error) {
 		malformed:   map[string]int64{},
 	}
 	v.interests.every, v.interests.lastSweep = cfg.CatchUpEvery, time.Now()
-	v.metrics = newViewMetrics(cfg.Registerer, &v.interests)
+	v.metrics = newViewMetrics(cfg.Registerer, &v.interests, v.LastHeard)
 	return v, nil
 }
 
@@ -668,6 +668,9 @@ type builder struct {
 	reloaded    bool
 	touched     bool
 	initial     bool // the first load: every entry is new, list no changes
+	// seen is when the builder started: when the view received what it
+	// applies. oldestWrite is the earliest written_at of its puts.
+	seen, oldestWrite time.Time
 	// On a reload, a key written at or before raiseUpTo (the last
 	// snapshot's revision) that changed is presented as written at
 	// raiseTo (the reload's revision).
@@ -682,6 +685,7 @@ func newBuilder(prev *Snapshot) *builder {
 		tombs:       prev.tombs.Txn(),
 		rev:         prev.Revision,
 		historyFrom: prev.HistoryFrom,
+		seen:        time.Now(),
 	}
 }
 
@@ -692,10 +696,17 @@ func (b *builder) build(v *View) *Snapshot {
 		Reloaded:    b.reloaded,
 		HistoryFrom: b.historyFrom,
 		Malformed:   len(v.malformed),
+		Seen:        b.seen,
 		entries:     b.entries.Commit(),
 		sets:        b.sets.Commit(),
 		tombs:       b.tombs.Commit(),
 		done:        make(chan struct{}),
+	}
+	if !b.initial {
+		s.Committed = b.seen
+		if !b.oldestWrite.IsZero() && b.oldestWrite.Before(b.seen) {
+			s.Committed = b.oldestWrite
+		}
 	}
 	return s
 }
@@ -780,6 +791,9 @@ func (b *builder) put(v *View, kv *mvccpb.KeyValue, p string) {
 	b.bumpSet(p, e.ModRevision)
 	if !b.initial {
 		b.changes = append(b.changes, EntryChange{Key: k, Kind: Upserted, Revision: e.ModRevision})
+		if !e.WrittenAt.IsZero() && (b.oldestWrite.IsZero() || e.WrittenAt.Before(b.oldestWrite)) {
+			b.oldestWrite = e.WrittenAt
+		}
 	}
 	b.touched = true
 }

@@ -107,6 +107,10 @@ type Config struct {
 	// for that long ends with UNAVAILABLE, and with it the snapshots it
 	// holds. Zero: 30s; negative: no bound.
 	SendTimeout time.Duration
+	// Identifier names the replica in every response, as
+	// control_plane.identifier (the replica's --name); empty: responses
+	// carry no control_plane.
+	Identifier string
 	// Logger gets NACKs and stream errors; nil discards.
 	Logger *slog.Logger
 	// Registerer gets the server's metrics; nil registers none.

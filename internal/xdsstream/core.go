@@ -32,10 +32,17 @@ type Protocol struct {
 type Core[T Reporter] struct {
 	Config  Config
 	Metrics *Metrics
+	// ControlPlane is what every response carries as control_plane (it
+	// names the replica: Config.Identifier); nil when none. Shared, never
+	// modified: set once in a body, which is encoded once and shared.
+	ControlPlane *corev3.ControlPlane
+	// Shared are the histogram families all protocols share.
+	Shared *Shared
 	// Cache shares encoded response bodies among the streams.
 	Cache wire.Cache
 
 	proto   Protocol
+	types   []*typeMetrics // by resource.Type.Order
 	nextID  atomic.Uint64
 	streams Registry[*Stream[T]]
 	nacks   nackLog
@@ -54,7 +61,15 @@ func NewCore[T Reporter](p Protocol, cfg Config) (*Core[T], error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	c := &Core[T]{Config: cfg, Metrics: newMetrics(p, cfg.Registerer), proto: p}
+	sh, err := SharedMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	c := &Core[T]{Config: cfg, Metrics: newMetrics(p, cfg.Registerer), Shared: sh, proto: p}
+	c.types = newTypeMetrics(p.Name, c.Metrics, sh)
+	if cfg.Identifier != "" {
+		c.ControlPlane = &corev3.ControlPlane{Identifier: cfg.Identifier}
+	}
 	c.streams.Open = c.Metrics.Streams
 	c.nacks = nackLog{window: cfg.NackLogWindow, log: cfg.Logger.With("protocol", p.Name)}
 	c.Cache.Encoded = c.Metrics.Encodes.Inc

@@ -13,7 +13,9 @@
 // heartbeats (promise 8); the status a stream reports (/debug/streams, and
 // the protocol-neutral Summary node status records are made of). Per
 // server: the Config both protocols take, the common metrics
-// (legation_sotw_* and legation_delta_*), catching up with a version a
+// (legation_sotw_* and legation_delta_*) and the histograms all protocols
+// share (legation_xds_*: commit-to-ACK convergence, push time, response
+// size), the replica's name put in every response's control_plane, catching up with a version a
 // client presents (promise 3), and the registry of open streams.
 //
 // It knows nothing of subscriptions, wildcards or what a response carries.

@@ -92,6 +92,9 @@ type Stream[T Reporter] struct {
 	notice   *lease.Notice
 	ttl      map[*resource.Type]*ttlSet
 	ttlCount int // the stream's share of Metrics.TTLResources
+	// adv is the snapshot Advance is telling the rules of (its revision
+	// and stamps, unix nanoseconds), for Touch; zero outside Advance.
+	adv stamp
 
 	status statusBox[T]
 }
@@ -308,6 +311,13 @@ func (s *Stream[T]) wake() <-chan struct{} {
 // other so that none is missed.
 func (s *Stream[T]) Advance() {
 	for x := s.Snap.Next(); x != nil; x = x.Next() {
+		if len(x.Changes) > 0 && !x.Seen.IsZero() {
+			committed := x.Committed
+			if committed.IsZero() {
+				committed = x.Seen
+			}
+			s.adv = stamp{rev: x.Revision, seen: x.Seen.UnixNano(), committed: committed.UnixNano()}
+		}
 		for _, c := range x.Changes {
 			if c.Scope == store.DefaultScope || c.Scope == s.Group {
 				s.changed(c)
@@ -315,6 +325,7 @@ func (s *Stream[T]) Advance() {
 		}
 		s.Snap = x
 	}
+	s.adv = stamp{}
 	if s.interest != nil {
 		s.interest.Advanced(s.Snap.Revision)
 	}
@@ -324,7 +335,11 @@ func (s *Stream[T]) Advance() {
 // key in the server's shared cache at the stream's snapshot, built by
 // build the first time any stream asks for it (key "" encodes a body of
 // this stream's own), with the stream's next nonce. It returns the nonce.
-func (s *Stream[T]) Send(t *resource.Type, key string, build func() proto.Message, n int) (string, error) {
+// With rec (the type's record; nil for a heartbeat, which carries no
+// change), the response is recorded sent at version, and the changes
+// touched since the last send (Touch) are counted pushed: the push-time
+// histogram, and the convergence one when the client ACKs (Ack).
+func (s *Stream[T]) Send(t *resource.Type, rec *Record, version, key string, build func() proto.Message, n int) (string, error) {
 	c := s.core
 	var body []byte
 	var err error
@@ -342,10 +357,44 @@ func (s *Stream[T]) Send(t *resource.Type, key string, build func() proto.Messag
 	if err := s.sendMsg(w); err != nil {
 		return "", err
 	}
-	c.Metrics.Responses.WithLabelValues(t.Name).Inc()
-	c.Metrics.ResourcesSent.WithLabelValues(t.Name).Add(float64(n))
-	c.Metrics.BytesSent.Add(float64(w.Size()))
+	tm := c.types[t.Order]
+	tm.responses.Inc()
+	tm.resources.Add(float64(n))
+	size := float64(w.Size())
+	c.Metrics.BytesSent.Add(size)
+	tm.size.Observe(size)
+	if rec != nil {
+		rec.Sent(version, nonce)
+		if p := rec.pending; p.rev != 0 {
+			tm.pushes.sent(p.rev, p.seen, time.Now().UnixNano(), tm.push)
+			if rec.carried == 0 {
+				rec.carried = p.committed
+			}
+			rec.pending = stamp{}
+		}
+	}
 	return nonce, nil
+}
+
+// Touch records that a change of the snapshot being advanced to concerns
+// what the client holds or asks of rec's type: the next response of the
+// type carries it (or, if the protocol finds nothing to send, Unchanged
+// forgets it). The protocol's Changed calls it; a no-op elsewhere.
+func (s *Stream[T]) Touch(rec *Record) {
+	if rec.pending.rev == 0 && s.adv.rev != 0 {
+		rec.pending = s.adv
+	}
+}
+
+// Ack records that the client ACKed the last response of type t: the
+// time from the commit of the oldest change it was sent since its last
+// ACK to now goes to the convergence histogram.
+func (s *Stream[T]) Ack(t *resource.Type, rec *Record) {
+	if rec.carried == 0 {
+		return
+	}
+	s.core.types[t.Order].convergence.Observe(seconds(time.Now().UnixNano() - rec.carried))
+	rec.carried = 0
 }
 
 // sendMsg sends m, bounded by SendTimeout (see Sender): a stream
@@ -421,7 +470,23 @@ type Record struct {
 	NackMsg string
 	// nackNonce is the nonce of the last response NACKed.
 	nackNonce string
+	// pending stamps the oldest change touched (Touch) and not sent yet;
+	// carried is the commit stamp (unix nanoseconds) of the oldest change
+	// sent and not ACKed. Zero: none.
+	pending stamp
+	carried int64
 }
+
+// stamp is a snapshot's revision, and when the view received it and its
+// oldest change was committed (store.Snapshot's Seen and Committed), in
+// unix nanoseconds.
+type stamp struct {
+	rev, seen, committed int64
+}
+
+// Unchanged forgets the changes touched since the last send: the
+// protocol found nothing of them to send (the client holds it already).
+func (r *Record) Unchanged() { r.pending = stamp{} }
 
 // Sent records a response sent.
 func (r *Record) Sent(version, nonce string) { r.Version, r.Nonce = version, nonce }
@@ -448,6 +513,7 @@ func (s *Stream[T]) Nack(t *resource.Type, rec *Record, msg string) {
 		}
 	}
 	rec.Nacked, rec.NackMsg, rec.nackNonce = rec.Version, msg, rec.Nonce
+	rec.carried = 0 // a rejected change does not converge
 }
 
 // StaleNonce counts a request of type t answering nonce, which is not the

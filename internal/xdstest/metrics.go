@@ -59,3 +59,36 @@ func CounterSum(tb testing.TB, reg prometheus.Gatherer, name string, labels ...s
 	}
 	return sum
 }
+
+// HistogramCount returns the observation count and sum of histogram name
+// on reg, over the series whose labels include each pair of labels (as
+// CounterSum); 0 when there is none.
+func HistogramCount(tb testing.TB, reg prometheus.Gatherer, name string, labels ...string) (count uint64, sum float64) {
+	tb.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	samples:
+		for _, m := range mf.GetMetric() {
+			for i := 0; i+1 < len(labels); i += 2 {
+				found := false
+				for _, l := range m.GetLabel() {
+					if l.GetName() == labels[i] && l.GetValue() == labels[i+1] {
+						found = true
+					}
+				}
+				if !found {
+					continue samples
+				}
+			}
+			count += m.GetHistogram().GetSampleCount()
+			sum += m.GetHistogram().GetSampleSum()
+		}
+	}
+	return count, sum
+}
