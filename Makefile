@@ -69,7 +69,9 @@ bench:
 # SotW and delta at BENCH_STREAMS and BENCH_DELTA_STREAMS streams, then
 # Legation beside go-control-plane (bench/gcp) at BENCH_GCP_STREAMS and
 # BENCH_SMALL_STREAMS; 0 skips a scenario. The JSON results go to
-# BENCH_OUT. 10,000 streams take minutes on 2 cores: make bench-load
+# BENCH_OUT. BENCH_ETCD=external runs the replica beside an etcd process
+# (production's shape: their CPU apart), dev with its embedded etcd.
+# 10,000 streams take minutes on 2 cores: make bench-load
 # BENCH_STREAMS=2000 BENCH_DELTA_STREAMS=2000 for a quicker look.
 BENCH_STREAMS       ?= 10000
 BENCH_DELTA_STREAMS ?= 10000
@@ -80,12 +82,13 @@ BENCH_UPDATES       ?= 10
 BENCH_INTERVAL      ?= 1s
 BENCH_IDLE          ?= 10s
 BENCH_OUT           ?= bench-load-out
+BENCH_ETCD          ?= external
 
 bench-load:
 	GO=$(GO) STREAMS=$(BENCH_STREAMS) DELTA_STREAMS=$(BENCH_DELTA_STREAMS) \
 	GCP_STREAMS=$(BENCH_GCP_STREAMS) SMALL_STREAMS=$(BENCH_SMALL_STREAMS) \
 	LISTENERS=$(BENCH_LISTENERS) UPDATES=$(BENCH_UPDATES) INTERVAL=$(BENCH_INTERVAL) IDLE=$(BENCH_IDLE) \
-	OUT=$(BENCH_OUT) ./hack/bench-load.sh
+	OUT=$(BENCH_OUT) ETCD=$(BENCH_ETCD) ./hack/bench-load.sh
 
 lint: fmt-check golangci-lint shellcheck
 

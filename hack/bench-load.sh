@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Runs xds-loadgen's scenarios (docs/performance.md): a dev-mode xds-node
-# (embedded etcd) and bench/gcp's go-control-plane server, each started
-# afresh for each scenario, then
+# Runs xds-loadgen's scenarios (docs/performance.md): an xds-node and
+# bench/gcp's go-control-plane server, each started afresh for each
+# scenario, then
 #   1. Legation, SotW, $STREAMS streams
 #   2. Legation, delta, $DELTA_STREAMS streams
 #   3. Legation and go-control-plane, SotW, $GCP_STREAMS streams each
@@ -9,6 +9,11 @@
 # and prints each run's summary and, for 3 and 4, the ratios Legation /
 # go-control-plane of the server CPU per update per client and of the bytes
 # per client per update. The JSON results are left in $OUT.
+#
+# ETCD=external (the default) runs Legation as in production, beside an
+# etcd process of its own (built from the pinned module), so that the
+# replica's CPU and etcd's are told apart; ETCD=dev runs a dev-mode replica
+# with its embedded etcd, whose CPU is then part of the server's.
 #
 # Every setting is an environment variable (make bench-load passes its own
 # of the same names): a scenario whose streams are 0 is skipped.
@@ -30,10 +35,13 @@ IDLE=${IDLE:-10s}
 NACK_RATIO=${NACK_RATIO:-0}
 PORT_BASE=${PORT_BASE:-28000}
 OUT=${OUT:-bench-load-out}
+ETCD=${ETCD:-external}
 
 xds_addr=127.0.0.1:$PORT_BASE
 http_addr=127.0.0.1:$((PORT_BASE + 1))
 etcd_addr=127.0.0.1:$((PORT_BASE + 2))
+etcd_peer_addr=127.0.0.1:$((PORT_BASE + 3))
+gossip_addr=127.0.0.1:$((PORT_BASE + 4))
 gcp_xds_addr=127.0.0.1:$((PORT_BASE + 100))
 gcp_http_addr=127.0.0.1:$((PORT_BASE + 101))
 
@@ -44,19 +52,33 @@ for tool in curl jq; do
   fi
 done
 
+case $ETCD in
+  external | dev) ;;
+  *)
+    echo "bench-load: ETCD=$ETCD: must be external or dev" >&2
+    exit 2
+    ;;
+esac
+
 mkdir -p bin "$OUT"
-echo "bench-load: building xds-node, xds-loadgen and bench/gcp's gcp-server" >&2
+echo "bench-load: building xds-node, xds-loadgen, etcd and bench/gcp's gcp-server" >&2
 "$GO" build -o bin/ ./cmd/xds-node ./cmd/xds-loadgen
+"$GO" build -o bin/etcd go.etcd.io/etcd/server/v3
 (cd bench/gcp && "$GO" build -o ../../bin/gcp-server .)
 
 server_pid=
+etcd_pid=
 data_dir=
 stop_server() {
-  if [[ -n $server_pid ]]; then
-    kill "$server_pid" 2>/dev/null || true
-    wait "$server_pid" 2>/dev/null || true
-    server_pid=
-  fi
+  local pid
+  for pid in "$server_pid" "$etcd_pid"; do
+    if [[ -n $pid ]]; then
+      kill "$pid" 2>/dev/null || true
+      wait "$pid" 2>/dev/null || true
+    fi
+  done
+  server_pid=
+  etcd_pid=
   if [[ -n $data_dir ]]; then
     rm -rf "$data_dir"
     data_dir=
@@ -92,11 +114,27 @@ check_free() {
 
 start_legation() {
   check_free "http://$http_addr/readyz"
+  check_free "http://$etcd_addr/health"
   data_dir=$(mktemp -d)
-  ./bin/xds-node --data-dir "$data_dir" --dev-etcd-addr "$etcd_addr" \
-    --xds-addr "$xds_addr" --http-addr "$http_addr" --log-level warn \
-    >"$OUT/server.log" 2>&1 &
-  server_pid=$!
+  if [[ $ETCD == dev ]]; then
+    ./bin/xds-node --data-dir "$data_dir" --dev-etcd-addr "$etcd_addr" \
+      --xds-addr "$xds_addr" --http-addr "$http_addr" --log-level warn \
+      >"$OUT/server.log" 2>&1 &
+    server_pid=$!
+  else
+    ./bin/etcd --name bench --data-dir "$data_dir" \
+      --listen-client-urls "http://$etcd_addr" --advertise-client-urls "http://$etcd_addr" \
+      --listen-peer-urls "http://$etcd_peer_addr" --initial-advertise-peer-urls "http://$etcd_peer_addr" \
+      --initial-cluster "bench=http://$etcd_peer_addr" --log-level warn \
+      >"$OUT/etcd.log" 2>&1 &
+    etcd_pid=$!
+    server_pid=$etcd_pid # wait_http's liveness check, until the replica starts
+    wait_http "http://$etcd_addr/health"
+    ./bin/xds-node --etcd-endpoints "$etcd_addr" --gossip-addr "$gossip_addr" \
+      --xds-addr "$xds_addr" --http-addr "$http_addr" --log-level warn \
+      >"$OUT/server.log" 2>&1 &
+    server_pid=$!
+  fi
   wait_http "http://$http_addr/readyz"
 }
 
@@ -118,6 +156,9 @@ loadgen() {
     --interval "$INTERVAL" --idle "$IDLE" --nack-ratio "$NACK_RATIO" -o json)
   if [[ $target == legation ]]; then
     args+=(--xds-addr "$xds_addr" --metrics-url "http://$http_addr/metrics" --etcd-endpoints "$etcd_addr")
+    if [[ $ETCD == external ]]; then
+      args+=(--etcd-metrics-url "http://$etcd_addr/metrics")
+    fi
   else
     args+=(--xds-addr "$gcp_xds_addr" --metrics-url "http://$gcp_http_addr/metrics" --control-url "http://$gcp_http_addr")
   fi
@@ -128,7 +169,7 @@ loadgen() {
 
 # summary FILE: the figures of docs/performance.md's table.
 summary() {
-  jq -r '"\(.target) \(.mode) \(.streams) streams: write to receipt p50 \(.overall.latency.p50 * 1000 | round) ms, p99 \(.overall.latency.p99 * 1000 | round) ms, max \(.overall.latency.max * 1000 | round) ms; all received (median) \(.overall.all_received_median * 1000 | round) ms; missing \(.overall.missing); idle CPU \(.idle.cpu_ms_per_s // 0 | . * 10 | round / 10) ms/s; RSS after sync \(.server.rss_bytes_after_sync / 1048576 | round) MiB (\(.server.rss_bytes_per_stream / 1024 | round) KiB/stream); CPU per update per client \(.server.cpu_seconds_per_update_per_client * 1e6 | . * 10 | round / 10) us; \(.overall.bytes_per_client_per_update | round) bytes/client/update; stream errors \(.stream_errors)"' "$1"
+  jq -r '"\(.target) \(.mode) \(.streams) streams: write to receipt p50 \(.overall.latency.p50 * 1000 | round) ms, p99 \(.overall.latency.p99 * 1000 | round) ms, max \(.overall.latency.max * 1000 | round) ms; all received (median) \(.overall.all_received_median * 1000 | round) ms; missing \(.overall.missing); idle CPU \(.idle.cpu_ms_per_s // 0 | . * 10 | round / 10) ms/s\(if .etcd then " (etcd beside it \(.etcd.idle_cpu_ms_per_s | . * 10 | round / 10) ms/s)" else "" end); RSS after sync \(.server.rss_bytes_after_sync / 1048576 | round) MiB (\(.server.rss_bytes_per_stream / 1024 | round) KiB/stream); CPU per update per client \(.server.cpu_seconds_per_update_per_client * 1e6 | . * 10 | round / 10) us; \(.overall.bytes_per_client_per_update | round) bytes/client/update; stream errors \(.stream_errors)"' "$1"
 }
 
 # ratio A B: Legation (A) over go-control-plane (B).

@@ -137,6 +137,7 @@ func parseFlags(args []string) (loadgen.Config, options, error) {
 	fs.StringVar(&opts.mode, "mode", opts.mode, "sotw or delta ADS")
 	fs.StringVar(&cfg.XDSAddr, "xds-addr", "127.0.0.1:18000", "the server's ADS address")
 	fs.StringVar(&cfg.MetricsURL, "metrics-url", "http://127.0.0.1:18001/metrics", "the server's /metrics, for its process CPU and RSS; empty: not read")
+	fs.StringVar(&cfg.EtcdMetricsURL, "etcd-metrics-url", "", "with --target legation and etcd in a process of its own: its /metrics, for etcd's CPU beside the server's; empty: not read")
 	fs.StringVar(&opts.controlURL, "control-url", "http://127.0.0.1:18101", "with --target gcp: the server's control endpoint")
 	fs.StringSliceVar(&opts.etcd.Endpoints, etcdconn.FlagEndpoints, []string{"127.0.0.1:2379"}, "with --target legation: etcd endpoints, comma separated")
 	fs.StringVar(&opts.etcdPrefix, "etcd-prefix", opts.etcdPrefix, "with --target legation: the replica's etcd key prefix")
@@ -190,6 +191,9 @@ func parseFlags(args []string) (loadgen.Config, options, error) {
 		cfg.TargetName = "gcp"
 		if opts.controlURL == "" {
 			errs = append(errs, errors.New("--control-url: required with --target gcp"))
+		}
+		if cfg.EtcdMetricsURL != "" {
+			errs = append(errs, errors.New("--etcd-metrics-url: only with --target legation"))
 		}
 	default:
 		errs = append(errs, fmt.Errorf("--target %q: must be legation or gcp", opts.target))

@@ -19,6 +19,11 @@ type Config struct {
 	// MetricsURL is the server's Prometheus /metrics. Empty: no server
 	// CPU and RSS in the result.
 	MetricsURL string
+	// EtcdMetricsURL is the Prometheus /metrics of an etcd member running
+	// as a process of its own, so that the result gives etcd's CPU beside
+	// the server's. Empty: not read (a dev-mode replica's embedded etcd is
+	// part of the server's figures).
+	EtcdMetricsURL string
 
 	// Delta makes the clients use delta ADS; false: state of the world.
 	Delta bool

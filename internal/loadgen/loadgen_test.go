@@ -129,6 +129,9 @@ func TestRunAgainstReplica(t *testing.T) {
 			}
 			cfg.XDSAddr = r.n.XDSAddr()
 			cfg.MetricsURL = r.metricsURL
+			// The embedded etcd shares the replica's process: its /metrics
+			// stands in for an etcd process's, to check they are read.
+			cfg.EtcdMetricsURL = r.metricsURL
 			cfg.Delta = tc.delta
 			cfg.Streams = streams
 			cfg.Conns = tc.conns
@@ -192,6 +195,9 @@ func TestRunAgainstReplica(t *testing.T) {
 			}
 			if res.Idle == nil || res.Idle.Seconds < 0.3 || res.Idle.CPUMillisPerSecond < 0 {
 				t.Errorf("idle %+v, want at least 0.3s measured", res.Idle)
+			}
+			if e := res.Etcd; e == nil || e.UpdatesCPUSeconds <= 0 || e.IdleCPUMillisPerSecond < 0 {
+				t.Errorf("etcd figures %+v, want its CPU read", e)
 			}
 			if !strings.Contains(progress.String(), "clients there") {
 				t.Errorf("no progress line written: %q", progress.String())

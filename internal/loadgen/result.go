@@ -34,6 +34,7 @@ type Result struct {
 	ErrorKinds   map[string]int `json:"error_kinds,omitempty"` // stream end errors by text (the first 10 kinds)
 
 	Server *ServerResult `json:"server,omitempty"` // absent without --metrics-url
+	Etcd   *EtcdResult   `json:"etcd,omitempty"`   // absent without --etcd-metrics-url
 	// Loadgen is the load generator's own CPU: on a machine it shares with
 	// the server, what it took from it.
 	Loadgen LoadgenResult `json:"loadgen"`
@@ -101,6 +102,13 @@ type Overall struct {
 	Missing            int     `json:"missing"` // receipts missing, over every update
 	BytesPerClient     float64 `json:"bytes_per_client_per_update"`
 	ResourcesPerClient float64 `json:"resources_per_client_per_update"`
+}
+
+// EtcdResult is an etcd process's CPU (process_cpu_seconds_total of its
+// /metrics) over the idle measure and over the updates.
+type EtcdResult struct {
+	IdleCPUMillisPerSecond float64 `json:"idle_cpu_ms_per_s"` // 0 without an idle measure
+	UpdatesCPUSeconds      float64 `json:"updates_cpu_seconds"`
 }
 
 // ServerResult is read from the server's /metrics
@@ -171,6 +179,9 @@ func (r *Result) WriteText(w io.Writer) {
 		fmt.Fprintf(w, "  %dx %s\n", n, k)
 	}
 	if s := r.Server; s != nil {
+		if e := r.Etcd; e != nil {
+			fmt.Fprintf(w, "etcd: CPU %.1f ms/s idle, %.2fs updates\n", e.IdleCPUMillisPerSecond, e.UpdatesCPUSeconds)
+		}
 		fmt.Fprintf(w, "server: RSS %.0f MiB after sync (%.0f before, %.0f after the updates; %.1f KiB per stream), CPU %.2fs sync, %.2fs updates, %.2f µs per update per client\n",
 			s.RSSBytesAfterSync/(1<<20), s.RSSBytesBefore/(1<<20), s.RSSBytesAfter/(1<<20), s.RSSBytesPerStream/1024,
 			s.SyncCPUSeconds, s.UpdatesCPUSeconds, s.CPUSecondsPerUpdatePerClient*1e6)

@@ -158,9 +158,26 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 		return &s, nil
 	}
+	scrapeEtcd := func() (*ServerSample, error) {
+		if cfg.EtcdMetricsURL == "" {
+			return nil, nil
+		}
+		s, err := Scrape(ctx, hc, cfg.EtcdMetricsURL)
+		if err != nil {
+			return nil, fmt.Errorf("etcd: %w", err)
+		}
+		return &s, nil
+	}
 	before, err := scrape()
 	if err != nil {
 		return nil, err
+	}
+	if _, err := scrapeEtcd(); err != nil {
+		return nil, err // early: a wrong URL fails before the run
+	}
+	var etcdRes *EtcdResult
+	if cfg.EtcdMetricsURL != "" {
+		etcdRes = &EtcdResult{}
 	}
 
 	phase := atomic.Pointer[string]{}
@@ -240,6 +257,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
+		ea, err := scrapeEtcd()
+		if err != nil {
+			return nil, err
+		}
 		b0, _ := f.sums()
 		if err := sleep(ctx, cfg.Idle); err != nil {
 			return nil, err
@@ -247,6 +268,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		b, err := scrape()
 		if err != nil {
 			return nil, err
+		}
+		if eb, err := scrapeEtcd(); err != nil {
+			return nil, err
+		} else if eb != nil {
+			etcdRes.IdleCPUMillisPerSecond = 1000 * (eb.CPUSeconds - ea.CPUSeconds) / eb.At.Sub(ea.At).Seconds()
 		}
 		b1, _ := f.sums()
 		res.Idle = &IdleResult{Seconds: b.At.Sub(a.At).Seconds(), CPUSeconds: b.CPUSeconds - a.CPUSeconds,
@@ -256,6 +282,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 
 	setPhase("updates")
 	beforeUpdates, err := scrape()
+	if err != nil {
+		return nil, err
+	}
+	etcdBeforeUpdates, err := scrapeEtcd()
 	if err != nil {
 		return nil, err
 	}
@@ -305,6 +335,12 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	afterUpdates, err := scrape()
 	if err != nil {
 		return nil, err
+	}
+	if e, err := scrapeEtcd(); err != nil {
+		return nil, err
+	} else if e != nil {
+		etcdRes.UpdatesCPUSeconds = e.CPUSeconds - etcdBeforeUpdates.CPUSeconds
+		res.Etcd = etcdRes
 	}
 	res.Overall = overall(res.Updates, all)
 	res.StreamErrors = f.streamErrors.Load()
