@@ -14,7 +14,9 @@
 // losing a member and its quorum, a frozen etcd member), and one with TLS
 // everywhere (TestClusterSecure: etcd with client certificates and
 // least-privilege roles, mTLS between clients and replicas and between
-// replicas, encrypted gossip).
+// replicas, encrypted gossip). TestClusterLRS has grpc-go clients report
+// their load over LRS through a 3-replica cluster and reads it back,
+// cluster-wide, with xdsadmin load.
 //
 // It has no build tag: `go test ./...` (make test) runs it at a size that
 // fits the time limit (size_small_test.go). `make e2e` sets the `e2e`

@@ -67,7 +67,7 @@ func parseFlags(args []string) (node.Config, error) {
 	fs.StringVar(&cfg.DevEtcdAddr, "dev-etcd-addr", cfg.DevEtcdAddr,
 		"client address of the embedded etcd (dev mode only; xdsadmin's default endpoint)")
 	fs.StringVar(&cfg.EtcdPrefix, "etcd-prefix", cfg.EtcdPrefix, "etcd key prefix; starts and ends with '/'")
-	fs.StringVar(&cfg.XDSAddr, "xds-addr", cfg.XDSAddr, "gRPC listen address: ADS (SotW and delta), the per-type xDS services, gRPC health")
+	fs.StringVar(&cfg.XDSAddr, "xds-addr", cfg.XDSAddr, "gRPC listen address: ADS (SotW and delta), the per-type xDS services, CSDS, LRS, gRPC health")
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "HTTP listen address: REST-JSON /v3/discovery:*, /healthz, /readyz, /metrics, /debug/view, /debug/streams")
 	fs.StringVar(&cfg.GossipAddr, "gossip-addr", cfg.GossipAddr,
 		"memberlist bind address, ip:port (UDP and TCP; etcd mode)")
@@ -107,6 +107,12 @@ func parseFlags(args []string) (node.Config, error) {
 		"streams each replica closes per second (with jitter) when a membership change moves their node's home")
 	fs.Float64Var(&cfg.StatusWriteBudget, "status-write-budget", cfg.StatusWriteBudget,
 		"etcd transactions per second (each up to 64 node status records) this replica spends at most on status records; the rest waits, coalesced by node")
+	fs.DurationVar(&cfg.LRSInterval, "lrs-interval", cfg.LRSInterval,
+		"LRS: the load_reporting_interval sent to clients, and the length of the load windows each replica publishes to etcd (1s to 1h)")
+	fs.IntVar(&cfg.LRSWindows, "lrs-windows", cfg.LRSWindows,
+		"LRS: how many of its last load windows each replica keeps in etcd")
+	fs.StringSliceVar(&cfg.LRSClusters, "lrs-clusters", cfg.LRSClusters,
+		"LRS: the only clusters clients are asked to report on, comma separated; empty: all (send_all_clusters)")
 	fs.DurationVar(&cfg.EtcdStaleAfter, "etcd-stale-after", cfg.EtcdStaleAfter,
 		"not ready after hearing nothing from etcd for this long (the last view is still served)")
 	fs.BoolVar(&cfg.DebugOpen, "debug-open", cfg.DebugOpen,

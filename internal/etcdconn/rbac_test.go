@@ -10,19 +10,24 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	loadv3 "github.com/envoyproxy/go-control-plane/envoy/service/load_stats/v3"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/legation-io/legation/internal/adminctl"
 	"github.com/legation-io/legation/internal/etcdconn"
 	"github.com/legation-io/legation/internal/localcluster"
+	"github.com/legation-io/legation/internal/lrs"
 	"github.com/legation-io/legation/internal/node"
 	"github.com/legation-io/legation/internal/resource"
 	"github.com/legation-io/legation/internal/shard"
@@ -183,6 +188,7 @@ func TestRBAC(t *testing.T) {
 	ncfg.Name = "replica-1"
 	ncfg.XDSAddr, ncfg.HTTPAddr, ncfg.GossipAddr, ncfg.AdvertiseAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1"
 	ncfg.ShutdownTimeout = 0
+	ncfg.LRSInterval = time.Second // load windows written each second
 	ncfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	n, err := node.New(ncfg)
 	if err != nil {
@@ -280,6 +286,38 @@ func TestRBAC(t *testing.T) {
 				return false, err.Error()
 			}
 			return ns.Home == "replica-1", ns.Home
+		})
+	})
+
+	t.Run("the replica's load windows", func(t *testing.T) {
+		// A load report on an LRS stream: the replica writes its window
+		// under load/ with its certificate.
+		cc := xdstest.Dial(t, n.XDSAddr())
+		sctx, cancel := context.WithTimeout(ctx, defaultTestTimeout)
+		defer cancel()
+		st, err := loadv3.NewLoadReportingServiceClient(cc).StreamLoadStats(sctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Send(&loadv3.LoadStatsRequest{Node: xdstest.Node("envoy-lrs", "default")}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Recv(); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Send(&loadv3.LoadStatsRequest{ClusterStats: []*endpointv3.ClusterStats{{
+			ClusterName: "by-cert", LoadReportInterval: durationpb.New(time.Second),
+			UpstreamLocalityStats: []*endpointv3.UpstreamLocalityStats{{TotalIssuedRequests: 3, TotalSuccessfulRequests: 3}},
+		}}}); err != nil {
+			t.Fatal(err)
+		}
+		xdstest.WaitFor(t, "replica-1's load window with the report", func() (bool, string) {
+			ws, bad, err := lrs.Read(ctx, admin, prefix)
+			if err != nil || len(bad) > 0 {
+				return false, fmt.Sprintf("%v %v", err, bad)
+			}
+			sums := lrs.Summarize(ws, "by-cert", lrs.ByCluster, 0, time.Now())
+			return len(sums) == 1 && sums[0].Issued == 3 && slices.Equal(sums[0].Replicas, []string{"replica-1"}), fmt.Sprintf("%+v", sums)
 		})
 	})
 

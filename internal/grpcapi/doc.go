@@ -1,7 +1,7 @@
 // Package grpcapi is the one place that registers Legation's gRPC services
 // on a server: the state-of-the-world ADS and per-type xDS services (with
 // their unary Fetch methods), delta ADS and the per-type delta services,
-// VHDS, CSDS and the standard gRPC health service.
+// VHDS, CSDS, LRS (load reporting) and the standard gRPC health service.
 //
 // The generated gRPC interfaces give every per-type service its own
 // methods (StreamClusters, DeltaClusters, FetchClusters, ...); the shims in

@@ -8,6 +8,7 @@ import (
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/service/endpoint/v3"
 	extensionv3 "github.com/envoyproxy/go-control-plane/envoy/service/extension/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/service/listener/v3"
+	loadv3 "github.com/envoyproxy/go-control-plane/envoy/service/load_stats/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/service/route/v3"
 	runtimev3 "github.com/envoyproxy/go-control-plane/envoy/service/runtime/v3"
 	secretv3 "github.com/envoyproxy/go-control-plane/envoy/service/secret/v3"
@@ -55,6 +56,9 @@ type Services struct {
 	Delta Delta
 	// CSDS serves envoy.service.status.v3.ClientStatusDiscoveryService.
 	CSDS statusv3.ClientStatusDiscoveryServiceServer
+	// LRS serves envoy.service.load_stats.v3.LoadReportingService
+	// (package lrs's *Server is one).
+	LRS loadv3.LoadReportingServiceServer
 	// Health serves grpc.health.v1.Health.
 	Health healthpb.HealthServer
 }
@@ -85,6 +89,9 @@ func Register(g grpc.ServiceRegistrar, s Services) {
 	}
 	if s.CSDS != nil {
 		statusv3.RegisterClientStatusDiscoveryServiceServer(g, s.CSDS)
+	}
+	if s.LRS != nil {
+		loadv3.RegisterLoadReportingServiceServer(g, s.LRS)
 	}
 	if s.Health != nil {
 		healthpb.RegisterHealthServer(g, s.Health)

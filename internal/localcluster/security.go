@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/legation-io/legation/internal/authz"
+	"github.com/legation-io/legation/internal/lrs"
 	"github.com/legation-io/legation/internal/shard"
 	"github.com/legation-io/legation/internal/status"
 	"github.com/legation-io/legation/internal/store"
@@ -51,12 +52,13 @@ const (
 
 // AddRoles adds RoleReplica and RoleAdmin on prefix with root, a client
 // of an etcd whose auth is not enabled yet (or of its root user):
-// RoleReplica reads all of prefix and writes the status records and the
-// membership registry; RoleAdmin reads and writes all of prefix. It
+// RoleReplica reads all of prefix and writes the status records, the
+// membership registry and the load windows (LRS); RoleAdmin reads and
+// writes all of prefix. It
 // fails if a role exists already.
 func AddRoles(ctx context.Context, root *clientv3.Client, prefix string) error {
 	read, readWrite := clientv3.PermissionType(clientv3.PermRead), clientv3.PermissionType(clientv3.PermReadWrite)
-	statusDir, membersDir := status.Dir(prefix), shard.RegistryKey(prefix, "")
+	statusDir, membersDir, loadDir := status.Dir(prefix), shard.RegistryKey(prefix, ""), lrs.KeyPrefix(prefix)
 	grants := []struct {
 		role, key string
 		perm      clientv3.PermissionType
@@ -64,6 +66,7 @@ func AddRoles(ctx context.Context, root *clientv3.Client, prefix string) error {
 		{RoleReplica, prefix, read},
 		{RoleReplica, statusDir, readWrite},
 		{RoleReplica, membersDir, readWrite},
+		{RoleReplica, loadDir, readWrite},
 		{RoleAdmin, prefix, readWrite},
 	}
 	for _, role := range []string{RoleReplica, RoleAdmin} {

@@ -9,6 +9,13 @@ import (
 	"testing"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	loadv3 "github.com/envoyproxy/go-control-plane/envoy/service/load_stats/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/protobuf/types/known/durationpb"
+
 	"github.com/legation-io/legation/internal/adminctl"
 	"github.com/legation-io/legation/internal/localcluster"
 )
@@ -18,12 +25,13 @@ import (
 // through their TLS /readyz, the replicas' rings hold both (gossip with
 // the key), and the replicas' HTTP port answers /debug/ to the admin's
 // certificate only. etcd refuses a client without a certificate, and
-// legation-replica may not write a resource.
+// legation-replica may not write a resource, but writes its load windows:
+// a report on an LRS stream over mTLS shows in xdsadmin load.
 func TestSecureCluster(t *testing.T) {
 	cfg := localcluster.DefaultConfig()
 	cfg.EtcdMembers, cfg.Replicas = 1, 2
 	cfg.Secure = true
-	cfg.XDSNodeFlags = []string{"--shutdown-timeout", "2s", "--drain-period", "1s"}
+	cfg.XDSNodeFlags = []string{"--shutdown-timeout", "2s", "--drain-period", "1s", "--lrs-interval", "1s"}
 	c := localcluster.StartForTest(t, cfg)
 	c.WaitRing()
 	sec := c.Security()
@@ -75,6 +83,53 @@ func TestSecureCluster(t *testing.T) {
 	if code, out, errOut := admin(c, sec.XDSAdminArgs(), "authz", "list"); code != 0 ||
 		!strings.Contains(out, localcluster.AdminIdentity) || !strings.Contains(out, localcluster.ClientIdentity) {
 		t.Errorf("xdsadmin authz list as legation-admin: exit %d\n%s%s\nwant the admin and client rules", code, out, errOut)
+	}
+	checkLoadWritten(t, c, client)
+}
+
+// checkLoadWritten sends one load report for cluster c1 on an LRS stream
+// to the first replica, over mTLS with tlsCfg, and waits until xdsadmin
+// load shows it: the replica's etcd role may write its load windows.
+func checkLoadWritten(t *testing.T, c *localcluster.TestCluster, tlsCfg *tls.Config) {
+	t.Helper()
+	sec := c.Security()
+	if code, out, errOut := admin(c, sec.XDSAdminArgs(), "apply", "-f", "-"); code != 0 {
+		t.Fatalf("xdsadmin apply of cluster c1: exit %d\n%s%s", code, out, errOut)
+	}
+	cc, err := grpc.NewClient(c.Replicas()[0].XDSAddr, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	st, err := loadv3.NewLoadReportingServiceClient(cc).StreamLoadStats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&loadv3.LoadStatsRequest{Node: &corev3.Node{Id: "lrs-secure", Cluster: "g"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); err != nil {
+		t.Fatalf("LRS first response: %v", err)
+	}
+	// The view may not hold c1 yet: the report is sent until it counts.
+	for {
+		err := st.Send(&loadv3.LoadStatsRequest{ClusterStats: []*endpointv3.ClusterStats{{
+			ClusterName: "c1", LoadReportInterval: durationpb.New(time.Second),
+			UpstreamLocalityStats: []*endpointv3.UpstreamLocalityStats{{Locality: &corev3.Locality{Zone: "z"}, TotalIssuedRequests: 1, TotalSuccessfulRequests: 1}},
+		}}})
+		if err != nil {
+			t.Fatalf("LRS report: %v", err)
+		}
+		code, out, errOut := admin(c, sec.XDSAdminArgs(), "load", "c1", "--windows", "100")
+		if code == 0 && strings.Contains(out, "c1 ") {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("xdsadmin load never showed c1's report: exit %d\n%s%s", code, out, errOut)
+		}
+		time.Sleep(200 * time.Millisecond) // paces the reports
 	}
 }
 

@@ -96,6 +96,17 @@ type Config struct {
 	// changes beyond it waits, coalesced by node, for the next seconds.
 	// Must be positive.
 	StatusWriteBudget float64
+	// LRSInterval (--lrs-interval) is the load_reporting_interval sent to
+	// every LRS client, and the length of the windows each replica rolls
+	// their reports up into and publishes to etcd (one transaction per
+	// window). From 1s to 1h.
+	LRSInterval time.Duration
+	// LRSWindows (--lrs-windows) is how many of its last load windows
+	// each replica keeps in etcd. From 1 to 1000.
+	LRSWindows int
+	// LRSClusters (--lrs-clusters), if not empty, are the only clusters
+	// LRS clients are asked to report on; empty: send_all_clusters.
+	LRSClusters []string
 	// Name is the replica's name (--name). DefaultConfig uses the
 	// hostname.
 	Name string
@@ -278,9 +289,11 @@ func DefaultConfig() Config {
 		MaxNameLength:       xd.MaxNameLength,
 		MaxNackMessage:      xd.MaxNackMessage,
 		SendTimeout:         xd.SendTimeout,
-		RebalanceRate:       50,              // streams closed per second after a membership change
-		EtcdStaleAfter:      3 * time.Second, // three missed progress notifications
-		StatusWriteBudget:   20,              // status.DefaultConfig: 1,280 records a second
+		RebalanceRate:       50,               // streams closed per second after a membership change
+		EtcdStaleAfter:      3 * time.Second,  // three missed progress notifications
+		StatusWriteBudget:   20,               // status.DefaultConfig: 1,280 records a second
+		LRSInterval:         10 * time.Second, // Envoy's and grpc-go's usual
+		LRSWindows:          6,                // the last minute at 10s
 
 		// Limits and overload.
 		KeepaliveMinTime:      5 * time.Second,  // Envoy's and gRPC's usual pings are 10s or more
@@ -379,6 +392,17 @@ func (c *Config) Validate() error {
 	}
 	if !(c.StatusWriteBudget > 0) || c.StatusWriteBudget > 1e6 {
 		add(fmt.Errorf("--status-write-budget %v: must be positive (etcd transactions per second)", c.StatusWriteBudget))
+	}
+	if c.LRSInterval < time.Second || c.LRSInterval > time.Hour {
+		add(fmt.Errorf("--lrs-interval %s: must be from 1s to 1h", c.LRSInterval))
+	}
+	if c.LRSWindows < 1 || c.LRSWindows > 1000 {
+		add(fmt.Errorf("--lrs-windows %d: must be from 1 to 1000", c.LRSWindows))
+	}
+	for _, cl := range c.LRSClusters {
+		if strings.TrimSpace(cl) == "" {
+			add(errors.New("--lrs-clusters: an empty cluster name"))
+		}
 	}
 	if c.EtcdStaleAfter <= 0 {
 		add(fmt.Errorf("--etcd-stale-after %s: must be positive", c.EtcdStaleAfter))

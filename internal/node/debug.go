@@ -1,14 +1,19 @@
 package node
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"strconv"
+	"time"
 
 	"github.com/legation-io/legation/internal/ads"
 	"github.com/legation-io/legation/internal/delta"
 	"github.com/legation-io/legation/internal/lease"
+	"github.com/legation-io/legation/internal/lrs"
 	"github.com/legation-io/legation/internal/relay"
 	"github.com/legation-io/legation/internal/resource"
 	"github.com/legation-io/legation/internal/shard"
@@ -22,6 +27,7 @@ func (n *Node) handleDebug(mux *http.ServeMux) {
 	mux.Handle("GET /debug/view", n.debugOnly(http.HandlerFunc(n.serveDebugView)))
 	mux.Handle("GET /debug/streams", n.debugOnly(http.HandlerFunc(n.serveDebugStreams)))
 	mux.Handle("GET /debug/cluster", n.debugOnly(http.HandlerFunc(n.serveDebugCluster)))
+	mux.Handle("GET /debug/load", n.debugOnly(http.HandlerFunc(n.serveDebugLoad)))
 	// Go's profiles (go tool pprof http://ADDR/debug/pprof/profile?seconds=20):
 	// a profile must fit in the HTTP write timeout (30s).
 	mux.Handle("GET /debug/pprof/", n.debugOnly(http.HandlerFunc(pprof.Index)))
@@ -48,6 +54,47 @@ func (n *Node) debugOnly(h http.Handler) http.Handler {
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// serveDebugLoad answers with the load of the whole cluster, as xdsadmin
+// load does: every replica's windows read from etcd, summed. Query
+// parameters: cluster (empty: all), by (cluster, locality or node) and
+// windows (default 3). A bad parameter is a 400 naming it; etcd failing,
+// a 503.
+func (n *Node) serveDebugLoad(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	by, err := lrs.ParseBy(q.Get("by"))
+	if err != nil {
+		http.Error(w, "by: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	last := 3
+	if v := q.Get("windows"); v != "" {
+		if last, err = strconv.Atoi(v); err != nil || last < 1 || last > 100000 {
+			http.Error(w, fmt.Sprintf("windows %q: want a whole number from 1 to 100000", v), http.StatusBadRequest)
+			return
+		}
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	ws, bad, err := lrs.Read(ctx, n.client, n.cfg.EtcdPrefix)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	sums := lrs.Summarize(ws, q.Get("cluster"), by, last, time.Now())
+	if sums == nil {
+		sums = []lrs.Summary{}
+	}
+	writeJSON(w, http.StatusOK, loadStatus{Summaries: sums, Malformed: len(bad)})
+}
+
+// loadStatus is the body of /debug/load.
+type loadStatus struct {
+	Summaries []lrs.Summary `json:"summaries"`
+	// Malformed counts the windows in etcd skipped because their values
+	// do not decode.
+	Malformed int `json:"malformed"`
 }
 
 // writeJSON writes v as indented JSON with code.

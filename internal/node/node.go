@@ -36,6 +36,7 @@ import (
 	"github.com/legation-io/legation/internal/grpcapi"
 	"github.com/legation-io/legation/internal/lease"
 	"github.com/legation-io/legation/internal/limits"
+	"github.com/legation-io/legation/internal/lrs"
 	"github.com/legation-io/legation/internal/relay"
 	"github.com/legation-io/legation/internal/resource"
 	"github.com/legation-io/legation/internal/scope"
@@ -74,6 +75,7 @@ type Node struct {
 	relay      *relay.Relay
 	sotw       *ads.Server
 	delta      *delta.Server
+	lrs        *lrs.Server
 	grpcSrv    *grpc.Server
 	health     *health.Server
 	httpSrv    *http.Server
@@ -97,8 +99,8 @@ type Node struct {
 // New checks cfg, binds the xDS and HTTP listeners and builds every part
 // of the replica: the etcd client (which connects on first use), the view,
 // the lease tracker, the status writer and CSDS, the cluster agent, the
-// relay, the SotW and delta servers, the gRPC server with its services and
-// the HTTP mux. It does no other I/O but reading the etcd certificate
+// relay, the SotW, delta and LRS servers, the gRPC server with its
+// services and the HTTP mux. It does no other I/O but reading the etcd certificate
 // files and --gossip-key-file to check them, and authenticating to etcd
 // when EtcdSecurity has a username; in dev mode it picks the embedded
 // etcd's port when --dev-etcd-addr's is 0. Call Run, or Close if Run will
@@ -247,6 +249,21 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 	if n.sotw, err = ads.New(ads.Config{Config: xcfg, TrustVersion: cfg.SotwTrustVersion}); err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
+	if n.lrs, err = lrs.New(lrs.Config{
+		Client:     n.client,
+		Prefix:     cfg.EtcdPrefix,
+		Replica:    cfg.Name,
+		Interval:   cfg.LRSInterval,
+		Windows:    cfg.LRSWindows,
+		Clusters:   cfg.LRSClusters,
+		Known:      n.knownCluster,
+		Group:      groupBy,
+		Authorizer: n.guard,
+		Logger:     n.log,
+		Registerer: n.reg,
+	}); err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
 	rcfg := relay.DefaultConfig()
 	rcfg.Self = cfg.Name
 	rcfg.Home = n.cluster.Home
@@ -328,6 +345,7 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 		SotW:   servedSotW{n.sotw, &n.served},
 		Delta:  servedDelta{n.delta, &n.served},
 		CSDS:   n.csds,
+		LRS:    n.lrs,
 		Health: n.health,
 	})
 	gm.InitializeMetrics(n.grpcSrv) // every method's series, at 0
@@ -754,14 +772,15 @@ func (n *Node) startEtcd(ctx context.Context) (*devetcd.Server, error) {
 }
 
 // runParts starts the view, the lease tracker, the status writer, the
-// cluster agent and the readiness watcher, each until ctx ends, counted in
-// wg.
+// LRS window publisher, the cluster agent and the readiness watcher, each
+// until ctx ends, counted in wg.
 func (n *Node) runParts(ctx context.Context, wg *sync.WaitGroup) {
 	// Each returns nil once ctx ends.
 	runs := []func(context.Context) error{
 		n.view.Run,
 		n.leases.Run,
 		n.status.Run, // records of the nodes served here; revoked when ctx ends
+		n.lrs.Run,    // load windows of the nodes served here
 		n.cluster.Run,
 	}
 	if n.tls != nil {
@@ -963,6 +982,17 @@ func (n *Node) serveReadyz(w http.ResponseWriter, _ *http.Request) {
 		return
 	}
 	fmt.Fprintln(w, "ok")
+}
+
+// knownCluster says whether a node of group sees cluster in the view
+// (its group's scope or the default one): LRS skips the reports of
+// clusters it does not. Before the view is loaded every cluster is.
+func (n *Node) knownCluster(group, cluster string) bool {
+	snap := n.view.Snapshot()
+	if snap == nil {
+		return true
+	}
+	return scope.Visible(snap, resource.Cluster, group, cluster) != nil
 }
 
 // statusSource is the status writer's view of the node's SotW and delta

@@ -18,6 +18,7 @@ import (
 	"github.com/legation-io/legation/internal/ads"
 	"github.com/legation-io/legation/internal/delta"
 	"github.com/legation-io/legation/internal/grpcapi"
+	"github.com/legation-io/legation/internal/lrs"
 	"github.com/legation-io/legation/internal/relay"
 	"github.com/legation-io/legation/internal/resource"
 	"github.com/legation-io/legation/internal/store"
@@ -47,6 +48,7 @@ type replica struct {
 	view  *store.View
 	sotw  *ads.Server
 	delta *delta.Server
+	lrs   *lrs.Server
 	relay *relay.Relay
 	reg   *prometheus.Registry
 	grpc  *grpc.Server
@@ -91,9 +93,12 @@ func (c *cluster) addReplica(tb testing.TB, name string, opts ...replicaOption) 
 	if r.relay, err = relay.New(cfg); err != nil {
 		tb.Fatal(err)
 	}
+	if r.lrs, err = lrs.New(lrs.Config{Replica: name, Registerer: r.reg}); err != nil {
+		tb.Fatal(err)
+	}
 	r.grpc = grpc.NewServer(append(grpcapi.ServerOptions(), grpc.StreamInterceptor(r.relay.StreamInterceptor()))...)
 	hs := health.NewServer()
-	grpcapi.Register(r.grpc, grpcapi.Services{SotW: r.sotw, Delta: r.delta, Health: hs})
+	grpcapi.Register(r.grpc, grpcapi.Services{SotW: r.sotw, Delta: r.delta, LRS: r.lrs, Health: hs})
 	// Cleanups run last in, first out: the relay closes after its server,
 	// which stops before its health service.
 	tb.Cleanup(func() {

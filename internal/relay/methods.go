@@ -8,6 +8,7 @@ import (
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/service/endpoint/v3"
 	extensionv3 "github.com/envoyproxy/go-control-plane/envoy/service/extension/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/service/listener/v3"
+	loadv3 "github.com/envoyproxy/go-control-plane/envoy/service/load_stats/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/service/route/v3"
 	runtimev3 "github.com/envoyproxy/go-control-plane/envoy/service/runtime/v3"
 	secretv3 "github.com/envoyproxy/go-control-plane/envoy/service/secret/v3"
@@ -23,11 +24,13 @@ type kind int
 const (
 	sotw  kind = iota // DiscoveryRequest
 	delta             // DeltaDiscoveryRequest
+	load              // LoadStatsRequest (LRS)
 )
 
 // xdsServices are the services whose bidirectional streams are relayed:
-// ADS and the per-type services, SotW and delta. Not CSDS, LRS or health,
-// and not the unary Fetch methods.
+// ADS and the per-type services, SotW and delta, and LRS (a node's load
+// reports go to its home, which rolls them up). Not CSDS or health, and
+// not the unary Fetch methods.
 var xdsServices = []*grpc.ServiceDesc{
 	&discoveryv3.AggregatedDiscoveryService_ServiceDesc,
 	&clusterv3.ClusterDiscoveryService_ServiceDesc,
@@ -39,6 +42,7 @@ var xdsServices = []*grpc.ServiceDesc{
 	&secretv3.SecretDiscoveryService_ServiceDesc,
 	&runtimev3.RuntimeDiscoveryService_ServiceDesc,
 	&extensionv3.ExtensionConfigDiscoveryService_ServiceDesc,
+	&loadv3.LoadReportingService_ServiceDesc,
 }
 
 // xdsMethods maps the full name of every relayed method
@@ -48,6 +52,7 @@ var xdsServices = []*grpc.ServiceDesc{
 func xdsMethods() (map[string]kind, error) {
 	sotwReq := (&discoveryv3.DiscoveryRequest{}).ProtoReflect().Descriptor().FullName()
 	deltaReq := (&discoveryv3.DeltaDiscoveryRequest{}).ProtoReflect().Descriptor().FullName()
+	loadReq := (&loadv3.LoadStatsRequest{}).ProtoReflect().Descriptor().FullName()
 	out := map[string]kind{}
 	for _, sd := range xdsServices {
 		d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(sd.ServiceName))
@@ -72,6 +77,8 @@ func xdsMethods() (map[string]kind, error) {
 				out[full] = sotw
 			case deltaReq:
 				out[full] = delta
+			case loadReq:
+				out[full] = load
 			}
 		}
 	}
@@ -81,6 +88,13 @@ func xdsMethods() (map[string]kind, error) {
 // nodeOf decodes a stream's first request, of kind k, and returns its
 // node id ("" when it names no node).
 func nodeOf(b []byte, k kind) (string, error) {
+	if k == load {
+		var r loadv3.LoadStatsRequest
+		if err := proto.Unmarshal(b, &r); err != nil {
+			return "", err
+		}
+		return r.GetNode().GetId(), nil
+	}
 	if k == delta {
 		var r discoveryv3.DeltaDiscoveryRequest
 		if err := proto.Unmarshal(b, &r); err != nil {

@@ -254,8 +254,9 @@ func (r *Relay) Close() error {
 }
 
 // StreamInterceptor returns the interceptor that relays xDS streams: ADS
-// and the per-type SotW and delta services. Other methods (CSDS, LRS,
-// health, the unary Fetch methods) pass through untouched. The gRPC
+// and the per-type SotW and delta services, and LRS streams (whose first
+// LoadStatsRequest names the node). Other methods (CSDS, health, the
+// unary Fetch methods) pass through untouched. The gRPC
 // server must use wire.Codec (ads.ServerOptions), which receives a
 // message undecoded into a wire.Frame.
 //

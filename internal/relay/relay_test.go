@@ -3,6 +3,7 @@ package relay_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"slices"
 	"strings"
@@ -10,14 +11,18 @@ import (
 	"testing"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/service/cluster/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	loadv3 "github.com/envoyproxy/go-control-plane/envoy/service/load_stats/v3"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/testing/protocmp"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/legation-io/legation/internal/relay"
 	"github.com/legation-io/legation/internal/wire"
@@ -196,6 +201,44 @@ func TestRelayPerType(t *testing.T) {
 	slices.Sort(got)
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
+		t.Errorf("B's streams of nb have methods %v, want %v", got, want)
+	}
+}
+
+// An LRS stream is relayed to its node's home like the node's xDS
+// streams: the home answers it and counts its reports.
+func TestRelayLRS(t *testing.T) {
+	c := newCluster(t)
+	a := c.addReplica(t, "a")
+	b := c.addReplica(t, "b")
+	a.setHomes(map[string]string{"nb": "b"})
+
+	s := xdstest.Open(t, xdstest.Dial(t, a.addr), func(ctx context.Context, cc *grpc.ClientConn) (grpc.BidiStreamingClient[loadv3.LoadStatsRequest, loadv3.LoadStatsResponse], error) {
+		return loadv3.NewLoadReportingServiceClient(cc).StreamLoadStats(ctx)
+	})
+	s.Send(&loadv3.LoadStatsRequest{Node: &corev3.Node{Id: "nb"}})
+	if got := s.Expect(); !got.GetSendAllClusters() || got.GetLoadReportingInterval().AsDuration() != 10*time.Second {
+		t.Errorf("first LoadStatsResponse %v, want send_all_clusters and a 10s interval", got)
+	}
+	s.Send(&loadv3.LoadStatsRequest{ClusterStats: []*endpointv3.ClusterStats{{
+		ClusterName:        "c1",
+		LoadReportInterval: durationpb.New(time.Second),
+		UpstreamLocalityStats: []*endpointv3.UpstreamLocalityStats{{
+			Locality: &corev3.Locality{Zone: "z1"}, TotalIssuedRequests: 7, TotalSuccessfulRequests: 7,
+		}},
+	}}})
+	xdstest.WaitFor(t, "B counts the report", func() (bool, string) {
+		got := metric(t, b.reg, "legation_lrs_reports_total")
+		return got == 1, fmt.Sprintf("legation_lrs_reports_total = %v on B", got)
+	})
+	if got := metric(t, a.reg, "legation_lrs_reports_total"); got != 0 {
+		t.Errorf("legation_lrs_reports_total = %v on A, want 0 (relayed)", got)
+	}
+	var got []string
+	for _, s := range streamsOf(b, "nb") {
+		got = append(got, s.Method)
+	}
+	if want := []string{"/envoy.service.load_stats.v3.LoadReportingService/StreamLoadStats"}; !slices.Equal(got, want) {
 		t.Errorf("B's streams of nb have methods %v, want %v", got, want)
 	}
 }

@@ -1,0 +1,464 @@
+package lrs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"strings"
+	"sync"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	loadv3 "github.com/envoyproxy/go-control-plane/envoy/service/load_stats/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// Authorizer decides which node ids the client of a stream may claim. Its
+// method is called concurrently; ctx is the stream's.
+type Authorizer interface {
+	// Authorize returns nil if the client of ctx may claim node n of
+	// group, else the error the stream ends with.
+	Authorize(ctx context.Context, n *corev3.Node, group string) (<-chan struct{}, error)
+}
+
+// Config configures a Server.
+type Config struct {
+	// Client writes this replica's windows. Nil: the windows are kept in
+	// memory (Windows) but never published.
+	Client *clientv3.Client
+	// Prefix is the etcd key prefix, starting and ending with '/'.
+	Prefix string
+	// Replica is this replica's name, in its windows' keys. Required.
+	Replica string
+	// Interval is the load_reporting_interval sent to every client
+	// (--lrs-interval) and the length of a window. At least 1s. Zero: 10s.
+	Interval time.Duration
+	// Windows is how many of its last windows a replica keeps in etcd.
+	// Zero: 6.
+	Windows int
+	// Clusters, if not empty, are the only clusters clients are asked to
+	// report on; empty: send_all_clusters.
+	Clusters []string
+	// Known, if set, says whether node n (of group) can see cluster: the
+	// reports of a cluster it cannot are skipped and counted
+	// ("unknown_cluster"). Called concurrently; must not block. Nil:
+	// every cluster is known.
+	Known func(group, cluster string) bool
+	// Group derives a node's group (for Known and Authorizer). Nil: "".
+	Group func(*corev3.Node) string
+	// Authorizer, if set, checks the node a stream claims.
+	Authorizer Authorizer
+	// MaxLocalities bounds the localities of one cluster's stats; more
+	// are skipped and counted ("too_many_localities"). Zero: 100.
+	MaxLocalities int
+	// MaxClusters bounds the cluster stats of one report; more are
+	// skipped and counted ("too_many_clusters"). Zero: 1,000.
+	MaxClusters int
+	// MaxClusterLabels bounds the distinct cluster label values of the
+	// legation_lrs_* metrics; clusters beyond it count as "other". Zero:
+	// 100.
+	MaxClusterLabels int
+	// Logger gets publish failures (at Warn, once until they recover) and
+	// per-stream events (at Debug). Nil: discard.
+	Logger *slog.Logger
+	// Registerer gets the metrics (legation_lrs_*). Nil: none.
+	Registerer prometheus.Registerer
+}
+
+// DefaultConfig returns the defaults, without Client, Prefix or Replica.
+func DefaultConfig() Config {
+	return Config{
+		Interval:         10 * time.Second, // Envoy's and grpc-go's usual
+		Windows:          6,                // the last minute at the default interval
+		MaxLocalities:    100,              // far more zones than a cluster spans
+		MaxClusters:      1000,
+		MaxClusterLabels: 100,
+	}
+}
+
+// maxReportInterval is the longest load_report_interval accepted: a
+// report claiming more is absurd (a client's clock, or a lie) and is
+// skipped ("bad_interval").
+const maxReportInterval = time.Hour
+
+func (c *Config) fill() {
+	d := DefaultConfig()
+	if c.Interval == 0 {
+		c.Interval = d.Interval
+	}
+	if c.Windows == 0 {
+		c.Windows = d.Windows
+	}
+	if c.MaxLocalities == 0 {
+		c.MaxLocalities = d.MaxLocalities
+	}
+	if c.MaxClusters == 0 {
+		c.MaxClusters = d.MaxClusters
+	}
+	if c.MaxClusterLabels == 0 {
+		c.MaxClusterLabels = d.MaxClusterLabels
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Validate checks the config, zero fields standing for their defaults.
+func (c Config) Validate() error {
+	c.fill()
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf("lrs: "+format, args...)) }
+	if c.Replica == "" || strings.Contains(c.Replica, "/") {
+		add("Replica %q must be a name without '/'", c.Replica)
+	}
+	if c.Client != nil && (!strings.HasPrefix(c.Prefix, "/") || !strings.HasSuffix(c.Prefix, "/")) {
+		add("Prefix %q must start and end with '/'", c.Prefix)
+	}
+	if c.Interval < time.Second || c.Interval > maxReportInterval {
+		add("Interval %s must be from 1s to %s", c.Interval, maxReportInterval)
+	}
+	if c.Windows < 1 || c.Windows > 1000 {
+		add("Windows %d must be from 1 to 1000", c.Windows)
+	}
+	if c.MaxLocalities < 1 || c.MaxClusters < 1 || c.MaxClusterLabels < 1 {
+		add("MaxLocalities %d, MaxClusters %d and MaxClusterLabels %d must be positive", c.MaxLocalities, c.MaxClusters, c.MaxClusterLabels)
+	}
+	for _, cl := range c.Clusters {
+		if cl == "" {
+			add("Clusters has an empty name")
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Server serves LRS streams and rolls their reports up into windows.
+// StreamLoadStats is called concurrently, once per stream; Run once.
+type Server struct {
+	loadv3.UnimplementedLoadReportingServiceServer
+
+	cfg     Config
+	log     *slog.Logger
+	metrics *metrics
+	first   *loadv3.LoadStatsResponse // the one response every stream gets; never modified
+
+	mu  sync.Mutex // guards cur and done
+	cur *window
+	// done are the closed windows not yet published, oldest first (at
+	// most cfg.Windows: older ones are dropped when etcd is away).
+	done []Window
+	// now is the clock (tests move it).
+	now func() time.Time
+}
+
+var _ loadv3.LoadReportingServiceServer = (*Server)(nil)
+
+// New returns a Server. It does no I/O.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.fill()
+	m, err := newMetrics(cfg.Registerer, cfg.MaxClusterLabels)
+	if err != nil {
+		return nil, err
+	}
+	first := &loadv3.LoadStatsResponse{LoadReportingInterval: durationpb.New(cfg.Interval)}
+	if len(cfg.Clusters) == 0 {
+		first.SendAllClusters = true
+	} else {
+		first.Clusters = append([]string(nil), cfg.Clusters...)
+	}
+	return &Server{cfg: cfg, log: cfg.Logger.With("replica", cfg.Replica), metrics: m, first: first, now: time.Now}, nil
+}
+
+// StreamLoadStats serves one LRS stream: it reads the first request,
+// which must name a node, answers it once with the clusters to report on
+// and the interval, then accepts reports until the client ends the
+// stream. A report's bad parts are skipped and counted; only a stream
+// without a node, or whose node the Authorizer refuses (at the start, or
+// again when its rules change), ends with an error.
+func (s *Server) StreamLoadStats(st loadv3.LoadReportingService_StreamLoadStatsServer) error {
+	ctx := st.Context()
+	req, err := st.Recv()
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		return err
+	}
+	n := req.GetNode()
+	if n.GetId() == "" {
+		s.metrics.rejected.WithLabelValues("no_node").Inc()
+		return status.Error(codes.InvalidArgument, "lrs: the stream's first LoadStatsRequest has no node id")
+	}
+	group := ""
+	if s.cfg.Group != nil {
+		group = s.cfg.Group(n)
+	}
+	recheck, err := s.authorize(ctx, n, group)
+	if err != nil {
+		return err
+	}
+	s.metrics.streams.Inc()
+	defer s.metrics.streams.Dec()
+	node := cut(n.GetId())
+	if s.log.Enabled(ctx, slog.LevelDebug) {
+		s.log.Debug("LRS stream", "node", node, "group", group)
+	}
+	s.Accept(node, group, req)
+	if err := st.Send(s.first); err != nil {
+		return err
+	}
+	if recheck == nil {
+		// Nothing can change the decision: no goroutine needed.
+		for {
+			req, err := st.Recv()
+			if err != nil {
+				return endOf(err)
+			}
+			s.Accept(node, group, req)
+		}
+	}
+	// The receive goroutine ends when the stream does: gRPC ends its
+	// Recv once the handler returns.
+	reqs := make(chan *loadv3.LoadStatsRequest)
+	recvErr := make(chan error, 1)
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		for {
+			req, err := st.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case reqs <- req:
+			case <-done:
+				return
+			}
+		}
+	}()
+	for {
+		select {
+		case req := <-reqs:
+			s.Accept(node, group, req)
+		case err := <-recvErr:
+			return endOf(err)
+		case <-recheck:
+			if recheck, err = s.authorize(ctx, n, group); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// authorize asks the Authorizer, if any, whether the stream of ctx may
+// claim n, counting a refusal.
+func (s *Server) authorize(ctx context.Context, n *corev3.Node, group string) (<-chan struct{}, error) {
+	if s.cfg.Authorizer == nil {
+		return nil, nil
+	}
+	recheck, err := s.cfg.Authorizer.Authorize(ctx, n, group)
+	if err != nil {
+		s.metrics.rejected.WithLabelValues("unauthorized").Inc()
+	}
+	return recheck, err
+}
+
+// endOf is what a stream whose Recv failed with err ends with: OK when
+// the client closed its side.
+func endOf(err error) error {
+	if errors.Is(err, io.EOF) {
+		return nil
+	}
+	return err
+}
+
+// Accept adds the cluster stats of one report by node (of group) to the
+// current window. What is bad in it is skipped and counted; it never
+// fails. It may be called concurrently.
+func (s *Server) Accept(node, group string, req *loadv3.LoadStatsRequest) {
+	stats := req.GetClusterStats()
+	if len(stats) == 0 {
+		return
+	}
+	s.metrics.reports.Inc()
+	if len(stats) > s.cfg.MaxClusters {
+		s.metrics.rejected.WithLabelValues("too_many_clusters").Add(float64(len(stats) - s.cfg.MaxClusters))
+		stats = stats[:s.cfg.MaxClusters]
+	}
+	// Checked before the lock: Known reads the view.
+	ok := make([]bool, len(stats))
+	for i, cs := range stats {
+		ok[i] = s.check(group, cs)
+	}
+	now := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w := s.windowAt(now)
+	for i, cs := range stats {
+		if ok[i] {
+			s.add(w, node, cs)
+		}
+	}
+}
+
+// check says whether cs may be added: a cluster name the node can see
+// and a sane interval.
+func (s *Server) check(group string, cs *endpointv3.ClusterStats) bool {
+	name := cs.GetClusterName()
+	if name == "" {
+		s.metrics.rejected.WithLabelValues("no_cluster").Inc()
+		return false
+	}
+	iv := cs.GetLoadReportInterval()
+	if iv == nil || iv.CheckValid() != nil {
+		s.metrics.rejected.WithLabelValues("bad_interval").Inc()
+		return false
+	}
+	if d := iv.AsDuration(); d <= 0 || d > maxReportInterval {
+		s.metrics.rejected.WithLabelValues("bad_interval").Inc()
+		return false
+	}
+	if s.cfg.Known != nil && !s.cfg.Known(group, name) {
+		s.metrics.rejected.WithLabelValues("unknown_cluster").Inc()
+		return false
+	}
+	return true
+}
+
+// add adds cs to w. s.mu is held.
+func (s *Server) add(w *window, node string, cs *endpointv3.ClusterStats) {
+	cluster, service := cut(cs.GetClusterName()), cut(cs.GetClusterServiceName())
+	label := s.metrics.cluster(cluster)
+
+	// Drops are per cluster: the row without a locality.
+	dropRow := w.row(rowKey{cluster: cluster, service: service, node: node})
+	dropRow.Reports++
+	dropped := cs.GetTotalDroppedRequests()
+	add(&dropRow.Dropped, dropped)
+	s.metrics.dropped.WithLabelValues(label).Add(float64(dropped))
+	cats := cs.GetDroppedRequests()
+	if len(cats) > maxCategories {
+		s.metrics.rejected.WithLabelValues("too_many_categories").Add(float64(len(cats) - maxCategories))
+		cats = cats[:maxCategories]
+	}
+	for _, d := range cats {
+		if dropRow.DroppedBy == nil {
+			dropRow.DroppedBy = map[string]uint64{}
+		}
+		cat := cut(d.GetCategory())
+		if _, ok := dropRow.DroppedBy[cat]; !ok && len(dropRow.DroppedBy) >= maxCategories {
+			s.metrics.rejected.WithLabelValues("too_many_categories").Inc()
+			continue
+		}
+		c := dropRow.DroppedBy[cat]
+		add(&c, d.GetDroppedCount())
+		dropRow.DroppedBy[cat] = c
+	}
+
+	locs := cs.GetUpstreamLocalityStats()
+	if len(locs) > s.cfg.MaxLocalities {
+		s.metrics.rejected.WithLabelValues("too_many_localities").Add(float64(len(locs) - s.cfg.MaxLocalities))
+		locs = locs[:s.cfg.MaxLocalities]
+	}
+	for _, ls := range locs {
+		loc := LocalityName(ls.GetLocality())
+		r := dropRow
+		if loc != "" {
+			r = w.row(rowKey{cluster: cluster, service: service, locality: loc, node: node})
+			r.Reports++
+		}
+		add(&r.Issued, ls.GetTotalIssuedRequests())
+		add(&r.Succeeded, ls.GetTotalSuccessfulRequests())
+		add(&r.Errored, ls.GetTotalErrorRequests())
+		r.InProgress = ls.GetTotalRequestsInProgress()
+		s.metrics.requests.WithLabelValues(label, "issued").Add(float64(ls.GetTotalIssuedRequests()))
+		s.metrics.requests.WithLabelValues(label, "succeeded").Add(float64(ls.GetTotalSuccessfulRequests()))
+		s.metrics.requests.WithLabelValues(label, "errored").Add(float64(ls.GetTotalErrorRequests()))
+		for _, m := range ls.GetLoadMetricStats() {
+			v := m.GetTotalMetricValue()
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				s.metrics.rejected.WithLabelValues("bad_metric").Inc()
+				continue
+			}
+			name := cut(m.GetMetricName())
+			if r.Metrics == nil {
+				r.Metrics = map[string]Metric{}
+			}
+			mt, ok := r.Metrics[name]
+			if !ok && len(r.Metrics) >= maxMetrics {
+				s.metrics.rejected.WithLabelValues("too_many_metrics").Inc()
+				continue
+			}
+			add(&mt.Requests, m.GetNumRequestsFinishedWithMetric())
+			mt.Total += v
+			if math.IsInf(mt.Total, 0) {
+				mt.Total = math.Copysign(math.MaxFloat64, mt.Total) // JSON has no infinity
+			}
+			r.Metrics[name] = mt
+		}
+	}
+}
+
+// windowAt returns the window of now, closing the current one (into
+// s.done) if now is past it. s.mu is held.
+func (s *Server) windowAt(now time.Time) *window {
+	if s.cur != nil && now.Before(s.cur.end) && !now.Before(s.cur.start) {
+		return s.cur
+	}
+	s.closeCurrent()
+	start := now.Truncate(s.cfg.Interval)
+	s.cur = newWindow(start, start.Add(s.cfg.Interval))
+	return s.cur
+}
+
+// closeCurrent moves the current window, if it has rows, to s.done.
+// s.mu is held.
+func (s *Server) closeCurrent() {
+	if s.cur == nil {
+		return
+	}
+	if len(s.cur.rows) > 0 {
+		s.done = append(s.done, s.cur.freeze(s.cfg.Replica))
+		if over := len(s.done) - s.cfg.Windows; over > 0 {
+			s.done = append(s.done[:0], s.done[over:]...)
+			s.metrics.windowsLost.Add(float64(over))
+		}
+	}
+	s.cur = nil
+}
+
+// closed returns the windows closed by now and not yet taken, oldest
+// first, and forgets them.
+func (s *Server) closed(now time.Time) []Window {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cur != nil && !now.Before(s.cur.end) {
+		s.closeCurrent()
+	}
+	out := s.done
+	s.done = nil
+	return out
+}
+
+// requeue puts back windows a failed publish did not write, before any
+// closed since, keeping the last cfg.Windows.
+func (s *Server) requeue(ws []Window) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.done = append(ws, s.done...)
+	if over := len(s.done) - s.cfg.Windows; over > 0 {
+		s.done = append(s.done[:0], s.done[over:]...)
+		s.metrics.windowsLost.Add(float64(over))
+	}
+}
