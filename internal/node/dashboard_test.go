@@ -12,19 +12,6 @@ import (
 // dashboardFile is the Grafana dashboard shipped for operators.
 const dashboardFile = "../../deploy/grafana/legation.json"
 
-// lrsPending lists the LRS metrics the dashboard's "LRS totals" panel
-// uses ahead of the LRS work, which adds them on another branch: they
-// may be missing from what a replica exports until it is merged. When it
-// is, this list must shrink to nothing (or the names follow what LRS
-// exports): each name here must start with legation_lrs_, and one the
-// code exports is reported, so that the tolerance goes once it is not
-// needed.
-var lrsPending = []string{
-	"legation_lrs_requests_total",
-	"legation_lrs_errors_total",
-	"legation_lrs_dropped_total",
-}
-
 // promqlWords are PromQL's keywords, aggregation operators and modifiers,
 // which may appear without a '(' right after them (the tokenizer skips
 // every identifier called as a function, and the label lists of by,
@@ -215,8 +202,7 @@ func exprs(v any, title string, out map[string][]string) {
 
 // TestGrafanaDashboard: deploy/grafana/legation.json decodes, has the
 // panels an operator needs, and every metric its expressions name is one
-// a replica exports (a histogram's by _bucket, _sum or _count), or an LRS
-// metric of lrsPending.
+// a replica exports (a histogram's by _bucket, _sum or _count).
 func TestGrafanaDashboard(t *testing.T) {
 	checkLeaks(t)
 	raw, err := os.ReadFile(dashboardFile)
@@ -242,14 +228,6 @@ func TestGrafanaDashboard(t *testing.T) {
 	}
 
 	exported := exportedMetrics(t)
-	for _, n := range lrsPending {
-		if !strings.HasPrefix(n, "legation_lrs_") {
-			t.Errorf("lrsPending holds %s: only legation_lrs_ metrics may wait for the LRS work", n)
-		}
-		if _, ok := exported[n]; ok {
-			t.Errorf("%s is exported now: take it out of lrsPending", n)
-		}
-	}
 	exists := func(name string) bool {
 		if _, ok := exported[name]; ok {
 			return true
@@ -278,7 +256,7 @@ func TestGrafanaDashboard(t *testing.T) {
 			}
 			for _, name := range names {
 				n++
-				if !exists(name) && !slices.Contains(lrsPending, name) {
+				if !exists(name) {
 					t.Errorf("panel %q: %q uses %s, which no replica exports", title, e, name)
 				}
 			}
