@@ -342,6 +342,7 @@ func (s *Stream[T]) Send(t *resource.Type, key string, build func() proto.Messag
 	if err := s.sendMsg(w); err != nil {
 		return "", err
 	}
+	s.traceSent()
 	c.Metrics.Responses.WithLabelValues(t.Name).Inc()
 	c.Metrics.ResourcesSent.WithLabelValues(t.Name).Add(float64(n))
 	c.Metrics.BytesSent.Add(float64(w.Size()))
@@ -421,6 +422,9 @@ type Record struct {
 	NackMsg string
 	// nackNonce is the nonce of the last response NACKed.
 	nackNonce string
+	// answered is the nonce of the last response whose ACK or NACK the
+	// PushTracer was told of.
+	answered string
 }
 
 // Sent records a response sent.
@@ -448,6 +452,7 @@ func (s *Stream[T]) Nack(t *resource.Type, rec *Record, msg string) {
 		}
 	}
 	rec.Nacked, rec.NackMsg, rec.nackNonce = rec.Version, msg, rec.Nonce
+	s.traceAnswer(t, rec, true)
 }
 
 // StaleNonce counts a request of type t answering nonce, which is not the
