@@ -22,9 +22,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.opentelemetry.io/otel/attribute"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/pflag"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/legation-io/legation/internal/etcdconn"
 	"github.com/legation-io/legation/internal/node"
