@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/stats"
 )
 
 // Config says what a process's tracer provider is built for.
@@ -159,7 +160,8 @@ var Propagator propagation.TextMapPropagator = propagation.TraceContext{}
 
 // ServerOptions returns otelgrpc's server stats handler when on, else
 // nothing: each RPC and stream is a span, child of the caller's trace
-// context. Message events are not recorded (xDS streams are long).
+// context. Message events are not recorded (xDS streams are long), nor
+// are health checks.
 func (p *Provider) ServerOptions() []grpc.ServerOption {
 	if !p.On() {
 		return nil
@@ -182,6 +184,10 @@ func (p *Provider) grpcOptions() []otelgrpc.Option {
 		otelgrpc.WithPropagators(Propagator),
 		otelgrpc.WithMeterProvider(metricnoop.NewMeterProvider()),
 		otelgrpc.WithMessageEvents(),
+		// Health checks come every few seconds from every load balancer.
+		otelgrpc.WithFilter(func(info *stats.RPCTagInfo) bool {
+			return !strings.HasPrefix(info.FullMethodName, "/grpc.health.v1.Health/")
+		}),
 	}
 }
 
