@@ -151,6 +151,11 @@ func (p *Pushes) Run(ctx context.Context, view Snapshots) {
 	snap := view.Snapshot()
 	p.mu.Lock()
 	p.handled = snap.Revision
+	for rev := range p.pending {
+		if rev <= snap.Revision {
+			delete(p.pending, rev) // sent before the view was followed: no event to take
+		}
+	}
 	p.mu.Unlock()
 	for {
 		select {
