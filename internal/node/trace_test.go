@@ -148,7 +148,8 @@ connect_timeout: 2s
 // the apply's span, each replica's view and push spans (one push span per
 // replica, over all its streams) and the clients' ACKs and NACK as
 // events of the push spans. Every client is connected to a replica that
-// is not its home, so each stream is relayed (otelgrpc on both sides).
+// is not its home, so each stream is relayed: otelgrpc traces the relay's
+// stream on both sides.
 func TestTraces(t *testing.T) {
 	recv := startOTLP(t)
 	unsetOTELEnv(t)
@@ -300,6 +301,25 @@ func TestTraces(t *testing.T) {
 		}
 	}
 	t.Logf("trace %s: apply %s; 3 view and push spans", hex.EncodeToString(apply.TraceId), apply.Name)
+
+	// otelgrpc on the relay: once a relayed stream ends, the replica the
+	// client reached has a client span for the stream it opened to the
+	// home, and the home a server span, its child.
+	clients[0].s.Cancel()
+	xdstest.WaitFor(t, "a relayed stream's client span and the home's server span under it", func() (bool, string) {
+		spans := recv.got()
+		for _, c := range spans {
+			if c.Kind != tracepb.Span_SPAN_KIND_CLIENT || !strings.HasSuffix(c.Name, "/StreamAggregatedResources") || c.service != "xds-node" {
+				continue
+			}
+			for _, s := range spans {
+				if s.Kind == tracepb.Span_SPAN_KIND_SERVER && bytes.Equal(s.ParentSpanId, c.SpanId) && bytes.Equal(s.TraceId, c.TraceId) {
+					return true, ""
+				}
+			}
+		}
+		return false, fmt.Sprintf("%d spans", len(spans))
+	})
 }
 
 func parseInt(t *testing.T, s string) int64 {
