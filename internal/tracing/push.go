@@ -188,8 +188,11 @@ func (p *Pushes) viewEvent(ctx context.Context, x *store.Snapshot) {
 	now := time.Now()
 	p.mu.Lock()
 	e := p.get(x.Revision)
-	if e.viewAt.IsZero() {
-		e.viewAt = now
+	e.viewAt = now
+	if !e.firstSend.IsZero() && e.firstSend.Before(now) {
+		// A stream woke before this goroutine: the snapshot was
+		// published no later than its send.
+		e.viewAt = e.firstSend
 	}
 	e.changes = len(x.Changes)
 	p.mu.Unlock()
