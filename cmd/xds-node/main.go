@@ -19,11 +19,14 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/pflag"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/legation-io/legation/internal/etcdconn"
 	"github.com/legation-io/legation/internal/node"
+	"github.com/legation-io/legation/internal/tracing"
 )
 
 func main() {
@@ -39,6 +42,13 @@ func main() {
 		os.Exit(2)
 	}
 	cfg.Registerer = node.NewRegistry()
+	tp, err := tracing.New(context.Background(), tracing.Config{Service: "xds-node",
+		Attributes: []attribute.KeyValue{attribute.String("legation.replica", cfg.Name)}, Logger: cfg.Logger})
+	if err != nil {
+		cfg.Logger.Error("xds-node cannot start", "err", err)
+		os.Exit(1)
+	}
+	cfg.Tracing = tp
 
 	n, err := node.New(cfg)
 	if err != nil {
@@ -48,7 +58,14 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	// Once shutdown began, a second signal kills at once.
 	context.AfterFunc(ctx, stop)
-	if err := n.Run(ctx); err != nil {
+	err = n.Run(ctx)
+	// The spans not yet exported go out (or give up) before the exit.
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	if serr := tp.Shutdown(sctx); serr != nil {
+		cfg.Logger.Warn("xds-node: traces", "err", serr)
+	}
+	cancel()
+	if err != nil {
 		cfg.Logger.Error("xds-node failed", "err", err)
 		os.Exit(1)
 	}

@@ -9,9 +9,13 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/legation-io/legation/internal/resource"
 	"github.com/legation-io/legation/internal/store"
+	"github.com/legation-io/legation/internal/tracing"
 )
 
 type applyFlags struct {
@@ -294,7 +298,21 @@ func (a *app) lock(ctx context.Context, c *conn, l lockSpec) (release func(), er
 // says so on errOut and plans again, up to maxAttempts times in all.
 // check, if not nil, may refuse a plan before anything is written. With
 // dryRun it prints the plan and writes nothing.
-func (a *app) execute(ctx context.Context, c *conn, req store.PlanRequest, l lockSpec, dryRun bool, opts store.ApplyOptions, check func(*store.Plan) error) error {
+//
+// With traces on, the whole is one span, legation.apply, whose trace
+// context is stored with the change (store.ApplyOptions.Traceparent):
+// the replicas' view and push spans join its trace.
+func (a *app) execute(ctx context.Context, c *conn, req store.PlanRequest, l lockSpec, dryRun bool, opts store.ApplyOptions, check func(*store.Plan) error) (err error) {
+	ctx, span := a.tracing.Tracer().Start(ctx, "legation.apply", trace.WithAttributes(
+		attribute.String("legation.scope", l.scope), attribute.Bool("legation.dry_run", dryRun)))
+	defer func() {
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+	}()
+	opts.Traceparent = tracing.Traceparent(ctx)
 	if !dryRun {
 		release, err := a.lock(ctx, c, l)
 		if err != nil {
@@ -348,8 +366,21 @@ func (a *app) execute(ctx context.Context, c *conn, req store.PlanRequest, l loc
 		if err != nil {
 			return err
 		}
+		span.SetAttributes(attribute.Int64("legation.revision", res.Revision), attribute.Int("legation.changes", countWork(plan)),
+			attribute.Int("legation.attempts", attempt))
 		return a.printApply(plan, res)
 	}
+}
+
+// countWork is the number of resources plan writes or deletes.
+func countWork(plan *store.Plan) int {
+	n := 0
+	for _, c := range plan.Changes {
+		if c.Action != store.Unchanged {
+			n++
+		}
+	}
+	return n
 }
 
 // afterPlanKey keys, in a command's context, a func(attempt int) that

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/user"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"github.com/legation-io/legation/internal/etcdconn"
 	"github.com/legation-io/legation/internal/resource"
 	"github.com/legation-io/legation/internal/store"
+	"github.com/legation-io/legation/internal/tracing"
 )
 
 // Output formats.
@@ -125,6 +127,9 @@ type app struct {
 	errOut io.Writer
 	// lookupEnv reads the environment; os.LookupEnv outside tests.
 	lookupEnv func(string) (string, bool)
+	// tracing is on when the OTEL_* variables say so (see package
+	// tracing); never nil.
+	tracing *tracing.Provider
 }
 
 // Run runs xdsadmin with args (without the program name), reading standard
@@ -139,6 +144,25 @@ func Run(ctx context.Context, args []string, in io.Reader, out, errOut io.Writer
 // run is Run reading the environment through lookupEnv.
 func run(ctx context.Context, args []string, in io.Reader, out, errOut io.Writer, lookupEnv func(string) (string, bool)) int {
 	a := &app{in: in, out: out, errOut: errOut, lookupEnv: lookupEnv}
+	getenv := func(k string) string { v, _ := lookupEnv(k); return v }
+	var log *slog.Logger // says which exporter is on; nothing when off
+	if on, _ := tracing.Enabled(getenv); on {
+		log = slog.New(slog.NewTextHandler(errOut, nil)).With("cmd", "xdsadmin")
+	}
+	tp, err := tracing.New(ctx, tracing.Config{Service: "xdsadmin", Getenv: getenv, Logger: log})
+	if err != nil {
+		fmt.Fprintf(errOut, "xdsadmin: %v\n", err)
+		return 1
+	}
+	a.tracing = tp
+	defer func() {
+		// The spans of the command go out before the process exits.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := tp.Shutdown(sctx); err != nil {
+			fmt.Fprintf(errOut, "xdsadmin: warning: %v\n", err)
+		}
+	}()
 	cmd := a.rootCommand()
 	cmd.SetArgs(args)
 	cmd.SetIn(in)

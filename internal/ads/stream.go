@@ -86,11 +86,7 @@ func (st *stream) Handle(t *resource.Type, r *discoveryv3.DiscoveryRequest) erro
 		st.setNames(ts, r.GetResourceNames(), false)
 		return nil
 	}
-	ts.rec.Acked = r.GetVersionInfo()
-	st.Ack(t, &ts.rec)
-	if ts.rec.Acked == ts.rec.Version {
-		ts.rec.ClearNack()
-	}
+	st.Ack(t, &ts.rec, r.GetVersionInfo())
 	st.setNames(ts, r.GetResourceNames(), true)
 	st.releaseHold()
 	st.updateStatus(ts)

@@ -98,9 +98,7 @@ func (st *stream) Handle(t *resource.Type, r *discoveryv3.DeltaDiscoveryRequest)
 			// Nothing is resent: what the client was sent counts as held,
 			// so only a later change of a resource sends it again.
 		} else {
-			ts.rec.Acked = ts.rec.Version
-			st.Ack(t, &ts.rec)
-			ts.rec.ClearNack()
+			st.Ack(t, &ts.rec, ts.rec.Version)
 			for _, n := range ts.inFlight {
 				delete(ts.nacked, n)
 			}

@@ -16,6 +16,7 @@ import (
 	"github.com/legation-io/legation/internal/etcdconn"
 	"github.com/legation-io/legation/internal/scope"
 	"github.com/legation-io/legation/internal/tlsfiles"
+	"github.com/legation-io/legation/internal/tracing"
 	"github.com/legation-io/legation/internal/xdsstream"
 )
 
@@ -256,6 +257,11 @@ type Config struct {
 	// Gatherer is what /metrics serves. Nil: Registerer, which must then
 	// be a Gatherer too (a *prometheus.Registry is) unless it is nil.
 	Gatherer prometheus.Gatherer
+	// Tracing makes the replica's spans (from the OTEL_* variables, see
+	// package tracing): its pushes, and otelgrpc's on the xDS server and
+	// the relay's connections. Nil or off: no span is made, and the push
+	// path carries no tracing hook.
+	Tracing *tracing.Provider
 }
 
 // DefaultConfig returns the flags' defaults (README, "xds-node"): dev mode

@@ -28,3 +28,14 @@ func (n *Node) ShareForTest() (fair float64, ok bool, open int) {
 	fair, ok = n.fairShare()
 	return fair, ok, n.limits.Open()
 }
+
+// HomeForTest returns the name of the replica the ring makes node id's
+// home.
+func (n *Node) HomeForTest(id string) string {
+	name, _, _ := n.cluster.Home(id)
+	return name
+}
+
+// PushTracingForTest reports whether the replica's xDS servers carry a
+// push tracer (traces on).
+func (n *Node) PushTracingForTest() bool { return n.pushes != nil }

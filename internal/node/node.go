@@ -44,6 +44,7 @@ import (
 	"github.com/legation-io/legation/internal/status"
 	"github.com/legation-io/legation/internal/store"
 	"github.com/legation-io/legation/internal/tlsfiles"
+	"github.com/legation-io/legation/internal/tracing"
 	"github.com/legation-io/legation/internal/xdsstream"
 )
 
@@ -80,6 +81,8 @@ type Node struct {
 	health     *health.Server
 	httpSrv    *http.Server
 	limits     *limits.Limits
+	// pushes makes the push spans; nil with traces off.
+	pushes *tracing.Pushes
 	// rebalancing is set while a rebalance after a membership change
 	// runs, and ringChanged is when one last began or ended (Unix
 	// nanoseconds): shedLoop waits for the ring to settle.
@@ -226,6 +229,17 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 	if err != nil {
 		return err
 	}
+	if cfg.Tracing.On() {
+		if n.pushes, err = tracing.NewPushes(tracing.PushConfig{
+			Provider: cfg.Tracing,
+			Client:   n.client,
+			Prefix:   cfg.EtcdPrefix,
+			Replica:  cfg.Name,
+			Logger:   n.log,
+		}); err != nil {
+			return fmt.Errorf("node: %w", err)
+		}
+	}
 	xcfg := xdsstream.Config{
 		Source:         n.view,
 		GroupBy:        groupBy,
@@ -242,6 +256,9 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 		Logger:              n.log,
 		Registerer:          n.reg,
 		PanicOnNode:         cfg.panicOnNode,
+	}
+	if n.pushes != nil {
+		xcfg.PushTracer = n.pushes // a nil *Pushes must not become a non-nil interface
 	}
 	if n.delta, err = delta.New(delta.Config{Config: xcfg}); err != nil {
 		return fmt.Errorf("node: %w", err)
@@ -278,6 +295,7 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 		// other presents a replica's identity.
 		rcfg.DialOptions = append(rcfg.DialOptions, grpc.WithTransportCredentials(credentials.NewTLS(n.tls.ClientConfig(n.verifyReplica))))
 	}
+	rcfg.DialOptions = append(rcfg.DialOptions, cfg.Tracing.DialOptions()...)
 	rcfg.Drained = n.xdsConns.closeSoon
 	rcfg.Logger = n.log
 	rcfg.Registerer = n.reg
@@ -333,6 +351,7 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 			n.relay.StreamInterceptor()),
 		grpc.ChainUnaryInterceptor(gm.UnaryServerInterceptor(), n.limits.RecoverUnary(),
 			n.guard.AdminUnaryInterceptor(statusv3.ClientStatusDiscoveryService_FetchClientStatus_FullMethodName)))
+	srvOpts = append(srvOpts, cfg.Tracing.ServerOptions()...)
 	if n.tls != nil {
 		srvOpts = append(srvOpts, grpc.Creds(credentials.NewTLS(n.tls.ServerConfig(xdsClientAuth(cfg.MTLS())))))
 	}
@@ -794,6 +813,9 @@ func (n *Node) runParts(ctx context.Context, wg *sync.WaitGroup) {
 	}
 	if n.cfg.MaxStreamsShare > 0 && n.cluster.Clustered() {
 		wg.Go(func() { n.shedLoop(ctx) })
+	}
+	if n.pushes != nil {
+		wg.Go(func() { n.pushes.Run(ctx, n.view) })
 	}
 	wg.Go(func() {
 		start := time.Now()

@@ -540,6 +540,10 @@ type ApplyOptions struct {
 	// listeners, routes, the other types, then the deletions, referring
 	// types first. Clients may then see the apply in parts.
 	Chunked bool
+	// Traceparent, if not empty, is the W3C trace context of the apply,
+	// stored in the apply marker of every scope written (ApplyMarker), in
+	// the same transaction: a replica finds it for the revision.
+	Traceparent string
 }
 
 // Apply writes a plan: one etcd transaction, so one revision, unless
@@ -595,7 +599,7 @@ func (s *Store) Apply(ctx context.Context, plan *Plan, opts ApplyOptions) (*Appl
 	}
 	since := plan.Revision
 	for i, ch := range chunks {
-		rev, err := s.commit(ctx, plan, ch, since, clientv3.LeaseID(res.Lease), now)
+		rev, err := s.commit(ctx, plan, ch, since, clientv3.LeaseID(res.Lease), now, opts.Traceparent)
 		if err != nil {
 			if i == 0 && res.Lease != 0 {
 				s.cfg.Client.Revoke(context.WithoutCancel(ctx), clientv3.LeaseID(res.Lease)) //nolint:errcheck // best effort; it expires anyway
@@ -637,6 +641,45 @@ type ApplyMarker struct {
 	By string `json:"by,omitempty"`
 	// At is when the apply was sent.
 	At time.Time `json:"at"`
+	// Traceparent is the W3C trace context of the apply that wrote the
+	// marker ("" when it was not traced, and in markers written before
+	// traces were stored).
+	Traceparent string `json:"traceparent,omitempty"`
+}
+
+// ParseApplyMarker decodes a marker's value. Fields it does not know are
+// ignored, and those it knows may be missing (a marker written before
+// they were): they are then zero.
+func ParseApplyMarker(b []byte) (ApplyMarker, error) {
+	var m ApplyMarker
+	if err := json.Unmarshal(b, &m); err != nil {
+		return ApplyMarker{}, fmt.Errorf("%w: apply marker: %v", ErrMalformed, err)
+	}
+	return m, nil
+}
+
+// ApplyMarkersAt returns the apply markers written by the transaction of
+// revision rev, by scope: those the store's applies put with the
+// resources they wrote at rev. It reads etcd at rev (an error once rev is
+// compacted away).
+func ApplyMarkersAt(ctx context.Context, kv clientv3.KV, prefix string, rev int64) (map[string]ApplyMarker, error) {
+	dir := prefix + appliesDir
+	resp, err := kv.Get(ctx, dir, clientv3.WithPrefix(), clientv3.WithRev(rev))
+	if err != nil {
+		return nil, fmt.Errorf("store: read apply markers at revision %d: %w", rev, err)
+	}
+	out := map[string]ApplyMarker{}
+	for _, k := range resp.Kvs {
+		if k.ModRevision != rev {
+			continue
+		}
+		m, err := ParseApplyMarker(k.Value)
+		if err != nil {
+			return nil, fmt.Errorf("store: %s: %w", k.Key, err)
+		}
+		out[strings.TrimPrefix(string(k.Key), dir)] = m
+	}
+	return out, nil
 }
 
 // guards returns what every transaction of plan compares: the etcd
@@ -668,7 +711,7 @@ func (s *Store) guards(plan *Plan) (dirs, scopes []string) {
 // commit sends one transaction: the plan's guards, compared against
 // revision since (nothing they cover was written after it), then the
 // writes of changes and the apply markers of the scopes they write.
-func (s *Store) commit(ctx context.Context, plan *Plan, changes []Change, since int64, lease clientv3.LeaseID, now *timestamppb.Timestamp) (int64, error) {
+func (s *Store) commit(ctx context.Context, plan *Plan, changes []Change, since int64, lease clientv3.LeaseID, now *timestamppb.Timestamp, traceparent string) (int64, error) {
 	dirs, scopes := s.guards(plan)
 	cmps := make([]clientv3.Cmp, 0, len(dirs)+len(scopes))
 	for _, d := range dirs {
@@ -701,7 +744,7 @@ func (s *Store) commit(ctx context.Context, plan *Plan, changes []Change, since 
 		}
 		ops = append(ops, clientv3.OpPut(key, string(val), po...))
 	}
-	marker, err := json.Marshal(ApplyMarker{By: s.cfg.Writer, At: now.AsTime()})
+	marker, err := json.Marshal(ApplyMarker{By: s.cfg.Writer, At: now.AsTime(), Traceparent: traceparent})
 	if err != nil {
 		return 0, fmt.Errorf("store: encode apply marker: %w", err)
 	}
@@ -766,7 +809,7 @@ func (s *Store) chunk(plan *Plan, chunked bool) ([][]Change, error) {
 		fixed += len(d) + 16
 	}
 	for _, sc := range scopes {
-		fixed += 2*len(ApplyMarkerKey(s.cfg.Prefix, sc)) + len(s.cfg.Writer) + 96
+		fixed += 2*len(ApplyMarkerKey(s.cfg.Prefix, sc)) + len(s.cfg.Writer) + 96 + 72 // 72: a traceparent
 	}
 	if ncmps > s.cfg.MaxTxnOps {
 		return nil, fmt.Errorf("%w: the apply needs %d compares in every transaction (one per type and scope it declares or prunes, and one per scope), more than etcd's --max-txn-ops (%d): split it by scope, or raise --max-txn-ops on every etcd member and pass the same value to xdsadmin --max-txn-ops",

@@ -115,6 +115,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer gets the server's metrics; nil registers none.
 	Registerer prometheus.Registerer
+	// PushTracer, if set, is told of every response sent and answered
+	// (traces); nil: none is.
+	PushTracer PushTracer
 
 	// PanicOnNode is a test hook, never set in production: a stream whose
 	// first request names this node id panics in its handler's goroutine,

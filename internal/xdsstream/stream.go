@@ -357,6 +357,7 @@ func (s *Stream[T]) Send(t *resource.Type, rec *Record, version, key string, bui
 	if err := s.sendMsg(w); err != nil {
 		return "", err
 	}
+	s.traceSent()
 	tm := c.types[t.Order]
 	tm.responses.Inc()
 	tm.resources.Add(float64(n))
@@ -386,15 +387,21 @@ func (s *Stream[T]) Touch(rec *Record) {
 	}
 }
 
-// Ack records that the client ACKed the last response of type t: the
-// time from the commit of the oldest change it was sent since its last
-// ACK to now goes to the convergence histogram.
-func (s *Stream[T]) Ack(t *resource.Type, rec *Record) {
-	if rec.carried == 0 {
-		return
+// Ack records that the client ACKed version of type t: it is the version
+// ACKed; the time from the commit of the oldest change it was sent since
+// its last ACK to now goes to the convergence histogram; and once the
+// last response sent is ACKed, a NACK of an earlier one is forgotten and
+// the PushTracer, if any, is told.
+func (s *Stream[T]) Ack(t *resource.Type, rec *Record, version string) {
+	rec.Acked = version
+	if rec.carried != 0 {
+		s.core.types[t.Order].convergence.Observe(seconds(time.Now().UnixNano() - rec.carried))
+		rec.carried = 0
 	}
-	s.core.types[t.Order].convergence.Observe(seconds(time.Now().UnixNano() - rec.carried))
-	rec.carried = 0
+	if version == rec.Version {
+		rec.ClearNack()
+		s.traceAnswer(t, rec, false)
+	}
 }
 
 // sendMsg sends m, bounded by SendTimeout (see Sender): a stream
@@ -475,6 +482,9 @@ type Record struct {
 	// sent and not ACKed. Zero: none.
 	pending stamp
 	carried int64
+	// answered is the nonce of the last response whose ACK or NACK the
+	// PushTracer was told of.
+	answered string
 }
 
 // stamp is a snapshot's revision, and when the view received it and its
@@ -514,6 +524,7 @@ func (s *Stream[T]) Nack(t *resource.Type, rec *Record, msg string) {
 	}
 	rec.Nacked, rec.NackMsg, rec.nackNonce = rec.Version, msg, rec.Nonce
 	rec.carried = 0 // a rejected change does not converge
+	s.traceAnswer(t, rec, true)
 }
 
 // StaleNonce counts a request of type t answering nonce, which is not the
