@@ -32,4 +32,3 @@ func (s *Stream[T]) traceAnswer(t *resource.Type, rec *Record, nack bool) {
 		tr.Answered(t, rec.Version, s.Node.GetId(), nack)
 	}
 }
-
