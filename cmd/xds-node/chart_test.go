@@ -682,3 +682,62 @@ func xdsNodeFlags() *pflag.FlagSet {
 	fs, _, _ := newFlagSet(&cfg)
 	return fs
 }
+
+// flagsLeftOut are the xds-node flags the chart has no value for: dev
+// mode's, --standalone (a replica alone), and --etcd-password (the chart
+// passes LEGATION_ETCD_PASSWORD from a Secret instead).
+var flagsLeftOut = []string{"data-dir", "dev-etcd-addr", "standalone", "etcd-password"}
+
+// TestChartCoversFlags checks that every xds-node flag has a value in the
+// chart: one the templates set, a key of values.yaml's config, or one of
+// flagsLeftOut; and that every config key names a flag, null ones too.
+func TestChartCoversFlags(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(repoRoot(t), chartDir, "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var values struct {
+		Config map[string]any `json:"config"`
+	}
+	if err := yaml.Unmarshal(raw, &values); err != nil {
+		t.Fatalf("values.yaml: %v", err)
+	}
+	fs := xdsNodeFlags()
+	covered := map[string]string{}
+	for key := range values.Config {
+		var b strings.Builder
+		for _, r := range key {
+			if r >= 'A' && r <= 'Z' {
+				b.WriteByte('-')
+				r += 'a' - 'A'
+			}
+			b.WriteRune(r)
+		}
+		name := b.String()
+		if fs.Lookup(name) == nil {
+			t.Errorf("values.yaml config.%s: xds-node has no flag --%s", key, name)
+		}
+		covered[name] = "values.yaml config." + key
+	}
+	// The flags the templates set, TLS and etcd authentication on.
+	_, rep, _ := renderChecked(t, "--set", "etcd.bundled.enabled=false",
+		"--set", "etcd.external.endpoints={https://etcd:2379}", "--set", "etcd.external.tls.secretName=etcd-client",
+		"--set", "etcd.external.username=legation", "--set", "etcd.external.passwordSecret.name=etcd-password",
+		"--set", "tls.enabled=true", "--set", "tls.secretName=legation-tls",
+		"--set", "tls.replicaIdentities={spiffe://example.org/r}", "--set", "tls.authzDefaultTrustDomain=example.org",
+		"--set", "gossip.keySecret.name=gossip")
+	for _, a := range rep.args {
+		name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+		if _, ok := covered[name]; !ok {
+			covered[name] = "the templates"
+		}
+	}
+	for _, name := range flagsLeftOut {
+		covered[name] = "left out"
+	}
+	fs.VisitAll(func(f *pflag.Flag) {
+		if _, ok := covered[f.Name]; !ok {
+			t.Errorf("xds-node --%s: no value in the chart; add it to values.yaml's config (or to flagsLeftOut, saying why)", f.Name)
+		}
+	})
+}
