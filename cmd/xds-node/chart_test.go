@@ -741,3 +741,57 @@ func TestChartCoversFlags(t *testing.T) {
 		}
 	})
 }
+
+// TestChartNotes renders NOTES.txt (helm template leaves it out, so a
+// copy of the chart holds it as a template) and checks that it points
+// Envoy at the xDS Service and port.
+func TestChartNotes(t *testing.T) {
+	root := repoRoot(t)
+	dir := filepath.Join(t.TempDir(), "legation")
+	if err := os.CopyFS(dir, os.DirFS(filepath.Join(root, chartDir))); err != nil {
+		t.Fatal(err)
+	}
+	notes, err := os.ReadFile(filepath.Join(dir, "templates", "NOTES.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrapped := "notes: |\n  " + strings.ReplaceAll(string(notes), "\n", "\n  ") + "\n"
+	if err := os.WriteFile(filepath.Join(dir, "templates", "notes-test.yaml"), []byte(wrapped), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		set  []string
+		want []string
+	}{
+		{nil, []string{"legation-xds.legation.svc:18000", "address: legation-xds.legation.svc, port_value: 18000", "bundled 3-member etcd", "not encrypted"}},
+		{[]string{"ports.xds=9000", "tls.enabled=true", "tls.secretName=legation-tls", "etcd.bundled.enabled=false",
+			"etcd.external.endpoints={https://etcd:2379}", "gossip.keySecret.name=g"},
+			[]string{"port_value: 9000", "Secret legation-tls", "https://etcd:2379", "curl -k https://"}},
+	} {
+		args := []string{"tool", "-modfile=hack/tools/go.mod", "helm", "template", chartRelease, dir,
+			"--namespace", chartNamespace, "--show-only", "templates/notes-test.yaml"}
+		for _, s := range tc.set {
+			args = append(args, "--set", s)
+		}
+		cmd := exec.Command("go", args...)
+		cmd.Dir = root
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		var doc struct {
+			Notes string `json:"notes"`
+		}
+		if err := yaml.Unmarshal(out, &doc); err != nil {
+			t.Fatalf("NOTES with %q: %v\n%s", tc.set, err, out)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(doc.Notes, w) {
+				t.Errorf("NOTES with %q: no %q in\n%s", tc.set, w, doc.Notes)
+			}
+		}
+		if strings.Contains(doc.Notes, "not encrypted") == slices.Contains(tc.set, "gossip.keySecret.name=g") {
+			t.Errorf("NOTES with %q: the gossip encryption warning is wrong", tc.set)
+		}
+	}
+}
