@@ -15,6 +15,8 @@ FUZZ_RUNS := $(shell grep -rE --include='*_test.go' '$(FUZZ_FUNC)' . | sed -nE '
 # golangci-lint, pinned in hack/tools/go.mod apart from the product's go.mod;
 # .golangci.yml says which linters run.
 GOLANGCI_LINT := $(GO) tool -modfile=hack/tools/go.mod golangci-lint
+# helm, pinned in the same tools module: renders deploy/helm/legation.
+HELM := $(GO) tool -modfile=hack/tools/go.mod helm
 
 # Debian packages `setup` installs when what they provide is missing.
 APT_PROTOC     := protobuf-compiler
@@ -24,7 +26,7 @@ APT_SHELLCHECK := shellcheck
 APT_IPROUTE    := iproute2
 
 .PHONY: all build run test check-proto fmt-check golangci-lint shellcheck unit \
-	fuzz $(FUZZ_RUNS) e2e bench bench-load lint proto tidy setup clean
+	fuzz $(FUZZ_RUNS) e2e bench bench-load lint proto tidy manifests setup clean
 
 all: build
 
@@ -105,6 +107,14 @@ shellcheck: setup
 # Regenerates proto/ in place; commit the result (check-proto fails otherwise).
 proto:
 	./proto/gen.sh
+
+# Renders the Helm chart's default values into deploy/kubernetes/ (commit
+# the result: cmd/xds-node's TestChartDefault fails when it is stale; it
+# renders with the same release name and namespace).
+manifests:
+	@mkdir -p deploy/kubernetes
+	$(HELM) template legation deploy/helm/legation --namespace legation > deploy/kubernetes/legation.yaml.tmp
+	mv deploy/kubernetes/legation.yaml.tmp deploy/kubernetes/legation.yaml
 
 # Fails, showing the diff, when go.mod or go.sum are not tidy, the
 # product's or the tools module's (hack/tools).

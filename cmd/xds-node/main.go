@@ -75,7 +75,47 @@ func main() {
 // checked Config with its Logger set. Errors name the flag.
 func parseFlags(args []string) (node.Config, error) {
 	cfg := node.DefaultConfig()
-	fs := pflag.NewFlagSet("xds-node", pflag.ContinueOnError)
+	fs, logLevel, logFormat := newFlagSet(&cfg)
+	if err := fs.Parse(args); err != nil {
+		if !errors.Is(err, pflag.ErrHelp) {
+			err = fmt.Errorf("%w (see --help)", err)
+		}
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected argument %q (see --help)", fs.Arg(0))
+	}
+	if err := applyEnv(fs); err != nil {
+		return cfg, err
+	}
+	cfg.EtcdEndpoints = cleanList(cfg.EtcdEndpoints)
+	cfg.Join = cleanList(cfg.Join)
+	cfg.ReplicaIdentities = cleanList(cfg.ReplicaIdentities)
+	if cfg.DevMode() {
+		// Dev mode is private until the operator picks an address: its
+		// listeners default to loopback, not every interface.
+		for _, f := range []struct {
+			name string
+			addr *string
+		}{{"xds-addr", &cfg.XDSAddr}, {"http-addr", &cfg.HTTPAddr}, {"gossip-addr", &cfg.GossipAddr}} {
+			if !fs.Changed(f.name) {
+				*f.addr = loopbackDefault(*f.addr)
+			}
+		}
+	}
+	logger, err := newLogger(*logLevel, *logFormat)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.Logger = logger
+	return cfg, cfg.Validate()
+}
+
+// newFlagSet is xds-node's flag set, bound to cfg's fields, with the
+// --log-level and --log-format values it returns beside. The Helm chart's
+// test (chart_test.go) checks the chart's arguments against it.
+func newFlagSet(cfg *node.Config) (fs *pflag.FlagSet, logLevel, logFormat *string) {
+	fs = pflag.NewFlagSet("xds-node", pflag.ContinueOnError)
 	fs.SortFlags = false
 	fs.StringSliceVar(&cfg.EtcdEndpoints, "etcd-endpoints", cfg.EtcdEndpoints,
 		"etcd endpoints, comma separated (host:port, http://host:port or https://host:port); empty: dev mode, an embedded single-member etcd")
@@ -98,8 +138,8 @@ func parseFlags(args []string) (node.Config, error) {
 		"in etcd mode, stay out of any cluster: no gossip, no relaying; serve every node here")
 	fs.StringVar(&cfg.Name, "name", cfg.Name, "replica name")
 	fs.StringVar(&cfg.GroupBy, "group-by", cfg.GroupBy, "how a node's group is derived: cluster, id or metadata:KEY")
-	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
-	logFormat := fs.String("log-format", "text", "log format: text or json")
+	logLevel = fs.String("log-level", "info", "log level: debug, info, warn or error")
+	logFormat = fs.String("log-format", "text", "log format: text or json")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout,
 		"on SIGTERM or SIGINT, once --drain-period is over, how long to let what is left of streams and requests finish before cutting them")
 	fs.DurationVar(&cfg.DrainPeriod, "drain-period", cfg.DrainPeriod,
@@ -170,40 +210,7 @@ func parseFlags(args []string) (node.Config, error) {
 			"a flag given on the command line wins, and an empty variable is ignored.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-
-	if err := fs.Parse(args); err != nil {
-		if !errors.Is(err, pflag.ErrHelp) {
-			err = fmt.Errorf("%w (see --help)", err)
-		}
-		return cfg, err
-	}
-	if fs.NArg() > 0 {
-		return cfg, fmt.Errorf("unexpected argument %q (see --help)", fs.Arg(0))
-	}
-	if err := applyEnv(fs); err != nil {
-		return cfg, err
-	}
-	cfg.EtcdEndpoints = cleanList(cfg.EtcdEndpoints)
-	cfg.Join = cleanList(cfg.Join)
-	cfg.ReplicaIdentities = cleanList(cfg.ReplicaIdentities)
-	if cfg.DevMode() {
-		// Dev mode is private until the operator picks an address: its
-		// listeners default to loopback, not every interface.
-		for _, f := range []struct {
-			name string
-			addr *string
-		}{{"xds-addr", &cfg.XDSAddr}, {"http-addr", &cfg.HTTPAddr}, {"gossip-addr", &cfg.GossipAddr}} {
-			if !fs.Changed(f.name) {
-				*f.addr = loopbackDefault(*f.addr)
-			}
-		}
-	}
-	logger, err := newLogger(*logLevel, *logFormat)
-	if err != nil {
-		return cfg, err
-	}
-	cfg.Logger = logger
-	return cfg, cfg.Validate()
+	return fs, logLevel, logFormat
 }
 
 // applyEnv sets each flag not given on the command line from its
