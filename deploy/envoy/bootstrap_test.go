@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"path"
 	"path/filepath"
@@ -22,6 +23,9 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/serviceconfig"
+	"google.golang.org/grpc/xds"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/reflect/protoregistry"
 	"sigs.k8s.io/yaml"
@@ -384,6 +388,66 @@ func TestGRPCBootstraps(t *testing.T) {
 				t.Fatalf("certificate_providers: default %v, plugin %q: want default, a file_watcher", ok, p.PluginName)
 			}
 			checkFileConfig(t, "certificate_providers default config", p.Config)
+		})
+	}
+}
+
+// fakeConn is the resolver.ClientConn of TestGRPCParsesBootstraps; the
+// resolver's reports are dropped.
+type fakeConn struct {
+	resolver.ClientConn
+}
+
+func (*fakeConn) ReportError(error)                {}
+func (*fakeConn) UpdateState(resolver.State) error { return nil }
+func (*fakeConn) ParseServiceConfig(string) *serviceconfig.ParseResult {
+	return &serviceconfig.ParseResult{}
+}
+
+// TestGRPCParsesBootstraps has grpc-go's xDS resolver parse each gRPC
+// bootstrap (its own parser, which checks the credential types and the
+// certificate provider configs): the resolver is built for xds:///echo
+// and closed. server_uri is pointed at a listener of the test's, so that
+// the client's connection stays inside the test.
+func TestGRPCParsesBootstraps(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	target, err := url.Parse("xds:///echo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, file := range []string{"grpc-bootstrap.json", "grpc-bootstrap-mtls.json"} {
+		t.Run(file, func(t *testing.T) {
+			raw, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			uri := []byte(`"server_uri": "127.0.0.1:18000"`)
+			if !bytes.Contains(raw, uri) {
+				t.Fatalf("%s: no %s", file, uri)
+			}
+			raw = bytes.Replace(raw, uri, []byte(`"server_uri": "`+ln.Addr().String()+`"`), 1)
+			b, err := xds.NewXDSResolverWithConfigForTesting(raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := b.Build(resolver.Target{URL: *target}, &fakeConn{}, resolver.BuildOptions{})
+			if err != nil {
+				t.Fatalf("%s: grpc-go refuses it: %v", file, err)
+			}
+			r.Close()
 		})
 	}
 }
