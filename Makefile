@@ -140,7 +140,8 @@ tidy:
 
 # Installs what the tests need from Debian when it is missing: protoc (and
 # the well-known .proto files), haproxy, shellcheck, ip (the network
-# namespaces of internal/netnstest), and a C compiler for -race.
+# namespaces of internal/netnstest), a C compiler for -race, and (through
+# image-setup) podman and the CA bundle for image-test.
 setup: image-setup
 	@set -e; need=""; \
 	command -v protoc >/dev/null 2>&1 || need="$$need $(APT_PROTOC)"; \

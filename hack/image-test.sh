@@ -26,6 +26,10 @@ trap cleanup EXIT
 image=localhost/legation:image-test
 version=v0.0.0-image-test
 revision=$(git rev-parse HEAD)
+# Built twice, the first time with other labels: the second build must
+# not reuse the first's (podman's layer cache ignores build arguments).
+PODMAN="${podman[*]}" IMAGE=$image VERSION=v0.0.0-stale REVISION=stale \
+  CONTEXT="$tmp/context" ./hack/image.sh
 PODMAN="${podman[*]}" IMAGE=$image VERSION=$version REVISION=$revision \
   CONTEXT="$tmp/context" ./hack/image.sh
 

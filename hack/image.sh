@@ -49,7 +49,9 @@ cp "$cacerts" "$CONTEXT/ca-certificates.crt"
 chmod 0644 "$CONTEXT/ca-certificates.crt"
 chmod 0755 "$CONTEXT/xds-node" "$CONTEXT/xdsadmin"
 
-"${podman[@]}" build --quiet --file deploy/image/Containerfile \
+# --no-cache: podman's layer cache ignores build arguments and would keep
+# an earlier build's labels; --layers=false: no intermediate images.
+"${podman[@]}" build --quiet --no-cache --layers=false --file deploy/image/Containerfile \
   --build-arg VERSION="$VERSION" --build-arg REVISION="$REVISION" \
   --build-arg SOURCE="$SOURCE" "${tags[@]}" "$CONTEXT" >/dev/null
 echo "image: built $IMAGE (version $VERSION, revision $REVISION)"
