@@ -49,6 +49,7 @@ inspect() {
 want user "$(inspect '{{.Config.User}}')" 65532:65532
 want entrypoint "$(inspect '{{json .Config.Entrypoint}}')" '["/usr/local/bin/xds-node"]'
 want cmd "$(inspect '{{json .Config.Cmd}}')" null
+# shellcheck disable=SC2016 # a Go template, not shell
 want "exposed ports" "$(inspect '{{range $p, $_ := .Config.ExposedPorts}}{{$p}} {{end}}')" \
   '18000/tcp 18001/tcp 7946/tcp 7946/udp '
 label() {
