@@ -24,9 +24,16 @@ APT_HAPROXY    := haproxy
 APT_CC         := gcc libc6-dev
 APT_SHELLCHECK := shellcheck
 APT_IPROUTE    := iproute2
+APT_PODMAN     := podman
+APT_CACERTS    := ca-certificates
 
 .PHONY: all build run test check-proto fmt-check golangci-lint shellcheck unit \
+<<<<<<< HEAD
 	fuzz $(FUZZ_RUNS) e2e bench bench-load lint proto tidy manifests setup clean
+=======
+	fuzz $(FUZZ_RUNS) e2e bench bench-load lint proto tidy setup clean \
+	image image-test image-setup
+>>>>>>> img
 
 all: build
 
@@ -37,7 +44,7 @@ build:
 run: build
 	./bin/xds-node
 
-test: setup tidy check-proto fmt-check golangci-lint shellcheck unit fuzz
+test: setup tidy check-proto fmt-check golangci-lint shellcheck unit fuzz image-test
 
 # What needs setup depends on it, so `make -j test` keeps the order.
 check-proto: setup
@@ -104,6 +111,29 @@ golangci-lint:
 shellcheck: setup
 	./hack/shellcheck.sh
 
+# The container image (deploy/image/Containerfile, built by hack/image.sh
+# with podman): static xds-node and xdsadmin and the CA bundle, FROM
+# scratch, as localhost/legation:VERSION and :latest.
+image: image-setup
+	GO=$(GO) ./hack/image.sh
+
+# Builds the image in a throw-away podman storage and checks it: user,
+# entrypoint, ports, labels, its files, and its binaries run (needs root).
+image-test: image-setup
+	GO=$(GO) ./hack/image-test.sh
+
+# What `image` needs from Debian (`setup` runs it first): podman and the
+# CA bundle copied into the image.
+image-setup:
+	@set -e; need=""; \
+	command -v podman >/dev/null 2>&1 || need="$$need $(APT_PODMAN)"; \
+	[ -s /etc/ssl/certs/ca-certificates.crt ] || need="$$need $(APT_CACERTS)"; \
+	if [ -z "$$need" ]; then exit 0; fi; \
+	sudo=""; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \
+	echo "image-setup: installing$$need"; \
+	$$sudo apt-get update; \
+	$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$need
+
 # Regenerates proto/ in place; commit the result (check-proto fails otherwise).
 proto:
 	./proto/gen.sh
@@ -124,8 +154,9 @@ tidy:
 
 # Installs what the tests need from Debian when it is missing: protoc (and
 # the well-known .proto files), haproxy, shellcheck, ip (the network
-# namespaces of internal/netnstest), and a C compiler for -race.
-setup:
+# namespaces of internal/netnstest), a C compiler for -race, and (through
+# image-setup) podman and the CA bundle for image-test.
+setup: image-setup
 	@set -e; need=""; \
 	command -v protoc >/dev/null 2>&1 || need="$$need $(APT_PROTOC)"; \
 	[ -f /usr/include/google/protobuf/any.proto ] || need="$$need libprotobuf-dev"; \
