@@ -28,12 +28,8 @@ APT_PODMAN     := podman
 APT_CACERTS    := ca-certificates
 
 .PHONY: all build run test check-proto fmt-check golangci-lint shellcheck unit \
-<<<<<<< HEAD
-	fuzz $(FUZZ_RUNS) e2e bench bench-load lint proto tidy manifests setup clean
-=======
-	fuzz $(FUZZ_RUNS) e2e bench bench-load lint proto tidy setup clean \
+	fuzz $(FUZZ_RUNS) e2e bench bench-load lint proto tidy manifests setup clean \
 	image image-test image-setup
->>>>>>> img
 
 all: build
 
