@@ -23,7 +23,7 @@ APT_CC         := gcc libc6-dev
 APT_SHELLCHECK := shellcheck
 APT_IPROUTE    := iproute2
 
-.PHONY: all build run test check-proto fmt-check golangci-lint shellcheck unit \
+.PHONY: all build run demo test check-proto fmt-check golangci-lint shellcheck unit \
 	fuzz $(FUZZ_RUNS) e2e bench bench-load lint proto tidy setup clean
 
 all: build
@@ -34,6 +34,13 @@ build:
 # Dev mode: an embedded etcd in ./legation-data, xDS on :18000.
 run: build
 	./bin/xds-node
+
+# The demo of README "Demo": dev mode, two echo backends, examples/ applied
+# and a proxyless gRPC client printing the split between the backends each
+# second, until Ctrl-C (examples/demo/main.go, internal/demo).
+demo: build
+	$(GO) build -o bin/legation-demo ./examples/demo
+	./bin/legation-demo run
 
 test: setup tidy check-proto fmt-check golangci-lint shellcheck unit fuzz
 
