@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -80,13 +81,24 @@ func RunStack(ctx context.Context, cfg StackConfig) (err error) {
 	}
 	defer logFile.Close()
 
+	// Another replica (a make run) answering on the HTTP address would
+	// pass for this one.
+	if c, err := net.DialTimeout("tcp", cfg.HTTPAddr, time.Second); err == nil {
+		c.Close()
+		return fmt.Errorf("demo: %s is in use (an xds-node of make run?): stop it first", cfg.HTTPAddr)
+	}
 	node := exec.Command(cfg.XDSNode, "--data-dir", dir)
 	node.Stdout, node.Stderr = logFile, logFile
 	if err := node.Start(); err != nil {
 		return fmt.Errorf("demo: start xds-node (make build puts it in bin/): %w", err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- node.Wait() }()
+	// exited is closed once xds-node has exited, with waitErr set.
+	var waitErr error
+	exited := make(chan struct{})
+	go func() {
+		waitErr = node.Wait()
+		close(exited)
+	}()
 	defer func() {
 		select {
 		case <-exited:
@@ -101,16 +113,17 @@ func RunStack(ctx context.Context, cfg StackConfig) (err error) {
 			<-exited
 		}
 	}()
-	nodeFailed := func(werr error) error {
+	nodeFailed := func() error {
+		werr := waitErr // read after exited is closed
 		tail, _ := os.ReadFile(logPath)
 		if len(tail) > 2000 {
 			tail = tail[len(tail)-2000:]
 		}
-		return fmt.Errorf("demo: xds-node exited (%v); the end of its log %s:\n%s", werr, logPath, tail)
+		return fmt.Errorf("demo: xds-node exited (%v); the end of its log:\n%s", werr, tail)
 	}
 	if err := waitReady(ctx, cfg.HTTPAddr, exited); err != nil {
 		if errors.Is(err, errExited) {
-			return nodeFailed(err)
+			return nodeFailed()
 		}
 		return err
 	}
@@ -150,15 +163,14 @@ func RunStack(ctx context.Context, cfg StackConfig) (err error) {
 		})
 	}()
 	select {
-	case werr := <-exited:
-		exited <- werr // for the deferred stop
+	case <-exited:
 		cancel()
-		<-done
+		_ = <-done // Run returns runCtx's error
 		if ctx.Err() != nil {
 			// Ctrl-C reaches xds-node too (one process group): not a failure.
 			return nil
 		}
-		return nodeFailed(werr)
+		return nodeFailed()
 	case err := <-done:
 		if ctx.Err() != nil {
 			return nil
@@ -171,10 +183,10 @@ var errExited = errors.New("xds-node exited")
 
 // waitReady polls http://addr/readyz until it answers 200, for up to a
 // minute, or until the process ends (exited).
-func waitReady(ctx context.Context, addr string, exited chan error) error {
+func waitReady(ctx context.Context, addr string, exited <-chan struct{}) error {
 	deadline := time.Now().Add(time.Minute)
 	c := &http.Client{Timeout: time.Second}
-	last := "no answer"
+	var last string
 	for {
 		resp, err := c.Get("http://" + addr + "/readyz")
 		if err == nil {
@@ -192,9 +204,8 @@ func waitReady(ctx context.Context, addr string, exited chan error) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case werr := <-exited:
-			exited <- werr // for the deferred stop
-			return fmt.Errorf("%w: %v", errExited, werr)
+		case <-exited:
+			return errExited
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
