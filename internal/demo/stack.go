@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -38,6 +39,13 @@ type StackConfig struct {
 	Interval, Window time.Duration
 	// Out receives the progress and one line per window.
 	Out io.Writer
+	// NodeArgs are more flags for xds-node (addresses other than dev
+	// mode's, for tests), AdminArgs flags for xdsadmin before its command
+	// (--etcd-endpoints to match).
+	NodeArgs, AdminArgs []string
+	// OnSplit, if set, is also handed each window's Split, from the
+	// client's goroutine (it must not block for long).
+	OnSplit func(Split)
 }
 
 // DefaultStackConfig is `make demo`: the binaries of bin/, examples/, dev
@@ -87,7 +95,7 @@ func RunStack(ctx context.Context, cfg StackConfig) (err error) {
 		c.Close()
 		return fmt.Errorf("demo: %s is in use (an xds-node of make run?): stop it first", cfg.HTTPAddr)
 	}
-	node := exec.Command(cfg.XDSNode, "--data-dir", dir)
+	node := exec.Command(cfg.XDSNode, append([]string{"--data-dir", dir}, cfg.NodeArgs...)...)
 	node.Stdout, node.Stderr = logFile, logFile
 	if err := node.Start(); err != nil {
 		return fmt.Errorf("demo: start xds-node (make build puts it in bin/): %w", err)
@@ -138,7 +146,7 @@ func RunStack(ctx context.Context, cfg StackConfig) (err error) {
 		fmt.Fprintf(cfg.Out, "legation-demo: echo backend %s on %s\n", b.Name, b.Addr())
 	}
 
-	args := []string{"apply", "-f", cfg.Examples}
+	args := append(slices.Clone(cfg.AdminArgs), "apply", "-f", cfg.Examples)
 	fmt.Fprintf(cfg.Out, "$ %s %s\n", cfg.XDSAdmin, strings.Join(args, " "))
 	var applyErr bytes.Buffer
 	apply := exec.CommandContext(ctx, cfg.XDSAdmin, args...)
@@ -160,6 +168,9 @@ func RunStack(ctx context.Context, cfg StackConfig) (err error) {
 	go func() {
 		done <- Run(runCtx, cc, cfg.Interval, cfg.Window, func(s Split) {
 			fmt.Fprintf(cfg.Out, "%s  %s\n", s.End.Format(time.TimeOnly), s)
+			if cfg.OnSplit != nil {
+				cfg.OnSplit(s)
+			}
 		})
 	}()
 	select {
