@@ -176,7 +176,9 @@ func RunStack(ctx context.Context, cfg StackConfig) (err error) {
 	select {
 	case <-exited:
 		cancel()
-		_ = <-done // Run returns runCtx's error
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			return err
+		}
 		if ctx.Err() != nil {
 			// Ctrl-C reaches xds-node too (one process group): not a failure.
 			return nil
