@@ -68,7 +68,15 @@ func DefaultStackConfig() StackConfig {
 // when ctx ends stops it all (xds-node with SIGINT, then SIGKILL after
 // 10 s) and returns nil. It returns an error, having stopped what it
 // started, when a part fails to start or xds-node exits.
-func RunStack(ctx context.Context, cfg StackConfig) (err error) {
+func RunStack(ctx context.Context, cfg StackConfig) error {
+	switch {
+	case cfg.XDSNode == "" || cfg.XDSAdmin == "":
+		return errors.New("demo: the xds-node and xdsadmin binaries must be named")
+	case cfg.Examples == "":
+		return errors.New("demo: no examples to apply")
+	case cfg.Interval <= 0 || cfg.Window <= 0:
+		return fmt.Errorf("demo: client: interval %s and window %s must be > 0", cfg.Interval, cfg.Window)
+	}
 	if cfg.Out == nil {
 		cfg.Out = io.Discard
 	}

@@ -37,6 +37,7 @@ func TestRunStackFailsClearly(t *testing.T) {
 		{"no binary", "/nonexistent/xds-node", freeAddr, "start xds-node (make build puts it in bin/)"},
 		{"xds-node exits", falseBin, freeAddr, "xds-node exited (exit status 1)"},
 		{"address in use", falseBin, busy.Addr().String(), busy.Addr().String() + " is in use"},
+		{"no xds-node named", "", freeAddr, "the xds-node and xdsadmin binaries must be named"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := demo.DefaultStackConfig()
