@@ -27,7 +27,7 @@ APT_IPROUTE    := iproute2
 APT_PODMAN     := podman
 APT_CACERTS    := ca-certificates
 
-.PHONY: all build run test check-proto fmt-check golangci-lint shellcheck unit \
+.PHONY: all build run demo test check-proto fmt-check golangci-lint shellcheck unit \
 	fuzz $(FUZZ_RUNS) e2e bench bench-load lint proto tidy manifests setup clean \
 	image image-test image-setup
 
@@ -39,6 +39,13 @@ build:
 # Dev mode: an embedded etcd in ./legation-data, xDS on :18000.
 run: build
 	./bin/xds-node
+
+# The demo of README "Demo": dev mode, two echo backends, examples/ applied
+# and a proxyless gRPC client printing the split between the backends each
+# second, until Ctrl-C (examples/demo/main.go, internal/demo).
+demo: build
+	$(GO) build -o bin/legation-demo ./examples/demo
+	./bin/legation-demo run
 
 test: setup tidy check-proto fmt-check golangci-lint shellcheck unit fuzz image-test
 
