@@ -7,7 +7,10 @@ import (
 	"sort"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/legation-io/legation/internal/store"
 )
 
 // BadWindow is a stored window that could not be read.
@@ -23,35 +26,20 @@ const readPage = 100
 // values could not be read (skipped). It reads at one revision, in pages.
 func Read(ctx context.Context, c *clientv3.Client, prefix string) ([]Window, []BadWindow, error) {
 	dir := KeyPrefix(prefix)
-	end := clientv3.GetPrefixRangeEnd(dir)
 	var (
 		out []Window
 		bad []BadWindow
-		rev int64
 	)
-	from := dir
-	for {
-		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(readPage)}
-		if rev != 0 {
-			opts = append(opts, clientv3.WithRev(rev))
-		}
-		resp, err := c.Get(ctx, from, opts...)
+	_, err := store.ReadPages(ctx, c, dir, readPage, func(kv *mvccpb.KeyValue) {
+		w, err := Decode(prefix, string(kv.Key), kv.Value)
 		if err != nil {
-			return nil, nil, fmt.Errorf("lrs: read %s: %w", dir, err)
+			bad = append(bad, BadWindow{Key: string(kv.Key), Err: err})
+			return
 		}
-		rev = resp.Header.Revision
-		for _, kv := range resp.Kvs {
-			w, err := Decode(prefix, string(kv.Key), kv.Value)
-			if err != nil {
-				bad = append(bad, BadWindow{Key: string(kv.Key), Err: err})
-				continue
-			}
-			out = append(out, w)
-		}
-		if !resp.More || len(resp.Kvs) == 0 {
-			break
-		}
-		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+		out = append(out, w)
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("lrs: read %s: %w", dir, err)
 	}
 	return out, bad, nil
 }

@@ -7,7 +7,10 @@ import (
 	"log/slog"
 	"strings"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/legation-io/legation/internal/store"
 )
 
 // ErrNotFound is returned by Get when a node has no record: no replica
@@ -28,35 +31,20 @@ const readPage = 1000
 // revision, in pages.
 func Read(ctx context.Context, c *clientv3.Client, prefix string) ([]NodeStatus, []BadRecord, error) {
 	dir := Dir(prefix)
-	end := clientv3.GetPrefixRangeEnd(dir)
 	var (
 		out []NodeStatus
 		bad []BadRecord
-		rev int64
 	)
-	from := dir
-	for {
-		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(readPage)}
-		if rev != 0 {
-			opts = append(opts, clientv3.WithRev(rev))
-		}
-		resp, err := c.Get(ctx, from, opts...)
+	_, err := store.ReadPages(ctx, c, dir, readPage, func(kv *mvccpb.KeyValue) {
+		ns, err := Decode(strings.TrimPrefix(string(kv.Key), dir), kv.Value)
 		if err != nil {
-			return nil, nil, fmt.Errorf("status: read %s: %w", dir, err)
+			bad = append(bad, BadRecord{Key: string(kv.Key), Err: err})
+			return
 		}
-		rev = resp.Header.Revision
-		for _, kv := range resp.Kvs {
-			ns, err := Decode(strings.TrimPrefix(string(kv.Key), dir), kv.Value)
-			if err != nil {
-				bad = append(bad, BadRecord{Key: string(kv.Key), Err: err})
-				continue
-			}
-			out = append(out, ns)
-		}
-		if !resp.More || len(resp.Kvs) == 0 {
-			break
-		}
-		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+		out = append(out, ns)
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("status: read %s: %w", dir, err)
 	}
 	// etcd returns keys in byte order, which is node id order.
 	return out, bad, nil
