@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // LogBuffer is an io.Writer for a test's logger: many goroutines write to
@@ -32,30 +33,9 @@ func (b *LogBuffer) String() string {
 // when there is none.
 func CounterSum(tb testing.TB, reg prometheus.Gatherer, name string, labels ...string) float64 {
 	tb.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		tb.Fatal(err)
-	}
 	sum := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	samples:
-		for _, m := range mf.GetMetric() {
-			for i := 0; i+1 < len(labels); i += 2 {
-				found := false
-				for _, l := range m.GetLabel() {
-					if l.GetName() == labels[i] && l.GetValue() == labels[i+1] {
-						found = true
-					}
-				}
-				if !found {
-					continue samples
-				}
-			}
-			sum += m.GetCounter().GetValue()
-		}
+	for _, m := range matching(tb, reg, name, labels) {
+		sum += m.GetCounter().GetValue()
 	}
 	return sum
 }
@@ -65,15 +45,27 @@ func CounterSum(tb testing.TB, reg prometheus.Gatherer, name string, labels ...s
 // CounterSum); 0 when there is none.
 func HistogramCount(tb testing.TB, reg prometheus.Gatherer, name string, labels ...string) (count uint64, sum float64) {
 	tb.Helper()
+	for _, m := range matching(tb, reg, name, labels) {
+		count += m.GetHistogram().GetSampleCount()
+		sum += m.GetHistogram().GetSampleSum()
+	}
+	return count, sum
+}
+
+// matching gathers reg and returns the series of metric name whose labels
+// include each pair of labels.
+func matching(tb testing.TB, reg prometheus.Gatherer, name string, labels []string) []*dto.Metric {
+	tb.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		tb.Fatal(err)
 	}
+	var out []*dto.Metric
 	for _, mf := range mfs {
 		if mf.GetName() != name {
 			continue
 		}
-	samples:
+	series:
 		for _, m := range mf.GetMetric() {
 			for i := 0; i+1 < len(labels); i += 2 {
 				found := false
@@ -83,12 +75,11 @@ func HistogramCount(tb testing.TB, reg prometheus.Gatherer, name string, labels 
 					}
 				}
 				if !found {
-					continue samples
+					continue series
 				}
 			}
-			count += m.GetHistogram().GetSampleCount()
-			sum += m.GetHistogram().GetSampleSum()
+			out = append(out, m)
 		}
 	}
-	return count, sum
+	return out
 }
