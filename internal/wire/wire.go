@@ -8,6 +8,7 @@ package wire
 import (
 	"sync"
 
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
@@ -71,10 +72,18 @@ func (Codec) Marshal(v any) (mem.BufferSlice, error) {
 
 // Unmarshal implements encoding.CodecV2.
 func (Codec) Unmarshal(data mem.BufferSlice, v any) error {
-	if f, ok := v.(*Frame); ok {
+	switch m := v.(type) {
+	case *Frame:
 		// A copy: gRPC reuses data's buffers once Unmarshal returns.
-		f.Bytes = data.Materialize()
+		m.Bytes = data.Materialize()
 		return nil
+	case *discoveryv3.DiscoveryRequest:
+		buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+		defer buf.Free()
+		m.Reset()
+		if handled, err := unmarshalRequest(buf.ReadOnlyData(), m); handled {
+			return err
+		}
 	}
 	return protoCodec.Unmarshal(data, v)
 }

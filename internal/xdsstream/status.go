@@ -107,11 +107,12 @@ func (b *statusBox[T]) set(t *resource.Type, v T, ttl []TTLStatus, tracked bool)
 	if b.stat.Types == nil {
 		b.stat.Types = map[string]*T{}
 	}
-	if p := b.stat.Types[t.Name]; p != nil {
-		*p = v
-	} else {
-		b.stat.Types[t.Name] = &v
+	p := b.stat.Types[t.Name]
+	if p == nil {
+		p = new(T) // once per type: v itself stays on the caller's stack
+		b.stat.Types[t.Name] = p
 	}
+	*p = v
 	if tracked {
 		if b.ttl == nil {
 			b.ttl = map[string][]TTLStatus{}
