@@ -471,12 +471,16 @@ func TestExportWatch(t *testing.T) {
 		t.Errorf("eds.json rewritten by a change to clusters")
 	}
 
-	// An endpoint set deleted: its own file goes.
+	// An endpoint set deleted: its own file goes, before eds.json is
+	// rewritten.
 	rev = r.Apply(t, nil, xdstest.Key(resource.Endpoint, "b"))
-	xdstest.WaitFor(t, "eds/b.json removed", func() (bool, string) {
-		_, err := os.Stat(each("b"))
-		return os.IsNotExist(err), fmt.Sprint(err)
+	xdstest.WaitFor(t, "eds.json rewritten", func() (bool, string) {
+		resp := readExport(t, dir, resource.Endpoint, fsexport.JSON)
+		return resp.GetVersionInfo() == xdstest.Version(rev), resp.GetVersionInfo()
 	})
+	if _, err := os.Stat(each("b")); !os.IsNotExist(err) {
+		t.Errorf("eds/b.json still there once eds.json is at the deletion's version: %v", err)
+	}
 	if got := strings.Join(resourceNames(t, readExport(t, dir, resource.Endpoint, fsexport.JSON)), ","); got != "a,edge-only" {
 		t.Errorf("endpoints after deleting b: %s, want a,edge-only", got)
 	}

@@ -152,9 +152,9 @@ func (x *Exporter) Export(snap *store.Snapshot) ([]Written, error) {
 		if err != nil {
 			return nil, fmt.Errorf("fsexport: encode %s%s as %s: %w", t.Name, x.culprit(snap, t, resp), x.cfg.Format, err)
 		}
-		path := filepath.Join(x.cfg.Dir, FileName(t, x.cfg.Format))
-		ops = append(ops, op{data: b, Written: Written{Type: t, Path: path, Version: resp.GetVersionInfo(), Resources: len(resp.GetResources())}})
 		if !t.Wildcard {
+			// The per-resource files go first: a reader that finds the
+			// type's file at a version finds theirs at it too.
 			each, now, err := x.planEach(snap, t, resp)
 			if err != nil {
 				return nil, err
@@ -162,6 +162,8 @@ func (x *Exporter) Export(snap *store.Snapshot) ([]Written, error) {
 			ops = append(ops, each...)
 			lastRes[t] = now
 		}
+		path := filepath.Join(x.cfg.Dir, FileName(t, x.cfg.Format))
+		ops = append(ops, op{data: b, Written: Written{Type: t, Path: path, Version: resp.GetVersionInfo(), Resources: len(resp.GetResources())}})
 	}
 	var out []Written
 	for _, o := range ops {

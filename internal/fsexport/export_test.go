@@ -142,8 +142,10 @@ func TestFollow(t *testing.T) {
 	case <-time.After(xdstest.Timeout):
 		t.Fatal("no rewrite after a change")
 	}
-	if strings.Join(got, " ") != "eds.pb eds/b.pb" {
-		t.Errorf("rewrote %v, want [eds.pb eds/b.pb]", got)
+	// The resource's file first, then the type's: a reader of eds.pb at
+	// the new version finds eds/b.pb at it too.
+	if strings.Join(got, " ") != "eds/b.pb eds.pb" {
+		t.Errorf("rewrote %v, want [eds/b.pb eds.pb]", got)
 	}
 	b, err := os.ReadFile(filepath.Join(dir, "eds.pb"))
 	if err != nil {
