@@ -20,6 +20,8 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/legation-io/legation/internal/chaos"
 )
 
 // The type URLs a client subscribes to.
@@ -65,6 +67,8 @@ type client struct {
 
 	mu   sync.Mutex
 	seen []stamp // guarded by mu: each raise of edsVersion, in order
+
+	streams int64 // streams opened, when Config.Recorder is set
 }
 
 func newClient(f *fleet, id int, conn *grpc.ClientConn) *client {
@@ -248,6 +252,8 @@ func (c *client) sotw(ctx context.Context) (got bool, err error) {
 	if err != nil {
 		return false, err
 	}
+	rec := c.recordStart(chaos.ModeSotW)
+	defer func() { c.recordEnd(rec, chaos.ModeSotW, err) }()
 	if err := st.Send(&discoveryv3.DiscoveryRequest{Node: c.node, TypeUrl: cdsURL}); err != nil {
 		return false, err
 	}
@@ -260,6 +266,7 @@ func (c *client) sotw(ctx context.Context) (got bool, err error) {
 			return got, err
 		}
 		got = true
+		c.recordSotW(rec, resp)
 		c.count(resp, len(resp.GetResources()))
 		nack := c.nack()
 		req := &discoveryv3.DiscoveryRequest{TypeUrl: resp.GetTypeUrl(), ResponseNonce: resp.GetNonce()}
@@ -357,6 +364,8 @@ func (c *client) delta(ctx context.Context) (got bool, err error) {
 	if err != nil {
 		return false, err
 	}
+	rec := c.recordStart(chaos.ModeDelta)
+	defer func() { c.recordEnd(rec, chaos.ModeDelta, err) }()
 	if err := st.Send(&discoveryv3.DeltaDiscoveryRequest{Node: c.node, TypeUrl: cdsURL}); err != nil {
 		return false, err
 	}
@@ -370,6 +379,7 @@ func (c *client) delta(ctx context.Context) (got bool, err error) {
 			return got, err
 		}
 		got = true
+		c.recordDelta(rec, resp)
 		c.count(resp, len(resp.GetResources()))
 		nack := c.nack()
 		req := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: resp.GetTypeUrl(), ResponseNonce: resp.GetNonce()}

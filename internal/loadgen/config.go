@@ -66,6 +66,10 @@ type Config struct {
 	NodePrefix string
 	// Seed seeds the clients' random NACKs.
 	Seed uint64
+	// Recorder, when not nil, gets each client stream's start and end and
+	// every response received (xds-loadgen --record). Nil: nothing is
+	// recorded, at no cost.
+	Recorder Recorder
 	// Progress gets a progress line every ProgressEvery. Nil: none.
 	Progress      io.Writer
 	ProgressEvery time.Duration
