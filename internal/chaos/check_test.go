@@ -292,3 +292,41 @@ func TestReadErrorsNameTheLine(t *testing.T) {
 		t.Errorf("ReadHistory: %v, want an error naming line 2", err)
 	}
 }
+
+// TestGapInHistory reads a history whose watch was compacted: a key
+// missing from the state after the gap was deleted in it, a response in
+// the gap is not checked, and one after it that carries the deleted key
+// is caught.
+func TestGapInHistory(t *testing.T) {
+	const p = "/legation/resources/"
+	recs := []HistoryRecord{
+		{Kind: HistHeader, Rev: 1, Prefix: p},
+		{Kind: HistPut, Rev: 2, Key: p + "cluster/default/a", Value: envelope(t, "cluster", "a"), Mod: 2},
+		{Kind: HistPut, Rev: 2, Key: p + "cluster/default/b", Value: envelope(t, "cluster", "b"), Mod: 2},
+		{Kind: HistGap, From: 2, Rev: 9},
+		{Kind: HistState, Rev: 9, Key: p + "cluster/default/a", Value: envelope(t, "cluster", "a"), Mod: 7},
+		{Kind: HistProgress, Rev: 10},
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	for i := range recs {
+		if err := enc.Encode(&recs[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h, err := ReadHistory(&b)
+	if err != nil {
+		t.Fatalf("ReadHistory: %v", err)
+	}
+	if h.Known(5) || !h.Known(2) || !h.Known(9) || len(h.Gaps) != 1 {
+		t.Errorf("known 2, 5, 9: %v %v %v, gaps %d; want true false true, 1", h.Known(2), h.Known(5), h.Known(9), len(h.Gaps))
+	}
+	r := (&rec{}).start("d1", 1, ModeDelta, nil).
+		resp("d1", 1, ModeDelta, cds, "2", "a@2").
+		resp("d1", 1, ModeDelta, cds, "5", "a@5").
+		resp("d1", 1, ModeDelta, cds, "10", "a@7", "b@2")
+	rep := CheckRun(h, r.events(t), DocumentedExceptions())
+	if rep.Unknown != 1 || len(rep.Violations) != 1 || rep.Violations[0].Kind != Resurrected {
+		t.Errorf("unknown %d, violations %v; want 1 unknown and one resurrected", rep.Unknown, rep.Violations)
+	}
+}
