@@ -59,7 +59,9 @@ func testHistory(t *testing.T) *History {
 		typ, _, _ := strings.Cut(path, "/")
 		return HistoryRecord{Kind: HistPut, Rev: rev, Key: p + path, Value: envelope(t, typ, path[strings.LastIndex(path, "/")+1:]), Mod: rev}
 	}
-	del := func(rev int64, path string) HistoryRecord { return HistoryRecord{Kind: HistDelete, Rev: rev, Key: p + path} }
+	del := func(rev int64, path string) HistoryRecord {
+		return HistoryRecord{Kind: HistDelete, Rev: rev, Key: p + path}
+	}
 	recs := []HistoryRecord{
 		{Kind: HistHeader, Rev: 1, Prefix: p},
 		put(2, "cluster/default/a"), put(2, "cluster/default/b"), put(2, "endpoint/default/a"), put(2, "endpoint/default/b"),

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -92,16 +93,15 @@ func TestRecordedRunChecksClean(t *testing.T) {
 	hctx, hcancel := context.WithCancel(context.Background())
 	hdone := make(chan error, 1)
 	go func() { hdone <- hr.Run(hctx) }()
-	defer func() {
+	stopHistory := sync.OnceValue(func() error {
 		hcancel()
-		<-hdone
-	}()
+		return <-hdone
+	})
+	defer func() { _ = stopHistory() }()
 	select {
 	case <-hr.Ready():
-	case err := <-hdone:
-		t.Fatalf("history recorder: %v", err)
 	case <-time.After(xdstest.Timeout):
-		t.Fatal("history recorder not ready")
+		t.Fatalf("history recorder not ready: %v", stopHistory())
 	}
 
 	recPath := filepath.Join(dir, "recording.jsonl")
@@ -155,11 +155,9 @@ func TestRecordedRunChecksClean(t *testing.T) {
 	xdstest.WaitFor(t, "the history at etcd's revision", func() (bool, string) {
 		return hr.Last() >= resp.Header.Revision, ""
 	})
-	hcancel()
-	if err := <-hdone; err != nil {
+	if err := stopHistory(); err != nil {
 		t.Fatalf("history recorder: %v", err)
 	}
-	hdone <- nil // for the deferred receive
 	if err := hf.Close(); err != nil {
 		t.Fatal(err)
 	}
