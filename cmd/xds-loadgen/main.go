@@ -189,6 +189,7 @@ func parseFlags(args []string) (loadgen.Config, options, error) {
 	fs.StringVar(&cfg.NodePrefix, "node-prefix", cfg.NodePrefix, "the clients' node cluster, and the prefix of their node ids")
 	fs.StringVarP(&opts.output, "output", "o", opts.output, "text or json (on stdout; the progress lines go to stderr)")
 	quiet := fs.Bool("quiet", false, "no progress lines")
+	fs.BoolVar(&cfg.Resume, "resume", false, "reconnecting clients present what they hold (SotW version_info, delta initial_resource_versions) and ask for it at once, as Envoy does; default: a new stream starts afresh")
 	fs.StringVar(&opts.record, "record", "", "write every response the clients receive, and each stream's start and end, to this file as JSON Lines (the chaos checker's input)")
 	fs.StringVar(&opts.cpuProfile, "cpu-profile", "", "write the load tool's own CPU profile (go tool pprof) of the whole run to this file")
 	fs.Usage = func() {

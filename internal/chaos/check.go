@@ -349,9 +349,13 @@ func (c *checker) content(e *Event, cs *clientState, v int64, t *resource.Type, 
 		got := map[string]bool{}
 		var extra, resurrected []string
 		var deletedAt []int64
+		var other []string
 		for _, r := range e.Resources {
 			got[r.Name] = true
 			if _, ok := want[r.Name]; ok {
+				if hv, _ := c.h.visible(e.Type, cs.group, r.Name, v); r.Hash != "" && !interim && r.Hash != hv.hash {
+					other = append(other, r.Name)
+				}
 				continue
 			}
 			if interim && c.h.existedAfter(e.Type, cs.group, r.Name, v, c.h.Last) {
@@ -373,6 +377,9 @@ func (c *checker) content(e *Event, cs *clientState, v int64, t *resource.Type, 
 		if len(resurrected) > 0 {
 			bad(Resurrected, deletedAt, "carries %s, deleted before revision %d", strings.Join(resurrected, ", "), v)
 		}
+		if len(other) > 0 {
+			bad(HalfApply, nil, "carries %s with other bytes than at revision %d", strings.Join(other, ", "), v)
+		}
 		if len(extra) > 0 || len(missing) > 0 {
 			bad(HalfApply, nil, "the set differs from the state at revision %d: extra [%s], missing [%s]",
 				v, strings.Join(extra, " "), strings.Join(missing, " "))
@@ -380,8 +387,11 @@ func (c *checker) content(e *Event, cs *clientState, v int64, t *resource.Type, 
 		return
 	}
 	for _, r := range e.Resources {
-		mod, d := c.h.Visible(e.Type, cs.group, r.Name, v)
+		hv, d := c.h.visible(e.Type, cs.group, r.Name, v)
+		mod := hv.mod
 		switch {
+		case r.Hash != "" && hv.hash != "" && r.Hash != hv.hash:
+			bad(HalfApply, []int64{mod}, "carries %s with other bytes than at revision %d (mod revision %d)", r.Name, v, mod)
 		case mod == 0 && d != 0:
 			bad(Resurrected, []int64{d}, "carries %s, deleted at revision %d and not created again by %d", r.Name, d, v)
 		case mod == 0:

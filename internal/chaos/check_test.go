@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/legation-io/legation/internal/resource"
 	legationv1 "github.com/legation-io/legation/proto/legation/v1"
@@ -22,22 +24,28 @@ const (
 	eds = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
 )
 
-// envelope is the stored value of a resource of type t named name.
-func envelope(t *testing.T, typ, name string) []byte {
-	t.Helper()
+// body is the bytes of resource name of type typ ("cluster", "endpoint")
+// as written at revision rev: each revision's differ.
+func body(typ, name string, rev int64) *anypb.Any {
 	var m proto.Message
 	rt := resource.Cluster
 	switch typ {
 	case "cluster":
-		m = &clusterv3.Cluster{Name: name}
+		m = &clusterv3.Cluster{Name: name, AltStatName: strconv.FormatInt(rev, 10)}
 	case "endpoint":
-		m, rt = &endpointv3.ClusterLoadAssignment{ClusterName: name}, resource.Endpoint
+		m, rt = &endpointv3.ClusterLoadAssignment{ClusterName: name, Endpoints: make([]*endpointv3.LocalityLbEndpoints, rev)}, resource.Endpoint
 	}
-	body, err := resource.Marshal(rt, m)
+	a, err := resource.Marshal(rt, m)
 	if err != nil {
-		t.Fatal(err)
+		panic(err)
 	}
-	b, err := proto.Marshal(&legationv1.Envelope{Body: body})
+	return a
+}
+
+// envelope is the stored value of body(typ, name, rev).
+func envelope(t *testing.T, typ, name string, rev int64) []byte {
+	t.Helper()
+	b, err := proto.Marshal(&legationv1.Envelope{Body: body(typ, name, rev)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +65,7 @@ func testHistory(t *testing.T) *History {
 	const p = "/legation/resources/"
 	put := func(rev int64, path string) HistoryRecord {
 		typ, _, _ := strings.Cut(path, "/")
-		return HistoryRecord{Kind: HistPut, Rev: rev, Key: p + path, Value: envelope(t, typ, path[strings.LastIndex(path, "/")+1:]), Mod: rev}
+		return HistoryRecord{Kind: HistPut, Rev: rev, Key: p + path, Value: envelope(t, typ, path[strings.LastIndex(path, "/")+1:], rev), Mod: rev}
 	}
 	del := func(rev int64, path string) HistoryRecord {
 		return HistoryRecord{Kind: HistDelete, Rev: rev, Key: p + path}
@@ -103,7 +111,8 @@ func (r *rec) end(client string, stream int64, mode string) *rec {
 }
 
 // resp adds a response; each item is a name (SotW), name@version
-// (delta) or -name (delta, removed).
+// (delta) or -name (delta, removed); a suffix #N gives it the bytes it
+// has at revision N.
 func (r *rec) resp(client string, stream int64, mode, typ, version string, items ...string) *rec {
 	e := Event{Kind: KindResponse, Client: client, Stream: stream, Mode: mode, Type: typ, Version: version, Nonce: "n"}
 	for _, it := range items {
@@ -111,11 +120,18 @@ func (r *rec) resp(client string, stream int64, mode, typ, version string, items
 			e.Removed = append(e.Removed, name)
 			continue
 		}
+		it, at, hashed := strings.Cut(it, "#")
 		name, v, ok := strings.Cut(it, "@")
 		if !ok {
 			v = version
 		}
-		e.Resources = append(e.Resources, Resource{Name: name, Version: v})
+		r := Resource{Name: name, Version: v}
+		if hashed {
+			rev, _ := strconv.ParseInt(at, 10, 64)
+			typName := map[string]string{cds: "cluster", eds: "endpoint"}[typ]
+			r.Hash = BodyHash(body(typName, name, rev).GetValue())
+		}
+		e.Resources = append(e.Resources, r)
 	}
 	r.es = append(r.es, e)
 	return r
@@ -157,8 +173,8 @@ func good() *rec {
 	r.start("s1", 1, ModeSotW, nil).
 		resp("s1", 1, ModeSotW, cds, "2", "a", "b").
 		resp("s1", 1, ModeSotW, eds, "2", "a", "b").
-		resp("s1", 1, ModeSotW, eds, "3", "a").
-		resp("s1", 1, ModeSotW, cds, "4", "a").
+		resp("s1", 1, ModeSotW, eds, "3", "a#3").
+		resp("s1", 1, ModeSotW, cds, "4", "a#2").
 		resp("s1", 1, ModeSotW, eds, "5", "a").
 		end("s1", 1, ModeSotW).
 		start("s1", 2, ModeSotW, nil).
@@ -172,7 +188,7 @@ func good() *rec {
 		resp("d1", 1, ModeDelta, eds, "4", "-b").
 		end("d1", 1, ModeDelta).
 		start("d1", 2, ModeDelta, map[string]map[string]string{cds: {"a": "2"}, eds: {"a": "3"}}).
-		resp("d1", 2, ModeDelta, eds, "5", "a@5")
+		resp("d1", 2, ModeDelta, eds, "5", "a@5#5")
 	r.start("g-1", 1, ModeSotW, nil).
 		resp("g-1", 1, ModeSotW, cds, "3", "a", "b", "c").
 		resp("g-1", 1, ModeSotW, cds, "6", "a", "c")
@@ -215,6 +231,10 @@ func TestCheckCatchesEachKind(t *testing.T) {
 			resp("s1", 1, ModeSotW, cds, "2", "a"), documented, []string{HalfApply}},
 		{"half an apply (delta version)", (&rec{}).start("d1", 1, ModeDelta, nil).
 			resp("d1", 1, ModeDelta, eds, "3", "a@2", "b@2"), documented, []string{HalfApply}},
+		{"half an apply (SotW old bytes)", (&rec{}).start("s1", 1, ModeSotW, nil).
+			resp("s1", 1, ModeSotW, eds, "3", "a#2"), documented, []string{HalfApply}},
+		{"half an apply (SotW set, old bytes)", (&rec{}).start("g-1", 1, ModeSotW, nil).
+			resp("g-1", 1, ModeSotW, cds, "3", "a#2", "b#2", "c#2"), documented, []string{HalfApply}},
 		{"a deleted resource comes back", (&rec{}).start("s1", 1, ModeSotW, nil).
 			resp("s1", 1, ModeSotW, eds, "5", "b"), documented, []string{Resurrected}},
 		{"the same version twice", (&rec{}).start("s1", 1, ModeSotW, nil).
@@ -303,10 +323,10 @@ func TestGapInHistory(t *testing.T) {
 	const p = "/legation/resources/"
 	recs := []HistoryRecord{
 		{Kind: HistHeader, Rev: 1, Prefix: p},
-		{Kind: HistPut, Rev: 2, Key: p + "cluster/default/a", Value: envelope(t, "cluster", "a"), Mod: 2},
-		{Kind: HistPut, Rev: 2, Key: p + "cluster/default/b", Value: envelope(t, "cluster", "b"), Mod: 2},
+		{Kind: HistPut, Rev: 2, Key: p + "cluster/default/a", Value: envelope(t, "cluster", "a", 2), Mod: 2},
+		{Kind: HistPut, Rev: 2, Key: p + "cluster/default/b", Value: envelope(t, "cluster", "b", 2), Mod: 2},
 		{Kind: HistGap, From: 2, Rev: 9},
-		{Kind: HistState, Rev: 9, Key: p + "cluster/default/a", Value: envelope(t, "cluster", "a"), Mod: 7},
+		{Kind: HistState, Rev: 9, Key: p + "cluster/default/a", Value: envelope(t, "cluster", "a", 7), Mod: 7},
 		{Kind: HistProgress, Rev: 10},
 	}
 	var b bytes.Buffer

@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -202,6 +204,7 @@ type rkey struct {
 type ver struct {
 	rev, mod int64
 	deleted  bool
+	hash     string // BodyHash of the resource's bytes
 }
 
 // History is etcd's history of a run's resources as the checker reads
@@ -274,14 +277,14 @@ func ReadHistory(r io.Reader) (*History, error) {
 		if !ok {
 			return nil, fmt.Errorf("chaos: history line %d: key %q is not under %q", line, rec.Key, prefix)
 		}
-		k, err := keyOf(p, rec)
+		k, hash, err := keyOf(p, rec)
 		if err != nil {
 			return nil, fmt.Errorf("chaos: history line %d: %w", line, err)
 		}
 		if gapState != nil {
 			gapState[k] = true
 		}
-		v := ver{rev: rec.Rev, mod: rec.Mod, deleted: rec.Kind == HistDelete}
+		v := ver{rev: rec.Rev, mod: rec.Mod, deleted: rec.Kind == HistDelete, hash: hash}
 		if rec.Kind == HistState {
 			v.rev = rec.Rev
 		}
@@ -317,23 +320,32 @@ func ReadHistoryFile(path string) (*History, error) {
 	return h, nil
 }
 
-// keyOf decodes a resource path with the store's key layout (and, for a
-// put, its envelope).
-func keyOf(p string, rec HistoryRecord) (rkey, error) {
+// keyOf decodes a resource path with the store's key layout and, for a
+// put, its envelope, whose body's bytes it hashes.
+func keyOf(p string, rec HistoryRecord) (rkey, string, error) {
 	if rec.Kind == HistDelete {
 		typ, rest, _ := strings.Cut(p, "/")
 		scope, name, ok := strings.Cut(rest, "/")
 		t, found := resource.ByName(typ)
 		if !ok || !found || name == "" {
-			return rkey{}, fmt.Errorf("key %q: not type/scope/name", p)
+			return rkey{}, "", fmt.Errorf("key %q: not type/scope/name", p)
 		}
-		return rkey{typ: t.URL, scope: scope, name: name}, nil
+		return rkey{typ: t.URL, scope: scope, name: name}, "", nil
 	}
-	k, _, err := store.DecodeValue(p, rec.Value)
+	k, env, err := store.DecodeValue(p, rec.Value)
 	if err != nil {
-		return rkey{}, err
+		return rkey{}, "", err
 	}
-	return rkey{typ: k.Type.URL, scope: k.Scope, name: k.Name}, nil
+	return rkey{typ: k.Type.URL, scope: k.Scope, name: k.Name}, BodyHash(env.GetBody().GetValue()), nil
+}
+
+// BodyHash is the hash of a resource's bytes that recordings and the
+// history carry (FNV-1a, 64 bits, in hex): the bytes a client receives
+// are the ones stored in etcd.
+func BodyHash(b []byte) string {
+	f := fnv.New64a()
+	f.Write(b)
+	return strconv.FormatUint(f.Sum64(), 16)
 }
 
 // Known reports whether the state at rev is known: within [Start, Last]
@@ -353,30 +365,42 @@ func (h *History) Known(rev int64) bool {
 // at returns k's value at rev: its mod revision, or 0 when absent, and
 // the revision of the delete that made it absent (0 when it never was).
 func (h *History) at(k rkey, rev int64) (mod, deletedAt int64) {
+	v, d := h.atVer(k, rev)
+	return v.mod, d
+}
+
+// atVer is at with the value's hash.
+func (h *History) atVer(k rkey, rev int64) (ver, int64) {
 	vs := h.keys[k]
 	i := sort.Search(len(vs), func(i int) bool { return vs[i].rev > rev }) - 1
 	if i < 0 {
-		return 0, 0
+		return ver{}, 0
 	}
 	if vs[i].deleted {
-		return 0, vs[i].rev
+		return ver{}, vs[i].rev
 	}
-	return vs[i].mod, 0
+	return vs[i], 0
 }
 
 // Visible returns what a node of group sees of (type URL, name) at rev:
 // the group's resource, else the default scope's; mod 0 when neither
 // exists (deletedAt: when the last of them went).
 func (h *History) Visible(typ, group, name string, rev int64) (mod, deletedAt int64) {
+	v, d := h.visible(typ, group, name, rev)
+	return v.mod, d
+}
+
+// visible is Visible with the value's hash.
+func (h *History) visible(typ, group, name string, rev int64) (v ver, deletedAt int64) {
 	if group != "" {
-		if m, d := h.at(rkey{typ, group, name}, rev); m != 0 {
-			return m, 0
+		if v, d := h.atVer(rkey{typ, group, name}, rev); v.mod != 0 {
+			return v, 0
 		} else {
 			deletedAt = d
 		}
 	}
-	m, d := h.at(rkey{typ, store.DefaultScope, name}, rev)
-	return m, max(d, deletedAt)
+	v, d := h.atVer(rkey{typ, store.DefaultScope, name}, rev)
+	return v, max(d, deletedAt)
 }
 
 // Set returns what a node of group sees of a type at rev: name to mod

@@ -26,10 +26,11 @@ const (
 
 // Resource is a resource a response carried and its version: on delta
 // the Resource.version (the key's mod revision); on SotW the response's
-// version_info.
+// version_info. Hash is BodyHash of its bytes (empty: not compared).
 type Resource struct {
 	Name    string `json:"name"`
 	Version string `json:"version"`
+	Hash    string `json:"hash,omitempty"`
 }
 
 // Event is one line of a recording: a stream's start or end, or a

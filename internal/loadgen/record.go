@@ -54,7 +54,7 @@ func (c *client) recordSotW(n int64, resp *discoveryv3.DiscoveryResponse) {
 	}
 	rs := make([]chaos.Resource, len(resp.GetResources()))
 	for i, a := range resp.GetResources() {
-		rs[i] = chaos.Resource{Name: claName(a.GetValue()), Version: resp.GetVersionInfo()}
+		rs[i] = chaos.Resource{Name: claName(a.GetValue()), Version: resp.GetVersionInfo(), Hash: chaos.BodyHash(a.GetValue())}
 	}
 	c.f.cfg.Recorder.Record(&chaos.Event{Kind: chaos.KindResponse, Time: time.Now(), Client: c.node.GetId(), Stream: n,
 		Mode: chaos.ModeSotW, Type: resp.GetTypeUrl(), Version: resp.GetVersionInfo(), Nonce: resp.GetNonce(), Resources: rs})
@@ -67,7 +67,7 @@ func (c *client) recordDelta(n int64, resp *discoveryv3.DeltaDiscoveryResponse) 
 	}
 	rs := make([]chaos.Resource, len(resp.GetResources()))
 	for i, r := range resp.GetResources() {
-		rs[i] = chaos.Resource{Name: r.GetName(), Version: r.GetVersion()}
+		rs[i] = chaos.Resource{Name: r.GetName(), Version: r.GetVersion(), Hash: chaos.BodyHash(r.GetResource().GetValue())}
 	}
 	c.f.cfg.Recorder.Record(&chaos.Event{Kind: chaos.KindResponse, Time: time.Now(), Client: c.node.GetId(), Stream: n,
 		Mode: chaos.ModeDelta, Type: resp.GetTypeUrl(), Version: resp.GetSystemVersionInfo(), Nonce: resp.GetNonce(),
