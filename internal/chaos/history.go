@@ -54,6 +54,10 @@ type HistoryRecorder struct {
 	ready  chan struct{}
 	last   atomic.Int64 // the last revision written
 	gaps   atomic.Int64
+
+	// beforeWatch, when set (by tests), is called with the revision of
+	// each state written, before the watch from it starts.
+	beforeWatch func(rev int64)
 }
 
 // NewHistoryRecorder returns a recorder of prefix (a Legation etcd prefix,
@@ -102,6 +106,9 @@ func (h *HistoryRecorder) run(ctx context.Context, enc *json.Encoder, bw *bufio.
 	}
 	close(h.ready)
 	for {
+		if h.beforeWatch != nil {
+			h.beforeWatch(rev)
+		}
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 		wch := h.cli.Watch(wctx, h.prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1), clientv3.WithProgressNotify())
 		// Progress requests make etcd tell the watch its revision, so the
