@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/legation-io/legation/internal/resource"
+	"github.com/legation-io/legation/internal/store"
 )
 
 // Violation kinds, one per promise checked.
@@ -48,10 +49,13 @@ type Options struct {
 	// asked names at once, even at the same version.
 	SotWNewNames bool
 	// InterimCDS allows a SotW CDS response to repeat the stream's last
-	// CDS version once, with a superset of that version's clusters whose
-	// extra clusters exist later in the history (make before break: the
-	// clusters a change removes stay in an interim response sent with the
-	// previous version).
+	// CDS version (or, as the stream's first, the version the client
+	// presented) when it carries a cluster deleted after that version:
+	// make before break keeps the clusters a change removes in an interim
+	// response, built from a later revision and sent with the previous
+	// version (changes while the hold lasts send further ones). Its set
+	// must hold that version's clusters, and its extra ones must exist
+	// later in the history; its bytes are not compared.
 	InterimCDS bool
 	// Heal, when not zero, is when the faults ended: every client's final
 	// state of each type it received must be etcd's final state
@@ -159,7 +163,8 @@ type streamState struct {
 func newStream(e *Event) *streamState {
 	return &streamState{mode: e.Mode, presented: e.Presented, last: map[string]respRef{},
 		versions: map[string]map[int64]int{}, names: map[string]map[int64]map[string]bool{},
-		held: map[string]map[string]string{}, carried: map[string]map[string]bool{}, seen: map[string]bool{}}
+		held: map[string]map[string]string{}, carried: map[string]map[string]bool{}, seen: map[string]bool{},
+	}
 }
 
 // CheckRun checks the recorded responses against h and reports.
@@ -244,11 +249,15 @@ func (c *checker) event(e *Event) {
 	}
 	n := st.versions[e.Type][v]
 	interim := false
+	if c.opts.InterimCDS && e.Mode == ModeSotW && known && t == resource.Cluster {
+		prev, ok := st.last[e.Type]
+		interim = ((ok && prev.v == v) || (!ok && st.presented[e.Type][""] == e.Version)) &&
+			c.removesLater(e, cs.group, v)
+	}
 	if e.Mode == ModeSotW && n > 0 {
 		prev := st.last[e.Type]
 		switch {
-		case c.opts.InterimCDS && known && t.Name == "cluster" && n == 1 && prev.v == v:
-			interim = true
+		case interim:
 		case c.opts.SotWNewNames && known && !t.Wildcard && hasNew(e.Resources, st.names[e.Type][v]):
 		default:
 			c.add(e, Duplicate, []int{prev.line, e.Line}, []string{prev.version, e.Version}, nil,
@@ -327,6 +336,25 @@ func (c *checker) event(e *Event) {
 	cs.last[e.Type] = *e
 	st.seen[e.Type] = true
 	st.last[e.Type] = me
+}
+
+// removesLater reports whether a response carries a resource that a
+// node of group stops seeing after revision v: an interim CDS response
+// holds removed clusters back, so it carries one.
+func (c *checker) removesLater(e *Event, group string, v int64) bool {
+	for _, r := range e.Resources {
+		for _, scope := range []string{group, store.DefaultScope} {
+			if scope == "" {
+				continue
+			}
+			for _, hv := range c.h.keys[rkey{e.Type, scope, r.Name}] {
+				if hv.rev > v && hv.deleted {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // hasNew reports whether rs carries a name not in sent.

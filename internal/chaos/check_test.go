@@ -250,10 +250,21 @@ func TestCheckCatchesEachKind(t *testing.T) {
 			resp("s1", 1, ModeSotW, cds, "2", "a", "b").
 			resp("s1", 1, ModeSotW, cds, "2", "a", "b").
 			resp("s1", 1, ModeSotW, cds, "4", "a"), documented, nil},
-		{"interim CDS twice", (&rec{}).start("s1", 1, ModeSotW, nil).
+		{"interims, then a set too big", (&rec{}).start("g-1", 1, ModeSotW, nil).
+			resp("g-1", 1, ModeSotW, cds, "2", "a#2", "b#2").
+			resp("g-1", 1, ModeSotW, cds, "2", "a#2", "b#2", "c#3").
+			resp("g-1", 1, ModeSotW, cds, "2", "a#2", "b#2", "c#3", "x"), documented, []string{HalfApply}},
+		{"a repeat that removes nothing is no interim", (&rec{}).start("s1", 1, ModeSotW, nil).
+			resp("s1", 1, ModeSotW, cds, "4", "a").
+			resp("s1", 1, ModeSotW, cds, "4", "a"), documented, []string{Duplicate}},
+		{"interim CDS first on a resumed stream, documented", (&rec{}).
+			start("g-1", 1, ModeSotW, map[string]map[string]string{cds: {"": "2"}}).
+			resp("g-1", 1, ModeSotW, cds, "2", "a#2", "b#2", "c#3").
+			resp("g-1", 1, ModeSotW, cds, "4", "a#2", "c#3"), Options{InterimCDS: true, Group: group}, nil},
+		{"interim CDS, not allowed", (&rec{}).start("s1", 1, ModeSotW, nil).
 			resp("s1", 1, ModeSotW, cds, "2", "a", "b").
 			resp("s1", 1, ModeSotW, cds, "2", "a", "b").
-			resp("s1", 1, ModeSotW, cds, "2", "a", "b"), documented, []string{Duplicate}},
+			resp("s1", 1, ModeSotW, cds, "4", "a"), Options{}, []string{Duplicate}},
 		{"delta resource resent on a stream", (&rec{}).start("d1", 1, ModeDelta, nil).
 			resp("d1", 1, ModeDelta, eds, "3", "a@3").
 			resp("d1", 1, ModeDelta, eds, "4", "a@3", "-b"), documented, []string{Duplicate}},
