@@ -25,6 +25,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/legation-io/legation/internal/chaos"
 	"github.com/legation-io/legation/internal/etcdconn"
 	"github.com/legation-io/legation/internal/loadgen"
 	"github.com/legation-io/legation/internal/resource"
@@ -42,6 +43,7 @@ type options struct {
 	scope       string
 	dialTimeout time.Duration
 	cpuProfile  string
+	record      string
 }
 
 // loadgenGCPercent is the garbage collector's target the load tool runs
@@ -78,7 +80,7 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, cfg loadgen.Config, opts options) error {
+func run(ctx context.Context, cfg loadgen.Config, opts options) (err error) {
 	if opts.cpuProfile != "" {
 		f, err := os.Create(opts.cpuProfile)
 		if err != nil {
@@ -89,6 +91,18 @@ func run(ctx context.Context, cfg loadgen.Config, opts options) error {
 			return fmt.Errorf("--cpu-profile: %w", err)
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if opts.record != "" {
+		w, err := chaos.Create(opts.record)
+		if err != nil {
+			return fmt.Errorf("--record: %w", err)
+		}
+		cfg.Recorder = w
+		defer func() {
+			if cerr := w.Close(); cerr != nil && err == nil {
+				err = fmt.Errorf("--record: %w", cerr)
+			}
+		}()
 	}
 	switch opts.target {
 	case "legation":
@@ -175,6 +189,8 @@ func parseFlags(args []string) (loadgen.Config, options, error) {
 	fs.StringVar(&cfg.NodePrefix, "node-prefix", cfg.NodePrefix, "the clients' node cluster, and the prefix of their node ids")
 	fs.StringVarP(&opts.output, "output", "o", opts.output, "text or json (on stdout; the progress lines go to stderr)")
 	quiet := fs.Bool("quiet", false, "no progress lines")
+	fs.BoolVar(&cfg.Resume, "resume", false, "reconnecting clients present what they hold (SotW version_info, delta initial_resource_versions) and ask for it at once, as Envoy does; default: a new stream starts afresh")
+	fs.StringVar(&opts.record, "record", "", "write every response the clients receive, and each stream's start and end, to this file as JSON Lines (the chaos checker's input)")
 	fs.StringVar(&opts.cpuProfile, "cpu-profile", "", "write the load tool's own CPU profile (go tool pprof) of the whole run to this file")
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "Usage: xds-loadgen [flags]\n\n"+

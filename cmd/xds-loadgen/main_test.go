@@ -24,6 +24,14 @@ func TestParseFlags(t *testing.T) {
 		t.Errorf("gcp delta: got %q delta %v output %q streams %d conns %d", cfg.TargetName, cfg.Delta, opts.output, cfg.Streams, cfg.Conns)
 	}
 
+	cfg, opts, err = parseFlags([]string{"--resume", "--record", "run.jsonl"})
+	if err != nil {
+		t.Fatalf("parseFlags(--resume --record) = %v", err)
+	}
+	if !cfg.Resume || opts.record != "run.jsonl" || cfg.Recorder != nil {
+		t.Errorf("--resume --record: resume %v, record %q, recorder %v; want true, run.jsonl, none until run opens the file", cfg.Resume, opts.record, cfg.Recorder)
+	}
+
 	for _, tc := range []struct {
 		args []string
 		want string

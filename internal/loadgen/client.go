@@ -20,6 +20,8 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/legation-io/legation/internal/chaos"
 )
 
 // The type URLs a client subscribes to.
@@ -65,10 +67,18 @@ type client struct {
 
 	mu   sync.Mutex
 	seen []stamp // guarded by mu: each raise of edsVersion, in order
+
+	streams int64 // streams opened, when Config.Recorder is set
+
+	// With Config.Resume, what the client holds, presented when it
+	// reconnects: sotwVersions the version ACKed per type URL,
+	// deltaVersions the version of each resource per type URL.
+	sotwVersions  map[string]string
+	deltaVersions map[string]map[string]string
 }
 
 func newClient(f *fleet, id int, conn *grpc.ClientConn) *client {
-	return &client{
+	c := &client{
 		f:          f,
 		id:         id,
 		conn:       conn,
@@ -80,6 +90,11 @@ func newClient(f *fleet, id int, conn *grpc.ClientConn) *client {
 		rdsSubscribed: make([]bool, len(f.routes)),
 		rdsHeld:       make([]bool, len(f.routes)),
 	}
+	if f.cfg.Resume {
+		c.sotwVersions = map[string]string{}
+		c.deltaVersions = map[string]map[string]string{}
+	}
+	return c
 }
 
 // run opens the client's stream until ctx ends, again after each end with
@@ -248,18 +263,48 @@ func (c *client) sotw(ctx context.Context) (got bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	if err := st.Send(&discoveryv3.DiscoveryRequest{Node: c.node, TypeUrl: cdsURL}); err != nil {
-		return false, err
-	}
+	rec := c.recordStart(chaos.ModeSotW, c.presentedSotW())
+	defer func() { c.recordEnd(rec, chaos.ModeSotW, err) }()
 	var cdsVersion, edsVersion, edsNonce, ldsVersion, rdsVersion, rdsNonce string
 	var edsNames, rdsNames []string
 	askLDS := len(c.f.routes) > 0
+	if c.sotwVersions != nil {
+		cdsVersion, edsVersion = c.sotwVersions[cdsURL], c.sotwVersions[edsURL]
+		ldsVersion, rdsVersion = c.sotwVersions[ldsURL], c.sotwVersions[rdsURL]
+	}
+	if err := st.Send(&discoveryv3.DiscoveryRequest{Node: c.node, TypeUrl: cdsURL, VersionInfo: cdsVersion}); err != nil {
+		return false, err
+	}
+	// Resuming, the client asks at once for everything it holds, at the
+	// versions it holds, as Envoy does on a new stream: an unchanged CDS
+	// or LDS gets no response, so nothing else would make it ask.
+	if c.sotwVersions != nil && cdsVersion != "" {
+		if names := namesOf(c.subscribed, c.f.names); len(names) > 0 {
+			edsNames = names
+			if err := st.Send(&discoveryv3.DiscoveryRequest{TypeUrl: edsURL, ResourceNames: edsNames, VersionInfo: edsVersion}); err != nil {
+				return false, err
+			}
+		}
+		if askLDS {
+			askLDS = false
+			if err := st.Send(&discoveryv3.DiscoveryRequest{TypeUrl: ldsURL, VersionInfo: ldsVersion}); err != nil {
+				return false, err
+			}
+		}
+		if names := namesOf(c.rdsSubscribed, c.f.routes); len(names) > 0 && ldsVersion != "" {
+			rdsNames = names
+			if err := st.Send(&discoveryv3.DiscoveryRequest{TypeUrl: rdsURL, ResourceNames: rdsNames, VersionInfo: rdsVersion}); err != nil {
+				return false, err
+			}
+		}
+	}
 	for {
 		resp, err := st.Recv()
 		if err != nil {
 			return got, err
 		}
 		got = true
+		c.recordSotW(rec, resp)
 		c.count(resp, len(resp.GetResources()))
 		nack := c.nack()
 		req := &discoveryv3.DiscoveryRequest{TypeUrl: resp.GetTypeUrl(), ResponseNonce: resp.GetNonce()}
@@ -335,6 +380,8 @@ func (c *client) sotw(ctx context.Context) (got bool, err error) {
 		if nack {
 			req.ErrorDetail = nackDetail()
 			c.f.nacks.Add(1)
+		} else if c.sotwVersions != nil {
+			c.sotwVersions[resp.GetTypeUrl()] = req.GetVersionInfo()
 		}
 		if err := st.Send(req); err != nil {
 			return got, err
@@ -357,19 +404,48 @@ func (c *client) delta(ctx context.Context) (got bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	if err := st.Send(&discoveryv3.DeltaDiscoveryRequest{Node: c.node, TypeUrl: cdsURL}); err != nil {
+	presented := c.presentedDelta()
+	rec := c.recordStart(chaos.ModeDelta, presented)
+	defer func() { c.recordEnd(rec, chaos.ModeDelta, err) }()
+	if err := st.Send(&discoveryv3.DeltaDiscoveryRequest{Node: c.node, TypeUrl: cdsURL, InitialResourceVersions: presented[cdsURL]}); err != nil {
 		return false, err
 	}
-	// A new stream subscribes again to what the client wants.
+	// A new stream subscribes again to what the client wants. Resuming,
+	// it does so at once for what it subscribed before, presenting the
+	// versions it holds, as Envoy does: an unchanged cluster or listener
+	// is not sent again, so nothing else would make it ask.
+	var wantEDS, wantRDS []int
+	if c.deltaVersions != nil && len(presented[cdsURL]) > 0 {
+		wantEDS, wantRDS = marked(c.subscribed), marked(c.rdsSubscribed)
+	}
 	clear(c.subscribed)
 	clear(c.rdsSubscribed)
 	askLDS := len(c.f.routes) > 0
+	if len(wantEDS) > 0 {
+		sub := addSubscribed(c.subscribed, wantEDS, c.f.names)
+		if err := st.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: edsURL, ResourceNamesSubscribe: sub, InitialResourceVersions: presented[edsURL]}); err != nil {
+			return false, err
+		}
+	}
+	if askLDS && len(presented[cdsURL]) > 0 {
+		askLDS = false
+		if err := st.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: ldsURL, InitialResourceVersions: presented[ldsURL]}); err != nil {
+			return false, err
+		}
+	}
+	if len(wantRDS) > 0 && len(presented[ldsURL]) > 0 {
+		sub := addSubscribed(c.rdsSubscribed, wantRDS, c.f.routes)
+		if err := st.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: rdsURL, ResourceNamesSubscribe: sub, InitialResourceVersions: presented[rdsURL]}); err != nil {
+			return false, err
+		}
+	}
 	for {
 		resp, err := st.Recv()
 		if err != nil {
 			return got, err
 		}
 		got = true
+		c.recordDelta(rec, resp)
 		c.count(resp, len(resp.GetResources()))
 		nack := c.nack()
 		req := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: resp.GetTypeUrl(), ResponseNonce: resp.GetNonce()}
@@ -431,6 +507,8 @@ func (c *client) delta(ctx context.Context) (got bool, err error) {
 		if nack {
 			req.ErrorDetail = nackDetail()
 			c.f.nacks.Add(1)
+		} else if c.deltaVersions != nil {
+			c.holdDelta(resp)
 		}
 		if err := st.Send(req); err != nil {
 			return got, err

@@ -66,6 +66,16 @@ type Config struct {
 	NodePrefix string
 	// Seed seeds the clients' random NACKs.
 	Seed uint64
+	// Resume makes a reconnecting client present what it holds, as Envoy
+	// does: SotW the versions it ACKed (version_info) in a first request
+	// of each type it holds, delta its resources' versions
+	// (initial_resource_versions); it asks at once for every type and
+	// name it holds. False: a new stream starts afresh.
+	Resume bool
+	// Recorder, when not nil, gets each client stream's start and end and
+	// every response received (xds-loadgen --record). Nil: nothing is
+	// recorded, at no cost.
+	Recorder Recorder
 	// Progress gets a progress line every ProgressEvery. Nil: none.
 	Progress      io.Writer
 	ProgressEvery time.Duration
