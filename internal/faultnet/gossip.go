@@ -207,4 +207,3 @@ func (g *GossipProxy) replies(c *net.UDPConn, from *net.UDPAddr) {
 		g.udp.WriteToUDP(buf[:n], from) //nolint:errcheck // UDP, as above
 	}
 }
-

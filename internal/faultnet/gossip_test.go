@@ -38,7 +38,7 @@ func udpFrom(t *testing.T, ip, addr, msg string) bool {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	c.Write([]byte(msg)) //nolint:errcheck // a test socket
+	c.Write([]byte(msg))                                      //nolint:errcheck // a test socket
 	c.SetReadDeadline(time.Now().Add(300 * time.Millisecond)) //nolint:errcheck // a test socket
 	buf := make([]byte, 100)
 	n, err := c.Read(buf)

@@ -49,4 +49,3 @@ func socketOwner(addr *net.TCPAddr, pids []int) int {
 	}
 	return 0
 }
-

@@ -269,4 +269,3 @@ func (e *Executor) Heal(ctx context.Context) error {
 	e.log.Info("healed everything", "applied", e.applied, "healed", e.healed)
 	return nil
 }
-

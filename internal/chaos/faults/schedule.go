@@ -54,7 +54,7 @@ var Kinds = []Kind{KillReplica, FreezeReplica, RestartReplica, KillEtcd, FreezeE
 // Fault is one fault of a schedule.
 type Fault struct {
 	// At is when it is applied, from the start of the run.
-	At time.Duration
+	At   time.Duration
 	Kind Kind
 	// Target is the process it is applied to (replica-I, etcd-I); empty
 	// for CompactEtcd and AddReplica.
