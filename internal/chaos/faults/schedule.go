@@ -109,15 +109,16 @@ type Shape struct {
 // Validate checks the shape.
 func (s Shape) Validate() error {
 	var errs []error
+	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
 	if s.EtcdMembers < 1 {
-		errs = append(errs, fmt.Errorf("EtcdMembers %d: want 1 or more", s.EtcdMembers))
+		add("EtcdMembers %d: want 1 or more", s.EtcdMembers)
 	}
 	if s.Replicas < 1 {
-		errs = append(errs, fmt.Errorf("Replicas %d: want 1 or more", s.Replicas))
+		add("Replicas %d: want 1 or more", s.Replicas)
 	}
 	for _, k := range s.Kinds {
 		if !slices.Contains(Kinds, k) {
-			errs = append(errs, fmt.Errorf("Kinds: no kind %q", k))
+			add("Kinds: no kind %q", k)
 		}
 	}
 	if len(errs) > 0 {
