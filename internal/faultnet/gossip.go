@@ -30,7 +30,9 @@ type GossipProxy struct {
 
 	mu      sync.Mutex // guards the fields below
 	blocked map[string]bool
-	nat     map[string]*net.UDPConn // per source address: the socket forwarding its packets
+	// nat has, per source address, the socket forwarding its packets:
+	// kept until Close (a cluster's gossip comes from a few addresses).
+	nat     map[string]*net.UDPConn
 	closed  bool
 
 	wg sync.WaitGroup
@@ -72,7 +74,10 @@ func ListenGossip(cfg GossipConfig) (*GossipProxy, error) {
 	if g.peerOf == nil {
 		g.peerOf = remoteIP
 	}
-	g.tcp = serve(ln, cfg.Target, func(c net.Conn) bool { return !g.isBlocked(g.peerOf(c.RemoteAddr())) })
+	g.tcp = serve(ln, cfg.Target, func(c net.Conn) bool {
+		// PeerOf may be dear (localcluster reads /proc): only when needed.
+		return !g.anyBlocked() || !g.isBlocked(g.peerOf(c.RemoteAddr()))
+	})
 	g.wg.Add(1)
 	go g.readUDP()
 	return g, nil
@@ -124,6 +129,12 @@ func (g *GossipProxy) Blocked() []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+func (g *GossipProxy) anyBlocked() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.blocked) > 0
 }
 
 func (g *GossipProxy) isBlocked(peer string) bool {

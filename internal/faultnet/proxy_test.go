@@ -2,6 +2,7 @@ package faultnet
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"io"
 	"net"
@@ -193,5 +194,56 @@ func TestCloseEndsEverything(t *testing.T) {
 	}
 	if _, err := net.Dial("tcp", p.Addr()); err == nil {
 		t.Fatal("proxy accepts after Close")
+	}
+}
+
+// TestSwitchingKeepsTheStream: modes switched under a stream in flight
+// (pass, delay, blackhole, never drop) lose, reorder or duplicate nothing.
+func TestSwitchingKeepsTheStream(t *testing.T) {
+	p := newProxy(t)
+	cl := dial(t, p.Addr())
+	want := make([]byte, 1<<20)
+	for i := range want {
+		want[i] = byte(i * 7)
+	}
+	cl.c.SetDeadline(time.Now().Add(30 * time.Second)) //nolint:errcheck // a test socket
+	got := make(chan []byte, 1)
+	go func() {
+		b, _ := io.ReadAll(io.LimitReader(cl.r, int64(len(want))))
+		got <- b
+	}()
+	wrote := make(chan error, 1)
+	go func() {
+		// In chunks, a while apart: the stream lasts through many switches.
+		for off := 0; off < len(want); off += 16 << 10 {
+			if _, err := cl.c.Write(want[off : off+16<<10]); err != nil {
+				wrote <- err
+				return
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		wrote <- nil
+	}()
+	modes := []Fault{{Mode: Delay, Delay: time.Millisecond, Jitter: time.Millisecond}, {Mode: Blackhole}, {Mode: Pass}}
+	timeout := time.After(30 * time.Second)
+	for n := 0; ; n++ {
+		select {
+		case b := <-got:
+			if err := <-wrote; err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(b, want) {
+				t.Fatalf("after %d switches: %d bytes back, not what was sent", n, len(b))
+			}
+			if n < 10 {
+				t.Fatalf("only %d switches during the stream", n)
+			}
+			t.Logf("1 MiB intact through %d switches", n)
+			return
+		case <-timeout:
+			t.Fatal("the stream did not finish")
+		case <-time.After(5 * time.Millisecond):
+			p.Set(modes[n%len(modes)])
+		}
 	}
 }

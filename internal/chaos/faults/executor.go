@@ -51,7 +51,8 @@ type Stats struct {
 	Active  int // applied and not healed
 }
 
-// Stats returns what the Executor did so far.
+// Stats returns what the Executor did so far. It waits for a step in
+// progress (a process starting, say) to end.
 func (e *Executor) Stats() Stats {
 	e.mu.Lock()
 	defer e.mu.Unlock()
