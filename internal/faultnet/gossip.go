@@ -32,8 +32,8 @@ type GossipProxy struct {
 	blocked map[string]bool
 	// nat has, per source address, the socket forwarding its packets:
 	// kept until Close (a cluster's gossip comes from a few addresses).
-	nat     map[string]*net.UDPConn
-	closed  bool
+	nat    map[string]*net.UDPConn
+	closed bool
 
 	wg sync.WaitGroup
 }
