@@ -48,6 +48,9 @@ type Cluster struct {
 	exits    []Exit
 	spawner  *spawner // started by the first operation, ended by Close
 	closed   bool
+	// lastReplica is the highest I of a replica-I made so far: a replica
+	// added after a removal gets a new name and address.
+	lastReplica int
 	// sec is the PKI of a secure cluster, made by the first operation;
 	// nil until then, and without Config.Secure.
 	sec *Security
@@ -91,6 +94,7 @@ func New(cfg Config) (*Cluster, error) {
 	for i := 1; i <= cfg.Replicas; i++ {
 		c.replicas = append(c.replicas, c.newProc(kindReplica, i))
 	}
+	c.lastReplica = cfg.Replicas
 	if cfg.HAProxy {
 		c.lb = c.newProc(kindHAProxy, 0)
 	}
@@ -278,6 +282,9 @@ func (c *Cluster) Close() error {
 		s := c.spawner
 		c.mu.Unlock()
 		c.reapers.Wait()
+		for _, p := range c.replicas {
+			c.closeProxies(p)
+		}
 		if s != nil {
 			s.close()
 		}
@@ -451,11 +458,12 @@ func (c *Cluster) AddReplicaWith(ctx context.Context, o ReplicaOptions) (Replica
 	}
 	c.mu.Lock()
 	n := len(c.replicas)
-	if n >= maxReplicas {
+	if c.lastReplica >= maxReplicas {
 		c.mu.Unlock()
-		return Replica{}, fmt.Errorf("localcluster: %d replicas is the most", maxReplicas)
+		return Replica{}, fmt.Errorf("localcluster: %d replicas is the most (removed ones count)", maxReplicas)
 	}
-	p := c.newProc(kindReplica, n+1)
+	c.lastReplica++
+	p := c.newProc(kindReplica, c.lastReplica)
 	p.args, p.apart = o.Args, o.Apart
 	c.replicas = append(c.replicas, p)
 	c.mu.Unlock()
@@ -496,6 +504,9 @@ func (c *Cluster) startProc(p *proc) error {
 		env = slices.DeleteFunc(slices.Clone(c.cfg.Env), func(kv string) bool { return strings.HasPrefix(kv, "ETCD_") })
 	case kindReplica:
 		bin, env = c.cfg.XDSNodeBin, c.cfg.Env
+		if err := c.startProxies(p); err != nil {
+			return err
+		}
 		if args, err = c.replicaArgs(p); err != nil {
 			return err
 		}
@@ -694,12 +705,16 @@ func (c *Cluster) replicaArgs(p *proc) ([]string, error) {
 	ip := replicaIP(c.cfg.Net, p.index)
 	// Peers are found through the etcd registry (no --join).
 	args := []string{
-		"--etcd-endpoints", strings.Join(c.etcdEndpoints(), ","),
+		"--etcd-endpoints", strings.Join(c.replicaEtcdEndpoints(p), ","),
 		"--xds-addr", hostPort(ip, xdsPort),
 		"--http-addr", hostPort(ip, httpPort),
 		"--name", p.name,
 		"--gossip-addr", hostPort(ip, gossipPort),
 		"--advertise-addr", ip,
+	}
+	if c.cfg.GossipProxies {
+		// Bind behind the proxy, advertise the proxy.
+		args[9], args[11] = hostPort(ip, gossipBindPort), hostPort(ip, gossipPort)
 	}
 	if sec := c.Security(); sec != nil {
 		f, err := sec.replica(p.name, ip, lbIP(c.cfg.Net))

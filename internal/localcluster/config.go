@@ -90,6 +90,17 @@ type Config struct {
 	// admin's certificate. It needs etcd members of its own (EtcdMembers)
 	// and no EtcdTLS.
 	Secure bool
+	// EtcdProxies puts a fault proxy (internal/faultnet) between each
+	// replica and each etcd member, on the member's IP: the replica's
+	// --etcd-endpoints are its proxies (EtcdProxies returns them), so a
+	// chaos run can delay, drop or blackhole one replica's etcd
+	// connections. Needs etcd members of its own.
+	EtcdProxies bool
+	// GossipProxies has each replica bind memberlist on port 7947 and
+	// advertise a gossip proxy on its gossip address (port 7946, UDP and
+	// TCP), through which every peer's gossip to it passes: Partition
+	// drops gossip between two replicas.
+	GossipProxies bool
 	// EtcdFlags are extra flags for every etcd member, after the ones
 	// this package sets.
 	EtcdFlags []string
@@ -210,6 +221,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Secure && (c.EtcdMembers == 0 || c.EtcdTLS != nil) {
 		add("Secure: needs etcd members of its own (EtcdMembers) and no EtcdTLS (it makes its own)")
+	}
+	if c.EtcdProxies && c.EtcdMembers == 0 {
+		add("EtcdProxies: needs etcd members of its own (EtcdMembers)")
 	}
 	if !namePattern.MatchString(c.NamePrefix) {
 		add("NamePrefix %q: letters, digits, '-', '_' and '.' only", c.NamePrefix)

@@ -27,6 +27,10 @@ func TestValidate(t *testing.T) {
 		}, nil},
 		{"etcd TLS without a key", func(c *Config) { c.EtcdTLS = &EtcdTLS{CertFile: "s.pem"} }, []string{"EtcdTLS"}},
 		{"no dir", func(c *Config) { c.Dir = "" }, []string{"Dir: empty"}},
+		{"etcd proxies without members", func(c *Config) {
+			c.EtcdMembers, c.EtcdEndpoints, c.EtcdBin, c.HAProxy, c.EtcdProxies = 0, []string{"127.0.0.1:2379"}, "", false, true
+		}, []string{"EtcdProxies: needs etcd members"}},
+		{"fault proxies", func(c *Config) { c.EtcdProxies, c.GossipProxies = true, true }, nil},
 		{"long dir", func(c *Config) { c.Dir = "/tmp/" + strings.Repeat("d", 100) }, []string{"socket haproxy.sock", "socket control.sock"}},
 		{"dir with a space and HAProxy", func(c *Config) { c.Dir = "/tmp/a b" }, []string{"no spaces"}},
 		{"dir with a space, no HAProxy", func(c *Config) { c.Dir, c.HAProxy = "/tmp/a b", false }, nil},

@@ -20,7 +20,10 @@
 // every address), starting, stopping (SIGTERM, then SIGKILL after a
 // grace period), killing (SIGKILL), freezing (SIGSTOP) and thawing
 // (SIGCONT) any of them, adding a replica (with a graceful HAProxy
-// reload), waits on what the cluster reports (health, readiness, the
+// reload) and removing one, compacting etcd, the fault proxies a chaos
+// run switches (faults.go: each replica's proxies to etcd and its gossip
+// proxy, Config.EtcdProxies and GossipProxies; the proxies themselves are
+// internal/faultnet's), waits on what the cluster reports (health, readiness, the
 // ring, a view's revision, HAProxy's view of a replica), building the
 // etcd and xds-node binaries, and the control endpoint through which
 // deploy/local drives a cluster that another process owns. With

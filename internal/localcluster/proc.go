@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"strings"
 	"time"
+
+	"github.com/legation-io/legation/internal/faultnet"
 )
 
 // kind is what a process is.
@@ -30,6 +32,11 @@ type proc struct {
 	// (ReplicaOptions.Apart). Both set before the proc is shared.
 	args  func([]string) []string
 	apart bool
+
+	// A replica's fault proxies (Config.EtcdProxies, GossipProxies), made
+	// at its first start; guarded by Cluster.mu.
+	etcdProxies faultnet.Group
+	gossip      *faultnet.GossipProxy
 
 	cur *run // guarded by Cluster.mu; nil until its first start
 }

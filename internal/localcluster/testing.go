@@ -238,6 +238,10 @@ func probe(prefix string, cfg Config) error {
 		ip := replicaIP(prefix, i)
 		tcp = append(tcp, hostPort(ip, xdsPort), hostPort(ip, httpPort), hostPort(ip, gossipPort))
 		udp = append(udp, hostPort(ip, gossipPort)) // memberlist gossips over UDP too
+		if cfg.GossipProxies {
+			tcp = append(tcp, hostPort(ip, gossipBindPort))
+			udp = append(udp, hostPort(ip, gossipBindPort))
+		}
 	}
 	var errs []error
 	for _, a := range tcp {

@@ -1,91 +1,33 @@
 package storetest
 
 import (
-	"io"
-	"net"
-	"sync"
 	"testing"
+
+	"github.com/legation-io/legation/internal/faultnet"
 )
 
 // Proxy forwards TCP connections from a loopback port to a target, and can
-// cut them: a way to make a client lose etcd without stopping etcd.
+// cut them: a way to make a client lose etcd without stopping etcd. It is
+// a faultnet.Proxy (Proxy.Fault has the other modes: delay, blackhole).
 type Proxy struct {
-	Addr   string
-	target string
-	ln     net.Listener
-
-	mu    sync.Mutex // guards conns and down
-	conns []net.Conn
-	down  bool
-	wg    sync.WaitGroup
+	Addr string
+	// Fault is the proxy itself, for modes other than Cut's.
+	Fault *faultnet.Proxy
 }
 
 // NewProxy listens on 127.0.0.1 and forwards to target until the test ends.
 func NewProxy(t testing.TB, target string) *Proxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := faultnet.Listen("127.0.0.1:0", target)
 	if err != nil {
-		t.Fatalf("proxy listen: %v", err)
+		t.Fatalf("proxy: %v", err)
 	}
-	p := &Proxy{Addr: ln.Addr().String(), target: target, ln: ln}
-	p.wg.Add(1)
-	go p.accept()
-	t.Cleanup(func() {
-		ln.Close()
-		p.Cut()
-		p.wg.Wait()
-	})
-	return p
-}
-
-func (p *Proxy) accept() {
-	defer p.wg.Done()
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		if p.down {
-			p.mu.Unlock()
-			c.Close()
-			continue
-		}
-		u, err := net.Dial("tcp", p.target)
-		if err != nil {
-			p.mu.Unlock()
-			c.Close()
-			continue
-		}
-		p.conns = append(p.conns, c, u)
-		p.wg.Add(2)
-		p.mu.Unlock()
-		go p.pipe(c, u)
-		go p.pipe(u, c)
-	}
-}
-
-func (p *Proxy) pipe(dst, src net.Conn) {
-	defer p.wg.Done()
-	io.Copy(dst, src) //nolint:errcheck // a cut ends the copy
-	dst.Close()
-	src.Close()
+	t.Cleanup(func() { p.Close() })
+	return &Proxy{Addr: p.Addr(), Fault: p}
 }
 
 // Cut closes every forwarded connection and refuses new ones until Restore.
-func (p *Proxy) Cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.down = true
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
-}
+func (p *Proxy) Cut() { p.Fault.Set(faultnet.Fault{Mode: faultnet.Drop}) }
 
 // Restore accepts connections again.
-func (p *Proxy) Restore() {
-	p.mu.Lock()
-	p.down = false
-	p.mu.Unlock()
-}
+func (p *Proxy) Restore() { p.Fault.Set(faultnet.Fault{Mode: faultnet.Pass}) }

@@ -1,0 +1,51 @@
+package localcluster
+
+import (
+	"bufio"
+	"encoding/binary"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// socketOwner returns which of pids has the TCP socket whose local
+// address is addr (IPv4), from /proc/net/tcp and /proc/PID/fd; 0 if none.
+func socketOwner(addr *net.TCPAddr, pids []int) int {
+	ip4 := addr.IP.To4()
+	if ip4 == nil {
+		return 0
+	}
+	// /proc/net/tcp writes the address as the 32-bit word in host order
+	// (little endian here), then the port in big endian hex.
+	want := fmt.Sprintf("%08X:%04X", binary.LittleEndian.Uint32(ip4), addr.Port)
+	f, err := os.Open("/proc/net/tcp")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	inode := ""
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		if len(fs) > 9 && fs[1] == want {
+			inode = fs[9]
+			break
+		}
+	}
+	if inode == "" || inode == "0" {
+		return 0
+	}
+	link := "socket:[" + inode + "]"
+	for _, pid := range pids {
+		fds, _ := filepath.Glob(filepath.Join("/proc", strconv.Itoa(pid), "fd", "*"))
+		for _, fd := range fds {
+			if l, err := os.Readlink(fd); err == nil && l == link {
+				return pid
+			}
+		}
+	}
+	return 0
+}
