@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,13 +11,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
 	"github.com/legation-io/legation/internal/chaos"
 	"github.com/legation-io/legation/internal/loadgen"
 	"github.com/legation-io/legation/internal/node"
+	"github.com/legation-io/legation/internal/node/nodetest"
 	"github.com/legation-io/legation/internal/store"
 	"github.com/legation-io/legation/internal/xdstest"
 )
@@ -27,42 +26,9 @@ import (
 // an etcd client of its embedded etcd and its prefix.
 func startReplica(t *testing.T) (*node.Node, *clientv3.Client, string) {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	etcdAddr := l.Addr().String()
-	l.Close()
-	cfg := node.DefaultConfig()
-	cfg.XDSAddr = "127.0.0.1:0"
-	cfg.HTTPAddr = "127.0.0.1:0"
-	cfg.GossipAddr = "127.0.0.1:0"
-	cfg.DevEtcdAddr = etcdAddr
-	cfg.DataDir = t.TempDir()
-	cfg.ShutdownTimeout = 5 * time.Second
-	cfg.DrainPeriod = 200 * time.Millisecond
-	cfg.Registerer = prometheus.NewRegistry()
-	n, err := node.New(cfg)
-	if err != nil {
-		t.Fatalf("node.New: %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- n.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("node Run: %v", err)
-		}
-	})
-	xdstest.WaitFor(t, "the replica's /readyz 200", func() (bool, string) {
-		resp, err := http.Get("http://" + n.HTTPAddr() + "/readyz")
-		if err != nil {
-			return false, err.Error()
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, resp.Status
-	})
+	cfg := nodetest.DevConfig(t)
+	n := nodetest.Run(t, cfg)
+	etcdAddr := cfg.DevEtcdAddr
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{etcdAddr}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,6 +16,7 @@ import (
 	"github.com/legation-io/legation/internal/adminctl"
 	"github.com/legation-io/legation/internal/demo"
 	"github.com/legation-io/legation/internal/node"
+	"github.com/legation-io/legation/internal/node/nodetest"
 	"github.com/legation-io/legation/internal/store/storetest"
 )
 
@@ -139,33 +139,7 @@ func startNode(t *testing.T, endpoint string) string {
 	cfg.Name = "demo-test"
 	cfg.ShutdownTimeout = 5 * time.Second
 	cfg.Registerer = prometheus.NewRegistry()
-	n, err := node.New(cfg)
-	if err != nil {
-		t.Fatalf("node.New: %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- n.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("node Run: %v", err)
-		}
-	})
-	deadline := time.Now().Add(testTimeout)
-	for {
-		resp, err := http.Get("http://" + n.HTTPAddr() + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return n.XDSAddr()
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("node not ready within %s: %v", testTimeout, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return nodetest.Run(t, cfg).XDSAddr()
 }
 
 // copyYAML copies dir's *.yaml files to a new directory with r applied to

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/legation-io/legation/internal/loadgen"
 	"github.com/legation-io/legation/internal/node"
+	"github.com/legation-io/legation/internal/node/nodetest"
 	"github.com/legation-io/legation/internal/resource"
 	"github.com/legation-io/legation/internal/store"
 	"github.com/legation-io/legation/internal/xdstest"
@@ -38,48 +38,15 @@ type replica struct {
 // edit, when not nil, changes the config first.
 func startReplica(t *testing.T, edit func(*node.Config)) *replica {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	etcdAddr := l.Addr().String()
-	l.Close()
-
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	cfg := node.DefaultConfig()
-	cfg.XDSAddr = "127.0.0.1:0"
-	cfg.HTTPAddr = "127.0.0.1:0"
-	cfg.GossipAddr = "127.0.0.1:0"
-	cfg.DevEtcdAddr = etcdAddr
-	cfg.DataDir = t.TempDir()
-	cfg.ShutdownTimeout = 5 * time.Second
-	cfg.DrainPeriod = 200 * time.Millisecond
+	cfg := nodetest.DevConfig(t)
 	cfg.Registerer = reg
 	if edit != nil {
 		edit(&cfg)
 	}
-	n, err := node.New(cfg)
-	if err != nil {
-		t.Fatalf("node.New: %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- n.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("node Run: %v", err)
-		}
-	})
-	xdstest.WaitFor(t, "the replica's /readyz 200", func() (bool, string) {
-		resp, err := http.Get("http://" + n.HTTPAddr() + "/readyz")
-		if err != nil {
-			return false, err.Error()
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, resp.Status
-	})
+	n := nodetest.Run(t, cfg)
+	etcdAddr := cfg.DevEtcdAddr
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{etcdAddr}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
