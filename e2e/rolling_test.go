@@ -434,9 +434,13 @@ func (w *replicaWatch) flaps() (flaps []string, transitions, planned int) {
 		n := len(rs) - 1
 		transitions += n
 		first, lastAt := rs[0].at, rs[len(rs)-1].at
+		// An event up to a poll before the first sample may show only
+		// after it: a stop issued as the sample was read (the ring holds
+		// the stopping replica until it leaves).
+		since := first.Add(-rollingPoll)
 		p := 0
 		for _, e := range w.eventsAt {
-			if e.After(first) && !e.After(lastAt) {
+			if e.After(since) && !e.After(lastAt) {
 				p++
 			}
 		}

@@ -12,6 +12,9 @@ import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/legation-io/legation/internal/resource"
 	"github.com/legation-io/legation/internal/store"
 	"github.com/legation-io/legation/internal/store/storetest"
@@ -21,10 +24,28 @@ import (
 // versionLog follows a SotW stream, ACKing every response, and records
 // each version and the connect timeout of cluster "a" it was sent.
 type versionLog struct {
-	mu       sync.Mutex
-	versions []int64
-	connect  []int64 // ms, -1: no cluster a
-	err      error   // how the stream ended, nil while open
+	mu         sync.Mutex
+	versions   []int64
+	connect    []int64 // ms, -1: no cluster a
+	err        error   // how the stream ended, nil while open
+	reconnects int
+}
+
+// reconnect follows s, a new stream of the client, if its last one was
+// closed UNAVAILABLE (a rebalance: its node's home moved while replicas
+// were not ready), as Envoy reconnects; it reports whether it did.
+func (l *versionLog) reconnect(open func() *xdstest.SotWStream, stop <-chan struct{}, wg *sync.WaitGroup) bool {
+	l.mu.Lock()
+	closed := status.Code(l.err) == codes.Unavailable
+	if closed {
+		l.err = nil
+		l.reconnects++
+	}
+	l.mu.Unlock()
+	if closed {
+		l.follow(open(), stop, wg)
+	}
+	return closed
 }
 
 func (l *versionLog) follow(s *xdstest.SotWStream, stop <-chan struct{}, wg *sync.WaitGroup) {
@@ -118,16 +139,20 @@ func TestRevisionResetCluster(t *testing.T) {
 	}
 
 	logs := make([]*versionLog, 6)
+	opens := make([]func() *xdstest.SotWStream, len(logs))
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	defer func() { close(stop); wg.Wait() }()
 	for i := range logs {
 		r := rs[i%len(rs)]
 		waitRevision(t, r, rev)
-		st := xdstest.OpenSotW(t, dial(t, r))
-		st.Send(&discoveryv3.DiscoveryRequest{Node: xdstest.Node(fmt.Sprintf("n%d", i), "c1"), TypeUrl: resource.Cluster.URL})
+		opens[i] = func() *xdstest.SotWStream {
+			st := xdstest.OpenSotW(t, dial(t, r))
+			st.Send(&discoveryv3.DiscoveryRequest{Node: xdstest.Node(fmt.Sprintf("n%d", i), "c1"), TypeUrl: resource.Cluster.URL})
+			return st
+		}
 		logs[i] = &versionLog{}
-		logs[i].follow(st, stop, &wg)
+		logs[i].follow(opens[i](), stop, &wg)
 	}
 	for i, l := range logs {
 		xdstest.WaitFor(t, "the clients at the last version", func() (bool, string) {
@@ -151,6 +176,9 @@ func TestRevisionResetCluster(t *testing.T) {
 	t.Logf("replicas ready again %s after the restore", time.Since(restored).Round(time.Millisecond))
 	for i, l := range logs {
 		xdstest.WaitFor(t, "the clients sent the restored data", func() (bool, string) {
+			if l.reconnect(opens[i], stop, &wg) {
+				return false, fmt.Sprintf("client %d: reconnected", i)
+			}
 			v, ms, err := l.last()
 			return v > rev && ms == 100, fmt.Sprintf("client %d: version %d, a at %dms, err %v", i, v, ms, err)
 		})
