@@ -25,7 +25,11 @@ func Hits(reg prometheus.Registerer) (*prometheus.CounterVec, error) {
 		Name: "legation_limits_hits_total",
 		Help: "Requests or streams refused or cut because they went beyond a bound, by the bound (limit).",
 	}, []string{"limit"})
-	return registerOrGet(reg, v)
+	got, err := RegisterOrGet(reg, v)
+	if err != nil {
+		return nil, fmt.Errorf("limits: %w", err)
+	}
+	return got, nil
 }
 
 // Panics returns legation_panics_total on reg, registered on first use
@@ -35,10 +39,18 @@ func Panics(reg prometheus.Registerer) (prometheus.Counter, error) {
 		Name: "legation_panics_total",
 		Help: "Panics recovered in gRPC handlers and stream goroutines; each ended one call with INTERNAL.",
 	})
-	return registerOrGet(reg, c)
+	got, err := RegisterOrGet(reg, c)
+	if err != nil {
+		return nil, fmt.Errorf("limits: %w", err)
+	}
+	return got, nil
 }
 
-func registerOrGet[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
+// RegisterOrGet registers c on reg, or returns the collector of the same
+// description registered there before (two servers of one process share
+// their metrics): what every package with metrics shared by several
+// instances registers them with.
+func RegisterOrGet[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
 	if err := reg.Register(c); err != nil {
 		var are prometheus.AlreadyRegisteredError
 		if errors.As(err, &are) {
@@ -47,7 +59,7 @@ func registerOrGet[C prometheus.Collector](reg prometheus.Registerer, c C) (C, e
 			}
 		}
 		var zero C
-		return zero, fmt.Errorf("limits: register metrics: %w", err)
+		return zero, fmt.Errorf("register metric %T: %w", c, err)
 	}
 	return c, nil
 }

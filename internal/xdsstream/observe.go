@@ -1,7 +1,6 @@
 package xdsstream
 
 import (
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -9,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/legation-io/legation/internal/limits"
 	"github.com/legation-io/legation/internal/resource"
 )
 
@@ -66,30 +66,16 @@ func SharedMetrics(reg prometheus.Registerer) (*Shared, error) {
 		return s, nil
 	}
 	var err error
-	if s.Convergence, err = registerOrGet(reg, s.Convergence); err != nil {
-		return nil, err
+	if s.Convergence, err = limits.RegisterOrGet(reg, s.Convergence); err != nil {
+		return nil, fmt.Errorf("xdsstream: %w", err)
 	}
-	if s.Push, err = registerOrGet(reg, s.Push); err != nil {
-		return nil, err
+	if s.Push, err = limits.RegisterOrGet(reg, s.Push); err != nil {
+		return nil, fmt.Errorf("xdsstream: %w", err)
 	}
-	if s.ResponseSize, err = registerOrGet(reg, s.ResponseSize); err != nil {
-		return nil, err
+	if s.ResponseSize, err = limits.RegisterOrGet(reg, s.ResponseSize); err != nil {
+		return nil, fmt.Errorf("xdsstream: %w", err)
 	}
 	return s, nil
-}
-
-func registerOrGet[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if got, ok := are.ExistingCollector.(C); ok {
-				return got, nil
-			}
-		}
-		var zero C
-		return zero, fmt.Errorf("xdsstream: register metrics: %w", err)
-	}
-	return c, nil
 }
 
 // typeMetrics are one type's series of a protocol, resolved once so that
