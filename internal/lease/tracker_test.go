@@ -15,6 +15,7 @@ import (
 	"github.com/legation-io/legation/internal/lease"
 	"github.com/legation-io/legation/internal/store"
 	"github.com/legation-io/legation/internal/store/storetest"
+	"github.com/legation-io/legation/internal/xdstest"
 )
 
 // TestMain checks that no test of the package leaves a goroutine behind:
@@ -277,9 +278,12 @@ func TestRefreshNotice(t *testing.T) {
 	if got := tr.metric(t, "legation_lease_checks_total"); got != 0 {
 		t.Errorf("legation_lease_checks_total = %v: the notice came from a check, not the marker", got)
 	}
-	if got := tr.metric(t, "legation_lease_extensions_total"); got != 1 {
-		t.Errorf("legation_lease_extensions_total = %v, want 1", got)
-	}
+	// The counter moves as the notice is announced, not before it: wait
+	// for it briefly.
+	xdstest.WaitFor(t, "legation_lease_extensions_total at 1", func() (bool, string) {
+		got := tr.metric(t, "legation_lease_extensions_total")
+		return got == 1, fmt.Sprint(got)
+	})
 
 	after := tr.Expiry(ctx, g.entry())
 	checkBound(t, "after the refresh", after, g, refreshing, refreshed)
