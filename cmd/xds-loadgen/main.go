@@ -164,7 +164,7 @@ func parseFlags(args []string) (loadgen.Config, options, error) {
 	fs.SortFlags = false
 	fs.StringVar(&opts.target, "target", opts.target, "legation (writes to etcd) or gcp (writes to bench/gcp's control endpoint)")
 	fs.StringVar(&opts.mode, "mode", opts.mode, "sotw or delta ADS")
-	fs.StringVar(&cfg.XDSAddr, "xds-addr", "127.0.0.1:18000", "the server's ADS address")
+	fs.StringVar(&cfg.XDSAddr, "xds-addr", "127.0.0.1:18000", "the server's ADS address, or several separated by commas (connection i dials the (i mod n)th)")
 	fs.StringVar(&cfg.MetricsURL, "metrics-url", "http://127.0.0.1:18001/metrics", "the server's /metrics, for its process CPU and RSS; empty: not read")
 	fs.StringVar(&cfg.EtcdMetricsURL, "etcd-metrics-url", "", "with --target legation and etcd in a process of its own: its /metrics, for etcd's CPU beside the server's; empty: not read")
 	fs.StringVar(&opts.controlURL, "control-url", "http://127.0.0.1:18101", "with --target gcp: the server's control endpoint")

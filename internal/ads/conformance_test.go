@@ -129,6 +129,36 @@ func TestSotWLatestRequest(t *testing.T) {
 	checkResp(t, s.Expect(), resource.Endpoint, xdstest.Version(r), "b")
 }
 
+// A second request of a type sent before the first response arrived has
+// no nonce to give either: it changes the names (those it adds are sent,
+// at the same version), it does not start the type over, so nothing is
+// sent twice at one version. Found by the chaos run (seed 348): a
+// resuming client asks for the EDS names it held, then, its CDS response
+// in, for the new set before its first EDS response came.
+func TestSotWRequestsBeforeFirstResponse(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	r := e.Apply(t, []store.Put{
+		xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("a", 1)),
+		xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("b", 1)),
+		xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("c", 1)),
+	})
+	v := xdstest.Version(r)
+	s := e.adsStream(t)
+	n := xdstest.Node("n1", "")
+	// The responses are read here before the next request is sent, so
+	// that each is sent first: the client has not read them yet.
+	s.Send(&discoveryv3.DiscoveryRequest{Node: n, TypeUrl: resource.Endpoint.URL, VersionInfo: v, ResourceNames: []string{"a", "gone"}})
+	checkResp(t, s.Expect(), resource.Endpoint, v, "a")
+	s.Send(&discoveryv3.DiscoveryRequest{TypeUrl: resource.Endpoint.URL, VersionInfo: v, ResourceNames: []string{"a", "b"}})
+	checkResp(t, s.Expect(), resource.Endpoint, v, "b")
+	s.Send(&discoveryv3.DiscoveryRequest{TypeUrl: resource.Endpoint.URL, VersionInfo: v, ResourceNames: []string{"a", "b"}})
+	s.Send(&discoveryv3.DiscoveryRequest{TypeUrl: resource.Cluster.URL})
+	checkResp(t, s.Expect(), resource.Cluster, v, "c")
+	s.Send(&discoveryv3.DiscoveryRequest{TypeUrl: resource.Cluster.URL})
+	s.ExpectNone()
+}
+
 // Rule 3: an ACK gets nothing until the state changes; then the new state
 // is sent.
 func TestSotWAck(t *testing.T) {

@@ -56,14 +56,18 @@ func (st *stream) Handle(t *resource.Type, r *discoveryv3.DiscoveryRequest) erro
 		return err
 	}
 	ts := st.types[t]
-	if ts == nil || (r.GetResponseNonce() == "" && ts.rec.Nonce != "") {
+	if ts == nil {
 		return st.subscribe(t, r)
 	}
 	if r.GetResponseNonce() == "" {
-		// The type's first request was answered with nothing (promise
-		// 4), so the client has no nonce to give: this is its latest
-		// request. Names it adds are ones it does not hold; starting
-		// over would trust its version for them too.
+		// The client has had no response of the type on this stream (it
+		// would give its nonce): its first request was answered with
+		// nothing (promise 4), or its first response is on its way (a
+		// client changes its names before it arrives, as one whose CDS
+		// arrived first does). This is its latest request. Names it adds
+		// are ones it does not hold; starting over would trust its
+		// version for them too, or send the response on its way again at
+		// the same version.
 		st.setNames(ts, r.GetResourceNames(), true)
 		st.updateStatus(ts)
 		return nil
@@ -93,8 +97,7 @@ func (st *stream) Handle(t *resource.Type, r *discoveryv3.DiscoveryRequest) erro
 	return nil
 }
 
-// subscribe handles a type's first request on the stream (or a request
-// without a nonce, which starts the type over).
+// subscribe handles a type's first request on the stream.
 func (st *stream) subscribe(t *resource.Type, r *discoveryv3.DiscoveryRequest) error {
 	ts := &typeState{t: t, sent: newHolding()}
 	st.types[t] = ts

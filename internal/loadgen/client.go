@@ -407,35 +407,9 @@ func (c *client) delta(ctx context.Context) (got bool, err error) {
 	presented := c.presentedDelta()
 	rec := c.recordStart(chaos.ModeDelta, presented)
 	defer func() { c.recordEnd(rec, chaos.ModeDelta, err) }()
-	if err := st.Send(&discoveryv3.DeltaDiscoveryRequest{Node: c.node, TypeUrl: cdsURL, InitialResourceVersions: presented[cdsURL]}); err != nil {
-		return false, err
-	}
-	// A new stream subscribes again to what the client wants. Resuming,
-	// it does so at once for what it subscribed before, presenting the
-	// versions it holds, as Envoy does: an unchanged cluster or listener
-	// is not sent again, so nothing else would make it ask.
-	var wantEDS, wantRDS []int
-	if c.deltaVersions != nil && len(presented[cdsURL]) > 0 {
-		wantEDS, wantRDS = marked(c.subscribed), marked(c.rdsSubscribed)
-	}
-	clear(c.subscribed)
-	clear(c.rdsSubscribed)
-	askLDS := len(c.f.routes) > 0
-	if len(wantEDS) > 0 {
-		sub := addSubscribed(c.subscribed, wantEDS, c.f.names)
-		if err := st.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: edsURL, ResourceNamesSubscribe: sub, InitialResourceVersions: presented[edsURL]}); err != nil {
-			return false, err
-		}
-	}
-	if askLDS && len(presented[cdsURL]) > 0 {
-		askLDS = false
-		if err := st.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: ldsURL, InitialResourceVersions: presented[ldsURL]}); err != nil {
-			return false, err
-		}
-	}
-	if len(wantRDS) > 0 && len(presented[ldsURL]) > 0 {
-		sub := addSubscribed(c.rdsSubscribed, wantRDS, c.f.routes)
-		if err := st.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: rdsURL, ResourceNamesSubscribe: sub, InitialResourceVersions: presented[rdsURL]}); err != nil {
+	first, askLDS := c.deltaFirstRequests(presented)
+	for _, r := range first {
+		if err := st.Send(r); err != nil {
 			return false, err
 		}
 	}
@@ -520,6 +494,39 @@ func (c *client) delta(ctx context.Context) (got bool, err error) {
 			}
 		}
 	}
+}
+
+// deltaFirstRequests are a new delta stream's first requests, and whether
+// LDS is still to be asked for (once CDS is in). Resuming, the client
+// subscribes again at once to what it subscribed before, presenting the
+// versions it holds, as Envoy does: an unchanged cluster or listener is
+// not sent again, so nothing else would make it ask. The subscriptions
+// are set here, before any request can fail: a stream that ends on a
+// send keeps them for the next (a client that lost them would never ask
+// again for what it holds).
+func (c *client) deltaFirstRequests(presented map[string]map[string]string) ([]*discoveryv3.DeltaDiscoveryRequest, bool) {
+	reqs := []*discoveryv3.DeltaDiscoveryRequest{{Node: c.node, TypeUrl: cdsURL, InitialResourceVersions: presented[cdsURL]}}
+	var wantEDS, wantRDS []int
+	if c.deltaVersions != nil && len(presented[cdsURL]) > 0 {
+		wantEDS, wantRDS = marked(c.subscribed), marked(c.rdsSubscribed)
+	}
+	if len(presented[ldsURL]) == 0 {
+		wantRDS = nil // asked again once the listeners come
+	}
+	clear(c.subscribed)
+	clear(c.rdsSubscribed)
+	if sub := addSubscribed(c.subscribed, wantEDS, c.f.names); len(sub) > 0 {
+		reqs = append(reqs, &discoveryv3.DeltaDiscoveryRequest{TypeUrl: edsURL, ResourceNamesSubscribe: sub, InitialResourceVersions: presented[edsURL]})
+	}
+	askLDS := len(c.f.routes) > 0
+	if askLDS && len(presented[cdsURL]) > 0 {
+		askLDS = false
+		reqs = append(reqs, &discoveryv3.DeltaDiscoveryRequest{TypeUrl: ldsURL, InitialResourceVersions: presented[ldsURL]})
+	}
+	if sub := addSubscribed(c.rdsSubscribed, wantRDS, c.f.routes); len(sub) > 0 {
+		reqs = append(reqs, &discoveryv3.DeltaDiscoveryRequest{TypeUrl: rdsURL, ResourceNamesSubscribe: sub, InitialResourceVersions: presented[rdsURL]})
+	}
+	return reqs, askLDS
 }
 
 // parseVersion is a version as a number; 0 when it is not one (a hash).

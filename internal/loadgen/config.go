@@ -1,9 +1,12 @@
 package loadgen
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"strings"
 	"time"
 )
 
@@ -14,7 +17,9 @@ type Config struct {
 	Target Target
 	// TargetName names the target in the result ("legation", "gcp").
 	TargetName string
-	// XDSAddr is the server's ADS address, host:port. Required.
+	// XDSAddr is the server's ADS address, host:port, or several
+	// separated by commas: connection i dials the (i mod n)th, so that
+	// clients spread over the replicas of a cluster. Required.
 	XDSAddr string
 	// MetricsURL is the server's Prometheus /metrics. Empty: no server
 	// CPU and RSS in the result.
@@ -76,6 +81,11 @@ type Config struct {
 	// every response received (xds-loadgen --record). Nil: nothing is
 	// recorded, at no cost.
 	Recorder Recorder
+	// During, when not nil, runs once every client holds the fixture
+	// (after the idle measure, before the updates) while the clients go
+	// on: a chaos run injects its faults and writes its own changes
+	// meanwhile. Run fails with its error.
+	During func(ctx context.Context) error
 	// Progress gets a progress line every ProgressEvery. Nil: none.
 	Progress      io.Writer
 	ProgressEvery time.Duration
@@ -112,6 +122,11 @@ func (c *Config) Validate() error {
 	}
 	if c.XDSAddr == "" {
 		add("--xds-addr: required")
+	}
+	for _, a := range c.addrs() {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			add("--xds-addr %q: %v", a, err)
+		}
 	}
 	if c.Streams < 1 || c.Streams > 1_000_000 {
 		add("--streams %d: must be in [1, 1000000]", c.Streams)
@@ -159,4 +174,16 @@ func (c *Config) Validate() error {
 		add("progress every %s: must be positive", c.ProgressEvery)
 	}
 	return errors.Join(errs...)
+}
+
+// addrs is XDSAddr split at its commas.
+func (c *Config) addrs() []string {
+	if c.XDSAddr == "" {
+		return nil
+	}
+	as := strings.Split(c.XDSAddr, ",")
+	for i := range as {
+		as[i] = strings.TrimSpace(as[i])
+	}
+	return as
 }

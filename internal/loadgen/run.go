@@ -195,11 +195,13 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		nconn = cfg.Streams
 	}
 	conns := make([]*grpc.ClientConn, nconn)
+	addrs := cfg.addrs()
 	for i := range conns {
-		conns[i], err = grpc.NewClient(cfg.XDSAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		addr := addrs[i%len(addrs)]
+		conns[i], err = grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20)))
 		if err != nil {
-			return nil, fmt.Errorf("--xds-addr %s: %w", cfg.XDSAddr, err)
+			return nil, fmt.Errorf("--xds-addr %s: %w", addr, err)
 		}
 		defer conns[i].Close()
 	}
@@ -278,6 +280,13 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		res.Idle = &IdleResult{Seconds: b.At.Sub(a.At).Seconds(), CPUSeconds: b.CPUSeconds - a.CPUSeconds,
 			BytesPerClient: float64(b1-b0) / float64(cfg.Streams)}
 		res.Idle.CPUMillisPerSecond = 1000 * res.Idle.CPUSeconds / res.Idle.Seconds
+	}
+
+	if cfg.During != nil {
+		setPhase("during")
+		if err := cfg.During(ctx); err != nil {
+			return nil, err
+		}
 	}
 
 	setPhase("updates")

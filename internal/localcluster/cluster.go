@@ -737,6 +737,52 @@ func (c *Cluster) Exits() []Exit {
 	return slices.Clone(c.exits)
 }
 
+// BadExits describes each run that ended other than as this package
+// ended it: on its own (a crash), unclean after SIGTERM, or killed after
+// its Grace; each with the end of its log.
+func (c *Cluster) BadExits() []string {
+	var out []string
+	for _, e := range c.Exits() {
+		var why string
+		switch {
+		case e.Cause == "":
+			why = "exited on its own"
+		case e.Cause == causeStop && !e.Clean:
+			why = "did not exit cleanly after SIGTERM"
+		case e.Cause == causeStopKill:
+			why = fmt.Sprintf("still ran %s after SIGTERM: killed", c.cfg.Grace)
+		default:
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s (pid %d) %s: %s\n%s", e.Name, e.PID, why, e.Status, tailOf(e.Log, 30)))
+	}
+	return out
+}
+
+// LogProblems describes each replica whose log shows a data race (when
+// built with -race) or a Go panic or fatal error, with the log from there.
+func (c *Cluster) LogProblems() []string {
+	var out []string
+	for _, r := range c.Replicas() {
+		b, err := os.ReadFile(r.Log)
+		if err != nil {
+			continue
+		}
+		log := string(b)
+		for _, sign := range []string{"WARNING: DATA RACE", "\npanic: ", "\nfatal error: "} {
+			at := strings.Index(log, sign)
+			if at < 0 {
+				continue
+			}
+			lines := strings.SplitN(log[at:], "\n", 81)
+			out = append(out, fmt.Sprintf("%s's log (%s) shows %q:\n%s", r.Name, r.Log, strings.TrimSpace(sign),
+				indent(strings.Join(lines[:min(len(lines), 80)], "\n"))))
+			break
+		}
+	}
+	return out
+}
+
 // Status describes the cluster now: addresses, and each process's state
 // and pid. It does no I/O (Probe adds health).
 type Status struct {

@@ -190,13 +190,23 @@ func removeData(dir string) {
 	}
 }
 
-// pickNet returns a 127.0.N. prefix whose addresses for cfg's processes
-// are free, and a listener on the prefix's .2 (an address no process of
-// a cluster uses) that claims it: other test processes skip a prefix
-// whose .2 is taken. The caller closes the listener once the cluster is
-// down; if the process dies, the kernel releases it.
+// pickNet is PickNet for a test: it fails the test when no prefix is free.
 func pickNet(t testing.TB, cfg Config) (string, net.Listener) {
 	t.Helper()
+	prefix, claim, err := PickNet(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return prefix, claim
+}
+
+// PickNet returns a 127.0.N. prefix (N in 100-250, picked at random)
+// whose addresses for cfg's processes are free, and a listener on the
+// prefix's .2 (an address no process of a cluster uses) that claims it:
+// other test processes and chaos runs skip a prefix whose .2 is taken.
+// The caller closes the listener once the cluster is down; if the
+// process dies, the kernel releases it.
+func PickNet(cfg Config) (string, net.Listener, error) {
 	n := netLast - netFirst + 1
 	first := rand.IntN(n)
 	var last error
@@ -212,12 +222,11 @@ func pickNet(t testing.TB, cfg Config) (string, net.Listener) {
 			last = err
 			continue
 		}
-		return prefix, claim
+		return prefix, claim, nil
 	}
-	t.Fatalf("localcluster: no free 127.0.N. prefix for N in %d-%d; last: %v "+
+	return "", nil, fmt.Errorf("localcluster: no free 127.0.N. prefix for N in %d-%d; last: %v "+
 		"(a process listening on a wildcard address, such as an xds-node in dev mode on :18000, takes that port on them all)",
 		netFirst, netLast, last)
-	return "", nil
 }
 
 // probe checks that nothing listens on the addresses cfg's processes will
@@ -484,40 +493,15 @@ func (tc *TestCluster) member(i int) string {
 // checkExits fails the test for each run that ended unlike a process told
 // to stop: on its own, uncleanly after SIGTERM, or only after SIGKILL.
 func (tc *TestCluster) checkExits() {
-	for _, e := range tc.c.Exits() {
-		var why string
-		switch {
-		case e.Cause == "":
-			why = "exited on its own"
-		case e.Cause == causeStop && !e.Clean:
-			why = "did not exit cleanly after SIGTERM"
-		case e.Cause == causeStopKill:
-			why = fmt.Sprintf("still ran %s after SIGTERM: killed", tc.c.cfg.Grace)
-		default:
-			continue
-		}
-		tc.t.Errorf("localcluster: %s (pid %d) %s: %s\n%s", e.Name, e.PID, why, e.Status, tailOf(e.Log, 30))
+	for _, p := range tc.c.BadExits() {
+		tc.t.Errorf("localcluster: %s", p)
 	}
 }
 
 // checkLogs fails the test if a replica's log shows a data race (when
 // built with -race) or a Go panic or fatal error.
 func (tc *TestCluster) checkLogs() {
-	for _, r := range tc.c.Replicas() {
-		b, err := os.ReadFile(r.Log)
-		if err != nil {
-			continue
-		}
-		log := string(b)
-		for _, sign := range []string{"WARNING: DATA RACE", "\npanic: ", "\nfatal error: "} {
-			at := strings.Index(log, sign)
-			if at < 0 {
-				continue
-			}
-			lines := strings.SplitN(log[at:], "\n", 81)
-			tc.t.Errorf("localcluster: %s's log (%s) shows %q:\n%s", r.Name, r.Log, strings.TrimSpace(sign),
-				indent(strings.Join(lines[:min(len(lines), 80)], "\n")))
-			break
-		}
+	for _, p := range tc.c.LogProblems() {
+		tc.t.Errorf("localcluster: %s", p)
 	}
 }

@@ -1,0 +1,136 @@
+package runner
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/legation-io/legation/internal/chaos"
+	"github.com/legation-io/legation/internal/localcluster"
+)
+
+// testWriter sends log lines to the test log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
+}
+
+// TestShortSeed is make test's chaos run: one seed, 30 s of faults every
+// 2.5 s on average on 3 etcd members and 3 replicas, 60 clients, an apply
+// every 300 ms; it must end with responses checked, no violation, every
+// client converged within 30 s of the heal, and no crash.
+func TestShortSeed(t *testing.T) {
+	bins := localcluster.BuildForTest(t)
+	cfg := DefaultConfig()
+	cfg.Seed = 348
+	cfg.Duration, cfg.Every = 30*time.Second, 2500*time.Millisecond
+	cfg.Clients = 60
+	cfg.ApplyEvery = 300 * time.Millisecond
+	cfg.Dir = shortTempDir(t)
+	cfg.Binaries = bins
+	cfg.Logger = slog.New(slog.NewTextHandler(testWriter{t}, nil))
+	sum, err := Run(context.Background(), cfg)
+	t.Log(sum.Line())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range sum.Violations {
+		t.Error(v)
+	}
+	for _, c := range sum.Crashes {
+		t.Error(c)
+	}
+	if sum.HealError != "" {
+		t.Error(sum.HealError)
+	}
+	if sum.FaultsApplied < sum.Faults/2 || sum.Applies < 50 || sum.Responses < cfg.Clients*20 || sum.Streams <= cfg.Clients {
+		t.Errorf("too little happened: %+v", sum)
+	}
+	if sum.Kept != "" {
+		t.Logf("files kept in %s", sum.Kept)
+	}
+}
+
+// shortTempDir is a directory of os.TempDir() short enough for the
+// cluster's Unix sockets (t.TempDir's path holds the test's name),
+// removed at the end unless the test failed.
+func shortTempDir(t *testing.T) string {
+	dir, err := os.MkdirTemp("", "legation-chaos-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if !t.Failed() {
+			os.RemoveAll(dir)
+		}
+	})
+	return dir
+}
+
+// TestFrontFailsOver: a front dials its targets in order and takes the
+// first that answers; one closing ends the client's connection too.
+func TestFrontFailsOver(t *testing.T) {
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadAddr := dead.Addr().String()
+	dead.Close()
+	live, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Close()
+	f, err := newFront("127.0.0.1:0", func() []string { return []string{deadAddr, live.Addr().String()} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	c, err := net.Dial("tcp", f.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := live.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Write([]byte("ping")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 4)
+	s.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := s.Read(buf); err != nil || string(buf) != "ping" {
+		t.Fatalf("read %q, %v", buf, err)
+	}
+	s.Close()
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := c.Read(buf); err == nil {
+		t.Fatalf("read %d bytes after the target closed; want the connection closed", n)
+	}
+}
+
+// TestSummaryLine: the line names the seed and says FAIL with a violation.
+func TestSummaryLine(t *testing.T) {
+	s := Summary{Seed: 7, Faults: 3, FaultsApplied: 3, Responses: 10}
+	if l := s.Line(); !strings.HasPrefix(l, "seed 7: ") || !strings.HasSuffix(l, ": ok") {
+		t.Errorf("line %q", l)
+	}
+	s.Violations = []chaos.Violation{{Kind: chaos.Duplicate}}
+	if l := s.Line(); !strings.HasSuffix(l, ": FAIL") || !strings.Contains(l, "1 violations") {
+		t.Errorf("line %q", l)
+	}
+	cfg := Config{}
+	err := cfg.Validate()
+	for _, want := range []string{"--duration", "--clients", "--apply-every", "fixture", "--converge-within", "Dir", "Binaries"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate of the zero Config: %v; want it to name %s", err, want)
+		}
+	}
+}

@@ -1,0 +1,69 @@
+package loadgen
+
+import (
+	"slices"
+	"testing"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+)
+
+// TestDeltaResumeKeepsSubscriptions: a resuming delta client's first
+// requests ask again for every EDS and RDS name it held, also when the
+// stream before ended before all its first requests were sent (which
+// once lost the RDS subscription for good: found by the chaos run,
+// seed 348, a client that never converged).
+func TestDeltaResumeKeepsSubscriptions(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Resume = true
+	f := &fleet{cfg: cfg, index: map[string]int{}, routeIndex: map[string]int{}}
+	for i := range 3 {
+		f.names = append(f.names, ClusterName(i))
+		f.index[f.names[i]] = i
+	}
+	for i := range 2 {
+		f.routes = append(f.routes, RouteName(i))
+		f.routeIndex[f.routes[i]] = i
+	}
+	c := newClient(f, 0, nil)
+	// What the first stream left: clusters, their endpoints, listeners
+	// and routes held and subscribed.
+	for _, r := range []*discoveryv3.DeltaDiscoveryResponse{
+		{TypeUrl: cdsURL, Resources: []*discoveryv3.Resource{{Name: ClusterName(0), Version: "5"}, {Name: ClusterName(1), Version: "5"}}},
+		{TypeUrl: edsURL, Resources: []*discoveryv3.Resource{{Name: ClusterName(0), Version: "5"}, {Name: ClusterName(1), Version: "6"}}},
+		{TypeUrl: ldsURL, Resources: []*discoveryv3.Resource{{Name: ListenerName(0), Version: "5"}}},
+		{TypeUrl: rdsURL, Resources: []*discoveryv3.Resource{{Name: RouteName(0), Version: "7"}, {Name: RouteName(1), Version: "5"}}},
+	} {
+		c.holdDelta(r)
+	}
+	addSubscribed(c.subscribed, []int{0, 1}, f.names)
+	addSubscribed(c.rdsSubscribed, []int{0, 1}, f.routes)
+
+	want := map[string][]string{edsURL: {ClusterName(0), ClusterName(1)}, rdsURL: {RouteName(0), RouteName(1)}}
+	// Three streams in a row, each ending after its first request was
+	// sent, then one that sends them all: every one asks for the same.
+	for stream := 1; stream <= 4; stream++ {
+		reqs, askLDS := c.deltaFirstRequests(c.presentedDelta())
+		if askLDS {
+			t.Errorf("stream %d: LDS left for later; a resuming client asks at once", stream)
+		}
+		got := map[string][]string{}
+		var types []string
+		for _, r := range reqs {
+			types = append(types, r.GetTypeUrl())
+			if len(r.GetResourceNamesSubscribe()) > 0 {
+				got[r.GetTypeUrl()] = r.GetResourceNamesSubscribe()
+			}
+			if r.GetTypeUrl() != cdsURL && len(r.GetInitialResourceVersions()) == 0 {
+				t.Errorf("stream %d: %s request presents nothing", stream, r.GetTypeUrl())
+			}
+		}
+		if !slices.Equal(types, []string{cdsURL, edsURL, ldsURL, rdsURL}) {
+			t.Fatalf("stream %d: first requests of %v, want CDS, EDS, LDS, RDS", stream, types)
+		}
+		for typ, names := range want {
+			if !slices.Equal(got[typ], names) {
+				t.Errorf("stream %d: %s subscribes %v, want %v", stream, typ, got[typ], names)
+			}
+		}
+	}
+}
