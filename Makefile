@@ -28,7 +28,7 @@ APT_PODMAN     := podman
 APT_CACERTS    := ca-certificates
 
 .PHONY: all build run demo test check-proto fmt-check golangci-lint shellcheck unit \
-	fuzz $(FUZZ_RUNS) e2e bench bench-load lint proto tidy manifests setup clean \
+	fuzz $(FUZZ_RUNS) e2e bench bench-load chaos lint proto tidy manifests setup clean \
 	image image-test image-setup
 
 all: build
@@ -101,6 +101,21 @@ bench-load:
 	GCP_STREAMS=$(BENCH_GCP_STREAMS) SMALL_STREAMS=$(BENCH_SMALL_STREAMS) \
 	LISTENERS=$(BENCH_LISTENERS) UPDATES=$(BENCH_UPDATES) INTERVAL=$(BENCH_INTERVAL) IDLE=$(BENCH_IDLE) \
 	OUT=$(BENCH_OUT) ETCD=$(BENCH_ETCD) ./hack/bench-load.sh
+
+# The chaos run of README "Chaos run" (cmd/xds-chaos): per seed, 3 etcd
+# members, 3 replicas, 300 recording clients, applies at a steady rate,
+# random faults for DURATION, heal, and the history check; one line per
+# seed. CHAOS_PARALLEL seeds at once; CHAOS_FLAGS for more (--first-seed,
+# --seed-list, --clients, -v). make test runs one short seed
+# (internal/chaos/runner's TestShortSeed).
+SEEDS          ?= 1
+DURATION       ?= 5m
+CHAOS_PARALLEL ?= 1
+CHAOS_FLAGS    ?=
+
+chaos: setup
+	$(GO) build -o bin/xds-chaos ./cmd/xds-chaos
+	./bin/xds-chaos --seeds $(SEEDS) --duration $(DURATION) --parallel $(CHAOS_PARALLEL) $(CHAOS_FLAGS)
 
 lint: fmt-check golangci-lint shellcheck
 

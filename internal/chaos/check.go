@@ -151,6 +151,7 @@ type clientState struct {
 
 type streamState struct {
 	mode      string
+	line      int // of its start
 	presented map[string]map[string]string
 	last      map[string]respRef                   // per type: the last response
 	versions  map[string]map[int64]int             // per type: responses at each version
@@ -160,8 +161,19 @@ type streamState struct {
 	seen      map[string]bool                      // per type: a response was received
 }
 
+// newest is the highest revision among versions (0 for none).
+func newest(versions map[string]string) int64 {
+	var n int64
+	for _, v := range versions {
+		if r, err := strconv.ParseInt(v, 10, 64); err == nil && r > n {
+			n = r
+		}
+	}
+	return n
+}
+
 func newStream(e *Event) *streamState {
-	return &streamState{mode: e.Mode, presented: e.Presented, last: map[string]respRef{},
+	return &streamState{mode: e.Mode, line: e.Line, presented: e.Presented, last: map[string]respRef{},
 		versions: map[string]map[int64]int{}, names: map[string]map[int64]map[string]bool{},
 		held: map[string]map[string]string{}, carried: map[string]map[string]bool{}, seen: map[string]bool{},
 	}
@@ -234,7 +246,16 @@ func (c *checker) event(e *Event) {
 	if prev, ok := st.last[e.Type]; ok && v < prev.v {
 		c.add(e, VersionBackwards, []int{prev.line, e.Line}, []string{prev.version, e.Version}, nil, "the version went down on the stream")
 	} else if !ok && len(st.presented[e.Type]) > 0 {
-		if prev, ok := cs.max[e.Type]; ok && v < prev.v {
+		if e.Mode == ModeDelta {
+			// A delta client presents its resources' versions, not the
+			// system_version_info it last saw: the promise is not to go
+			// below the newest of them (another replica may be a few
+			// revisions behind the last one, and catches up that far).
+			if pv := newest(st.presented[e.Type]); v < pv {
+				c.add(e, VersionBackwards, []int{st.line, e.Line}, []string{strconv.FormatInt(pv, 10), e.Version}, nil,
+					"the version went below the newest resource version the client presented in initial_resource_versions")
+			}
+		} else if prev, ok := cs.max[e.Type]; ok && v < prev.v {
 			c.add(e, VersionBackwards, []int{prev.line, e.Line}, []string{prev.version, e.Version}, nil,
 				"the version went down across a reconnect at which the client presented its versions")
 		}

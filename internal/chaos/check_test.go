@@ -227,6 +227,12 @@ func TestCheckCatchesEachKind(t *testing.T) {
 			end("d1", 1, ModeDelta).
 			start("d1", 2, ModeDelta, map[string]map[string]string{eds: {"a": "5"}}).
 			resp("d1", 2, ModeDelta, eds, "3", "a@3"), documented, []string{VersionBackwards}},
+		{"delta reconnect below its last system version, not below what it presents", (&rec{}).start("d2", 1, ModeDelta, nil).
+			resp("d2", 1, ModeDelta, eds, "2", "a@2", "b@2").
+			resp("d2", 1, ModeDelta, eds, "4", "-b").
+			end("d2", 1, ModeDelta).
+			start("d2", 2, ModeDelta, map[string]map[string]string{eds: {"a": "2"}}).
+			resp("d2", 2, ModeDelta, eds, "3", "a@3"), documented, nil},
 		{"half an apply (SotW set)", (&rec{}).start("s1", 1, ModeSotW, nil).
 			resp("s1", 1, ModeSotW, cds, "2", "a"), documented, []string{HalfApply}},
 		{"half an apply (delta version)", (&rec{}).start("d1", 1, ModeDelta, nil).

@@ -9,6 +9,7 @@ package runner
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -134,6 +135,8 @@ type Summary struct {
 	// Converge the time from the start of the heal to the last response
 	// a client needed.
 	HealTook time.Duration `json:"heal_took"`
+	// HealAt is when the heal started: the checker's Options.Heal.
+	HealAt   time.Time     `json:"heal_at"`
 	Converge time.Duration `json:"converge"`
 	// Crashes are processes that ended on their own (not a fault's kill)
 	// and replicas whose logs show a panic or a data race.
@@ -188,8 +191,12 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 		sum.Elapsed = time.Since(start)
 		if err == nil && sum.OK() && !cfg.Keep {
 			os.RemoveAll(cfg.Dir)
-		} else {
-			sum.Kept = cfg.Dir
+			return
+		}
+		sum.Kept = cfg.Dir
+		// What Recheck needs besides the recording and the history.
+		if b, jerr := json.MarshalIndent(sum, "", "  "); jerr == nil {
+			_ = os.WriteFile(filepath.Join(cfg.Dir, summaryFile), b, 0o644)
 		}
 	}()
 
@@ -234,7 +241,7 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 	}
 
 	// etcd's history of the run, from before the fixture.
-	histPath := filepath.Join(cfg.Dir, "history.jsonl")
+	histPath := filepath.Join(cfg.Dir, historyFile)
 	hf, err := os.Create(histPath)
 	if err != nil {
 		return sum, fmt.Errorf("chaos: %w", err)
@@ -278,7 +285,7 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 		addrs = append(addrs, f.Addr())
 	}
 
-	recPath := filepath.Join(cfg.Dir, "recording.jsonl")
+	recPath := filepath.Join(cfg.Dir, recordingFile)
 	w, err := chaos.Create(recPath)
 	if err != nil {
 		return sum, err
@@ -360,6 +367,7 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 		}
 	}
 	heal := time.Now()
+	sum.HealAt = heal
 	acancel()
 	<-adone
 	sum.Applies, sum.ApplyFailures = app.applies, app.failed
@@ -421,16 +429,54 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 	if err != nil {
 		return sum, err
 	}
+	sum.check(h, events, cfg.ConvergeWithin)
+	return sum, nil
+}
+
+// The files of a seed's directory.
+const (
+	historyFile   = "history.jsonl"
+	recordingFile = "recording.jsonl"
+	summaryFile   = "summary.json"
+)
+
+// check runs the checker over a seed's history and recording into sum.
+func (sum *Summary) check(h *chaos.History, events []chaos.Event, within time.Duration) {
+	sum.Streams = 0
 	for _, e := range events {
 		if e.Kind == chaos.KindStart {
 			sum.Streams++
 		}
 	}
 	opts := chaos.DocumentedExceptions()
-	opts.Heal = heal
-	opts.ConvergeWithin = cfg.ConvergeWithin
+	opts.Heal = sum.HealAt
+	opts.ConvergeWithin = within
 	rep := chaos.CheckRun(h, events, opts)
 	sum.Responses, sum.Unknown, sum.Violations, sum.Converge = rep.Responses, rep.Unknown, rep.Violations, rep.Converge
+}
+
+// Recheck checks again the files a failed seed kept in dir (after a fix
+// of the checker, say): its summary's heal time, etcd's history and the
+// recording. The summary's other figures are the run's.
+func Recheck(dir string, within time.Duration) (Summary, error) {
+	var sum Summary
+	b, err := os.ReadFile(filepath.Join(dir, summaryFile))
+	if err != nil {
+		return sum, fmt.Errorf("chaos: %w", err)
+	}
+	if err := json.Unmarshal(b, &sum); err != nil {
+		return sum, fmt.Errorf("chaos: %s: %w", filepath.Join(dir, summaryFile), err)
+	}
+	h, err := chaos.ReadHistoryFile(filepath.Join(dir, historyFile))
+	if err != nil {
+		return sum, err
+	}
+	events, err := chaos.ReadEventsFile(filepath.Join(dir, recordingFile))
+	if err != nil {
+		return sum, err
+	}
+	sum.check(h, events, within)
+	sum.Kept = dir
 	return sum, nil
 }
 

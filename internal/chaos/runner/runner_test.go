@@ -35,6 +35,7 @@ func TestShortSeed(t *testing.T) {
 	cfg.Dir = shortTempDir(t)
 	cfg.Binaries = bins
 	cfg.Logger = slog.New(slog.NewTextHandler(testWriter{t}, nil))
+	cfg.Keep = true // for Recheck below; shortTempDir removes them
 	sum, err := Run(context.Background(), cfg)
 	t.Log(sum.Line())
 	if err != nil {
@@ -52,8 +53,13 @@ func TestShortSeed(t *testing.T) {
 	if sum.FaultsApplied < sum.Faults/2 || sum.Applies < 50 || sum.Responses < cfg.Clients*20 || sum.Streams <= cfg.Clients {
 		t.Errorf("too little happened: %+v", sum)
 	}
-	if sum.Kept != "" {
-		t.Logf("files kept in %s", sum.Kept)
+	// Recheck finds the same from the files kept.
+	again, err := Recheck(sum.Kept, cfg.ConvergeWithin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Responses != sum.Responses || again.Streams != sum.Streams || len(again.Violations) != len(sum.Violations) || again.Converge != sum.Converge {
+		t.Errorf("Recheck: %s; the run: %s", again.Line(), sum.Line())
 	}
 }
 

@@ -1,0 +1,308 @@
+// Command xds-chaos runs the chaos run of README "Chaos run": for each
+// seed, a local cluster of 3 etcd members and 3 replicas, 300 recording
+// clients, applies at a steady rate and the seed's random faults, then
+// heal, and the history checker over what every client received. It
+// prints one summary line per seed (and each violation), and a total.
+// The work is package runner's.
+//
+// Exit codes: 0 when every seed passed, 1 when one failed (a violation, a
+// crash, a heal that failed) or could not run, 2 on a bad flag.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/legation-io/legation/internal/chaos/faults"
+	"github.com/legation-io/legation/internal/chaos/runner"
+	"github.com/legation-io/legation/internal/localcluster"
+)
+
+// options are the flags beyond runner.Config's.
+type options struct {
+	seeds     int
+	firstSeed uint64
+	only      string
+	parallel  int
+	dir       string
+	etcdBin   string
+	xdsBin    string
+	kinds     string
+	output    string
+	verbose   bool
+	recheck   []string
+}
+
+func main() {
+	cfg := runner.DefaultConfig()
+	var o options
+	fs := pflag.NewFlagSet("xds-chaos", pflag.ContinueOnError)
+	fs.IntVar(&o.seeds, "seeds", 1, "how many seeds to run: --first-seed and the ones after it")
+	fs.Uint64Var(&o.firstSeed, "first-seed", 1, "the first seed")
+	fs.StringVar(&o.only, "seed-list", "", "comma-separated seeds to run instead of --seeds and --first-seed (the named regression seeds: README \"Chaos run\")")
+	fs.IntVar(&o.parallel, "parallel", 1, "seeds run at once, each on a cluster of its own")
+	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "how long faults are injected, per seed")
+	fs.DurationVar(&cfg.Every, "every", cfg.Every, "the mean time between two faults")
+	fs.StringVar(&o.kinds, "kinds", "", "comma-separated fault kinds to draw from; empty: all (kill-replica, freeze-replica, restart-replica, kill-etcd, freeze-etcd, delay-etcd, drop-etcd, blackhole-etcd, partition-gossip, compact-etcd, add-replica, remove-replica)")
+	fs.IntVar(&cfg.Clients, "clients", cfg.Clients, "simulated Envoys: half SotW, half delta, each on a connection of its own")
+	fs.DurationVar(&cfg.ApplyEvery, "apply-every", cfg.ApplyEvery, "the time between two applies (each changes several resources in one transaction)")
+	fs.IntVar(&cfg.Clusters, "clusters", cfg.Clusters, "clusters (each with its endpoints) in the fixture")
+	fs.IntVar(&cfg.Endpoints, "endpoints", cfg.Endpoints, "endpoints per cluster")
+	fs.IntVar(&cfg.Listeners, "listeners", cfg.Listeners, "listeners (each with its route configuration) in the fixture")
+	fs.DurationVar(&cfg.ConvergeWithin, "converge-within", cfg.ConvergeWithin, "bound on the time from the heal to a client's last response")
+	fs.DurationVar(&cfg.Quiet, "quiet", cfg.Quiet, "once healed, the run ends when no client received anything for this long")
+	fs.StringVar(&o.dir, "dir", os.TempDir(), "where each seed's files go (DIR/legation-chaos-SEED-*: the cluster's logs, the recording, etcd's history, the run's log); kept for a seed that failed")
+	fs.BoolVar(&cfg.Keep, "keep", false, "keep every seed's files, not only those of failed seeds")
+	fs.StringVar(&o.etcdBin, "etcd-bin", "", "the etcd binary; empty: built from the pinned module (with --xds-node-bin) into a temporary directory")
+	fs.StringVar(&o.xdsBin, "xds-node-bin", "", "the xds-node binary; empty: built from this module")
+	fs.StringVarP(&o.output, "output", "o", "text", "text (one line per seed) or json (one object per seed, a line each)")
+	fs.BoolVarP(&o.verbose, "verbose", "v", false, "also print each seed's log (faults, processes) on stderr")
+	fs.StringSliceVar(&o.recheck, "recheck", nil, "run nothing: check again the files a failed seed kept in these directories (its summary.json, history.jsonl and recording.jsonl), as after a change of the checker")
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "xds-chaos:", err)
+		os.Exit(2)
+	}
+	seeds, serr := o.seedList()
+	var kerr error
+	cfg.Kinds, kerr = parseKinds(o.kinds)
+	// The fields the runner fills per seed are set, so that Validate
+	// judges the rest.
+	probe := cfg
+	probe.Dir, probe.Binaries = "x", localcluster.Binaries{Etcd: "x", XDSNode: "x"}
+	if err := errors.Join(serr, kerr, o.validate(), probe.Validate()); err != nil {
+		fmt.Fprintln(os.Stderr, "xds-chaos:", err)
+		os.Exit(2)
+	}
+
+	if len(o.recheck) > 0 {
+		ok := true
+		for _, dir := range o.recheck {
+			sum, err := runner.Recheck(dir, cfg.ConvergeWithin)
+			report(os.Stdout, o.output, sum, err)
+			ok = ok && err == nil && sum.OK()
+		}
+		if !ok {
+			os.Exit(1)
+		}
+		return
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	bins, cleanup, err := binaries(ctx, o)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "xds-chaos:", err)
+		os.Exit(1)
+	}
+	defer cleanup()
+	cfg.Binaries = bins
+	if !run(ctx, cfg, o, seeds, os.Stdout) {
+		cleanup()
+		os.Exit(1)
+	}
+}
+
+func (o *options) validate() error {
+	var errs []error
+	if o.parallel < 1 {
+		errs = append(errs, fmt.Errorf("--parallel %d: want 1 or more", o.parallel))
+	}
+	if o.output != "text" && o.output != "json" {
+		errs = append(errs, fmt.Errorf("--output %q: want text or json", o.output))
+	}
+	if (o.etcdBin == "") != (o.xdsBin == "") {
+		errs = append(errs, errors.New("--etcd-bin and --xds-node-bin: both or neither"))
+	}
+	return errors.Join(errs...)
+}
+
+// seedList is the seeds to run, in order.
+func (o *options) seedList() ([]uint64, error) {
+	if o.only != "" {
+		var out []uint64
+		for _, s := range strings.Split(o.only, ",") {
+			n, err := strconv.ParseUint(strings.TrimSpace(s), 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("--seed-list: %q is not a seed (a number)", s)
+			}
+			out = append(out, n)
+		}
+		return out, nil
+	}
+	if o.seeds < 1 {
+		return nil, fmt.Errorf("--seeds %d: want 1 or more", o.seeds)
+	}
+	out := make([]uint64, o.seeds)
+	for i := range out {
+		out[i] = o.firstSeed + uint64(i)
+	}
+	return out, nil
+}
+
+func parseKinds(s string) ([]faults.Kind, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var out []faults.Kind
+	for _, k := range strings.Split(s, ",") {
+		out = append(out, faults.Kind(strings.TrimSpace(k)))
+	}
+	if err := (faults.Shape{EtcdMembers: 3, Replicas: 3, Kinds: out}).Validate(); err != nil {
+		return nil, fmt.Errorf("--kinds: %w", err)
+	}
+	return out, nil
+}
+
+// binaries are the flags' binaries, or etcd and xds-node built into a
+// temporary directory that cleanup removes.
+func binaries(ctx context.Context, o options) (localcluster.Binaries, func(), error) {
+	if o.etcdBin != "" {
+		return localcluster.Binaries{Etcd: o.etcdBin, XDSNode: o.xdsBin}, func() {}, nil
+	}
+	root, err := localcluster.ModuleRoot()
+	if err != nil {
+		return localcluster.Binaries{}, nil, fmt.Errorf("%w (or give --etcd-bin and --xds-node-bin)", err)
+	}
+	dir, err := os.MkdirTemp("", "legation-chaos-bin-")
+	if err != nil {
+		return localcluster.Binaries{}, nil, err
+	}
+	cleanup := sync.OnceFunc(func() { os.RemoveAll(dir) })
+	fmt.Fprintln(os.Stderr, "xds-chaos: building etcd and xds-node")
+	bins, err := localcluster.Build(ctx, root, dir, false)
+	if err != nil {
+		cleanup()
+		return localcluster.Binaries{}, nil, err
+	}
+	return bins, cleanup, nil
+}
+
+// run runs the seeds, o.parallel at a time, printing each seed's outcome
+// as it ends and a total; it reports whether every seed passed.
+func run(ctx context.Context, base runner.Config, o options, seeds []uint64, out io.Writer) bool {
+	var mu sync.Mutex // guards out, passed and the totals
+	passed := true
+	var total runner.Summary
+	var worst time.Duration
+	sem := make(chan struct{}, o.parallel)
+	var wg sync.WaitGroup
+	for _, seed := range seeds {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			sum, err := runSeed(ctx, base, o, seed)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil || !sum.OK() {
+				passed = false
+			}
+			total.Faults += sum.FaultsApplied
+			total.Responses += sum.Responses
+			total.Violations = append(total.Violations, sum.Violations...)
+			worst = max(worst, sum.Converge)
+			report(out, o.output, sum, err)
+		})
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		fmt.Fprintln(out, "xds-chaos: interrupted")
+		return false
+	}
+	if o.output == "text" {
+		verdict := "ok"
+		if !passed {
+			verdict = "FAIL"
+		}
+		fmt.Fprintf(out, "%d seeds: %d faults, %d responses checked, %d violations, slowest convergence %s: %s\n",
+			len(seeds), total.Faults, total.Responses, len(total.Violations), worst.Round(10*time.Millisecond), verdict)
+	}
+	return passed
+}
+
+// maxViolationsShown bounds the violations printed per seed (all are in
+// the JSON output).
+const maxViolationsShown = 20
+
+func report(out io.Writer, format string, sum runner.Summary, err error) {
+	if format == "json" {
+		line := struct {
+			runner.Summary
+			Error string `json:"error,omitempty"`
+		}{Summary: sum}
+		if err != nil {
+			line.Error = err.Error()
+		}
+		b, _ := json.Marshal(line)
+		fmt.Fprintln(out, string(b))
+		return
+	}
+	if err != nil {
+		fmt.Fprintf(out, "seed %d: could not run: %v (files in %s)\n", sum.Seed, err, sum.Kept)
+		return
+	}
+	fmt.Fprintln(out, sum.Line())
+	for i, v := range sum.Violations {
+		if i == maxViolationsShown {
+			fmt.Fprintf(out, "  ... and %d more\n", len(sum.Violations)-i)
+			break
+		}
+		fmt.Fprintln(out, "  violation:", v)
+	}
+	for _, c := range sum.Crashes {
+		fmt.Fprintln(out, "  crash:", c)
+	}
+	for _, e := range sum.FaultErrors {
+		fmt.Fprintln(out, "  fault not applied:", e)
+	}
+	if sum.HealError != "" {
+		fmt.Fprintln(out, "  heal failed:", sum.HealError)
+	}
+	if sum.Kept != "" {
+		fmt.Fprintln(out, "  files kept in", sum.Kept)
+	}
+}
+
+// runSeed runs one seed in a directory of its own under o.dir, with its
+// log in that directory (and on stderr with --verbose).
+func runSeed(ctx context.Context, base runner.Config, o options, seed uint64) (runner.Summary, error) {
+	cfg := base
+	cfg.Seed = seed
+	dir, err := os.MkdirTemp(o.dir, fmt.Sprintf("legation-chaos-%d-", seed))
+	if err != nil {
+		return runner.Summary{Seed: seed}, err
+	}
+	cfg.Dir = dir
+	logf, err := os.Create(filepath.Join(dir, "run.log"))
+	if err != nil {
+		return runner.Summary{Seed: seed, Kept: dir}, err
+	}
+	defer logf.Close()
+	var w io.Writer = logf
+	if o.verbose {
+		w = io.MultiWriter(logf, os.Stderr)
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(w, nil))
+	return runner.Run(ctx, cfg)
+}
