@@ -265,7 +265,7 @@ func (c *client) sotw(ctx context.Context) (got bool, err error) {
 	}
 	rec := c.recordStart(chaos.ModeSotW, c.presentedSotW())
 	defer func() { c.recordEnd(rec, chaos.ModeSotW, err) }()
-	var cdsVersion, edsVersion, edsNonce, ldsVersion, rdsVersion, rdsNonce string
+	var cdsVersion, edsVersion, ldsVersion, rdsVersion string
 	var edsNames, rdsNames []string
 	askLDS := len(c.f.routes) > 0
 	if c.sotwVersions != nil {
@@ -298,102 +298,121 @@ func (c *client) sotw(ctx context.Context) (got bool, err error) {
 			}
 		}
 	}
+	s := &sotwState{rec: rec, askLDS: askLDS, cdsVersion: cdsVersion, edsVersion: edsVersion, ldsVersion: ldsVersion, rdsVersion: rdsVersion,
+		edsNames: edsNames, rdsNames: rdsNames}
 	for {
-		resp, err := st.Recv()
-		if err != nil {
+		resp := new(discoveryv3.DiscoveryResponse)
+		if err := st.RecvMsg(resp); err != nil {
 			return got, err
 		}
 		got = true
-		c.recordSotW(rec, resp)
-		c.count(resp, len(resp.GetResources()))
-		nack := c.nack()
-		req := &discoveryv3.DiscoveryRequest{TypeUrl: resp.GetTypeUrl(), ResponseNonce: resp.GetNonce()}
-		switch resp.GetTypeUrl() {
-		case cdsURL:
-			if !nack {
-				idx, err := c.serviceNames(anyBodies(resp.GetResources()))
-				if err != nil {
-					return got, err
-				}
-				// CDS is state of the world: the EDS names are exactly
-				// those of the clusters received.
-				names, changed := setSubscribed(c.subscribed, idx, c.f.names)
-				if changed || edsNames == nil {
-					edsNames = names
-					// Envoy asks for the new EDS names before it ACKs CDS.
-					if err := st.Send(&discoveryv3.DiscoveryRequest{TypeUrl: edsURL, ResourceNames: edsNames,
-						VersionInfo: edsVersion, ResponseNonce: edsNonce}); err != nil {
-						return got, err
-					}
-				}
-				cdsVersion = resp.GetVersionInfo()
-			}
-			req.VersionInfo = cdsVersion
-		case ldsURL:
-			if !nack {
-				idx, err := c.routeNames(anyBodies(resp.GetResources()))
-				if err != nil {
-					return got, err
-				}
-				names, changed := setSubscribed(c.rdsSubscribed, idx, c.f.routes)
-				if changed || rdsNames == nil {
-					rdsNames = names
-					if err := st.Send(&discoveryv3.DiscoveryRequest{TypeUrl: rdsURL, ResourceNames: rdsNames,
-						VersionInfo: rdsVersion, ResponseNonce: rdsNonce}); err != nil {
-						return got, err
-					}
-				}
-				ldsVersion = resp.GetVersionInfo()
-			}
-			req.VersionInfo = ldsVersion
-		case rdsURL:
-			rdsNonce = resp.GetNonce()
-			idx := make([]int, 0, len(resp.GetResources()))
-			for _, a := range resp.GetResources() {
-				if i, ok := c.f.routeIndex[claName(a.GetValue())]; ok {
-					idx = append(idx, i)
-				}
-			}
-			c.receivedRoutes(idx, nil)
-			if !nack {
-				rdsVersion = resp.GetVersionInfo()
-			}
-			req.VersionInfo = rdsVersion
-			req.ResourceNames = rdsNames
-		case edsURL:
-			edsNonce = resp.GetNonce()
-			idx := make([]int, 0, len(resp.GetResources()))
-			for _, a := range resp.GetResources() {
-				if i, ok := c.f.index[claName(a.GetValue())]; ok {
-					idx = append(idx, i)
-				}
-			}
-			c.received(parseVersion(resp.GetVersionInfo()), idx, nil)
-			if !nack {
-				edsVersion = resp.GetVersionInfo()
-			}
-			req.VersionInfo = edsVersion
-			req.ResourceNames = edsNames
-		default:
-			req.VersionInfo = resp.GetVersionInfo()
-		}
-		if nack {
-			req.ErrorDetail = nackDetail()
-			c.f.nacks.Add(1)
-		} else if c.sotwVersions != nil {
-			c.sotwVersions[resp.GetTypeUrl()] = req.GetVersionInfo()
-		}
-		if err := st.Send(req); err != nil {
+		if err := c.onSotW(s, resp, st.Send); err != nil {
 			return got, err
 		}
-		// Envoy asks for listeners once its clusters are in.
-		if askLDS && resp.GetTypeUrl() == cdsURL {
-			askLDS = false
-			if err := st.Send(&discoveryv3.DiscoveryRequest{TypeUrl: ldsURL}); err != nil {
-				return got, err
+	}
+}
+
+// sotwState is what a SotW stream keeps from one response to the next.
+type sotwState struct {
+	rec                                                                int64 // the stream's number in the recording
+	askLDS                                                             bool
+	cdsVersion, edsVersion, edsNonce, ldsVersion, rdsVersion, rdsNonce string
+	edsNames, rdsNames                                                 []string
+}
+
+// onSotW handles a SotW response: records and counts it, updates what
+// the client holds and sends the requests Envoy would.
+func (c *client) onSotW(s *sotwState, resp *discoveryv3.DiscoveryResponse, send func(*discoveryv3.DiscoveryRequest) error) error {
+	c.recordSotW(s.rec, resp)
+	c.count(resp, len(resp.GetResources()))
+	nack := c.nack()
+	req := &discoveryv3.DiscoveryRequest{TypeUrl: resp.GetTypeUrl(), ResponseNonce: resp.GetNonce()}
+	switch resp.GetTypeUrl() {
+	case cdsURL:
+		if !nack {
+			idx, err := c.serviceNames(anyBodies(resp.GetResources()))
+			if err != nil {
+				return err
+			}
+			// CDS is state of the world: the EDS names are exactly
+			// those of the clusters received.
+			names, changed := setSubscribed(c.subscribed, idx, c.f.names)
+			if changed || s.edsNames == nil {
+				s.edsNames = names
+				// Envoy asks for the new EDS names before it ACKs CDS.
+				if err := send(&discoveryv3.DiscoveryRequest{TypeUrl: edsURL, ResourceNames: s.edsNames,
+					VersionInfo: s.edsVersion, ResponseNonce: s.edsNonce}); err != nil {
+					return err
+				}
+			}
+			s.cdsVersion = resp.GetVersionInfo()
+		}
+		req.VersionInfo = s.cdsVersion
+	case ldsURL:
+		if !nack {
+			idx, err := c.routeNames(anyBodies(resp.GetResources()))
+			if err != nil {
+				return err
+			}
+			names, changed := setSubscribed(c.rdsSubscribed, idx, c.f.routes)
+			if changed || s.rdsNames == nil {
+				s.rdsNames = names
+				if err := send(&discoveryv3.DiscoveryRequest{TypeUrl: rdsURL, ResourceNames: s.rdsNames,
+					VersionInfo: s.rdsVersion, ResponseNonce: s.rdsNonce}); err != nil {
+					return err
+				}
+			}
+			s.ldsVersion = resp.GetVersionInfo()
+		}
+		req.VersionInfo = s.ldsVersion
+	case rdsURL:
+		s.rdsNonce = resp.GetNonce()
+		idx := make([]int, 0, len(resp.GetResources()))
+		for _, a := range resp.GetResources() {
+			if i, ok := c.f.routeIndex[claName(a.GetValue())]; ok {
+				idx = append(idx, i)
 			}
 		}
+		c.receivedRoutes(idx, nil)
+		if !nack {
+			s.rdsVersion = resp.GetVersionInfo()
+		}
+		req.VersionInfo = s.rdsVersion
+		req.ResourceNames = s.rdsNames
+	case edsURL:
+		s.edsNonce = resp.GetNonce()
+		idx := make([]int, 0, len(resp.GetResources()))
+		for _, a := range resp.GetResources() {
+			if i, ok := c.f.index[claName(a.GetValue())]; ok {
+				idx = append(idx, i)
+			}
+		}
+		c.received(parseVersion(resp.GetVersionInfo()), idx, nil)
+		if !nack {
+			s.edsVersion = resp.GetVersionInfo()
+		}
+		req.VersionInfo = s.edsVersion
+		req.ResourceNames = s.edsNames
+	default:
+		req.VersionInfo = resp.GetVersionInfo()
 	}
+	if nack {
+		req.ErrorDetail = nackDetail()
+		c.f.nacks.Add(1)
+	} else if c.sotwVersions != nil {
+		c.sotwVersions[resp.GetTypeUrl()] = req.GetVersionInfo()
+	}
+	if err := send(req); err != nil {
+		return err
+	}
+	// Envoy asks for listeners once its clusters are in.
+	if s.askLDS && resp.GetTypeUrl() == cdsURL {
+		s.askLDS = false
+		if err := send(&discoveryv3.DiscoveryRequest{TypeUrl: ldsURL}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // delta runs one delta ADS stream until it ends.
@@ -439,87 +458,103 @@ func (c *client) delta(ctx context.Context) (got bool, err error) {
 			return false, err
 		}
 	}
+	s := &deltaState{rec: rec, askLDS: askLDS}
 	for {
-		resp, err := st.Recv()
-		if err != nil {
+		resp := new(discoveryv3.DeltaDiscoveryResponse)
+		if err := st.RecvMsg(resp); err != nil {
 			return got, err
 		}
 		got = true
-		c.recordDelta(rec, resp)
-		c.count(resp, len(resp.GetResources()))
-		nack := c.nack()
-		req := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: resp.GetTypeUrl(), ResponseNonce: resp.GetNonce()}
-		switch resp.GetTypeUrl() {
-		case cdsURL:
-			if !nack {
-				idx, err := c.serviceNames(deltaBodies(resp.GetResources()))
-				if err != nil {
-					return got, err
-				}
-				if sub := addSubscribed(c.subscribed, idx, c.f.names); len(sub) > 0 {
-					if err := st.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: edsURL, ResourceNamesSubscribe: sub}); err != nil {
-						return got, err
-					}
-				}
-			}
-		case ldsURL:
-			if !nack {
-				idx, err := c.routeNames(deltaBodies(resp.GetResources()))
-				if err != nil {
-					return got, err
-				}
-				if sub := addSubscribed(c.rdsSubscribed, idx, c.f.routes); len(sub) > 0 {
-					if err := st.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: rdsURL, ResourceNamesSubscribe: sub}); err != nil {
-						return got, err
-					}
-				}
-			}
-		case rdsURL:
-			var idx, removed []int
-			for _, r := range resp.GetResources() {
-				if i, ok := c.f.routeIndex[r.GetName()]; ok {
-					idx = append(idx, i)
-				}
-			}
-			for _, n := range resp.GetRemovedResources() {
-				if i, ok := c.f.routeIndex[n]; ok {
-					removed = append(removed, i)
-				}
-			}
-			c.receivedRoutes(idx, removed)
-		case edsURL:
-			idx := make([]int, 0, len(resp.GetResources()))
-			version := parseVersion(resp.GetSystemVersionInfo())
-			for _, r := range resp.GetResources() {
-				if i, ok := c.f.index[r.GetName()]; ok {
-					idx = append(idx, i)
-				}
-				version = max(version, parseVersion(r.GetVersion()))
-			}
-			var removed []int
-			for _, n := range resp.GetRemovedResources() {
-				if i, ok := c.f.index[n]; ok {
-					removed = append(removed, i)
-				}
-			}
-			c.received(version, idx, removed)
-		}
-		if nack {
-			req.ErrorDetail = nackDetail()
-			c.f.nacks.Add(1)
-		} else if c.deltaVersions != nil {
-			c.holdDelta(resp)
-		}
-		if err := st.Send(req); err != nil {
+		if err := c.onDelta(s, resp, st.Send); err != nil {
 			return got, err
 		}
-		if askLDS && resp.GetTypeUrl() == cdsURL {
-			askLDS = false
-			if err := st.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: ldsURL}); err != nil {
-				return got, err
+	}
+}
+
+// deltaState is what a delta stream keeps from one response to the next.
+type deltaState struct {
+	rec    int64 // the stream's number in the recording
+	askLDS bool
+}
+
+// onDelta handles a delta response: records and counts it, updates what
+// the client holds and sends the requests Envoy would.
+func (c *client) onDelta(s *deltaState, resp *discoveryv3.DeltaDiscoveryResponse, send func(*discoveryv3.DeltaDiscoveryRequest) error) error {
+	c.recordDelta(s.rec, resp)
+	c.count(resp, len(resp.GetResources()))
+	nack := c.nack()
+	req := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: resp.GetTypeUrl(), ResponseNonce: resp.GetNonce()}
+	switch resp.GetTypeUrl() {
+	case cdsURL:
+		if !nack {
+			idx, err := c.serviceNames(deltaBodies(resp.GetResources()))
+			if err != nil {
+				return err
+			}
+			if sub := addSubscribed(c.subscribed, idx, c.f.names); len(sub) > 0 {
+				if err := send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: edsURL, ResourceNamesSubscribe: sub}); err != nil {
+					return err
+				}
 			}
 		}
+	case ldsURL:
+		if !nack {
+			idx, err := c.routeNames(deltaBodies(resp.GetResources()))
+			if err != nil {
+				return err
+			}
+			if sub := addSubscribed(c.rdsSubscribed, idx, c.f.routes); len(sub) > 0 {
+				if err := send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: rdsURL, ResourceNamesSubscribe: sub}); err != nil {
+					return err
+				}
+			}
+		}
+	case rdsURL:
+		var idx, removed []int
+		for _, r := range resp.GetResources() {
+			if i, ok := c.f.routeIndex[r.GetName()]; ok {
+				idx = append(idx, i)
+			}
+		}
+		for _, n := range resp.GetRemovedResources() {
+			if i, ok := c.f.routeIndex[n]; ok {
+				removed = append(removed, i)
+			}
+		}
+		c.receivedRoutes(idx, removed)
+	case edsURL:
+		idx := make([]int, 0, len(resp.GetResources()))
+		version := parseVersion(resp.GetSystemVersionInfo())
+		for _, r := range resp.GetResources() {
+			if i, ok := c.f.index[r.GetName()]; ok {
+				idx = append(idx, i)
+			}
+			version = max(version, parseVersion(r.GetVersion()))
+		}
+		var removed []int
+		for _, n := range resp.GetRemovedResources() {
+			if i, ok := c.f.index[n]; ok {
+				removed = append(removed, i)
+			}
+		}
+		c.received(version, idx, removed)
 	}
+	if nack {
+		req.ErrorDetail = nackDetail()
+		c.f.nacks.Add(1)
+	} else if c.deltaVersions != nil {
+		c.holdDelta(resp)
+	}
+	if err := send(req); err != nil {
+		return err
+	}
+	if s.askLDS && resp.GetTypeUrl() == cdsURL {
+		s.askLDS = false
+		if err := send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: ldsURL}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // parseVersion is a version as a number; 0 when it is not one (a hash).
