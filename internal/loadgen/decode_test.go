@@ -5,8 +5,6 @@ import (
 	"testing"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"google.golang.org/grpc/encoding"
-	grpcproto "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -108,12 +106,12 @@ func BenchmarkClientSotWResponse(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			c := benchFleet(b)
 			wire := sotwWire(b, tc.url, 1)
-			s := &sotwState{}
+			s, resp := &sotwState{}, &sotwResponse{}
 			send := func(*discoveryv3.DiscoveryRequest) error { return nil }
 			b.SetBytes(int64(len(wire)))
 			b.ReportAllocs()
 			for b.Loop() {
-				if err := benchSotW(c, s, wire, send); err != nil {
+				if err := benchSotW(c, s, resp, wire, send); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -127,12 +125,12 @@ func BenchmarkClientDeltaResponse(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			c := benchFleet(b)
 			wire := deltaWire(b, tc.url, 1)
-			s := &deltaState{}
+			s, resp := &deltaState{}, &deltaResponse{}
 			send := func(*discoveryv3.DeltaDiscoveryRequest) error { return nil }
 			b.SetBytes(int64(len(wire)))
 			b.ReportAllocs()
 			for b.Loop() {
-				if err := benchDelta(c, s, wire, send); err != nil {
+				if err := benchDelta(c, s, resp, wire, send); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -140,20 +138,20 @@ func BenchmarkClientDeltaResponse(b *testing.B) {
 	}
 }
 
-// benchSotW decodes wire as gRPC's proto codec does and handles it.
-func benchSotW(c *client, s *sotwState, wire []byte, send func(*discoveryv3.DiscoveryRequest) error) error {
-	resp := new(discoveryv3.DiscoveryResponse)
-	if err := encoding.GetCodecV2(grpcproto.Name).Unmarshal(mem.BufferSlice{mem.SliceBuffer(wire)}, resp); err != nil {
+// benchSotW decodes wire as the client's codec does and handles it.
+func benchSotW(c *client, s *sotwState, resp *sotwResponse, wire []byte, send func(*discoveryv3.DiscoveryRequest) error) error {
+	if err := (leanCodec{}).Unmarshal(mem.BufferSlice{mem.SliceBuffer(wire)}, resp); err != nil {
 		return err
 	}
+	defer resp.release()
 	return c.onSotW(s, resp, send)
 }
 
 // benchDelta: see benchSotW.
-func benchDelta(c *client, s *deltaState, wire []byte, send func(*discoveryv3.DeltaDiscoveryRequest) error) error {
-	resp := new(discoveryv3.DeltaDiscoveryResponse)
-	if err := encoding.GetCodecV2(grpcproto.Name).Unmarshal(mem.BufferSlice{mem.SliceBuffer(wire)}, resp); err != nil {
+func benchDelta(c *client, s *deltaState, resp *deltaResponse, wire []byte, send func(*discoveryv3.DeltaDiscoveryRequest) error) error {
+	if err := (leanCodec{}).Unmarshal(mem.BufferSlice{mem.SliceBuffer(wire)}, resp); err != nil {
 		return err
 	}
+	defer resp.release()
 	return c.onDelta(s, resp, send)
 }
