@@ -365,6 +365,7 @@ func (c *client) onSotW(s *sotwState, resp *sotwResponse, send func(*discoveryv3
 				idx = append(idx, i)
 			}
 		}
+		c.idx = idx
 		c.receivedRoutes(idx, nil)
 		if !nack {
 			s.rdsVersion = resp.versionInfo
@@ -379,6 +380,7 @@ func (c *client) onSotW(s *sotwState, resp *sotwResponse, send func(*discoveryv3
 				idx = append(idx, i)
 			}
 		}
+		c.idx = idx
 		c.received(parseVersion(resp.versionInfo), idx, nil)
 		if !nack {
 			s.edsVersion = resp.versionInfo
@@ -517,6 +519,7 @@ func (c *client) onDelta(s *deltaState, resp *deltaResponse, send func(*discover
 				removed = append(removed, i)
 			}
 		}
+		c.idx = idx
 		c.receivedRoutes(idx, removed)
 	case edsURL:
 		idx := c.idx[:0]
@@ -533,6 +536,7 @@ func (c *client) onDelta(s *deltaState, resp *deltaResponse, send func(*discover
 				removed = append(removed, i)
 			}
 		}
+		c.idx = idx
 		c.received(version, idx, removed)
 	}
 	if nack {
