@@ -232,8 +232,12 @@ func TestLeanReadsFixture(t *testing.T) {
 		if err := proto.Unmarshal(sotw, &ref); err != nil {
 			t.Fatal(err)
 		}
-		if len(sotw) != proto.Size(&ref) {
-			t.Errorf("%s: %d bytes on the wire, proto.Size %d", tc.name, len(sotw), proto.Size(&ref))
+		var refDelta discoveryv3.DeltaDiscoveryResponse
+		if err := proto.Unmarshal(delta, &refDelta); err != nil {
+			t.Fatal(err)
+		}
+		if len(sotw) != proto.Size(&ref) || len(delta) != proto.Size(&refDelta) {
+			t.Errorf("%s: %d and %d bytes on the wire, proto.Size %d and %d", tc.name, len(sotw), len(delta), proto.Size(&ref), proto.Size(&refDelta))
 		}
 		for _, a := range ref.GetResources() {
 			checkLean(t, a.GetValue())
