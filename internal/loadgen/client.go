@@ -9,17 +9,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
-	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/protobuf/encoding/protowire"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/legation-io/legation/internal/chaos"
 )
@@ -75,6 +69,12 @@ type client struct {
 	// deltaVersions the version of each resource per type URL.
 	sotwVersions  map[string]string
 	deltaVersions map[string]map[string]string
+
+	// Scratch space of the run goroutine, reused from one response to
+	// the next: indexes of names, bodies, setSubscribed's want.
+	idx    []int
+	bodies [][]byte
+	want   []bool
 }
 
 func newClient(f *fleet, id int, conn *grpc.ClientConn) *client {
@@ -89,6 +89,7 @@ func newClient(f *fleet, id int, conn *grpc.ClientConn) *client {
 
 		rdsSubscribed: make([]bool, len(f.routes)),
 		rdsHeld:       make([]bool, len(f.routes)),
+		want:          make([]bool, max(len(f.names), len(f.routes))),
 	}
 	if f.cfg.Resume {
 		c.sotwVersions = map[string]string{}
@@ -192,28 +193,17 @@ func (c *client) receivedRoutes(names []int, removed []int) {
 // routeNames returns the indexes of the route configurations the
 // listeners of a response take over RDS (those of the fixture).
 func (c *client) routeNames(bodies [][]byte) ([]int, error) {
-	var out []int
+	out := c.idx[:0]
 	for _, b := range bodies {
-		var l listenerv3.Listener
-		if err := proto.Unmarshal(b, &l); err != nil {
-			return nil, fmt.Errorf("listener: %w", err)
-		}
-		for _, fc := range l.GetFilterChains() {
-			for _, f := range fc.GetFilters() {
-				a := f.GetTypedConfig()
-				if a.GetTypeUrl() != hcmURL {
-					continue
-				}
-				var hcm hcmv3.HttpConnectionManager
-				if err := proto.Unmarshal(a.GetValue(), &hcm); err != nil {
-					return nil, fmt.Errorf("listener %s: %w", l.GetName(), err)
-				}
-				if i, ok := c.f.routeIndex[hcm.GetRds().GetRouteConfigName()]; ok {
-					out = append(out, i)
-				}
+		if err := listenerRoutes(b, func(route []byte) {
+			if i, ok := c.f.routeIndex[string(route)]; ok {
+				out = append(out, i)
 			}
+		}); err != nil {
+			return nil, err
 		}
 	}
+	c.idx = out
 	return out, nil
 }
 
@@ -229,8 +219,9 @@ func (c *client) firstAt(version int64) (time.Time, bool) {
 	return time.Time{}, false
 }
 
-func (c *client) count(m proto.Message, resources int) {
-	c.bytes.Add(int64(proto.Size(m)))
+// count counts a response of size bytes on the wire.
+func (c *client) count(size, resources int) {
+	c.bytes.Add(int64(size))
 	c.resources.Add(int64(resources))
 	c.f.responses.Add(1)
 }
@@ -238,20 +229,17 @@ func (c *client) count(m proto.Message, resources int) {
 // serviceNames returns the indexes of the EDS service names of the
 // clusters of a response (those of the fixture; others are left alone).
 func (c *client) serviceNames(bodies [][]byte) ([]int, error) {
-	out := make([]int, 0, len(bodies))
+	out := c.idx[:0]
 	for _, b := range bodies {
-		var cl clusterv3.Cluster
-		if err := proto.Unmarshal(b, &cl); err != nil {
+		name, err := clusterEDSName(b)
+		if err != nil {
 			return nil, fmt.Errorf("cluster: %w", err)
 		}
-		name := cl.GetEdsClusterConfig().GetServiceName()
-		if name == "" {
-			name = cl.GetName()
-		}
-		if i, ok := c.f.index[name]; ok {
+		if i, ok := c.f.index[string(name)]; ok {
 			out = append(out, i)
 		}
 	}
+	c.idx = out
 	return out, nil
 }
 
@@ -259,13 +247,13 @@ func (c *client) serviceNames(bodies [][]byte) ([]int, error) {
 func (c *client) sotw(ctx context.Context) (got bool, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(c.conn).StreamAggregatedResources(ctx)
+	st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(c.conn).StreamAggregatedResources(ctx, grpc.ForceCodecV2(leanCodec{}))
 	if err != nil {
 		return false, err
 	}
 	rec := c.recordStart(chaos.ModeSotW, c.presentedSotW())
 	defer func() { c.recordEnd(rec, chaos.ModeSotW, err) }()
-	var cdsVersion, edsVersion, edsNonce, ldsVersion, rdsVersion, rdsNonce string
+	var cdsVersion, edsVersion, ldsVersion, rdsVersion string
 	var edsNames, rdsNames []string
 	askLDS := len(c.f.routes) > 0
 	if c.sotwVersions != nil {
@@ -298,109 +286,134 @@ func (c *client) sotw(ctx context.Context) (got bool, err error) {
 			}
 		}
 	}
+	// resp is read by leanCodec, into the same buffers each time.
+	resp := &sotwResponse{}
+	defer resp.release()
+	s := &sotwState{rec: rec, askLDS: askLDS, cdsVersion: cdsVersion, edsVersion: edsVersion, ldsVersion: ldsVersion, rdsVersion: rdsVersion,
+		edsNames: edsNames, rdsNames: rdsNames}
 	for {
-		resp, err := st.Recv()
-		if err != nil {
+		if err := st.RecvMsg(resp); err != nil {
 			return got, err
 		}
 		got = true
-		c.recordSotW(rec, resp)
-		c.count(resp, len(resp.GetResources()))
-		nack := c.nack()
-		req := &discoveryv3.DiscoveryRequest{TypeUrl: resp.GetTypeUrl(), ResponseNonce: resp.GetNonce()}
-		switch resp.GetTypeUrl() {
-		case cdsURL:
-			if !nack {
-				idx, err := c.serviceNames(anyBodies(resp.GetResources()))
-				if err != nil {
-					return got, err
-				}
-				// CDS is state of the world: the EDS names are exactly
-				// those of the clusters received.
-				names, changed := setSubscribed(c.subscribed, idx, c.f.names)
-				if changed || edsNames == nil {
-					edsNames = names
-					// Envoy asks for the new EDS names before it ACKs CDS.
-					if err := st.Send(&discoveryv3.DiscoveryRequest{TypeUrl: edsURL, ResourceNames: edsNames,
-						VersionInfo: edsVersion, ResponseNonce: edsNonce}); err != nil {
-						return got, err
-					}
-				}
-				cdsVersion = resp.GetVersionInfo()
-			}
-			req.VersionInfo = cdsVersion
-		case ldsURL:
-			if !nack {
-				idx, err := c.routeNames(anyBodies(resp.GetResources()))
-				if err != nil {
-					return got, err
-				}
-				names, changed := setSubscribed(c.rdsSubscribed, idx, c.f.routes)
-				if changed || rdsNames == nil {
-					rdsNames = names
-					if err := st.Send(&discoveryv3.DiscoveryRequest{TypeUrl: rdsURL, ResourceNames: rdsNames,
-						VersionInfo: rdsVersion, ResponseNonce: rdsNonce}); err != nil {
-						return got, err
-					}
-				}
-				ldsVersion = resp.GetVersionInfo()
-			}
-			req.VersionInfo = ldsVersion
-		case rdsURL:
-			rdsNonce = resp.GetNonce()
-			idx := make([]int, 0, len(resp.GetResources()))
-			for _, a := range resp.GetResources() {
-				if i, ok := c.f.routeIndex[claName(a.GetValue())]; ok {
-					idx = append(idx, i)
-				}
-			}
-			c.receivedRoutes(idx, nil)
-			if !nack {
-				rdsVersion = resp.GetVersionInfo()
-			}
-			req.VersionInfo = rdsVersion
-			req.ResourceNames = rdsNames
-		case edsURL:
-			edsNonce = resp.GetNonce()
-			idx := make([]int, 0, len(resp.GetResources()))
-			for _, a := range resp.GetResources() {
-				if i, ok := c.f.index[claName(a.GetValue())]; ok {
-					idx = append(idx, i)
-				}
-			}
-			c.received(parseVersion(resp.GetVersionInfo()), idx, nil)
-			if !nack {
-				edsVersion = resp.GetVersionInfo()
-			}
-			req.VersionInfo = edsVersion
-			req.ResourceNames = edsNames
-		default:
-			req.VersionInfo = resp.GetVersionInfo()
-		}
-		if nack {
-			req.ErrorDetail = nackDetail()
-			c.f.nacks.Add(1)
-		} else if c.sotwVersions != nil {
-			c.sotwVersions[resp.GetTypeUrl()] = req.GetVersionInfo()
-		}
-		if err := st.Send(req); err != nil {
+		err := c.onSotW(s, resp, st.Send)
+		resp.release()
+		if err != nil {
 			return got, err
 		}
-		// Envoy asks for listeners once its clusters are in.
-		if askLDS && resp.GetTypeUrl() == cdsURL {
-			askLDS = false
-			if err := st.Send(&discoveryv3.DiscoveryRequest{TypeUrl: ldsURL}); err != nil {
-				return got, err
+	}
+}
+
+// sotwState is what a SotW stream keeps from one response to the next.
+type sotwState struct {
+	rec                                                                int64 // the stream's number in the recording
+	askLDS                                                             bool
+	cdsVersion, edsVersion, edsNonce, ldsVersion, rdsVersion, rdsNonce string
+	edsNames, rdsNames                                                 []string
+}
+
+// onSotW handles a SotW response: records and counts it, updates what
+// the client holds and sends the requests Envoy would.
+func (c *client) onSotW(s *sotwState, resp *sotwResponse, send func(*discoveryv3.DiscoveryRequest) error) error {
+	c.recordSotW(s.rec, resp)
+	c.count(resp.size, len(resp.bodies))
+	nack := c.nack()
+	req := &discoveryv3.DiscoveryRequest{TypeUrl: resp.typeURL, ResponseNonce: resp.nonce}
+	switch resp.typeURL {
+	case cdsURL:
+		if !nack {
+			idx, err := c.serviceNames(resp.bodies)
+			if err != nil {
+				return err
+			}
+			// CDS is state of the world: the EDS names are exactly
+			// those of the clusters received.
+			names, changed := setSubscribed(c.subscribed, idx, c.f.names, s.edsNames, c.want)
+			if changed || s.edsNames == nil {
+				s.edsNames = names
+				// Envoy asks for the new EDS names before it ACKs CDS.
+				if err := send(&discoveryv3.DiscoveryRequest{TypeUrl: edsURL, ResourceNames: s.edsNames,
+					VersionInfo: s.edsVersion, ResponseNonce: s.edsNonce}); err != nil {
+					return err
+				}
+			}
+			s.cdsVersion = resp.versionInfo
+		}
+		req.VersionInfo = s.cdsVersion
+	case ldsURL:
+		if !nack {
+			idx, err := c.routeNames(resp.bodies)
+			if err != nil {
+				return err
+			}
+			names, changed := setSubscribed(c.rdsSubscribed, idx, c.f.routes, s.rdsNames, c.want)
+			if changed || s.rdsNames == nil {
+				s.rdsNames = names
+				if err := send(&discoveryv3.DiscoveryRequest{TypeUrl: rdsURL, ResourceNames: s.rdsNames,
+					VersionInfo: s.rdsVersion, ResponseNonce: s.rdsNonce}); err != nil {
+					return err
+				}
+			}
+			s.ldsVersion = resp.versionInfo
+		}
+		req.VersionInfo = s.ldsVersion
+	case rdsURL:
+		s.rdsNonce = resp.nonce
+		idx := c.idx[:0]
+		for _, b := range resp.bodies {
+			if i, ok := c.f.routeIndex[string(leanName(b))]; ok {
+				idx = append(idx, i)
 			}
 		}
+		c.idx = idx
+		c.receivedRoutes(idx, nil)
+		if !nack {
+			s.rdsVersion = resp.versionInfo
+		}
+		req.VersionInfo = s.rdsVersion
+		req.ResourceNames = s.rdsNames
+	case edsURL:
+		s.edsNonce = resp.nonce
+		idx := c.idx[:0]
+		for _, b := range resp.bodies {
+			if i, ok := c.f.index[string(leanName(b))]; ok {
+				idx = append(idx, i)
+			}
+		}
+		c.idx = idx
+		c.received(parseVersion(resp.versionInfo), idx, nil)
+		if !nack {
+			s.edsVersion = resp.versionInfo
+		}
+		req.VersionInfo = s.edsVersion
+		req.ResourceNames = s.edsNames
+	default:
+		req.VersionInfo = resp.versionInfo
 	}
+	if nack {
+		req.ErrorDetail = nackDetail()
+		c.f.nacks.Add(1)
+	} else if c.sotwVersions != nil {
+		c.sotwVersions[resp.typeURL] = req.GetVersionInfo()
+	}
+	if err := send(req); err != nil {
+		return err
+	}
+	// Envoy asks for listeners once its clusters are in.
+	if s.askLDS && resp.typeURL == cdsURL {
+		s.askLDS = false
+		if err := send(&discoveryv3.DiscoveryRequest{TypeUrl: ldsURL}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // delta runs one delta ADS stream until it ends.
 func (c *client) delta(ctx context.Context) (got bool, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(c.conn).DeltaAggregatedResources(ctx)
+	st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(c.conn).DeltaAggregatedResources(ctx, grpc.ForceCodecV2(leanCodec{}))
 	if err != nil {
 		return false, err
 	}
@@ -413,87 +426,109 @@ func (c *client) delta(ctx context.Context) (got bool, err error) {
 			return false, err
 		}
 	}
+	resp := &deltaResponse{}
+	defer resp.release()
+	s := &deltaState{rec: rec, askLDS: askLDS}
 	for {
-		resp, err := st.Recv()
-		if err != nil {
+		if err := st.RecvMsg(resp); err != nil {
 			return got, err
 		}
 		got = true
-		c.recordDelta(rec, resp)
-		c.count(resp, len(resp.GetResources()))
-		nack := c.nack()
-		req := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: resp.GetTypeUrl(), ResponseNonce: resp.GetNonce()}
-		switch resp.GetTypeUrl() {
-		case cdsURL:
-			if !nack {
-				idx, err := c.serviceNames(deltaBodies(resp.GetResources()))
-				if err != nil {
-					return got, err
-				}
-				if sub := addSubscribed(c.subscribed, idx, c.f.names); len(sub) > 0 {
-					if err := st.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: edsURL, ResourceNamesSubscribe: sub}); err != nil {
-						return got, err
-					}
-				}
-			}
-		case ldsURL:
-			if !nack {
-				idx, err := c.routeNames(deltaBodies(resp.GetResources()))
-				if err != nil {
-					return got, err
-				}
-				if sub := addSubscribed(c.rdsSubscribed, idx, c.f.routes); len(sub) > 0 {
-					if err := st.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: rdsURL, ResourceNamesSubscribe: sub}); err != nil {
-						return got, err
-					}
-				}
-			}
-		case rdsURL:
-			var idx, removed []int
-			for _, r := range resp.GetResources() {
-				if i, ok := c.f.routeIndex[r.GetName()]; ok {
-					idx = append(idx, i)
-				}
-			}
-			for _, n := range resp.GetRemovedResources() {
-				if i, ok := c.f.routeIndex[n]; ok {
-					removed = append(removed, i)
-				}
-			}
-			c.receivedRoutes(idx, removed)
-		case edsURL:
-			idx := make([]int, 0, len(resp.GetResources()))
-			version := parseVersion(resp.GetSystemVersionInfo())
-			for _, r := range resp.GetResources() {
-				if i, ok := c.f.index[r.GetName()]; ok {
-					idx = append(idx, i)
-				}
-				version = max(version, parseVersion(r.GetVersion()))
-			}
-			var removed []int
-			for _, n := range resp.GetRemovedResources() {
-				if i, ok := c.f.index[n]; ok {
-					removed = append(removed, i)
-				}
-			}
-			c.received(version, idx, removed)
-		}
-		if nack {
-			req.ErrorDetail = nackDetail()
-			c.f.nacks.Add(1)
-		} else if c.deltaVersions != nil {
-			c.holdDelta(resp)
-		}
-		if err := st.Send(req); err != nil {
+		err := c.onDelta(s, resp, st.Send)
+		resp.release()
+		if err != nil {
 			return got, err
 		}
-		if askLDS && resp.GetTypeUrl() == cdsURL {
-			askLDS = false
-			if err := st.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: ldsURL}); err != nil {
-				return got, err
+	}
+}
+
+// deltaState is what a delta stream keeps from one response to the next.
+type deltaState struct {
+	rec    int64 // the stream's number in the recording
+	askLDS bool
+}
+
+// onDelta handles a delta response: records and counts it, updates what
+// the client holds and sends the requests Envoy would.
+func (c *client) onDelta(s *deltaState, resp *deltaResponse, send func(*discoveryv3.DeltaDiscoveryRequest) error) error {
+	c.recordDelta(s.rec, resp)
+	c.count(resp.size, len(resp.resources))
+	nack := c.nack()
+	req := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: resp.typeURL, ResponseNonce: resp.nonce}
+	switch resp.typeURL {
+	case cdsURL:
+		if !nack {
+			idx, err := c.serviceNames(c.deltaBodies(resp.resources))
+			if err != nil {
+				return err
+			}
+			if sub := addSubscribed(c.subscribed, idx, c.f.names); len(sub) > 0 {
+				if err := send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: edsURL, ResourceNamesSubscribe: sub}); err != nil {
+					return err
+				}
 			}
 		}
+	case ldsURL:
+		if !nack {
+			idx, err := c.routeNames(c.deltaBodies(resp.resources))
+			if err != nil {
+				return err
+			}
+			if sub := addSubscribed(c.rdsSubscribed, idx, c.f.routes); len(sub) > 0 {
+				if err := send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: rdsURL, ResourceNamesSubscribe: sub}); err != nil {
+					return err
+				}
+			}
+		}
+	case rdsURL:
+		var removed []int
+		idx := c.idx[:0]
+		for _, r := range resp.resources {
+			if i, ok := c.f.routeIndex[string(r.name)]; ok {
+				idx = append(idx, i)
+			}
+		}
+		for _, n := range resp.removed {
+			if i, ok := c.f.routeIndex[n]; ok {
+				removed = append(removed, i)
+			}
+		}
+		c.idx = idx
+		c.receivedRoutes(idx, removed)
+	case edsURL:
+		idx := c.idx[:0]
+		version := parseVersion(resp.systemVersionInfo)
+		for _, r := range resp.resources {
+			if i, ok := c.f.index[string(r.name)]; ok {
+				idx = append(idx, i)
+			}
+			version = max(version, parseVersionBytes(r.version))
+		}
+		var removed []int
+		for _, n := range resp.removed {
+			if i, ok := c.f.index[n]; ok {
+				removed = append(removed, i)
+			}
+		}
+		c.idx = idx
+		c.received(version, idx, removed)
 	}
+	if nack {
+		req.ErrorDetail = nackDetail()
+		c.f.nacks.Add(1)
+	} else if c.deltaVersions != nil {
+		c.holdDelta(resp)
+	}
+	if err := send(req); err != nil {
+		return err
+	}
+	if s.askLDS && resp.typeURL == cdsURL {
+		s.askLDS = false
+		if err := send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: ldsURL}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // deltaFirstRequests are a new delta stream's first requests, and whether
@@ -538,70 +573,61 @@ func parseVersion(v string) int64 {
 	return n
 }
 
-// claName reads field 1 of a message without decoding the rest: the
-// cluster_name of a ClusterLoadAssignment, the name of a
-// RouteConfiguration.
-func claName(b []byte) string {
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return ""
-		}
-		b = b[n:]
-		if num == 1 && typ == protowire.BytesType {
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return ""
-			}
-			return string(v)
-		}
-		n = protowire.ConsumeFieldValue(num, typ, b)
-		if n < 0 {
-			return ""
-		}
-		b = b[n:]
+// parseVersionBytes is parseVersion(string(v)), without allocating for
+// a version of up to 18 digits.
+func parseVersionBytes(v []byte) int64 {
+	if len(v) == 0 || len(v) > 18 {
+		return parseVersion(string(v))
 	}
-	return ""
-}
-
-// anyBodies returns the encoded messages of a SotW response's resources.
-func anyBodies(rs []*anypb.Any) [][]byte {
-	out := make([][]byte, len(rs))
-	for i, a := range rs {
-		out[i] = a.GetValue()
+	var n int64
+	for _, d := range v {
+		if d < '0' || d > '9' {
+			return parseVersion(string(v))
+		}
+		n = 10*n + int64(d-'0')
 	}
-	return out
+	return n
 }
 
 // deltaBodies returns the encoded messages of a delta response's
-// resources.
-func deltaBodies(rs []*discoveryv3.Resource) [][]byte {
-	out := make([][]byte, len(rs))
-	for i, r := range rs {
-		out[i] = r.GetResource().GetValue()
+// resources, in a slice the client reuses.
+func (c *client) deltaBodies(rs []deltaResource) [][]byte {
+	out := c.bodies[:0]
+	for _, r := range rs {
+		out = append(out, r.body)
 	}
+	c.bodies = out
 	return out
 }
 
 // setSubscribed makes subscribed (indexed like names) exactly idx, as a
 // SotW client does from a full-state response; it returns the names
-// subscribed, in index order, and whether the set changed.
-func setSubscribed(subscribed []bool, idx []int, names []string) ([]string, bool) {
-	want := make([]bool, len(subscribed))
+// subscribed, in index order, and whether the set changed. When it did
+// not and prev (the names returned before) is not nil, it returns prev.
+// want is scratch space, at least as long as subscribed.
+func setSubscribed(subscribed []bool, idx []int, names, prev []string, want []bool) ([]string, bool) {
+	want = want[:len(subscribed)]
+	clear(want)
 	for _, i := range idx {
 		want[i] = true
 	}
-	out := make([]string, 0, len(idx))
 	changed := false
+	for i, w := range want {
+		if w != subscribed[i] {
+			changed = true
+			break
+		}
+	}
+	copy(subscribed, want)
+	if !changed && prev != nil {
+		return prev, false
+	}
+	out := make([]string, 0, len(idx))
 	for i, w := range want {
 		if w {
 			out = append(out, names[i])
 		}
-		if w != subscribed[i] {
-			changed = true
-		}
 	}
-	copy(subscribed, want)
 	return out, changed
 }
 

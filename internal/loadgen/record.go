@@ -4,8 +4,6 @@ import (
 	"maps"
 	"time"
 
-	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-
 	"github.com/legation-io/legation/internal/chaos"
 )
 
@@ -48,30 +46,30 @@ func (c *client) recordEnd(n int64, mode string, err error) {
 // recordSotW records a SotW response received on stream n: every
 // resource's name (field 1 of each type the clients ask for) at the
 // response's version.
-func (c *client) recordSotW(n int64, resp *discoveryv3.DiscoveryResponse) {
+func (c *client) recordSotW(n int64, resp *sotwResponse) {
 	if n == 0 {
 		return
 	}
-	rs := make([]chaos.Resource, len(resp.GetResources()))
-	for i, a := range resp.GetResources() {
-		rs[i] = chaos.Resource{Name: claName(a.GetValue()), Version: resp.GetVersionInfo(), Hash: chaos.BodyHash(a.GetValue())}
+	rs := make([]chaos.Resource, len(resp.bodies))
+	for i, b := range resp.bodies {
+		rs[i] = chaos.Resource{Name: claName(b), Version: resp.versionInfo, Hash: chaos.BodyHash(b)}
 	}
 	c.f.cfg.Recorder.Record(&chaos.Event{Kind: chaos.KindResponse, Time: time.Now(), Client: c.node.GetId(), Stream: n,
-		Mode: chaos.ModeSotW, Type: resp.GetTypeUrl(), Version: resp.GetVersionInfo(), Nonce: resp.GetNonce(), Resources: rs})
+		Mode: chaos.ModeSotW, Type: resp.typeURL, Version: resp.versionInfo, Nonce: resp.nonce, Resources: rs})
 }
 
 // recordDelta records a delta response received on stream n.
-func (c *client) recordDelta(n int64, resp *discoveryv3.DeltaDiscoveryResponse) {
+func (c *client) recordDelta(n int64, resp *deltaResponse) {
 	if n == 0 {
 		return
 	}
-	rs := make([]chaos.Resource, len(resp.GetResources()))
-	for i, r := range resp.GetResources() {
-		rs[i] = chaos.Resource{Name: r.GetName(), Version: r.GetVersion(), Hash: chaos.BodyHash(r.GetResource().GetValue())}
+	rs := make([]chaos.Resource, len(resp.resources))
+	for i, r := range resp.resources {
+		rs[i] = chaos.Resource{Name: string(r.name), Version: string(r.version), Hash: chaos.BodyHash(r.body)}
 	}
 	c.f.cfg.Recorder.Record(&chaos.Event{Kind: chaos.KindResponse, Time: time.Now(), Client: c.node.GetId(), Stream: n,
-		Mode: chaos.ModeDelta, Type: resp.GetTypeUrl(), Version: resp.GetSystemVersionInfo(), Nonce: resp.GetNonce(),
-		Resources: rs, Removed: resp.GetRemovedResources()})
+		Mode: chaos.ModeDelta, Type: resp.typeURL, Version: resp.systemVersionInfo, Nonce: resp.nonce,
+		Resources: rs, Removed: resp.removed})
 }
 
 // presentedSotW returns the versions a resuming SotW client presents per
@@ -107,16 +105,16 @@ func (c *client) presentedDelta() map[string]map[string]string {
 }
 
 // holdDelta notes what an ACKed delta response leaves the client holding.
-func (c *client) holdDelta(resp *discoveryv3.DeltaDiscoveryResponse) {
-	held := c.deltaVersions[resp.GetTypeUrl()]
+func (c *client) holdDelta(resp *deltaResponse) {
+	held := c.deltaVersions[resp.typeURL]
 	if held == nil {
 		held = map[string]string{}
-		c.deltaVersions[resp.GetTypeUrl()] = held
+		c.deltaVersions[resp.typeURL] = held
 	}
-	for _, r := range resp.GetResources() {
-		held[r.GetName()] = r.GetVersion()
+	for _, r := range resp.resources {
+		held[string(r.name)] = string(r.version)
 	}
-	for _, n := range resp.GetRemovedResources() {
+	for _, n := range resp.removed {
 		delete(held, n)
 	}
 }
