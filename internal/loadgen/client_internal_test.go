@@ -3,8 +3,6 @@ package loadgen
 import (
 	"slices"
 	"testing"
-
-	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 )
 
 // TestDeltaResumeKeepsSubscriptions: a resuming delta client's first
@@ -27,11 +25,12 @@ func TestDeltaResumeKeepsSubscriptions(t *testing.T) {
 	c := newClient(f, 0, nil)
 	// What the first stream left: clusters, their endpoints, listeners
 	// and routes held and subscribed.
-	for _, r := range []*discoveryv3.DeltaDiscoveryResponse{
-		{TypeUrl: cdsURL, Resources: []*discoveryv3.Resource{{Name: ClusterName(0), Version: "5"}, {Name: ClusterName(1), Version: "5"}}},
-		{TypeUrl: edsURL, Resources: []*discoveryv3.Resource{{Name: ClusterName(0), Version: "5"}, {Name: ClusterName(1), Version: "6"}}},
-		{TypeUrl: ldsURL, Resources: []*discoveryv3.Resource{{Name: ListenerName(0), Version: "5"}}},
-		{TypeUrl: rdsURL, Resources: []*discoveryv3.Resource{{Name: RouteName(0), Version: "7"}, {Name: RouteName(1), Version: "5"}}},
+	res := func(name, version string) deltaResource { return deltaResource{name: []byte(name), version: []byte(version)} }
+	for _, r := range []*deltaResponse{
+		{typeURL: cdsURL, resources: []deltaResource{res(ClusterName(0), "5"), res(ClusterName(1), "5")}},
+		{typeURL: edsURL, resources: []deltaResource{res(ClusterName(0), "5"), res(ClusterName(1), "6")}},
+		{typeURL: ldsURL, resources: []deltaResource{res(ListenerName(0), "5")}},
+		{typeURL: rdsURL, resources: []deltaResource{res(RouteName(0), "7"), res(RouteName(1), "5")}},
 	} {
 		c.holdDelta(r)
 	}
