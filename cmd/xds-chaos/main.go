@@ -16,13 +16,16 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -200,6 +203,7 @@ func run(ctx context.Context, base runner.Config, o options, seeds []uint64, out
 	passed := true
 	var total runner.Summary
 	var worst time.Duration
+	effects := map[string]runner.Effect{}
 	sem := make(chan struct{}, o.parallel)
 	var wg sync.WaitGroup
 	for _, seed := range seeds {
@@ -222,6 +226,7 @@ func run(ctx context.Context, base runner.Config, o options, seeds []uint64, out
 			total.Responses += sum.Responses
 			total.Violations = append(total.Violations, sum.Violations...)
 			worst = max(worst, sum.Converge)
+			addEffects(effects, sum.Effects)
 			report(out, o.output, sum, err)
 		})
 	}
@@ -237,8 +242,40 @@ func run(ctx context.Context, base runner.Config, o options, seeds []uint64, out
 		}
 		fmt.Fprintf(out, "%d seeds: %d faults, %d responses checked, %d violations, slowest convergence %s: %s\n",
 			len(seeds), total.Faults, total.Responses, len(total.Violations), worst.Round(10*time.Millisecond), verdict)
+		writeEffects(out, effects)
 	}
 	return passed
+}
+
+// addEffects adds a seed's effects to the totals: counts summed, lags
+// the worst seed's.
+func addEffects(total, seed map[string]runner.Effect) {
+	for k, e := range seed {
+		t := total[k]
+		t.Faults += e.Faults
+		t.Seconds += e.Seconds
+		t.StreamEnds += e.StreamEnds
+		t.Applies += e.Applies
+		t.LagP99 = max(t.LagP99, e.LagP99)
+		t.LagMax = max(t.LagMax, e.LagMax)
+		total[k] = t
+	}
+}
+
+// writeEffects prints what each fault class did to the clients, over the
+// seeds: the table of docs/reliability.md.
+func writeEffects(out io.Writer, effects map[string]runner.Effect) {
+	if len(effects) == 0 {
+		return
+	}
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "fault class\tfaults\tseconds\tstream ends\tapplies\tdelivery p99 (worst seed)\tdelivery max\t")
+	for _, k := range slices.Sorted(maps.Keys(effects)) {
+		e := effects[k]
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%d\t%d\t%s\t%s\t\n", k, e.Faults, e.Seconds, e.StreamEnds, e.Applies,
+			e.LagP99.Round(time.Millisecond), e.LagMax.Round(time.Millisecond))
+	}
+	tw.Flush()
 }
 
 // maxViolationsShown bounds the violations printed per seed (all are in

@@ -33,6 +33,24 @@ type Executor struct {
 	names   map[string]string
 	applied int
 	healed  int
+	// logs is every fault applied, when, and when healed (zero: not yet).
+	logs []Applied
+	// logIndex maps a schedule index to its entry in logs.
+	logIndex map[int]int
+}
+
+// Applied is a fault applied, and when it was applied and healed (zero
+// if it is not healed yet; a CompactEtcd is healed as applied).
+type Applied struct {
+	Fault
+	AppliedAt, HealedAt time.Time
+}
+
+// Log returns every fault applied so far, in the order applied.
+func (e *Executor) Log() []Applied {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.logs)
 }
 
 // NewExecutor returns an Executor of c, logging a line per fault applied
@@ -41,7 +59,7 @@ func NewExecutor(c *localcluster.Cluster, logger *slog.Logger) *Executor {
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	return &Executor{c: c, log: logger, active: map[int]Fault{}, names: map[string]string{}}
+	return &Executor{c: c, log: logger, active: map[int]Fault{}, names: map[string]string{}, logIndex: map[int]int{}}
 }
 
 // Stats are what an Executor did so far.
@@ -149,6 +167,8 @@ func (e *Executor) applyLocked(ctx context.Context, i int, f Fault) error {
 		if rev, err = e.c.CompactEtcd(ctx); err == nil {
 			e.log.Info("fault", "fault", f.String(), "revision", rev)
 			e.applied++
+			now := time.Now()
+			e.logs = append(e.logs, Applied{Fault: f, AppliedAt: now, HealedAt: now})
 			return nil
 		}
 	case AddReplica:
@@ -170,6 +190,8 @@ func (e *Executor) applyLocked(ctx context.Context, i int, f Fault) error {
 	if f.For > 0 {
 		e.active[i] = f
 	}
+	e.logIndex[i] = len(e.logs)
+	e.logs = append(e.logs, Applied{Fault: f, AppliedAt: time.Now()})
 	e.log.Info("fault", "fault", f.String(), "target", target)
 	return nil
 }
@@ -222,6 +244,9 @@ func (e *Executor) healLocked(ctx context.Context, i int, f Fault) error {
 		return err
 	}
 	delete(e.active, i)
+	if j, ok := e.logIndex[i]; ok {
+		e.logs[j].HealedAt = time.Now()
+	}
 	e.healed++
 	e.log.Info("healed", "fault", f.String(), "target", target)
 	return nil

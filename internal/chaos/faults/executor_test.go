@@ -72,6 +72,15 @@ func TestExecutorOnCluster(t *testing.T) {
 	if st.Applied != len(sched) || st.Active != 0 {
 		t.Errorf("stats %+v after %d faults and Heal", st, len(sched))
 	}
+	log := e.Log()
+	if len(log) != len(sched) {
+		t.Errorf("log of %d faults, want %d", len(log), len(sched))
+	}
+	for _, a := range log {
+		if a.AppliedAt.Before(start) || a.HealedAt.Before(a.AppliedAt) {
+			t.Errorf("log: %s applied at %s, healed at %s", a.Fault, a.AppliedAt, a.HealedAt)
+		}
+	}
 	reps := c.Replicas()
 	if len(reps) != 3 {
 		t.Fatalf("%d replicas after heal, want 3: %+v", len(reps), reps)

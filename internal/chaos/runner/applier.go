@@ -34,6 +34,15 @@ type applier struct {
 	stale   bool
 
 	applies, failed, empty int
+	// commits are the revisions applied and when each apply returned.
+	commits []commit
+}
+
+// commit is an apply that wrote something: its revision, and when the
+// apply returned (an upper bound on when etcd committed it).
+type commit struct {
+	rev int64
+	at  time.Time
 }
 
 func newApplier(st *store.Store, seed uint64, clusters, endpoints, listeners int) *applier {
@@ -151,7 +160,9 @@ func (a *applier) apply(ctx context.Context) error {
 	a.applies++
 	if len(res.Revisions) == 0 {
 		a.empty++
+		return nil
 	}
+	a.commits = append(a.commits, commit{rev: res.Revision, at: time.Now()})
 	return nil
 }
 

@@ -138,6 +138,9 @@ type Summary struct {
 	// HealAt is when the heal started: the checker's Options.Heal.
 	HealAt   time.Time     `json:"heal_at"`
 	Converge time.Duration `json:"converge"`
+	// Effects is what each fault class did to the clients (by kind, and
+	// NoFault for the applies made with no fault's window open).
+	Effects map[string]Effect `json:"effects,omitempty"`
 	// Crashes are processes that ended on their own (not a fault's kill)
 	// and replicas whose logs show a panic or a data race.
 	Crashes []string `json:"crashes,omitempty"`
@@ -430,6 +433,7 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 		return sum, err
 	}
 	sum.check(h, events, cfg.ConvergeWithin)
+	sum.Effects = effects(ex.Log(), app.commits, events, heal)
 	return sum, nil
 }
 

@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"strings"
@@ -10,7 +11,9 @@ import (
 	"time"
 
 	"github.com/legation-io/legation/internal/chaos"
+	"github.com/legation-io/legation/internal/chaos/faults"
 	"github.com/legation-io/legation/internal/localcluster"
+	"github.com/legation-io/legation/internal/resource"
 )
 
 // testWriter sends log lines to the test log.
@@ -138,5 +141,33 @@ func TestSummaryLine(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate of the zero Config: %v; want it to name %s", err, want)
 		}
+	}
+}
+
+// TestEffects: stream ends and the delivery of applies are counted to the
+// fault classes whose windows (applied, healed plus Aftermath) hold them,
+// and to NoFault outside; the run's own shutdown is not a stream end.
+func TestEffects(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	log := []faults.Applied{{Fault: faults.Fault{Kind: faults.KillReplica, Target: "replica-1"}, AppliedAt: at(1000), HealedAt: at(3000)}}
+	commits := []commit{{rev: 10, at: at(500)}, {rev: 20, at: at(2000)}}
+	eds, cds := resource.Endpoint.URL, resource.Cluster.URL
+	events := []chaos.Event{
+		{Kind: chaos.KindResponse, Time: at(600), Client: "a", Stream: 1, Type: eds, Version: "10"},
+		{Kind: chaos.KindResponse, Time: at(650), Client: "b", Stream: 1, Type: eds, Version: "10"},
+		{Kind: chaos.KindResponse, Time: at(2100), Client: "a", Stream: 1, Type: cds, Version: "20"}, // not endpoints
+		{Kind: chaos.KindEnd, Time: at(2200), Client: "a", Stream: 1, Error: "EOF"},
+		{Kind: chaos.KindResponse, Time: at(2500), Client: "a", Stream: 2, Type: eds, Version: "21"},
+		{Kind: chaos.KindResponse, Time: at(3500), Client: "b", Stream: 1, Type: eds, Version: "20"},
+		{Kind: chaos.KindEnd, Time: at(9000), Client: "b", Stream: 1, Error: "rpc error: code = Canceled desc = context canceled"},
+	}
+	got := effects(log, commits, events, at(8000))
+	want := map[string]Effect{
+		NoFault:                    {Applies: 1, LagP99: 150 * time.Millisecond, LagMax: 150 * time.Millisecond},
+		string(faults.KillReplica): {Faults: 1, Seconds: 2, StreamEnds: 1, Applies: 1, LagP99: 1500 * time.Millisecond, LagMax: 1500 * time.Millisecond},
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("effects:\n got %+v\nwant %+v", got, want)
 	}
 }
