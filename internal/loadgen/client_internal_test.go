@@ -25,7 +25,9 @@ func TestDeltaResumeKeepsSubscriptions(t *testing.T) {
 	c := newClient(f, 0, nil)
 	// What the first stream left: clusters, their endpoints, listeners
 	// and routes held and subscribed.
-	res := func(name, version string) deltaResource { return deltaResource{name: []byte(name), version: []byte(version)} }
+	res := func(name, version string) deltaResource {
+		return deltaResource{name: []byte(name), version: []byte(version)}
+	}
 	for _, r := range []*deltaResponse{
 		{typeURL: cdsURL, resources: []deltaResource{res(ClusterName(0), "5"), res(ClusterName(1), "5")}},
 		{typeURL: edsURL, resources: []deltaResource{res(ClusterName(0), "5"), res(ClusterName(1), "6")}},
