@@ -48,6 +48,7 @@ type options struct {
 	output    string
 	verbose   bool
 	recheck   []string
+	regress   bool
 }
 
 func main() {
@@ -74,6 +75,7 @@ func main() {
 	fs.StringVar(&o.xdsBin, "xds-node-bin", "", "the xds-node binary; empty: built from this module")
 	fs.StringVarP(&o.output, "output", "o", "text", "text (one line per seed) or json (one object per seed, a line each)")
 	fs.BoolVarP(&o.verbose, "verbose", "v", false, "also print each seed's log (faults, processes) on stderr")
+	fs.BoolVar(&o.regress, "regressions", false, "run the named regression seeds instead, each with the shape it found its bug with (README \"Chaos run\"); --duration, --every, --clients and --apply-every are theirs")
 	fs.StringSliceVar(&o.recheck, "recheck", nil, "run nothing: check again the files a failed seed kept in these directories (its summary.json, history.jsonl and recording.jsonl), as after a change of the checker")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
@@ -115,7 +117,19 @@ func main() {
 	}
 	defer cleanup()
 	cfg.Binaries = bins
-	if !run(ctx, cfg, o, seeds, os.Stdout) {
+	jobs := make([]runner.Config, 0, len(seeds))
+	if o.regress {
+		for _, r := range runner.Regressions {
+			jobs = append(jobs, r.Config(cfg))
+		}
+	} else {
+		for _, seed := range seeds {
+			c := cfg
+			c.Seed = seed
+			jobs = append(jobs, c)
+		}
+	}
+	if !run(ctx, o, jobs, os.Stdout) {
 		cleanup()
 		os.Exit(1)
 	}
@@ -196,9 +210,9 @@ func binaries(ctx context.Context, o options) (localcluster.Binaries, func(), er
 	return bins, cleanup, nil
 }
 
-// run runs the seeds, o.parallel at a time, printing each seed's outcome
-// as it ends and a total; it reports whether every seed passed.
-func run(ctx context.Context, base runner.Config, o options, seeds []uint64, out io.Writer) bool {
+// run runs the seeds' jobs, o.parallel at a time, printing each seed's
+// outcome as it ends and a total; it reports whether every seed passed.
+func run(ctx context.Context, o options, jobs []runner.Config, out io.Writer) bool {
 	var mu sync.Mutex // guards out, passed and the totals
 	passed := true
 	var total runner.Summary
@@ -206,7 +220,7 @@ func run(ctx context.Context, base runner.Config, o options, seeds []uint64, out
 	effects := map[string]runner.Effect{}
 	sem := make(chan struct{}, o.parallel)
 	var wg sync.WaitGroup
-	for _, seed := range seeds {
+	for _, job := range jobs {
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
@@ -216,7 +230,7 @@ func run(ctx context.Context, base runner.Config, o options, seeds []uint64, out
 		}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			sum, err := runSeed(ctx, base, o, seed)
+			sum, err := runSeed(ctx, job, o)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil || !sum.OK() {
@@ -241,7 +255,7 @@ func run(ctx context.Context, base runner.Config, o options, seeds []uint64, out
 			verdict = "FAIL"
 		}
 		fmt.Fprintf(out, "%d seeds: %d faults, %d responses checked, %d violations, slowest convergence %s: %s\n",
-			len(seeds), total.Faults, total.Responses, len(total.Violations), worst.Round(10*time.Millisecond), verdict)
+			len(jobs), total.Faults, total.Responses, len(total.Violations), worst.Round(10*time.Millisecond), verdict)
 		writeEffects(out, effects)
 	}
 	return passed
@@ -256,6 +270,7 @@ func addEffects(total, seed map[string]runner.Effect) {
 		t.Seconds += e.Seconds
 		t.StreamEnds += e.StreamEnds
 		t.Applies += e.Applies
+		t.LagP50 = max(t.LagP50, e.LagP50)
 		t.LagP99 = max(t.LagP99, e.LagP99)
 		t.LagMax = max(t.LagMax, e.LagMax)
 		total[k] = t
@@ -269,11 +284,11 @@ func writeEffects(out io.Writer, effects map[string]runner.Effect) {
 		return
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "fault class\tfaults\tseconds\tstream ends\tapplies\tdelivery p99 (worst seed)\tdelivery max\t")
+	fmt.Fprintln(tw, "fault class\tfaults\tseconds\tstream ends\tapplies\tdelivery p50\tp99 (worst seed)\tmax\t")
 	for _, k := range slices.Sorted(maps.Keys(effects)) {
 		e := effects[k]
-		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%d\t%d\t%s\t%s\t\n", k, e.Faults, e.Seconds, e.StreamEnds, e.Applies,
-			e.LagP99.Round(time.Millisecond), e.LagMax.Round(time.Millisecond))
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%d\t%d\t%s\t%s\t%s\t\n", k, e.Faults, e.Seconds, e.StreamEnds, e.Applies,
+			e.LagP50.Round(time.Millisecond), e.LagP99.Round(time.Millisecond), e.LagMax.Round(time.Millisecond))
 	}
 	tw.Flush()
 }
@@ -323,9 +338,8 @@ func report(out io.Writer, format string, sum runner.Summary, err error) {
 
 // runSeed runs one seed in a directory of its own under o.dir, with its
 // log in that directory (and on stderr with --verbose).
-func runSeed(ctx context.Context, base runner.Config, o options, seed uint64) (runner.Summary, error) {
-	cfg := base
-	cfg.Seed = seed
+func runSeed(ctx context.Context, cfg runner.Config, o options) (runner.Summary, error) {
+	seed := cfg.Seed
 	dir, err := os.MkdirTemp(o.dir, fmt.Sprintf("legation-chaos-%d-", seed))
 	if err != nil {
 		return runner.Summary{Seed: seed}, err

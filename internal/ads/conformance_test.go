@@ -129,12 +129,15 @@ func TestSotWLatestRequest(t *testing.T) {
 	checkResp(t, s.Expect(), resource.Endpoint, xdstest.Version(r), "b")
 }
 
-// A second request of a type sent before the first response arrived has
-// no nonce to give either: it changes the names (those it adds are sent,
-// at the same version), it does not start the type over, so nothing is
-// sent twice at one version. Found by the chaos run (seed 348): a
-// resuming client asks for the EDS names it held, then, its CDS response
-// in, for the new set before its first EDS response came.
+// A request of a type with no nonce, sent before the client read the
+// first response of the type, is stale: ignored, as one with an old nonce
+// (neither starting the type over nor taking its names), so nothing is
+// sent twice at one version; the client's ACK of that response carries
+// its names. Found by the chaos run (seeds 348 and 4): a resuming client
+// asks for the EDS names it held, then, its CDS response in, for the new
+// set before its first EDS response came; the server resent that
+// response, or (taking the names at once) resent a re-added endpoint set
+// at the same version as the response on its way.
 func TestSotWRequestsBeforeFirstResponse(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -146,17 +149,24 @@ func TestSotWRequestsBeforeFirstResponse(t *testing.T) {
 	v := xdstest.Version(r)
 	s := e.adsStream(t)
 	n := xdstest.Node("n1", "")
-	// The responses are read here before the next request is sent, so
-	// that each is sent first: the client has not read them yet.
+	// Each response is read here before the next request is sent, so
+	// that it is sent first: the client has not read it yet.
 	s.Send(&discoveryv3.DiscoveryRequest{Node: n, TypeUrl: resource.Endpoint.URL, VersionInfo: v, ResourceNames: []string{"a", "gone"}})
-	checkResp(t, s.Expect(), resource.Endpoint, v, "a")
-	s.Send(&discoveryv3.DiscoveryRequest{TypeUrl: resource.Endpoint.URL, VersionInfo: v, ResourceNames: []string{"a", "b"}})
-	checkResp(t, s.Expect(), resource.Endpoint, v, "b")
+	first := s.Expect()
+	checkResp(t, first, resource.Endpoint, v, "a")
+	s.Send(&discoveryv3.DiscoveryRequest{TypeUrl: resource.Endpoint.URL, VersionInfo: v, ResourceNames: []string{"b"}})
 	s.Send(&discoveryv3.DiscoveryRequest{TypeUrl: resource.Endpoint.URL, VersionInfo: v, ResourceNames: []string{"a", "b"}})
 	s.Send(&discoveryv3.DiscoveryRequest{TypeUrl: resource.Cluster.URL})
 	checkResp(t, s.Expect(), resource.Cluster, v, "c")
 	s.Send(&discoveryv3.DiscoveryRequest{TypeUrl: resource.Cluster.URL})
 	s.ExpectNone()
+	// The ACK of the first response carries the names: b is new.
+	s.Ack(first, "a", "b")
+	checkResp(t, s.Expect(), resource.Endpoint, v, "b")
+	s.ExpectNone()
+	if got := gatherValue(t, e, "legation_sotw_stale_nonce_requests_total"); got != 3 {
+		t.Errorf("legation_sotw_stale_nonce_requests_total = %v, want 3", got)
+	}
 }
 
 // Rule 3: an ACK gets nothing until the state changes; then the new state

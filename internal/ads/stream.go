@@ -59,22 +59,23 @@ func (st *stream) Handle(t *resource.Type, r *discoveryv3.DiscoveryRequest) erro
 	if ts == nil {
 		return st.subscribe(t, r)
 	}
-	if r.GetResponseNonce() == "" {
-		// The client has had no response of the type on this stream (it
-		// would give its nonce): its first request was answered with
-		// nothing (promise 4), or its first response is on its way (a
-		// client changes its names before it arrives, as one whose CDS
-		// arrived first does). This is its latest request. Names it adds
-		// are ones it does not hold; starting over would trust its
-		// version for them too, or send the response on its way again at
-		// the same version.
+	if r.GetResponseNonce() == "" && ts.rec.Nonce == "" {
+		// The type's first request was answered with nothing (promise
+		// 4), so the client has no nonce to give: this is its latest
+		// request. Names it adds are ones it does not hold; starting
+		// over would trust its version for them too.
 		st.setNames(ts, r.GetResourceNames(), true)
 		st.updateStatus(ts)
 		return nil
 	}
 	if r.GetResponseNonce() != ts.rec.Nonce {
 		// A response the client has not seen yet supersedes this request
-		// (the protocol's stale nonce rule): ignore it.
+		// (the protocol's stale nonce rule): ignore it. So is a request
+		// with no nonce once a response was sent: the client has not
+		// seen its first response yet (it changed its names meanwhile).
+		// Its answer to that response carries its names then; taking
+		// them now would resend at the same version what the responses
+		// on their way carry.
 		st.StaleNonce(t, r.GetResponseNonce())
 		return nil
 	}

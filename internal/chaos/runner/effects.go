@@ -22,11 +22,12 @@ type Effect struct {
 	// StreamEnds is the client streams that ended in the windows (each
 	// is counted once per class whose window holds it).
 	StreamEnds int `json:"stream_ends"`
-	// Applies is the applies committed in the windows; LagP99 and LagMax
-	// the delivery of those: from an apply's return to each client's
-	// first endpoints response at or past its revision (every apply
-	// changes endpoints every client subscribes to).
+	// Applies is the applies committed in the windows; LagP50, LagP99
+	// and LagMax the delivery of those: from an apply's return to each
+	// client's first endpoints response at or past its revision (every
+	// apply changes endpoints every client subscribes to).
 	Applies int           `json:"applies"`
+	LagP50  time.Duration `json:"lag_p50"`
 	LagP99  time.Duration `json:"lag_p99"`
 	LagMax  time.Duration `json:"lag_max"`
 }
@@ -125,6 +126,7 @@ func effects(log []faults.Applied, commits []commit, events []chaos.Event, healA
 		slices.Sort(ls)
 		x := out[k]
 		x.LagMax = ls[len(ls)-1]
+		x.LagP50 = ls[len(ls)/2]
 		x.LagP99 = ls[min(len(ls)-1, len(ls)*99/100)]
 		out[k] = x
 	}
