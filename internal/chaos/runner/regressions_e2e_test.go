@@ -3,7 +3,6 @@
 package runner
 
 import (
-	"context"
 	"log/slog"
 	"testing"
 
@@ -21,20 +20,7 @@ func TestRegressions(t *testing.T) {
 			cfg.Dir = shortTempDir(t)
 			cfg.Binaries = bins
 			cfg.Logger = slog.New(slog.NewTextHandler(testWriter{t}, nil))
-			sum, err := Run(context.Background(), cfg)
-			t.Log(sum.Line())
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, v := range sum.Violations {
-				t.Error(v)
-			}
-			for _, c := range sum.Crashes {
-				t.Error(c)
-			}
-			if sum.HealError != "" {
-				t.Error(sum.HealError)
-			}
+			runSeed(t, cfg)
 		})
 	}
 }

@@ -39,6 +39,24 @@ func TestShortSeed(t *testing.T) {
 	cfg.Binaries = bins
 	cfg.Logger = slog.New(slog.NewTextHandler(testWriter{t}, nil))
 	cfg.Keep = true // for Recheck below; shortTempDir removes them
+	sum := runSeed(t, cfg)
+	if sum.FaultsApplied < sum.Faults/2 || sum.Applies < 50 || sum.Responses < cfg.Clients*20 || sum.Streams <= cfg.Clients {
+		t.Errorf("too little happened: %+v", sum)
+	}
+	// Recheck finds the same from the files kept.
+	again, err := Recheck(sum.Kept, cfg.ConvergeWithin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Responses != sum.Responses || again.Streams != sum.Streams || len(again.Violations) != len(sum.Violations) || again.Converge != sum.Converge {
+		t.Errorf("Recheck: %s; the run: %s", again.Line(), sum.Line())
+	}
+}
+
+// runSeed runs cfg and fails the test unless the seed passed: no
+// violation, no crash, healed.
+func runSeed(t *testing.T, cfg Config) Summary {
+	t.Helper()
 	sum, err := Run(context.Background(), cfg)
 	t.Log(sum.Line())
 	if err != nil {
@@ -53,17 +71,7 @@ func TestShortSeed(t *testing.T) {
 	if sum.HealError != "" {
 		t.Error(sum.HealError)
 	}
-	if sum.FaultsApplied < sum.Faults/2 || sum.Applies < 50 || sum.Responses < cfg.Clients*20 || sum.Streams <= cfg.Clients {
-		t.Errorf("too little happened: %+v", sum)
-	}
-	// Recheck finds the same from the files kept.
-	again, err := Recheck(sum.Kept, cfg.ConvergeWithin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if again.Responses != sum.Responses || again.Streams != sum.Streams || len(again.Violations) != len(sum.Violations) || again.Converge != sum.Converge {
-		t.Errorf("Recheck: %s; the run: %s", again.Line(), sum.Line())
-	}
+	return sum
 }
 
 // shortTempDir is a directory of os.TempDir() short enough for the
