@@ -258,7 +258,7 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 	hdone := make(chan error, 1)
 	go func() { hdone <- hr.Run(hctx) }()
 	stopHistory := sync.OnceValue(func() error { hcancel(); return <-hdone })
-	defer stopHistory()
+	defer func() { _ = stopHistory() }()
 	select {
 	case <-hr.Ready():
 	case err := <-hdone:

@@ -122,12 +122,12 @@ func TestFrontFailsOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	buf := make([]byte, 4)
-	s.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_ = s.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if _, err := s.Read(buf); err != nil || string(buf) != "ping" {
 		t.Fatalf("read %q, %v", buf, err)
 	}
 	s.Close()
-	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if n, err := c.Read(buf); err == nil {
 		t.Fatalf("read %d bytes after the target closed; want the connection closed", n)
 	}
