@@ -319,6 +319,12 @@ func (c *client) onSotW(s *sotwState, resp *sotwResponse, send func(*discoveryv3
 	c.count(resp.size, len(resp.bodies))
 	nack := c.nack()
 	req := &discoveryv3.DiscoveryRequest{TypeUrl: resp.typeURL, ResponseNonce: resp.nonce}
+	// pre is a change of subscriptions the response makes, sent before
+	// the ACK. Both are sent once the response is taken (the versions
+	// held recorded), as Envoy applies a response and then answers: a
+	// stream that ends on a send must not leave the client presenting an
+	// older version than the configuration it applied.
+	var pre *discoveryv3.DiscoveryRequest
 	switch resp.typeURL {
 	case cdsURL:
 		if !nack {
@@ -332,10 +338,8 @@ func (c *client) onSotW(s *sotwState, resp *sotwResponse, send func(*discoveryv3
 			if changed || s.edsNames == nil {
 				s.edsNames = names
 				// Envoy asks for the new EDS names before it ACKs CDS.
-				if err := send(&discoveryv3.DiscoveryRequest{TypeUrl: edsURL, ResourceNames: s.edsNames,
-					VersionInfo: s.edsVersion, ResponseNonce: s.edsNonce}); err != nil {
-					return err
-				}
+				pre = &discoveryv3.DiscoveryRequest{TypeUrl: edsURL, ResourceNames: s.edsNames,
+					VersionInfo: s.edsVersion, ResponseNonce: s.edsNonce}
 			}
 			s.cdsVersion = resp.versionInfo
 		}
@@ -349,10 +353,8 @@ func (c *client) onSotW(s *sotwState, resp *sotwResponse, send func(*discoveryv3
 			names, changed := setSubscribed(c.rdsSubscribed, idx, c.f.routes, s.rdsNames, c.want)
 			if changed || s.rdsNames == nil {
 				s.rdsNames = names
-				if err := send(&discoveryv3.DiscoveryRequest{TypeUrl: rdsURL, ResourceNames: s.rdsNames,
-					VersionInfo: s.rdsVersion, ResponseNonce: s.rdsNonce}); err != nil {
-					return err
-				}
+				pre = &discoveryv3.DiscoveryRequest{TypeUrl: rdsURL, ResourceNames: s.rdsNames,
+					VersionInfo: s.rdsVersion, ResponseNonce: s.rdsNonce}
 			}
 			s.ldsVersion = resp.versionInfo
 		}
@@ -395,6 +397,11 @@ func (c *client) onSotW(s *sotwState, resp *sotwResponse, send func(*discoveryv3
 		c.f.nacks.Add(1)
 	} else if c.sotwVersions != nil {
 		c.sotwVersions[resp.typeURL] = req.GetVersionInfo()
+	}
+	if pre != nil {
+		if err := send(pre); err != nil {
+			return err
+		}
 	}
 	if err := send(req); err != nil {
 		return err
@@ -455,6 +462,8 @@ func (c *client) onDelta(s *deltaState, resp *deltaResponse, send func(*discover
 	c.count(resp.size, len(resp.resources))
 	nack := c.nack()
 	req := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: resp.typeURL, ResponseNonce: resp.nonce}
+	// pre: as in onSotW, sent once the response is taken.
+	var pre *discoveryv3.DeltaDiscoveryRequest
 	switch resp.typeURL {
 	case cdsURL:
 		if !nack {
@@ -463,9 +472,7 @@ func (c *client) onDelta(s *deltaState, resp *deltaResponse, send func(*discover
 				return err
 			}
 			if sub := addSubscribed(c.subscribed, idx, c.f.names); len(sub) > 0 {
-				if err := send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: edsURL, ResourceNamesSubscribe: sub}); err != nil {
-					return err
-				}
+				pre = &discoveryv3.DeltaDiscoveryRequest{TypeUrl: edsURL, ResourceNamesSubscribe: sub}
 			}
 		}
 	case ldsURL:
@@ -475,9 +482,7 @@ func (c *client) onDelta(s *deltaState, resp *deltaResponse, send func(*discover
 				return err
 			}
 			if sub := addSubscribed(c.rdsSubscribed, idx, c.f.routes); len(sub) > 0 {
-				if err := send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: rdsURL, ResourceNamesSubscribe: sub}); err != nil {
-					return err
-				}
+				pre = &discoveryv3.DeltaDiscoveryRequest{TypeUrl: rdsURL, ResourceNamesSubscribe: sub}
 			}
 		}
 	case rdsURL:
@@ -518,6 +523,11 @@ func (c *client) onDelta(s *deltaState, resp *deltaResponse, send func(*discover
 		c.f.nacks.Add(1)
 	} else if c.deltaVersions != nil {
 		c.holdDelta(resp)
+	}
+	if pre != nil {
+		if err := send(pre); err != nil {
+			return err
+		}
 	}
 	if err := send(req); err != nil {
 		return err

@@ -1,8 +1,11 @@
 package loadgen
 
 import (
+	"io"
 	"slices"
 	"testing"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 )
 
 // TestDeltaResumeKeepsSubscriptions: a resuming delta client's first
@@ -66,5 +69,32 @@ func TestDeltaResumeKeepsSubscriptions(t *testing.T) {
 				t.Errorf("stream %d: %s subscribes %v, want %v", stream, typ, got[typ], names)
 			}
 		}
+	}
+}
+
+// TestResumePresentsWhatWasApplied: a response is taken (its version held,
+// to be presented on the next stream) before the requests it makes are
+// sent, so a stream that ends on one of those sends leaves the client
+// presenting the configuration it applied, as Envoy does (found by the
+// chaos run, seed 6: a SotW client that applied CDS 1546, its stream
+// ending as it asked for the new EDS names, presented 1541).
+func TestResumePresentsWhatWasApplied(t *testing.T) {
+	fail := func(*discoveryv3.DiscoveryRequest) error { return io.EOF }
+	c := benchFleet(t)
+	c.sotwVersions = map[string]string{}
+	if err := benchSotW(c, &sotwState{askLDS: true}, &sotwResponse{}, sotwWire(t, cdsURL, 4), fail); err == nil {
+		t.Fatal("onSotW: no error from a failed send")
+	}
+	if got := c.presentedSotW()[cdsURL][""]; got != "4" {
+		t.Errorf("SotW presents CDS %q after its stream ended on the EDS request, want 4", got)
+	}
+	d := benchFleet(t)
+	d.deltaVersions = map[string]map[string]string{}
+	dfail := func(*discoveryv3.DeltaDiscoveryRequest) error { return io.EOF }
+	if err := benchDelta(d, &deltaState{}, &deltaResponse{}, deltaWire(t, cdsURL, 6), dfail); err == nil {
+		t.Fatal("onDelta: no error from a failed send")
+	}
+	if got := d.presentedDelta()[cdsURL][ClusterName(7)]; got != "6" {
+		t.Errorf("delta presents %s at %q after its stream ended on the EDS subscription, want 6", ClusterName(7), got)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -238,7 +239,12 @@ func (c *Cluster) CompactEtcd(ctx context.Context) (int64, error) {
 		return 0, fmt.Errorf("localcluster: compact: revision: %w", err)
 	}
 	rev := resp.Header.Revision
-	if _, err := cli.Compact(ctx, rev, clientv3.WithCompactPhysical()); err != nil {
+	if _, err := cli.Compact(ctx, rev, clientv3.WithCompactPhysical()); errors.Is(err, rpctypes.ErrCompacted) {
+		// An earlier compaction got there first (one whose answer was
+		// lost to a fault, say): the history is compacted at rev or past.
+		c.log.Info("etcd already compacted", "revision", rev)
+		return rev, nil
+	} else if err != nil {
 		return 0, fmt.Errorf("localcluster: compact at %d: %w", rev, err)
 	}
 	c.log.Info("compacted etcd", "revision", rev)

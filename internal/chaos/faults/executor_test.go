@@ -98,6 +98,15 @@ func TestExecutorOnCluster(t *testing.T) {
 			t.Errorf("%s is %s after heal", m.Name, m.State)
 		}
 	}
+	// A compaction at a revision already compacted is one done (chaos
+	// seed 5: a compact-etcd fault failed so).
+	r1, err := c.CompactEtcd(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r2, err := c.CompactEtcd(ctx); err != nil || r2 < r1 {
+		t.Errorf("CompactEtcd again at %d: %d, %v", r1, r2, err)
+	}
 }
 
 // TestExecutorErrors: a fault on a process the cluster does not have is
