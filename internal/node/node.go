@@ -94,6 +94,9 @@ type Node struct {
 
 	started  atomic.Bool // set by the first Run or Close
 	stopping atomic.Bool // set when Run's ctx ends: no longer ready
+	// readyChanged tells the cluster agent that readiness changed
+	// (watchReadiness sends, without blocking), so that it does not poll.
+	readyChanged chan struct{}
 	// devEtcdUp is set once the embedded etcd serves (dev mode), for
 	// readiness's reason.
 	devEtcdUp atomic.Bool
@@ -221,6 +224,7 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 	if err := n.buildAccess(); err != nil {
 		return err
 	}
+	n.readyChanged = make(chan struct{}, 1)
 	if n.cluster, err = shard.NewAgent(n.agentConfig()); err != nil {
 		return fmt.Errorf("node: cluster membership (--gossip-addr, --advertise-addr, --join, --name): %w", err)
 	}
@@ -588,6 +592,7 @@ func (n *Node) agentConfig() shard.AgentConfig {
 		})
 	}
 	c.Ready = n.ready
+	c.ReadyChanged = n.readyChanged // watchReadiness tells it of each change
 	c.Rebalance = n.rebalance
 	return c
 }
@@ -959,7 +964,8 @@ func (n *Node) ready() bool {
 }
 
 // watchReadiness keeps the gRPC health status in step with readiness
-// (the view current, etcd heard from lately) until ctx ends.
+// (the view current, etcd heard from lately) until ctx ends, and tells the
+// cluster agent of each change (readyChanged).
 func (n *Node) watchReadiness(ctx context.Context) {
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
@@ -977,6 +983,10 @@ func (n *Node) watchReadiness(ctx context.Context) {
 			}
 			// After a shutdown began this is ignored (health.Shutdown).
 			n.health.SetServingStatus("", st)
+			select {
+			case n.readyChanged <- struct{}{}:
+			default: // one is pending: the agent reads readiness afresh
+			}
 		}
 		select {
 		case <-ctx.Done():
