@@ -102,6 +102,7 @@ type Watcher struct {
 	bad     map[string]int64     // key -> mod revision of a malformed value
 	logged  map[string]int64     // key -> mod revision last warned about
 	streams uint64               // watches started
+	checks  atomic.Uint64        // wakes of the watch loop's timer (tests)
 }
 
 // published is one table and the channel closed when a newer one
@@ -212,14 +213,19 @@ func (w *Watcher) follow(ctx context.Context) error {
 	wctx, cancel := context.WithCancel(sctx)
 	defer cancel()
 	wch := w.cfg.Client.Watch(wctx, Dir(w.cfg.Prefix), clientv3.WithPrefix(), clientv3.WithRev(w.rev+1), clientv3.WithProgressNotify())
-	tick := time.NewTicker(max(w.cfg.ProgressInterval/4, 10*time.Millisecond))
-	defer tick.Stop()
+	// The loop wakes when the watch has been quiet for ProgressInterval,
+	// then every retry until etcd answers or StallTimeout passes; never
+	// in between.
+	retry := max(w.cfg.ProgressInterval/4, 10*time.Millisecond)
+	check := time.NewTimer(w.cfg.ProgressInterval + time.Millisecond)
+	defer check.Stop()
 	heard := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-tick.C:
+		case <-check.C:
+			w.checks.Add(1)
 			switch quiet := time.Since(heard); {
 			case quiet > w.cfg.StallTimeout:
 				return fmt.Errorf("watch stalled: nothing from etcd for %s", quiet.Round(time.Millisecond))
@@ -227,6 +233,9 @@ func (w *Watcher) follow(ctx context.Context) error {
 				// An error only delays the answer; the stall check
 				// decides.
 				_ = w.cfg.Client.RequestProgress(sctx)
+				check.Reset(retry)
+			default:
+				check.Reset(w.cfg.ProgressInterval - quiet + time.Millisecond)
 			}
 		case wr, ok := <-wch:
 			switch {

@@ -358,3 +358,30 @@ func TestWatcherConfig(t *testing.T) {
 		})
 	}
 }
+
+// TestWatcherIdleWakesRarely: a watcher whose watch hears nothing wakes
+// about twice per ProgressInterval (to ask etcd for progress, then once
+// more), not every quarter of it.
+func TestWatcherIdleWakesRarely(t *testing.T) {
+	e := storetest.Start(t, storetest.Options{})
+	c := e.Client(t)
+	tw := startWatcher(t, WatcherConfig{
+		Client: c, Prefix: "/idle/",
+		ProgressInterval: 400 * time.Millisecond, StallTimeout: 3 * time.Second,
+	})
+	tw.waitReady(t)
+	// etcd answers a progress request only once its revision reached the
+	// watch's start (the revision after the load): any write does it.
+	putRaw(t, c, "/elsewhere", "x")
+	time.Sleep(600 * time.Millisecond)
+	const quiet = 2 * time.Second
+	before, reloads := tw.checks.Load(), tw.gauge(t, "legation_authz_reloads_total")
+	time.Sleep(quiet)
+	// A ticker at a quarter of ProgressInterval wakes 20 times.
+	if n := tw.checks.Load() - before; n > 12 || n < 3 {
+		t.Errorf("the idle watcher's loop woke %d times in %s; want about 2 per ProgressInterval (10)", n, quiet)
+	}
+	if got := tw.gauge(t, "legation_authz_reloads_total"); got != reloads {
+		t.Errorf("legation_authz_reloads_total = %v after an idle spell, want %v (no stall)", got, reloads)
+	}
+}

@@ -39,3 +39,7 @@ func (n *Node) HomeForTest(id string) string {
 // PushTracingForTest reports whether the replica's xDS servers carry a
 // push tracer (traces on).
 func (n *Node) PushTracingForTest() bool { return n.pushes != nil }
+
+// ReadinessChecksForTest returns how often the readiness watcher has read
+// readiness.
+func (n *Node) ReadinessChecksForTest() uint64 { return n.readinessChecks.Load() }

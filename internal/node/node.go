@@ -94,6 +94,11 @@ type Node struct {
 
 	started  atomic.Bool // set by the first Run or Close
 	stopping atomic.Bool // set when Run's ctx ends: no longer ready
+	// readyChanged tells the cluster agent that readiness changed
+	// (watchReadiness sends, without blocking), so that it does not poll.
+	readyChanged chan struct{}
+	// readinessChecks counts watchReadiness's reads of readiness (tests).
+	readinessChecks atomic.Uint64
 	// devEtcdUp is set once the embedded etcd serves (dev mode), for
 	// readiness's reason.
 	devEtcdUp atomic.Bool
@@ -221,6 +226,7 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 	if err := n.buildAccess(); err != nil {
 		return err
 	}
+	n.readyChanged = make(chan struct{}, 1)
 	if n.cluster, err = shard.NewAgent(n.agentConfig()); err != nil {
 		return fmt.Errorf("node: cluster membership (--gossip-addr, --advertise-addr, --join, --name): %w", err)
 	}
@@ -588,6 +594,7 @@ func (n *Node) agentConfig() shard.AgentConfig {
 		})
 	}
 	c.Ready = n.ready
+	c.ReadyChanged = n.readyChanged // watchReadiness tells it of each change
 	c.Rebalance = n.rebalance
 	return c
 }
@@ -958,14 +965,26 @@ func (n *Node) ready() bool {
 	return ok
 }
 
+// Readiness is read every notReadyPoll while the replica is not ready
+// (starting, or etcd lost) and every readyPoll while it is ready, and also
+// when etcd turns stale (EtcdStaleAfter after the view last heard from it),
+// the only timed way a ready replica turns not ready: a revision reset is
+// the other, a shutdown tells the health service itself (health.Shutdown).
+const (
+	notReadyPoll = 250 * time.Millisecond
+	readyPoll    = time.Second
+)
+
 // watchReadiness keeps the gRPC health status in step with readiness
-// (the view current, etcd heard from lately) until ctx ends.
+// (the view current, etcd heard from lately) until ctx ends, and tells the
+// cluster agent of each change (readyChanged).
 func (n *Node) watchReadiness(ctx context.Context) {
-	tick := time.NewTicker(250 * time.Millisecond)
-	defer tick.Stop()
+	check := time.NewTimer(notReadyPoll)
+	defer check.Stop()
 	last := false
 	history := n.view.HistoryRead() // nil once seen closed: wakes at once, not at the next tick
 	for {
+		n.readinessChecks.Add(1)
 		if ok, why := n.readiness(); ok != last {
 			last = ok
 			st := healthpb.HealthCheckResponse_NOT_SERVING
@@ -977,11 +996,21 @@ func (n *Node) watchReadiness(ctx context.Context) {
 			}
 			// After a shutdown began this is ignored (health.Shutdown).
 			n.health.SetServingStatus("", st)
+			select {
+			case n.readyChanged <- struct{}{}:
+			default: // one is pending: the agent reads readiness afresh
+			}
 		}
+		wait := notReadyPoll
+		if last {
+			stale := time.Until(n.view.LastHeard().Add(n.cfg.EtcdStaleAfter))
+			wait = max(time.Millisecond, min(readyPoll, stale+time.Millisecond))
+		}
+		check.Reset(wait)
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case <-check.C:
 		case <-history:
 			history = nil
 		}

@@ -471,3 +471,25 @@ func TestNewAndRunErrors(t *testing.T) {
 		t.Errorf("second Close = %v", err)
 	}
 }
+
+// TestReadinessIdleWakesRarely: a ready replica whose etcd answers reads
+// its readiness about once a second (and when etcd could turn stale), not
+// every 250ms; TestEtcdLoss holds it to --etcd-stale-after.
+func TestReadinessIdleWakesRarely(t *testing.T) {
+	checkLeaks(t)
+	e := storetest.Start(t, storetest.Options{})
+	cfg := testConfig(t)
+	cfg.EtcdEndpoints = []string{e.Endpoint}
+	cfg.EtcdPrefix = "/node-idle/"
+	r := start(t, cfg)
+	waitReady(t, r)
+	time.Sleep(300 * time.Millisecond)
+	const quiet = 3 * time.Second
+	before := r.ReadinessChecksForTest()
+	time.Sleep(quiet)
+	// A 250ms ticker reads it 12 times.
+	if n := r.ReadinessChecksForTest() - before; n > 6 || n < 2 {
+		t.Errorf("a ready, idle replica read its readiness %d times in %s; want about once a second", n, quiet)
+	}
+	r.stop(t)
+}

@@ -25,8 +25,16 @@ type AgentConfig struct {
 	Alone bool
 
 	// Ready reports whether this replica can serve (its view is current).
-	// Run calls it from its own goroutine every Tick; it must not block.
+	// Run calls it from its own goroutine every Tick (or, with
+	// ReadyChanged, when told); it must not block.
 	Ready func() bool
+	// ReadyChanged, if set, is how Run learns that Ready's answer may have
+	// changed: it reads Ready when a value arrives on it (and when
+	// RingGrace has passed since it turned not ready), instead of every
+	// Tick, so an idle agent does not wake. Whoever sends must send each
+	// time Ready's answer may have changed, without blocking (a channel
+	// of capacity 1 and a send that gives up when it is full).
+	ReadyChanged <-chan struct{}
 	// Rebalance is called once the ring has stayed unchanged for
 	// SettleDelay after a change, each time in a goroutine of its own
 	// (a ring that changes again during a call brings another call, which
@@ -37,7 +45,7 @@ type AgentConfig struct {
 	// RetryInterval is the wait between two attempts to join (Start). Zero:
 	// 1s.
 	RetryInterval time.Duration
-	// Tick is how often Ready is read. Zero: 250ms.
+	// Tick is how often Ready is read, without ReadyChanged. Zero: 250ms.
 	Tick time.Duration
 	// RingGrace is how long this replica stays not ready before the ring
 	// hears of it (SetReady(false)), so that replicas noticing an etcd
@@ -213,28 +221,40 @@ func (a *Agent) Run(ctx context.Context) error {
 		m.Close() // always nil
 	}()
 	changed := m.Changed()
-	tick := time.NewTicker(a.cfg.Tick)
-	defer tick.Stop()
-	settle := time.NewTimer(time.Hour)
-	settle.Stop()
+	var tickC <-chan time.Time // nil with ReadyChanged: no polling
+	if a.cfg.ReadyChanged == nil {
+		tick := time.NewTicker(a.cfg.Tick)
+		defer tick.Stop()
+		tickC = tick.C
+	}
+	// grace fires when RingGrace has passed since the replica turned not
+	// ready (with ReadyChanged; the ticks see it otherwise).
+	grace := stoppedTimer()
+	defer grace.Stop()
+	settle := stoppedTimer()
 	defer settle.Stop()
 	var notReadySince time.Time
 	for {
 		if a.cfg.Ready() {
 			notReadySince = time.Time{}
+			grace.Stop()
 			m.SetReady(true)
 		} else {
 			if notReadySince.IsZero() {
 				notReadySince = time.Now()
 			}
-			if time.Since(notReadySince) >= a.cfg.RingGrace {
+			if left := a.cfg.RingGrace - time.Since(notReadySince); left <= 0 {
 				m.SetReady(false)
+			} else if a.cfg.ReadyChanged != nil {
+				grace.Reset(left)
 			}
 		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-tick.C:
+		case <-tickC:
+		case <-a.cfg.ReadyChanged:
+		case <-grace.C:
 		case <-changed:
 			changed = m.Changed()
 			settle.Reset(a.cfg.SettleDelay)

@@ -293,3 +293,55 @@ func TestAgentSettleThenRebalance(t *testing.T) {
 		t.Errorf("Run returned with %d of %d Rebalance calls still running", n-int(got), n)
 	}
 }
+
+// TestAgentReadyChanged: with ReadyChanged the agent reads Ready only when
+// told (an idle agent does not poll), still keeps RingGrace before the ring
+// hears that the replica is not ready, and tells it ready again at once.
+func TestAgentReadyChanged(t *testing.T) {
+	const grace = 400 * time.Millisecond
+	c := newCluster(t)
+	var ready atomic.Bool
+	ready.Store(true)
+	var reads atomic.Int64
+	changed := make(chan struct{}, 1)
+	tell := func(v bool) {
+		ready.Store(v)
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	}
+	cfg := c.agentConfig("a", &ready)
+	cfg.Ready = func() bool { reads.Add(1); return ready.Load() }
+	cfg.ReadyChanged = changed
+	cfg.RingGrace = grace
+	a, _ := runAgent(t, cfg)
+	waitFor(t, shardTestTimeout, "not joined", joined(a))
+	waitFor(t, shardTestTimeout, "a's record not ready", func() bool { return selfReady(a) })
+
+	// Idle: a 10ms Tick would read Ready about 50 times in 500ms.
+	before := reads.Load()
+	time.Sleep(500 * time.Millisecond)
+	if n := reads.Load() - before; n > 5 {
+		t.Errorf("an idle agent with ReadyChanged read Ready %d times in 500ms; want only when told or the ring changes", n)
+	}
+
+	// Not ready: the record says so once the grace has passed, with no
+	// further word on ReadyChanged.
+	tell(false)
+	began := time.Now()
+	waitFor(t, shardTestTimeout, "a's record still says ready", func() bool { return !selfReady(a) })
+	if d := time.Since(began); d < grace {
+		t.Errorf("a's record turned not ready %v after a did, before the %v grace", d, grace)
+	}
+
+	// Ready again: at once.
+	tell(true)
+	waitFor(t, grace/2, "a's record not ready again within half the grace", func() bool { return selfReady(a) })
+
+	// A short spell of not ready: the ring never hears of it.
+	tell(false)
+	holds(t, grace/2, "a's record turned not ready within half the grace", func() bool { return selfReady(a) })
+	tell(true)
+	holds(t, grace, "a's record turned not ready after a short spell", func() bool { return selfReady(a) })
+}

@@ -47,8 +47,11 @@ type Config struct {
 	// ResyncInterval is how often the writer checks, with one keys-only
 	// read of the status directory, that the records it wrote are still
 	// there under its lease, and writes again those that are not (another
-	// replica served the node for a while, then deleted its record). Zero:
-	// 30s. At least Interval.
+	// replica served the node for a while, then deleted its record). A
+	// check first asks etcd, with two small reads, whether any key there
+	// was written or deleted since its last full read, and reads the
+	// directory only then, so idle replicas do not read 10,000 keys every
+	// ResyncInterval. Zero: 30s. At least Interval.
 	ResyncInterval time.Duration
 	// MaxTxnsPerSecond is the write budget: how many etcd transactions
 	// (record writes and deletes, each of up to MaxOps records) the writer
@@ -233,6 +236,15 @@ type Writer struct {
 	quiet    bool
 	quietGen uint64
 	cursor   string // the last node id written: the next round starts after it
+	// read is what the last full read of the status directory found: the
+	// revision of its first page and how many keys it read (rev 0: none
+	// yet, or forgotten). A check first asks whether the directory is
+	// still that, and reads it again only if not.
+	read struct {
+		rev  int64
+		keys int64
+	}
+	fullReads atomic.Uint64 // full reads of the directory (tests)
 }
 
 // NewWriter returns a writer for cfg, its zero fields set to the defaults.
@@ -622,13 +634,22 @@ func (w *Writer) resync(ctx context.Context) (int, error) {
 	}
 	dir := Dir(w.cfg.Prefix)
 	end := clientv3.GetPrefixRangeEnd(dir)
+	if w.read.rev != 0 && w.dirUnchanged(ctx, dir, end) {
+		return 0, nil // every record is as the last full read found it
+	}
+	w.read.rev = 0
+	w.fullReads.Add(1)
 	revs := make(map[string]int64, len(w.written))
+	var first int64
 	for from := dir; ; {
 		tctx, cancel := context.WithTimeout(ctx, w.cfg.LeaseTTL)
 		resp, err := w.cfg.Client.Get(tctx, from, clientv3.WithRange(end), clientv3.WithKeysOnly(), clientv3.WithLimit(keysPage))
 		cancel()
 		if err != nil {
 			return 0, w.fail(ctx, fmt.Errorf("status: check records: %w", err))
+		}
+		if first == 0 {
+			first = resp.Header.Revision
 		}
 		for _, kv := range resp.Kvs {
 			revs[strings.TrimPrefix(string(kv.Key), dir)] = kv.ModRevision
@@ -638,6 +659,7 @@ func (w *Writer) resync(ctx context.Context) (int, error) {
 		}
 		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
+	w.read.rev, w.read.keys = first, int64(len(revs))
 	lost := 0
 	for id, h := range w.written {
 		if revs[id] != h.rev {
@@ -651,6 +673,28 @@ func (w *Writer) resync(ctx context.Context) (int, error) {
 		w.metrics.takenOver.Add(float64(lost))
 	}
 	return lost, nil
+}
+
+// dirUnchanged reports whether the status directory [dir, end) holds
+// exactly the keys, at the same mod revisions, that the last full read
+// found: no key there was written after that read's first revision, and
+// there are as many keys as it read. A key written since (by this replica
+// or another) or deleted and written again has a later mod revision, and
+// one deleted leaves one fewer unless another was written, so the two
+// answers (two small reads at one revision, not the keys) suffice. An
+// error answers false: the full read then reports it.
+func (w *Writer) dirUnchanged(ctx context.Context, dir, end string) bool {
+	tctx, cancel := context.WithTimeout(ctx, w.cfg.LeaseTTL)
+	defer cancel()
+	n, err := w.cfg.Client.Get(tctx, dir, clientv3.WithRange(end), clientv3.WithCountOnly())
+	if err != nil || n.Count != w.read.keys {
+		return false
+	}
+	// etcd filters by mod revision before it applies the limit, and
+	// answers with at most one key.
+	newer, err := w.cfg.Client.Get(tctx, dir, clientv3.WithRange(end), clientv3.WithKeysOnly(),
+		clientv3.WithRev(n.Header.Revision), clientv3.WithMinModRev(w.read.rev+1), clientv3.WithLimit(1))
+	return err == nil && len(newer.Kvs) == 0
 }
 
 // grant grants a new lease and starts keeping it alive until Run ends or

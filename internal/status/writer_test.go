@@ -419,3 +419,73 @@ func TestWriterBuildsOnlyWhatMoved(t *testing.T) {
 		t.Errorf("a round with the budget spent built %d records, want 0", got)
 	}
 }
+
+// TestWriterCheckReadsOnlyWhenChanged: a check reads the whole status
+// directory only when a key there was written or deleted since the last
+// full read; otherwise two small reads say that every record is still as
+// written. A record another writer wrote over or deleted is still found
+// and written again.
+func TestWriterCheckReadsOnlyWhenChanged(t *testing.T) {
+	e := storetest.Start(t, storetest.Options{})
+	c := e.Client(t)
+	const prefix = "/check/"
+	w := startWriter(t, c, prefix, "a", nil)
+	w.src.set(node("n1", "1"), node("n2", "1"), node("n3", "1"))
+	w.sync()
+	reads := w.w.FullReads()
+	if reads != 1 {
+		t.Fatalf("full reads after the first check = %d, want 1", reads)
+	}
+	for range 3 {
+		w.sync()
+	}
+	if n := w.w.FullReads(); n != reads {
+		t.Fatalf("full reads after 3 checks of an unchanged directory = %d, want %d", n, reads)
+	}
+	step := func(what string, do func(), wantTaken float64, rewrote bool) {
+		t.Helper()
+		do()
+		w.sync() // the check finds the change, the round writes again
+		if n := w.w.FullReads(); n != reads+1 {
+			t.Errorf("%s: full reads = %d, want %d", what, n, reads+1)
+		}
+		reads = w.w.FullReads()
+		if n := w.metric("legation_status_records_taken_over_total"); n != wantTaken {
+			t.Errorf("%s: taken over = %v, want %v", what, n, wantTaken)
+		}
+		if got := readStored(t, c, prefix); got["n1"].rec.Home != "a" || got["n2"].rec.Home != "a" || got["n3"].rec.Home != "a" {
+			t.Errorf("%s: records after the check = %v, want n1, n2 and n3 of a", what, got)
+		}
+		// What the round wrote again is read once more, then nothing.
+		want := reads
+		if rewrote {
+			want++
+		}
+		w.sync()
+		w.sync()
+		if n := w.w.FullReads(); n != want {
+			t.Errorf("%s: full reads in two more checks = %d, want %d", what, n-reads, want-reads)
+		}
+		reads = w.w.FullReads()
+	}
+	ctx := testCtx(t)
+	step("a record deleted", func() {
+		if _, err := c.Delete(ctx, status.Dir(prefix)+"n1"); err != nil {
+			t.Fatal(err)
+		}
+	}, 1, true)
+	step("a record written over", func() {
+		if _, err := c.Put(ctx, status.Dir(prefix)+"n2", "{}"); err != nil {
+			t.Fatal(err)
+		}
+	}, 2, true)
+	wb := startWriter(t, c, prefix, "b", nil)
+	step("another replica's record written", func() {
+		wb.src.set(node("other", "1"))
+		wb.sync()
+	}, 2, false)
+	step("another replica's record deleted", func() {
+		wb.src.set()
+		wb.sync()
+	}, 2, false)
+}

@@ -142,6 +142,7 @@ type View struct {
 
 	progressMu   sync.Mutex // guards lastProgress
 	lastProgress time.Time
+	checks       atomic.Uint64 // wakes of the watch loop's timer (tests)
 	// stream names the etcd client's gRPC watch stream of the current
 	// watch (see streamCtx); nil before the first.
 	stream  atomic.Pointer[string]
@@ -266,11 +267,15 @@ func (v *View) LastHeard() time.Time {
 	return time.Unix(0, n)
 }
 
+// progressRetry is how often the view asks etcd for progress again while
+// an answer is awaited (etcd drops a request while the watch catches up).
+const progressRetry = 100 * time.Millisecond
+
 // requestProgress asks etcd to tell the view's watch the current revision,
-// at most every 100ms.
+// at most every progressRetry.
 func (v *View) requestProgress(ctx context.Context) {
 	v.progressMu.Lock()
-	if time.Since(v.lastProgress) < 100*time.Millisecond {
+	if time.Since(v.lastProgress) < progressRetry {
 		v.progressMu.Unlock()
 		return
 	}
@@ -485,13 +490,17 @@ func (v *View) follow(ctx context.Context, from int64) error {
 	// While history is read, ask etcd where it is until it says: that
 	// marks the end of the history even if no resource changes after
 	// start-up. etcd drops a progress request while the watch is still
-	// catching up, hence the repeats.
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
+	// catching up, hence the repeats. Otherwise the loop wakes only when
+	// the watch has been quiet for ProgressInterval, then every
+	// progressRetry until etcd answers or StallTimeout passes: an idle view
+	// wakes about twice per ProgressInterval, not ten times a second.
+	check := time.NewTimer(progressRetry)
+	defer check.Stop()
 	started := time.Now()
 	for {
 		select {
-		case <-tick.C:
+		case <-check.C:
+			v.checks.Add(1)
 			last := v.LastHeard()
 			if last.Before(started) {
 				last = started
@@ -503,6 +512,12 @@ func (v *View) follow(ctx context.Context, from int64) error {
 				return fmt.Errorf("watch stalled: nothing from etcd for %s", quiet.Round(time.Millisecond))
 			case v.historyTo != 0 || quiet > v.cfg.ProgressInterval:
 				v.requestProgress(ctx)
+				check.Reset(progressRetry)
+			default:
+				// Just past ProgressInterval since etcd was last heard;
+				// a response meanwhile moves that, and this wake then
+				// only waits again.
+				check.Reset(v.cfg.ProgressInterval - quiet + time.Millisecond)
 			}
 		case wr, ok := <-wch:
 			if !ok {

@@ -391,3 +391,40 @@ func TestViewWaitRevisionTimesOut(t *testing.T) {
 		t.Fatalf("WaitRevision = %v, %v; want a timeout", s, err)
 	}
 }
+
+// TestViewIdleWakesRarely: a view whose watch hears nothing wakes about
+// twice per ProgressInterval (to ask etcd for progress, then to see the
+// answer), not every 100ms, and still keeps LastHeard fresh.
+func TestViewIdleWakesRarely(t *testing.T) {
+	env := newViewEnv(t, storetest.Options{})
+	v := env.startView(t, env.client, func(c *store.ViewConfig) {
+		c.ProgressInterval = 500 * time.Millisecond
+		c.StallTimeout = 3 * time.Second
+	})
+	select {
+	case <-v.HistoryRead():
+	case <-time.After(viewTestTimeout):
+		t.Fatal("history not read")
+	}
+	time.Sleep(200 * time.Millisecond)
+	const quiet = 3 * time.Second
+	before := v.Checks()
+	deadline := time.Now().Add(quiet)
+	var oldest time.Duration // the longest LastHeard went without moving
+	for time.Now().Before(deadline) {
+		oldest = max(oldest, time.Since(v.LastHeard()))
+		time.Sleep(20 * time.Millisecond)
+	}
+	wakes := v.Checks() - before
+	// 3s at 500ms: 6 progress requests, each followed by one more wake;
+	// a 100ms ticker would wake 30 times.
+	if wakes > 16 {
+		t.Errorf("the idle view's watch loop woke %d times in %s; want about 2 per ProgressInterval (12)", wakes, quiet)
+	}
+	if wakes < 4 {
+		t.Errorf("the idle view's watch loop woke %d times in %s; it must still ask for progress", wakes, quiet)
+	}
+	if oldest > 1200*time.Millisecond {
+		t.Errorf("LastHeard went %s without moving; want about ProgressInterval (500ms)", oldest)
+	}
+}
