@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -73,5 +74,42 @@ func TestSnapshotStamps(t *testing.T) {
 	s3 := snapshotAt(t, s2, waitRev(t, v, put.Header.Revision).Revision)
 	if len(s3.Changes) != 1 || !s3.Committed.Equal(s3.Seen) {
 		t.Errorf("put without written_at: %d changes, Committed %v Seen %v, want 1 change and Committed = Seen", len(s3.Changes), s3.Committed, s3.Seen)
+	}
+}
+
+// TestSnapshotLookupsDoNotAllocate: Get, DeletedAt and LastChange build
+// their keys on the stack (a push looks up every resource it may send),
+// and find what they should, also with a name longer than that buffer.
+func TestSnapshotLookupsDoNotAllocate(t *testing.T) {
+	env := newViewEnv(t, storetest.Options{})
+	v := env.startView(t, env.client, nil)
+	long := strings.Repeat("n", 300)
+	// Keys as long as the load tool's (endpoint/default/lg-cluster-00042):
+	// past the 32 bytes Go concatenates a string on the stack in.
+	const a, gone = "lg-cluster-000042", "lg-cluster-000043"
+	r1 := vApply(t, env.store, []store.Put{vCluster(t, "default", a, 1), vCluster(t, "default", long, 1), vCluster(t, "default", gone, 1)}, nil)
+	r2 := vApply(t, env.store, nil, []store.Key{{Type: resource.Cluster, Scope: "default", Name: gone}})
+	s := waitRev(t, v, r2)
+	if e, ok := s.Get(resource.Cluster, "default", a); !ok || e.Name != a {
+		t.Errorf("Get a: %v, %v", e, ok)
+	}
+	if e, ok := s.Get(resource.Cluster, "default", long); !ok || e.Name != long {
+		t.Errorf("Get of a %d-byte name: %v", len(long), ok)
+	}
+	if _, ok := s.Get(resource.Cluster, "default", gone); ok {
+		t.Error("Get gone: found")
+	}
+	if rev, ok := s.DeletedAt(resource.Cluster, "default", gone); !ok || rev != r2 {
+		t.Errorf("DeletedAt gone: %d, %v; want %d", rev, ok, r2)
+	}
+	if got := s.LastChange(resource.Cluster, "default"); got != r2 {
+		t.Errorf("LastChange: %d, want %d (the put at %d, then the delete)", got, r2, r1)
+	}
+	if n := testing.AllocsPerRun(100, func() {
+		s.Get(resource.Cluster, "default", a)
+		s.DeletedAt(resource.Cluster, "default", gone)
+		s.LastChange(resource.Cluster, "default")
+	}); n != 0 {
+		t.Errorf("%v allocations per lookup round, want 0", n)
 	}
 }
