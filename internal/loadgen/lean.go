@@ -68,6 +68,15 @@ func (f field) str(num protowire.Number) ([]byte, bool, error) {
 	return f.val, true, nil
 }
 
+// keep sets *dst to f's value when f is the string field num.
+func (f field) keep(num protowire.Number, dst *[]byte) error {
+	v, ok, err := f.str(num)
+	if ok {
+		*dst = v
+	}
+	return err
+}
+
 // is reports whether f is the message or bytes field numbered num.
 func (f field) is(num protowire.Number) bool {
 	return f.num == num && f.typ == protowire.BytesType
@@ -87,10 +96,8 @@ func stringField(b []byte, num protowire.Number) ([]byte, error) {
 			return nil, err
 		}
 		b = rest
-		if v, ok, err := f.str(num); err != nil {
+		if err := f.keep(num, &out); err != nil {
 			return nil, err
-		} else if ok {
-			out = v
 		}
 	}
 	return out, nil
@@ -106,10 +113,8 @@ func clusterEDSName(b []byte) ([]byte, error) {
 			return nil, err
 		}
 		b = rest
-		if v, ok, err := f.str(1); err != nil {
+		if err := f.keep(1, &name); err != nil {
 			return nil, err
-		} else if ok {
-			name = v
 		}
 		if f.is(3) { // eds_cluster_config
 			for e := f.val; len(e) > 0; {
@@ -144,10 +149,8 @@ func listenerRoutes(b []byte, fn func(route []byte)) error {
 			return fmt.Errorf("listener: %w", err)
 		}
 		l = rest
-		if v, ok, err := f.str(1); err != nil {
+		if err := f.keep(1, &name); err != nil {
 			return fmt.Errorf("listener: %w", err)
-		} else if ok {
-			name = v
 		}
 	}
 	for len(b) > 0 {
@@ -299,10 +302,8 @@ func (r *sotwResponse) decode(b []byte) error {
 		b = rest
 		switch {
 		case f.num == 1:
-			if v, ok, err := f.str(1); err != nil {
+			if err := f.keep(1, &version); err != nil {
 				return err
-			} else if ok {
-				version = v
 			}
 		case f.is(2): // resources
 			body, err := anyValue(f.val)
@@ -311,16 +312,12 @@ func (r *sotwResponse) decode(b []byte) error {
 			}
 			r.bodies = append(r.bodies, body)
 		case f.num == 4:
-			if v, ok, err := f.str(4); err != nil {
+			if err := f.keep(4, &typeURL); err != nil {
 				return err
-			} else if ok {
-				typeURL = v
 			}
 		case f.num == 5:
-			if v, ok, err := f.str(5); err != nil {
+			if err := f.keep(5, &nonce); err != nil {
 				return err
-			} else if ok {
-				nonce = v
 			}
 		}
 	}
@@ -405,10 +402,8 @@ func (r *deltaResponse) decode(b []byte) error {
 		b = rest
 		switch {
 		case f.num == 1:
-			if v, ok, err := f.str(1); err != nil {
+			if err := f.keep(1, &version); err != nil {
 				return err
-			} else if ok {
-				version = v
 			}
 		case f.is(2): // resources
 			res, err := readResource(f.val)
@@ -417,16 +412,12 @@ func (r *deltaResponse) decode(b []byte) error {
 			}
 			r.resources = append(r.resources, res)
 		case f.num == 4:
-			if v, ok, err := f.str(4); err != nil {
+			if err := f.keep(4, &typeURL); err != nil {
 				return err
-			} else if ok {
-				typeURL = v
 			}
 		case f.num == 5:
-			if v, ok, err := f.str(5); err != nil {
+			if err := f.keep(5, &nonce); err != nil {
 				return err
-			} else if ok {
-				nonce = v
 			}
 		case f.num == 6:
 			if v, ok, err := f.str(6); err != nil {
@@ -452,10 +443,8 @@ func readResource(b []byte) (deltaResource, error) {
 		b = rest
 		switch {
 		case f.num == 1:
-			if v, ok, err := f.str(1); err != nil {
+			if err := f.keep(1, &out.version); err != nil {
 				return deltaResource{}, err
-			} else if ok {
-				out.version = v
 			}
 		case f.is(2):
 			for a := f.val; len(a) > 0; {
@@ -472,10 +461,8 @@ func readResource(b []byte) (deltaResource, error) {
 				}
 			}
 		case f.num == 3:
-			if v, ok, err := f.str(3); err != nil {
+			if err := f.keep(3, &out.name); err != nil {
 				return deltaResource{}, err
-			} else if ok {
-				out.name = v
 			}
 		case f.num == 4: // aliases
 			if _, _, err := f.str(4); err != nil {

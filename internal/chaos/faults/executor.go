@@ -77,13 +77,6 @@ func (e *Executor) Stats() Stats {
 	return Stats{Applied: e.applied, Healed: e.healed, Active: len(e.active)}
 }
 
-// step is one thing Run does at a time: apply or heal sched[i].
-type step struct {
-	at   time.Duration
-	i    int
-	heal bool
-}
-
 // Run applies sched from now: each fault at its At, healed at its End.
 // A step waits for the one before (killing or starting a process takes a
 // while), so a step may be late; it is never skipped. A fault that fails
@@ -91,28 +84,9 @@ type step struct {
 // error joined. When ctx ends it returns ctx's error at once, leaving
 // what is applied for Heal.
 func (e *Executor) Run(ctx context.Context, sched []Fault) error {
-	var steps []step
-	for i, f := range sched {
-		steps = append(steps, step{f.At, i, false})
-		if f.For > 0 {
-			steps = append(steps, step{f.End(), i, true})
-		}
-	}
-	slices.SortStableFunc(steps, func(a, b step) int {
-		if a.at != b.at {
-			return int(a.at - b.at)
-		}
-		if a.heal != b.heal {
-			if a.heal {
-				return -1
-			}
-			return 1
-		}
-		return 0
-	})
 	start := time.Now()
 	var errs []error
-	for _, s := range steps {
+	for _, s := range steps(sched) {
 		if d := time.Until(start.Add(s.at)); d > 0 {
 			t := time.NewTimer(d)
 			select {

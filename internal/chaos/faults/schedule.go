@@ -328,33 +328,24 @@ func (p *plan) apply(f Fault) {
 	}
 }
 
-// Check replays sched on shape s and reports each moment it breaks
-// Schedule's promises: more than one etcd member down, no replica left
-// untouched, two faults on one process at once, a fault on a replica not
-// there, a fault not healed by the end.
-func Check(sched []Fault, duration time.Duration, s Shape) error {
-	var errs []error
-	there := map[string]bool{}
-	for i := 1; i <= s.Replicas; i++ {
-		there[s.replica(i)] = true
-	}
-	type ev struct {
-		at   time.Duration
-		heal bool
-		f    Fault
-	}
-	var evs []ev
-	for _, f := range sched {
-		evs = append(evs, ev{f.At, false, f})
+// step is a moment of a schedule: sched[i] applied, or healed, at at.
+type step struct {
+	at   time.Duration
+	i    int
+	heal bool
+}
+
+// steps are sched's applications and heals in time order; at one moment
+// heals come first (a target healed is free for the next fault).
+func steps(sched []Fault) []step {
+	var out []step
+	for i, f := range sched {
+		out = append(out, step{f.At, i, false})
 		if f.For > 0 {
-			evs = append(evs, ev{f.End(), true, f})
-		}
-		if f.End() > duration {
-			errs = append(errs, fmt.Errorf("%s: healed after the end (%s)", f, duration))
+			out = append(out, step{f.End(), i, true})
 		}
 	}
-	// At one moment heals come first: a target healed is free.
-	slices.SortStableFunc(evs, func(a, b ev) int {
+	slices.SortStableFunc(out, func(a, b step) int {
 		if a.at != b.at {
 			return int(a.at - b.at)
 		}
@@ -366,10 +357,28 @@ func Check(sched []Fault, duration time.Duration, s Shape) error {
 		}
 		return 0
 	})
+	return out
+}
+
+// Check replays sched on shape s and reports each moment it breaks
+// Schedule's promises: more than one etcd member down, no replica left
+// untouched, two faults on one process at once, a fault on a replica not
+// there, a fault not healed by the end.
+func Check(sched []Fault, duration time.Duration, s Shape) error {
+	var errs []error
+	there := map[string]bool{}
+	for i := 1; i <= s.Replicas; i++ {
+		there[s.replica(i)] = true
+	}
+	for _, f := range sched {
+		if f.End() > duration {
+			errs = append(errs, fmt.Errorf("%s: healed after the end (%s)", f, duration))
+		}
+	}
 	touched := map[string]int{}
 	etcdDown := 0
-	for _, e := range evs {
-		f := e.f
+	for _, e := range steps(sched) {
+		f := sched[e.i]
 		names := []string{f.Target, f.Peer}
 		if e.heal {
 			for _, n := range names {
