@@ -28,6 +28,12 @@ type typeState struct {
 	t        *resource.Type
 	wildcard bool
 	names    *xdsstream.NameSet // shared with the streams subscribed to the same names
+	// asked is the list of names of the last request taken: the codec
+	// gives the requests that name the same list one shared slice
+	// (wire.Codec), so an ACK that repeats it is told by identity, with
+	// no lookup of its names. Held, it cannot be collected and its memory
+	// reused for another list.
+	asked []string
 	// sent is what the client holds, as far as the server knows: the
 	// entries of the responses it sent (or that it presented on connect),
 	// shared with the streams sent the same responses.
@@ -104,7 +110,7 @@ func (st *stream) subscribe(t *resource.Type, r *discoveryv3.DiscoveryRequest) e
 	st.types[t] = ts
 	names := r.GetResourceNames()
 	ts.wildcard = (t.Wildcard && len(names) == 0) || contains(names, "*")
-	ts.names = st.s.names.Get(names)
+	ts.names, ts.asked = st.s.names.Get(names), names
 	presented := parseVersion(r.GetVersionInfo())
 	if err := st.CatchUp(presented); err != nil {
 		return err
@@ -133,6 +139,10 @@ func (st *stream) subscribe(t *resource.Type, r *discoveryv3.DiscoveryRequest) e
 // sent (a change of names at the same version is answered with the newly
 // asked resources).
 func (st *stream) setNames(ts *typeState, names []string, answer bool) {
+	if sameList(names, ts.asked) {
+		return // taking the same names again changes nothing
+	}
+	ts.asked = names
 	wildcard := contains(names, "*") || (ts.wildcard && len(names) == 0 && ts.t.Wildcard)
 	if wildcard == ts.wildcard && ts.names.Same(names) {
 		return
@@ -365,6 +375,12 @@ func (st *stream) updateStatus(ts *typeState) {
 		Subscribed:   ts.names.Len(),
 		Resources:    ts.resources,
 	})
+}
+
+// sameList reports whether a and b are the same list: the same slice,
+// not only the same names.
+func sameList(a, b []string) bool {
+	return len(a) > 0 && len(a) == len(b) && &a[0] == &b[0]
 }
 
 func sameEntries(entries []*store.Entry, sent *holding) bool {

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"errors"
+	"hash/maphash"
 	"sync"
 	"unicode/utf8"
 
@@ -22,56 +23,121 @@ var errBadName = errors.New("wire: DiscoveryRequest.resource_names: a name is no
 // codec does, but for its resource names: a SotW client repeats every
 // name it subscribes to in each ACK (200 clusters' names, 10,000 clients,
 // every push), and decoding them one string each was a fifth of a
-// replica's CPU at 10,000 SotW streams and most of its garbage. Here each
-// name is interned (a lookup, no allocation, for a name decoded before),
-// and
-// the rest of the message is decoded by the proto runtime in the runs of
-// fields between the names (decoding concatenated parts of a message
+// replica's CPU at 10,000 SotW streams and most of its garbage.
+//
+// So whole lists are shared: the names of a request, when they come
+// together (as every protobuf library writes them), are looked up by the
+// hash of their bytes in a table of the lists decoded before, and a list
+// found there whose names are those bytes, one by one, is the request's
+// ResourceNames, shared with every other request that named the same
+// (no allocation, no per-name lookup). The list is shared: its readers
+// must not change it (nothing in the replica does), and a stream may
+// tell by its identity that a request repeats the names of the last one.
+// A list not found is decoded with each name interned (a lookup, no
+// allocation, for a name decoded before), then added to the table.
+//
+// The rest of the message is decoded by the proto runtime in the runs of
+// fields around the names (decoding concatenated parts of a message
 // merges them, which is how protobuf defines the whole). A message that
 // does not scan as protobuf is left to the proto codec, for its error.
 func unmarshalRequest(b []byte, m *discoveryv3.DiscoveryRequest) (handled bool, err error) {
-	var list []string
+	start, end, n, ok := namesRun(b)
+	if !ok {
+		return false, nil
+	}
 	opts := protobuf.UnmarshalOptions{Merge: true}
-	from := 0 // the start of the run of other fields not decoded yet
+	if n > 0 && end > 0 {
+		if l := listed(b[start:end], n); l != nil {
+			if err := opts.Unmarshal(b[:start], m); err != nil {
+				return true, err
+			}
+			if err := opts.Unmarshal(b[end:], m); err != nil {
+				return true, err
+			}
+			m.ResourceNames = l
+			return true, nil
+		}
+	}
+	var list []string
+	if n > 0 {
+		list = make([]string, 0, n)
+	}
+	var added []string // names not interned before
+	from := 0          // the start of the run of other fields not decoded yet
+	names.mu.RLock()
 	for i := 0; i < len(b); {
 		num, typ, n := protowire.ConsumeTag(b[i:])
-		if n < 0 {
-			return false, nil
-		}
+		v := protowire.ConsumeFieldValue(num, typ, b[i+n:])
 		if num != resourceNamesField || typ != protowire.BytesType {
-			v := protowire.ConsumeFieldValue(num, typ, b[i+n:])
-			if v < 0 {
-				return false, nil
-			}
 			i += n + v
 			continue
 		}
-		name, v := protowire.ConsumeBytes(b[i+n:])
-		if v < 0 {
-			return false, nil
-		}
-		if !utf8.Valid(name) {
-			return true, errBadName
+		name, _ := protowire.ConsumeBytes(b[i+n:])
+		s, ok := names.m[string(name)] // interned names are valid UTF-8
+		if !ok {
+			if !utf8.Valid(name) {
+				names.mu.RUnlock()
+				return true, errBadName
+			}
+			s = string(name)
+			added = append(added, s)
 		}
 		if from < i {
 			if err := opts.Unmarshal(b[from:i], m); err != nil {
+				names.mu.RUnlock()
 				return true, err
 			}
 		}
-		if list == nil {
-			list = make([]string, 0, count(b[i:]))
-		}
-		list = append(list, intern(name))
+		list = append(list, s)
 		i += n + v
 		from = i
 	}
+	names.mu.RUnlock()
 	if from < len(b) {
 		if err := opts.Unmarshal(b[from:], m); err != nil {
 			return true, err
 		}
 	}
-	m.ResourceNames = append(m.ResourceNames, list...)
+	intern(added)
+	if n > 0 && end > 0 {
+		list = list[:n:n] // an append to the shared list copies it
+		addList(b[start:end], list)
+	}
+	m.ResourceNames = list
 	return true, nil
+}
+
+// namesRun scans b as protobuf fields: n is how many resource names it
+// holds, and when there are some and they come together, [start, end) is
+// their run (end 0 when other fields come between them). ok is false when
+// b does not scan.
+func namesRun(b []byte) (start, end, n int, ok bool) {
+	split := false
+	for i := 0; i < len(b); {
+		num, typ, t := protowire.ConsumeTag(b[i:])
+		if t < 0 {
+			return 0, 0, 0, false
+		}
+		v := protowire.ConsumeFieldValue(num, typ, b[i+t:])
+		if v < 0 {
+			return 0, 0, 0, false
+		}
+		if num == resourceNamesField && typ == protowire.BytesType {
+			switch {
+			case n == 0:
+				start = i
+			case end != i:
+				split = true
+			}
+			n++
+			end = i + t + v
+		}
+		i += t + v
+	}
+	if split {
+		end = 0
+	}
+	return start, end, n, true
 }
 
 // names is the table of interned resource names. It only grows, up to
@@ -88,41 +154,18 @@ var names struct {
 // the fleet's resources.
 const maxInterned = 16 << 20
 
-// count returns how many resource names b holds, for the list's
-// capacity (a field it cannot scan ends the count).
-func count(b []byte) int {
-	n := 0
-	for len(b) > 0 {
-		num, typ, t := protowire.ConsumeTag(b)
-		if t < 0 {
-			break
-		}
-		v := protowire.ConsumeFieldValue(num, typ, b[t:])
-		if v < 0 {
-			break
-		}
-		if num == resourceNamesField && typ == protowire.BytesType {
-			n++
-		}
-		b = b[t+v:]
+// intern adds the names decoded for the first time to the table, while
+// it has room.
+func intern(added []string) {
+	if len(added) == 0 {
+		return
 	}
-	return n
-}
-
-// intern returns b as a string shared with every other request's copy of
-// it: the lookup reads b in place (no allocation); a name not in the
-// table is copied once, and added while the table has room.
-func intern(b []byte) string {
-	names.mu.RLock()
-	s, ok := names.m[string(b)]
-	names.mu.RUnlock()
-	if ok {
-		return s
-	}
-	s = string(b)
 	names.mu.Lock()
 	defer names.mu.Unlock()
-	if names.bytes+len(s) <= maxInterned {
+	for _, s := range added {
+		if names.bytes+len(s) > maxInterned {
+			return
+		}
 		if names.m == nil {
 			names.m = map[string]string{}
 		}
@@ -131,5 +174,58 @@ func intern(b []byte) string {
 			names.bytes += len(s)
 		}
 	}
-	return s
+}
+
+// lists is the table of shared name lists, by the hash of their run of
+// fields. It holds at most maxListed names (16 bytes each, the strings
+// themselves being interned): when a list would take it past that, it
+// starts over empty, and the lists in use come back with their next
+// requests.
+var lists struct {
+	mu    sync.RWMutex
+	m     map[uint64][]string
+	names int
+}
+
+const maxListed = 1 << 19
+
+var listSeed = maphash.MakeSeed()
+
+// listed returns the shared list of the n names in run, if the table
+// has it.
+func listed(run []byte, n int) []string {
+	h := maphash.Bytes(listSeed, run)
+	lists.mu.RLock()
+	l := lists.m[h]
+	lists.mu.RUnlock()
+	if len(l) != n {
+		return nil
+	}
+	for i, k := 0, 0; i < len(run); k++ {
+		_, _, t := protowire.ConsumeTag(run[i:]) // run scanned: all names
+		name, v := protowire.ConsumeBytes(run[i+t:])
+		if string(name) != l[k] {
+			return nil // another list of the same hash
+		}
+		i += t + v
+	}
+	return l
+}
+
+// addList adds l, the names of run, to the table.
+func addList(run []byte, l []string) {
+	h := maphash.Bytes(listSeed, run)
+	lists.mu.Lock()
+	defer lists.mu.Unlock()
+	if _, ok := lists.m[h]; ok {
+		return
+	}
+	if lists.names+len(l) > maxListed {
+		lists.m, lists.names = nil, 0
+	}
+	if lists.m == nil {
+		lists.m = map[uint64][]string{}
+	}
+	lists.m[h] = l
+	lists.names += len(l)
 }

@@ -81,6 +81,65 @@ func TestUnmarshalRequest(t *testing.T) {
 	}
 }
 
+// TestUnmarshalRequestSharesLists: an ACK naming what an earlier request
+// named is given that request's list, the same slice, so that a stream
+// can tell by its identity that the names did not change; a list that
+// differs in one name, or in their order, is a list of its own; and an
+// append to a shared list does not change it.
+func TestUnmarshalRequestSharesLists(t *testing.T) {
+	ack := sotwACK(200)
+	ack.TypeUrl = "type.googleapis.com/test.SharesLists" // names no other test sends
+	ack.ResourceNames[7] = "shares-lists-test"
+	first, err := proto.Marshal(ack)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := decode(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ack.VersionInfo, ack.ResponseNonce = "43", "18" // the next ACK: the same names
+	next, _ := proto.Marshal(ack)
+	b, err := decode(next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(ack, b, protocmp.Transform()); diff != "" {
+		t.Fatalf("second ACK decoded wrong (-sent +decoded):\n%s", diff)
+	}
+	if &a.ResourceNames[0] != &b.ResourceNames[0] {
+		t.Error("two ACKs naming the same list were given two lists")
+	}
+
+	ack.ResourceNames = append([]string(nil), ack.ResourceNames...)
+	ack.ResourceNames[199] = "shares-lists-other"
+	other, _ := proto.Marshal(ack)
+	ack.ResourceNames[199], ack.ResourceNames[198] = ack.ResourceNames[198], ack.ResourceNames[199]
+	swapped, _ := proto.Marshal(ack)
+	for name, in := range map[string][]byte{"one name changed": other, "order changed": swapped} {
+		c, err := decode(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want discoveryv3.DiscoveryRequest
+		if err := proto.Unmarshal(in, &want); err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(&want, c, protocmp.Transform()); diff != "" {
+			t.Errorf("%s: decoded differently from proto (-proto +codec):\n%s", name, diff)
+		}
+		if &c.ResourceNames[0] == &a.ResourceNames[0] {
+			t.Errorf("%s: given the first list", name)
+		}
+	}
+
+	grown := append(b.ResourceNames, "appended")
+	c, _ := decode(next)
+	if len(c.ResourceNames) != 200 || &grown[0] == &c.ResourceNames[0] {
+		t.Errorf("an append to a shared list changed it: %d names", len(c.ResourceNames))
+	}
+}
+
 // FuzzUnmarshalRequest: whatever the bytes, the codec decodes a
 // DiscoveryRequest exactly as the proto runtime does, or fails where it
 // fails.
@@ -100,11 +159,20 @@ func FuzzUnmarshalRequest(f *testing.F) {
 		if err == nil && !proto.Equal(&want, got) {
 			t.Fatalf("decoded differently: proto %v, codec %v", &want, got)
 		}
+		// Again: now its names may be a list decoded before.
+		again, err := decode(in)
+		if (err == nil) != (werr == nil) {
+			t.Fatalf("second decode: codec error %v, proto error %v", err, werr)
+		}
+		if err == nil && !proto.Equal(&want, again) {
+			t.Fatalf("second decode differs: proto %v, codec %v", &want, again)
+		}
 	})
 }
 
 // BenchmarkUnmarshalRequest decodes a SotW ACK naming 200 clusters, with
-// the codec (names interned) and with the proto codec.
+// the codec (its list decoded before, as an ACK's is: shared) and with
+// the proto codec.
 func BenchmarkUnmarshalRequest(b *testing.B) {
 	in, err := proto.Marshal(sotwACK(200))
 	if err != nil {
