@@ -12,8 +12,11 @@ import (
 )
 
 // resourceNamesField is the field number of DiscoveryRequest's
-// resource_names.
-const resourceNamesField = 3
+// resource_names, and namesTag its tag byte (field 3, length-delimited).
+const (
+	resourceNamesField = 3
+	namesTag           = resourceNamesField<<3 | byte(protowire.BytesType)
+)
 
 // errBadName is the error of a resource name that is not UTF-8, as proto3
 // strings must be.
@@ -28,7 +31,7 @@ var errBadName = errors.New("wire: DiscoveryRequest.resource_names: a name is no
 // So whole lists are shared: the names of a request, when they come
 // together (as every protobuf library writes them), are looked up by the
 // hash of their bytes in a table of the lists decoded before, and a list
-// found there whose names are those bytes, one by one, is the request's
+// found there decoded from the same bytes is the request's
 // ResourceNames, shared with every other request that named the same
 // (no allocation, no per-name lookup). The list is shared: its readers
 // must not change it (nothing in the replica does), and a stream may
@@ -47,7 +50,7 @@ func unmarshalRequest(b []byte, m *discoveryv3.DiscoveryRequest) (handled bool, 
 	}
 	opts := protobuf.UnmarshalOptions{Merge: true}
 	if n > 0 && end > 0 {
-		if l := listed(b[start:end], n); l != nil {
+		if l := listed(b[start:end]); l != nil {
 			if err := opts.Unmarshal(b[:start], m); err != nil {
 				return true, err
 			}
@@ -114,24 +117,36 @@ func unmarshalRequest(b []byte, m *discoveryv3.DiscoveryRequest) (handled bool, 
 func namesRun(b []byte) (start, end, n int, ok bool) {
 	split := false
 	for i := 0; i < len(b); {
-		num, typ, t := protowire.ConsumeTag(b[i:])
-		if t < 0 {
-			return 0, 0, 0, false
-		}
-		v := protowire.ConsumeFieldValue(num, typ, b[i+t:])
-		if v < 0 {
-			return 0, 0, 0, false
-		}
-		if num == resourceNamesField && typ == protowire.BytesType {
-			switch {
-			case n == 0:
-				start = i
-			case end != i:
-				split = true
+		var t, v int
+		if b[i] == namesTag && i+1 < len(b) && b[i+1] < 0x80 {
+			// The common case, read without the general decoder: a name
+			// of fewer than 128 bytes (a one-byte length).
+			t, v = 1, 1+int(b[i+1])
+			if i+t+v > len(b) {
+				return 0, 0, 0, false
 			}
-			n++
-			end = i + t + v
+		} else {
+			num, typ, tl := protowire.ConsumeTag(b[i:])
+			if tl < 0 {
+				return 0, 0, 0, false
+			}
+			t, v = tl, protowire.ConsumeFieldValue(num, typ, b[i+tl:])
+			if v < 0 {
+				return 0, 0, 0, false
+			}
+			if num != resourceNamesField || typ != protowire.BytesType {
+				i += t + v
+				continue
+			}
 		}
+		switch {
+		case n == 0:
+			start = i
+		case end != i:
+			split = true
+		}
+		n++
+		end = i + t + v
 		i += t + v
 	}
 	if split {
@@ -177,55 +192,55 @@ func intern(added []string) {
 }
 
 // lists is the table of shared name lists, by the hash of their run of
-// fields. It holds at most maxListed names (16 bytes each, the strings
-// themselves being interned): when a list would take it past that, it
-// starts over empty, and the lists in use come back with their next
-// requests.
+// fields, each with a copy of that run. It holds at most maxListed bytes
+// (the runs and 16 bytes a name, the strings themselves being interned):
+// when a list would take it past that, it starts over empty, and the
+// lists in use come back with their next requests.
 var lists struct {
 	mu    sync.RWMutex
-	m     map[uint64][]string
-	names int
+	m     map[uint64]*list
+	bytes int
 }
 
-const maxListed = 1 << 19
+// list is a shared list of names and the run of fields it was decoded
+// from.
+type list struct {
+	run   string
+	names []string
+}
+
+const maxListed = 16 << 20
 
 var listSeed = maphash.MakeSeed()
 
-// listed returns the shared list of the n names in run, if the table
-// has it.
-func listed(run []byte, n int) []string {
+// listed returns the shared list of the names in run, if the table has
+// it.
+func listed(run []byte) []string {
 	h := maphash.Bytes(listSeed, run)
 	lists.mu.RLock()
 	l := lists.m[h]
 	lists.mu.RUnlock()
-	if len(l) != n {
+	if l == nil || l.run != string(run) { // not there, or another run of the same hash
 		return nil
 	}
-	for i, k := 0, 0; i < len(run); k++ {
-		_, _, t := protowire.ConsumeTag(run[i:]) // run scanned: all names
-		name, v := protowire.ConsumeBytes(run[i+t:])
-		if string(name) != l[k] {
-			return nil // another list of the same hash
-		}
-		i += t + v
-	}
-	return l
+	return l.names
 }
 
-// addList adds l, the names of run, to the table.
-func addList(run []byte, l []string) {
+// addList adds names, decoded from run, to the table.
+func addList(run []byte, names []string) {
 	h := maphash.Bytes(listSeed, run)
+	size := len(run) + 16*len(names)
 	lists.mu.Lock()
 	defer lists.mu.Unlock()
 	if _, ok := lists.m[h]; ok {
 		return
 	}
-	if lists.names+len(l) > maxListed {
-		lists.m, lists.names = nil, 0
+	if lists.bytes+size > maxListed {
+		lists.m, lists.bytes = nil, 0
 	}
 	if lists.m == nil {
-		lists.m = map[uint64][]string{}
+		lists.m = map[uint64]*list{}
 	}
-	lists.m[h] = l
-	lists.names += len(l)
+	lists.m[h] = &list{run: string(run), names: names}
+	lists.bytes += size
 }

@@ -23,11 +23,15 @@ func TestListsCollision(t *testing.T) {
 	if !ok || n != 2 || end == 0 {
 		t.Fatalf("namesRun = %d, %d, %d, %v", start, end, n, ok)
 	}
+	other, err := proto.Marshal(&discoveryv3.DiscoveryRequest{ResourceNames: []string{"collision-a", "collision-x"}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	lists.mu.Lock()
 	if lists.m == nil {
-		lists.m = map[uint64][]string{}
+		lists.m = map[uint64]*list{}
 	}
-	lists.m[maphash.Bytes(listSeed, b[start:end])] = []string{"collision-a", "collision-x"}
+	lists.m[maphash.Bytes(listSeed, b[start:end])] = &list{run: string(other), names: []string{"collision-a", "collision-x"}}
 	lists.mu.Unlock()
 	var m discoveryv3.DiscoveryRequest
 	if _, err := unmarshalRequest(b, &m); err != nil {
@@ -38,7 +42,7 @@ func TestListsCollision(t *testing.T) {
 	}
 }
 
-// TestListsStartOver: the lists table holds at most maxListed names;
+// TestListsStartOver: the lists table holds at most maxListed bytes;
 // past that it starts over, and requests still decode right.
 func TestListsStartOver(t *testing.T) {
 	names := make([]string, 1000)
@@ -46,7 +50,7 @@ func TestListsStartOver(t *testing.T) {
 		names[i] = fmt.Sprintf("start-over-%d", i)
 	}
 	startedOver, last := false, 0
-	for i := range maxListed/len(names) + 10 {
+	for i := range maxListed/(len(names)*30) + 10 {
 		names[0] = fmt.Sprintf("start-over-first-%d", i)
 		b, err := proto.Marshal(&discoveryv3.DiscoveryRequest{ResourceNames: names})
 		if err != nil {
@@ -60,10 +64,10 @@ func TestListsStartOver(t *testing.T) {
 			t.Fatalf("request %d: names differ", i)
 		}
 		lists.mu.RLock()
-		held := lists.names
+		held := lists.bytes
 		lists.mu.RUnlock()
 		if held > maxListed {
-			t.Fatalf("request %d: the table holds %d names, more than %d", i, held, maxListed)
+			t.Fatalf("request %d: the table holds %d bytes, more than %d", i, held, maxListed)
 		}
 		startedOver = startedOver || held < last
 		last = held
