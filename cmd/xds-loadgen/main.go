@@ -43,6 +43,7 @@ type options struct {
 	scope       string
 	dialTimeout time.Duration
 	cpuProfile  string
+	updatesProf string
 	record      string
 }
 
@@ -81,6 +82,26 @@ func main() {
 }
 
 func run(ctx context.Context, cfg loadgen.Config, opts options) (err error) {
+	if opts.updatesProf != "" {
+		f, err := os.Create(opts.updatesProf)
+		if err != nil {
+			return fmt.Errorf("--cpu-profile-updates: %w", err)
+		}
+		defer f.Close()
+		during := cfg.During
+		cfg.During = func(ctx context.Context) error {
+			if during != nil {
+				if err := during(ctx); err != nil {
+					return err
+				}
+			}
+			if err := pprof.StartCPUProfile(f); err != nil {
+				return fmt.Errorf("--cpu-profile-updates: %w", err)
+			}
+			return nil
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if opts.cpuProfile != "" {
 		f, err := os.Create(opts.cpuProfile)
 		if err != nil {
@@ -192,6 +213,7 @@ func parseFlags(args []string) (loadgen.Config, options, error) {
 	fs.BoolVar(&cfg.Resume, "resume", false, "reconnecting clients present what they hold (SotW version_info, delta initial_resource_versions) and ask for it at once, as Envoy does; default: a new stream starts afresh")
 	fs.StringVar(&opts.record, "record", "", "write every response the clients receive, and each stream's start and end, to this file as JSON Lines (the chaos checker's input)")
 	fs.StringVar(&opts.cpuProfile, "cpu-profile", "", "write the load tool's own CPU profile (go tool pprof) of the whole run to this file")
+	fs.StringVar(&opts.updatesProf, "cpu-profile-updates", "", "write the load tool's own CPU profile of the updates only (from when every client holds the fixture) to this file")
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "Usage: xds-loadgen [flags]\n\n"+
 			"Simulates Envoys on ADS against a Legation replica (or bench/gcp's go-control-plane server),\n"+
@@ -238,6 +260,9 @@ func parseFlags(args []string) (loadgen.Config, options, error) {
 	}
 	if opts.output != "text" && opts.output != "json" {
 		errs = append(errs, fmt.Errorf("-o %q: must be text or json", opts.output))
+	}
+	if opts.cpuProfile != "" && opts.updatesProf != "" {
+		errs = append(errs, errors.New("--cpu-profile and --cpu-profile-updates: give one (a process has one CPU profile at a time)"))
 	}
 	if !*quiet {
 		cfg.Progress = os.Stderr

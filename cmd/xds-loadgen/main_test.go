@@ -45,6 +45,7 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"--etcd-endpoints", "ftp://x:1"}, "ftp://x:1"},
 		{[]string{"extra"}, `unexpected argument "extra"`},
 		{[]string{"--scope", "a/b"}, "--scope"},
+		{[]string{"--cpu-profile", "a", "--cpu-profile-updates", "b"}, "--cpu-profile-updates"},
 	} {
 		_, _, err := parseFlags(append(tc.args, "--quiet"))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
