@@ -3,7 +3,6 @@ package ads
 import (
 	"sort"
 	"strconv"
-	"strings"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/protobuf/proto"
@@ -281,6 +280,7 @@ func (st *stream) releaseHold() {
 // response omits, so only the changed ones go out.
 func (st *stream) flushNamed(ts *typeState) error {
 	var candidates []string
+	isDirty := !ts.needAll // candidates are dirty's keys: no repeats
 	if ts.needAll {
 		if ts.wildcard {
 			for _, e := range scope.Entries(st.Snap, ts.t, st.Group, nil, true) {
@@ -295,12 +295,17 @@ func (st *stream) flushNamed(ts *typeState) error {
 	ts.needAll, ts.forceSend = false, false
 	ts.dirty = reuse(ts.dirty)
 	var out []*store.Entry
-	seen := map[string]bool{}
+	var seen map[string]bool // a wildcard's names may repeat the subscribed ones
+	if !isDirty {
+		seen = make(map[string]bool, len(candidates))
+	}
 	for _, n := range candidates {
-		if seen[n] {
-			continue
+		if seen != nil {
+			if seen[n] {
+				continue
+			}
+			seen[n] = true
 		}
-		seen[n] = true
 		e := scope.Visible(st.Snap, ts.t, st.Group, n)
 		if e == nil {
 			ts.sent.drop(n)
@@ -338,16 +343,25 @@ func (st *stream) send(ts *typeState, entries []*store.Entry, ver string, sharea
 	}
 	key := "" // a body of an older version is this stream's own
 	if ver == version(st.Snap.Revision) {
-		var b strings.Builder
+		var buf [256]byte // on the stack while the key fits
+		b := buf[:0]
 		if shareable {
-			b.WriteString("W\x00" + ts.t.Name + "\x00" + st.Group + "\x00" + ver)
+			b = append(b, "W\x00"...)
+			b = append(b, ts.t.Name...)
+			b = append(b, 0)
+			b = append(b, st.Group...)
+			b = append(b, 0)
+			b = append(b, ver...)
 		} else {
-			b.WriteString("N\x00" + ts.t.Name + "\x00" + ver)
+			b = append(b, "N\x00"...)
+			b = append(b, ts.t.Name...)
+			b = append(b, 0)
+			b = append(b, ver...)
 			for _, e := range entries {
-				b.WriteString("\x00" + e.Scope + "/" + e.Name + "@" + strconv.FormatInt(e.ModRevision, 10))
+				b = xdsstream.AppendEntryKey(b, e)
 			}
 		}
-		key = xdsstream.TTLKey(b.String(), ttls)
+		key = xdsstream.TTLKey(string(b), ttls)
 	}
 	if _, err := st.Send(ts.t, &ts.rec, ver, key, build, len(entries)); err != nil {
 		return err

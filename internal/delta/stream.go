@@ -1,9 +1,9 @@
 package delta
 
 import (
+	"slices"
 	"sort"
 	"strconv"
-	"strings"
 	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -21,6 +21,9 @@ type stream struct {
 	*xdsstream.Stream[TypeStatus]
 	s     *Server
 	types map[*resource.Type]*typeState
+	// scratch is the names of a push's flush, kept for the next one (at
+	// most 8: a large flush's are let go).
+	scratch []string
 }
 
 // typeState is a stream's delta state for one resource type.
@@ -246,20 +249,34 @@ func (st *stream) flushType(ts *typeState) error {
 	if ts.needAll && ts.wildcard && ts.names.Len() == 0 && ts.have.len() == 0 && len(ts.dirty) == 0 {
 		shareKey = "DA\x00" + ts.t.Name + "\x00" + st.Group + "\x00" + strconv.FormatInt(st.Snap.Revision, 10)
 	}
-	candidates := map[string]bool{}
+	var candidates []string
 	if ts.needAll {
+		all := map[string]bool{}
 		for n := range ts.names.All() {
-			candidates[n] = true
+			all[n] = true
 		}
-		ts.have.each(func(n string, _ held) { candidates[n] = true })
+		ts.have.each(func(n string, _ held) { all[n] = true })
 		if ts.wildcard {
 			for _, e := range scope.Entries(st.Snap, ts.t, st.Group, nil, true) {
-				candidates[e.Name] = true
+				all[e.Name] = true
 			}
 		}
-	}
-	for n := range ts.dirty {
-		candidates[n] = true
+		for n := range ts.dirty {
+			all[n] = true
+		}
+		candidates = sortedKeys(all)
+	} else {
+		// A push: the names it changed, in a slice the stream keeps (no
+		// map, nothing allocated for a push of a few resources).
+		candidates = st.scratch[:0]
+		for n := range ts.dirty {
+			candidates = append(candidates, n)
+		}
+		slices.Sort(candidates)
+		st.scratch = nil
+		if cap(candidates) <= 8 {
+			st.scratch = candidates[:0]
+		}
 	}
 	respond := ts.respond
 	ts.needAll, ts.respond = false, false
@@ -269,7 +286,7 @@ func (st *stream) flushType(ts *typeState) error {
 	var out []item
 	var removed []string
 	var aliases *aliasIndex // built or fetched on the first alias
-	for _, n := range sortedKeys(candidates) {
+	for _, n := range candidates {
 		h, isHeld := ts.have.get(n)
 		if !ts.wildcard && !ts.names.Has(n) {
 			ts.have.drop(n) // held but not subscribed: the client drops it
@@ -385,16 +402,22 @@ func (st *stream) send(ts *typeState, out []item, removed []string, shareKey str
 	sysVersion := strconv.FormatInt(st.Snap.Revision, 10)
 	ttls := st.WireTTLs(len(out), func(i int) *store.Entry { return out[i].Entry })
 	if shareKey == "" {
-		var key strings.Builder
-		key.WriteString("D\x00" + ts.t.Name + "\x00" + sysVersion)
+		var buf [256]byte // on the stack while the key fits
+		key := append(buf[:0], "D\x00"...)
+		key = append(key, ts.t.Name...)
+		key = append(key, 0)
+		key = append(key, sysVersion...)
 		for _, it := range out {
-			key.WriteString("\x00" + it.Entry.Scope + "/" + it.Entry.Name + "@" + strconv.FormatInt(it.Entry.ModRevision, 10) + "~" + it.Alias)
+			key = xdsstream.AppendEntryKey(key, it.Entry)
+			key = append(key, '~')
+			key = append(key, it.Alias...)
 		}
-		key.WriteString("\x00-")
+		key = append(key, "\x00-"...)
 		for _, n := range removed {
-			key.WriteString("\x00" + n)
+			key = append(key, 0)
+			key = append(key, n...)
 		}
-		shareKey = key.String()
+		shareKey = string(key)
 	}
 	shareKey = xdsstream.TTLKey(shareKey, ttls)
 	build := func() proto.Message {

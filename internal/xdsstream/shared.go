@@ -1,6 +1,11 @@
 package xdsstream
 
-import "sync"
+import (
+	"strconv"
+	"sync"
+
+	"github.com/legation-io/legation/internal/store"
+)
 
 // SharedSets shares what streams hold among the streams in the same
 // state: streams holding the same set S that send the same response
@@ -49,4 +54,17 @@ func (c *SharedSets[S]) Next(rev int64, from *S, key string, build func() *S) *S
 	}
 	n.once.Do(func() { n.set = build() })
 	return n.set
+}
+
+// AppendEntryKey appends e's part of a body key to b:
+// "\x00<scope>/<name>@<mod revision>". A push builds one key per stream;
+// appending the parts to one buffer costs one allocation for the key, not
+// one per part.
+func AppendEntryKey(b []byte, e *store.Entry) []byte {
+	b = append(b, 0)
+	b = append(b, e.Scope...)
+	b = append(b, '/')
+	b = append(b, e.Name...)
+	b = append(b, '@')
+	return strconv.AppendInt(b, e.ModRevision, 10)
 }
