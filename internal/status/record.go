@@ -79,7 +79,7 @@ type streamView struct {
 	protocol  string
 	id        uint64
 	group     string
-	types     map[string]TypeStatus
+	types     map[string]xdsstream.TypeSummary // the Summary's, read only
 }
 
 // FromStreams merges the streams of each node id into one record whose
@@ -89,20 +89,17 @@ type streamView struct {
 // client is abandoning. It only reads its arguments, which may be the
 // servers' SummariesOf copies.
 func FromStreams(replica string, servers ...[]xdsstream.Summary) []NodeStatus {
-	byNode := map[string][]streamView{}
+	n := 0
+	for _, streams := range servers {
+		n += len(streams)
+	}
+	byNode := make(map[string][]streamView, n)
 	for _, streams := range servers {
 		for _, s := range streams {
 			if s.NodeID == "" {
 				continue
 			}
-			v := streamView{connected: s.ConnectedAt, protocol: s.Protocol, id: s.ID, group: s.Group, types: make(map[string]TypeStatus, len(s.Types))}
-			for name, t := range s.Types {
-				v.types[name] = TypeStatus{
-					VersionSent: t.VersionSent, VersionAcked: t.VersionAcked,
-					NackVersion: t.NackVersion, LastNack: truncate(t.LastNack, MaxNackBytes),
-					Resources: t.Resources,
-				}
-			}
+			v := streamView{connected: s.ConnectedAt, protocol: s.Protocol, id: s.ID, group: s.Group, types: s.Types}
 			byNode[s.NodeID] = append(byNode[s.NodeID], v)
 		}
 	}
@@ -122,9 +119,13 @@ func FromStreams(replica string, servers ...[]xdsstream.Summary) []NodeStatus {
 			}
 			for name, t := range v.types {
 				if ns.Types == nil {
-					ns.Types = map[string]TypeStatus{}
+					ns.Types = make(map[string]TypeStatus, len(v.types))
 				}
-				ns.Types[name] = t
+				ns.Types[name] = TypeStatus{
+					VersionSent: t.VersionSent, VersionAcked: t.VersionAcked,
+					NackVersion: t.NackVersion, LastNack: truncate(t.LastNack, MaxNackBytes),
+					Resources: t.Resources,
+				}
 			}
 		}
 		slices.Sort(ns.Protocols)
