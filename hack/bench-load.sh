@@ -36,6 +36,7 @@ NACK_RATIO=${NACK_RATIO:-0}
 PORT_BASE=${PORT_BASE:-28000}
 OUT=${OUT:-bench-load-out}
 ETCD=${ETCD:-external}
+LOADGEN_FLAGS=${LOADGEN_FLAGS:-} # more xds-loadgen flags, e.g. --cpu-profile-updates FILE
 
 xds_addr=127.0.0.1:$PORT_BASE
 http_addr=127.0.0.1:$((PORT_BASE + 1))
@@ -154,6 +155,10 @@ loadgen() {
   local args=(--target "$target" --mode "$mode" --streams "$streams" --conns "$conns"
     --clusters "$CLUSTERS" --endpoints "$ENDPOINTS" --listeners "$LISTENERS" --updates "$UPDATES"
     --interval "$INTERVAL" --idle "$IDLE" --nack-ratio "$NACK_RATIO" -o json)
+  if [[ -n $LOADGEN_FLAGS ]]; then
+    read -r -a extra <<<"$LOADGEN_FLAGS"
+    args+=("${extra[@]}")
+  fi
   if [[ $target == legation ]]; then
     args+=(--xds-addr "$xds_addr" --metrics-url "http://$http_addr/metrics" --etcd-endpoints "$etcd_addr")
     if [[ $ETCD == external ]]; then
