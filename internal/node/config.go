@@ -221,6 +221,12 @@ type Config struct {
 	// admitted at the replica their client reached. Zero: no rate.
 	StreamRate  float64
 	StreamBurst int
+	// GCBetweenPushes (--gc-between-pushes) has the replica collect
+	// garbage when no stream has been busy for 100 ms after a change, if
+	// its heap is past three quarters of the way to the runtime's next collection, so
+	// that collections fall between pushes rather than in them (package
+	// quietgc). False leaves collections to the Go runtime alone.
+	GCBetweenPushes bool
 	// MaxStreams (--max-streams) bounds the streams admitted and open at
 	// once; beyond it a stream gets RESOURCE_EXHAUSTED. Zero: no bound.
 	MaxStreams int
@@ -311,6 +317,7 @@ func DefaultConfig() Config {
 		StreamRate:            1000,             // new streams a second
 		StreamBurst:           1000,             // one second's worth at once
 		MaxStreams:            0,                // no cap
+		GCBetweenPushes:       true,             // collections out of the fan-outs
 		MaxStreamsShare:       0,                // no cap; 1.1 keeps replicas within 10% of their share
 		HTTPReadTimeout:       10 * time.Second, // a request's headers and body
 		HTTPMaxConns:          1000,             // scrapes, probes, REST pollers

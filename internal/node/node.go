@@ -37,6 +37,7 @@ import (
 	"github.com/legation-io/legation/internal/lease"
 	"github.com/legation-io/legation/internal/limits"
 	"github.com/legation-io/legation/internal/lrs"
+	"github.com/legation-io/legation/internal/quietgc"
 	"github.com/legation-io/legation/internal/relay"
 	"github.com/legation-io/legation/internal/resource"
 	"github.com/legation-io/legation/internal/scope"
@@ -83,6 +84,8 @@ type Node struct {
 	limits     *limits.Limits
 	// pushes makes the push spans; nil with traces off.
 	pushes *tracing.Pushes
+	// quietGC collects between pushes; nil with --gc-between-pushes=false.
+	quietGC *quietgc.Collector
 	// rebalancing is set while a rebalance after a membership change
 	// runs, and ringChanged is when one last began or ended (Unix
 	// nanoseconds): shedLoop waits for the ring to settle.
@@ -262,6 +265,18 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 		Logger:              n.log,
 		Registerer:          n.reg,
 		PanicOnNode:         cfg.panicOnNode,
+	}
+	if cfg.GCBetweenPushes {
+		busy := &quietgc.Busy{}
+		collections := prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "legation_quiet_gc_collections_total",
+			Help: "Garbage collections the replica started in the quiet after a push (--gc-between-pushes).",
+		})
+		if err := n.reg.Register(collections); err != nil {
+			return fmt.Errorf("node: register metrics: %w", err)
+		}
+		n.quietGC = quietgc.New(quietgc.Config{Busy: busy, Collections: collections})
+		xcfg.Busy = busy
 	}
 	if n.pushes != nil {
 		xcfg.PushTracer = n.pushes // a nil *Pushes must not become a non-nil interface
@@ -820,6 +835,9 @@ func (n *Node) runParts(ctx context.Context, wg *sync.WaitGroup) {
 	}
 	if n.cfg.MaxStreamsShare > 0 && n.cluster.Clustered() {
 		wg.Go(func() { n.shedLoop(ctx) })
+	}
+	if n.quietGC != nil {
+		wg.Go(func() { n.quietGC.Run(ctx, n.view) })
 	}
 	if n.pushes != nil {
 		wg.Go(func() { n.pushes.Run(ctx, n.view) })

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/legation-io/legation/internal/lease"
+	"github.com/legation-io/legation/internal/quietgc"
 	"github.com/legation-io/legation/internal/scope"
 	"github.com/legation-io/legation/internal/store"
 )
@@ -115,6 +116,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer gets the server's metrics; nil registers none.
 	Registerer prometheus.Registerer
+	// Busy, if set, counts the streams handling a request or a newer
+	// snapshot (quietgc: the replica collects garbage when none is).
+	Busy *quietgc.Busy
 	// PushTracer, if set, is told of every response sent and answered
 	// (traces); nil: none is.
 	PushTracer PushTracer

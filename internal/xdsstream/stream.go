@@ -143,6 +143,12 @@ func Serve[Q any, R interface {
 		defer t.Stop()
 		firstc = t.C
 	}
+	busy := false // counted in Config.Busy
+	defer func() {
+		if busy {
+			c.Config.Busy.Leave()
+		}
+	}()
 	for {
 		var extended <-chan struct{}
 		if s.notice != nil {
@@ -150,6 +156,7 @@ func Serve[Q any, R interface {
 		}
 		select {
 		case q := <-reqc:
+			busy = c.Config.Busy.Enter()
 			firstc = nil
 			if q.Err != nil {
 				return EndErr(q.Err)
@@ -172,6 +179,7 @@ func Serve[Q any, R interface {
 				}
 			}
 		case <-s.wake():
+			busy = c.Config.Busy.Enter()
 			s.Advance()
 		case <-extended:
 			s.leasesExtended()
@@ -189,6 +197,10 @@ func Serve[Q any, R interface {
 		}
 		if err := r.Flush(); err != nil {
 			return err
+		}
+		if busy {
+			c.Config.Busy.Leave()
+			busy = false
 		}
 	}
 }
