@@ -57,6 +57,22 @@ func (b *Busy) Leave() {
 	b.n.Add(-1)
 }
 
+// Count is the number of streams busy now (0 on a nil Busy).
+func (b *Busy) Count() int64 {
+	if b == nil {
+		return 0
+	}
+	return b.n.Load()
+}
+
+// Last is when a stream was last done (zero: never, or a nil Busy).
+func (b *Busy) Last() time.Time {
+	if b == nil || b.last.Load() == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, b.last.Load())
+}
+
 // idleFor reports whether no stream is busy and none has been for d.
 func (b *Busy) idleFor(d time.Duration, now time.Time) bool {
 	if b == nil {
