@@ -96,12 +96,13 @@ BENCH_IDLE          ?= 10s
 BENCH_OUT           ?= bench-load-out
 BENCH_ETCD          ?= external
 BENCH_LOADGEN_FLAGS ?=
+BENCH_NODE_FLAGS    ?=
 
 bench-load:
 	GO=$(GO) STREAMS=$(BENCH_STREAMS) DELTA_STREAMS=$(BENCH_DELTA_STREAMS) \
 	GCP_STREAMS=$(BENCH_GCP_STREAMS) SMALL_STREAMS=$(BENCH_SMALL_STREAMS) \
 	LISTENERS=$(BENCH_LISTENERS) UPDATES=$(BENCH_UPDATES) INTERVAL=$(BENCH_INTERVAL) IDLE=$(BENCH_IDLE) \
-	OUT=$(BENCH_OUT) ETCD=$(BENCH_ETCD) LOADGEN_FLAGS="$(BENCH_LOADGEN_FLAGS)" ./hack/bench-load.sh
+	OUT=$(BENCH_OUT) ETCD=$(BENCH_ETCD) LOADGEN_FLAGS="$(BENCH_LOADGEN_FLAGS)" NODE_FLAGS="$(BENCH_NODE_FLAGS)" ./hack/bench-load.sh
 
 # The chaos run of README "Chaos run" (cmd/xds-chaos): per seed, 3 etcd
 # members, 3 replicas, 300 recording clients, applies at a steady rate,

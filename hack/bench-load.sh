@@ -37,6 +37,8 @@ PORT_BASE=${PORT_BASE:-28000}
 OUT=${OUT:-bench-load-out}
 ETCD=${ETCD:-external}
 LOADGEN_FLAGS=${LOADGEN_FLAGS:-} # more xds-loadgen flags, e.g. --cpu-profile-updates FILE
+NODE_FLAGS=${NODE_FLAGS:-}       # more xds-node flags, e.g. --gc-between-pushes=false
+read -r -a node_flags <<<"$NODE_FLAGS"
 
 xds_addr=127.0.0.1:$PORT_BASE
 http_addr=127.0.0.1:$((PORT_BASE + 1))
@@ -119,7 +121,7 @@ start_legation() {
   data_dir=$(mktemp -d)
   if [[ $ETCD == dev ]]; then
     ./bin/xds-node --data-dir "$data_dir" --dev-etcd-addr "$etcd_addr" \
-      --xds-addr "$xds_addr" --http-addr "$http_addr" --log-level warn \
+      --xds-addr "$xds_addr" --http-addr "$http_addr" --log-level warn "${node_flags[@]}" \
       >"$OUT/server.log" 2>&1 &
     server_pid=$!
   else
@@ -132,7 +134,7 @@ start_legation() {
     server_pid=$etcd_pid # wait_http's liveness check, until the replica starts
     wait_http "http://$etcd_addr/health"
     ./bin/xds-node --etcd-endpoints "$etcd_addr" --gossip-addr "$gossip_addr" \
-      --xds-addr "$xds_addr" --http-addr "$http_addr" --log-level warn \
+      --xds-addr "$xds_addr" --http-addr "$http_addr" --log-level warn "${node_flags[@]}" \
       >"$OUT/server.log" 2>&1 &
     server_pid=$!
   fi

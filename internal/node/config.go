@@ -223,7 +223,7 @@ type Config struct {
 	StreamBurst int
 	// GCBetweenPushes (--gc-between-pushes) has the replica collect
 	// garbage when no stream has been busy for 100 ms after a change, if
-	// its heap is past three quarters of the way to the runtime's next collection, so
+	// its heap is past half the way to the runtime's next collection, so
 	// that collections fall between pushes rather than in them (package
 	// quietgc). False leaves collections to the Go runtime alone.
 	GCBetweenPushes bool

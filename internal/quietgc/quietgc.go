@@ -14,8 +14,11 @@
 // moves collections earlier, into quiet moments: with no changes it
 // never wakes, and a replica that is never quiet is left to the runtime.
 // The price is more collections while changes keep coming: one each
-// three quarters of the heap's growth room instead of all of it, about a
-// third more (the quarter left is room for a burst of pushes).
+// half of the heap's growth room instead of all of it, up to twice as
+// many. Half, because the runtime starts its own collection well before
+// the goal (at three quarters, a push that crossed the mark often reached
+// the runtime's trigger too); the half left is room for a burst of
+// pushes.
 package quietgc
 
 import (
@@ -94,7 +97,7 @@ type Config struct {
 	// Quiet is how long no stream must have been busy (default 100 ms).
 	Quiet time.Duration
 	// Share is how far the heap must have grown from the live heap
-	// toward the goal for a collection to be worth it (default 0.75).
+	// toward the goal for a collection to be worth it (default 0.5).
 	Share float64
 	// GiveUp bounds the wait for a quiet moment after a change (default
 	// 10 s): a replica busy that long is left to the runtime.
@@ -124,7 +127,7 @@ func New(cfg Config) *Collector {
 		cfg.Quiet = 100 * time.Millisecond
 	}
 	if cfg.Share <= 0 || cfg.Share > 1 {
-		cfg.Share = 0.75
+		cfg.Share = 0.5
 	}
 	if cfg.GiveUp <= 0 {
 		cfg.GiveUp = 10 * time.Second
