@@ -148,4 +148,3 @@ func TestRunCollectsInTheQuiet(t *testing.T) {
 		t.Fatal(err)
 	}
 }
-
