@@ -69,13 +69,14 @@ func unmarshalRequest(b []byte, m *discoveryv3.DiscoveryRequest) (handled bool, 
 	from := 0          // the start of the run of other fields not decoded yet
 	names.mu.RLock()
 	for i := 0; i < len(b); {
-		num, typ, n := protowire.ConsumeTag(b[i:])
-		v := protowire.ConsumeFieldValue(num, typ, b[i+n:])
+		// namesRun scanned b: every field here is whole.
+		num, typ, t := protowire.ConsumeTag(b[i:])
+		v := protowire.ConsumeFieldValue(num, typ, b[i+t:])
 		if num != resourceNamesField || typ != protowire.BytesType {
-			i += n + v
+			i += t + v
 			continue
 		}
-		name, _ := protowire.ConsumeBytes(b[i+n:])
+		name, _ := protowire.ConsumeBytes(b[i+t:])
 		s, ok := names.m[string(name)] // interned names are valid UTF-8
 		if !ok {
 			if !utf8.Valid(name) {
@@ -92,7 +93,7 @@ func unmarshalRequest(b []byte, m *discoveryv3.DiscoveryRequest) (handled bool, 
 			}
 		}
 		list = append(list, s)
-		i += n + v
+		i += t + v
 		from = i
 	}
 	names.mu.RUnlock()
