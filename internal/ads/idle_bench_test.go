@@ -17,7 +17,7 @@ import (
 // every snapshot, as all did before streams kept an interest.
 type everySnapshot struct{ *store.View }
 
-func (everySnapshot) Interest(string) *store.Interest { return nil }
+func (everySnapshot) Interest(string, any) *store.Interest { return nil }
 
 // BenchmarkIdleCPU measures what idle streams cost (docs/design.md:
 // "10,000 connected streams, no change: at most 5 ms of server CPU per

@@ -156,6 +156,16 @@ func (connTagger) HandleConn(context.Context, stats.ConnStats)                  
 func (connTagger) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
 func (connTagger) HandleRPC(context.Context, stats.RPCStats)                       {}
 
+// Conn returns the key of the transport connection ctx (a stream's
+// context) came on, as StatsHandler tagged it: equal for the streams of
+// one connection, nil when the connection was not tagged.
+func Conn(ctx context.Context) any {
+	if c, _ := ctx.Value(connKey{}).(*connStreams); c != nil {
+		return c
+	}
+	return nil
+}
+
 // StreamInterceptor bounds streams per connection, then admits the
 // stream (MaxStreams, then StreamRate). Trusted (relayed) streams pass
 // untouched. Put it after the recovery interceptor and before the relay's,

@@ -190,6 +190,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	res.Sync.Version = seed.Version
 
+	const envoyWindow = 256 << 20
 	nconn := cfg.Conns
 	if nconn == 0 {
 		nconn = cfg.Streams
@@ -198,7 +199,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	addrs := cfg.addrs()
 	for i := range conns {
 		addr := addrs[i%len(addrs)]
+		// Envoy's HTTP/2 windows (256 MiB, static): a grpc-go client
+		// left to its defaults would also probe the bandwidth with a
+		// ping on every burst of responses, which Envoy never sends.
 		conns[i], err = grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithInitialWindowSize(envoyWindow), grpc.WithInitialConnWindowSize(envoyWindow),
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20)))
 		if err != nil {
 			return nil, fmt.Errorf("--xds-addr %s: %w", addr, err)

@@ -88,6 +88,7 @@ type rawH2 struct {
 	fr     *http2.Framer
 	wmu    sync.Mutex // guards fr's writes
 	goaway chan *http2.GoAwayFrame
+	pings  chan [8]byte // the server's own pings (not its acks of ours)
 }
 
 func dialH2(t *testing.T, addr string) *rawH2 {
@@ -100,7 +101,7 @@ func dialH2(t *testing.T, addr string) *rawH2 {
 	if _, err := io.WriteString(conn, http2.ClientPreface); err != nil {
 		t.Fatal(err)
 	}
-	h := &rawH2{conn: conn, fr: http2.NewFramer(conn, conn), goaway: make(chan *http2.GoAwayFrame, 1)}
+	h := &rawH2{conn: conn, fr: http2.NewFramer(conn, conn), goaway: make(chan *http2.GoAwayFrame, 1), pings: make(chan [8]byte, 16)}
 	if err := h.fr.WriteSettings(); err != nil {
 		t.Fatal(err)
 	}
@@ -123,6 +124,14 @@ func dialH2(t *testing.T, addr string) *rawH2 {
 				select {
 				case h.goaway <- f:
 				default:
+				}
+			case *http2.PingFrame:
+				if !f.IsAck() {
+					h.fr.WritePing(true, f.Data) //nolint:errcheck // as above
+					select {
+					case h.pings <- f.Data:
+					default:
+					}
 				}
 			case *http2.DataFrame:
 				// Keep the server's flow-control window open.
@@ -219,6 +228,26 @@ func TestKeepalivePings(t *testing.T) {
 			t.Fatalf("pinging every 50ms: GOAWAY %v, want ENHANCE_YOUR_CALM too_many_pings", g)
 		}
 	})
+}
+
+// TestNoBandwidthProbes: the replica's HTTP/2 windows are static, so a
+// client's requests draw no ping from it. grpc-go's default, a window
+// sized by probing the bandwidth, pings the client on each burst of data
+// it receives: a write, a read and two wakeups per connection for every
+// round of ACKs, for requests that are a few hundred bytes.
+func TestNoBandwidthProbes(t *testing.T) {
+	_, r, reg := limitsEnv(t, func(*node.Config) {})
+	h := dialH2(t, r.XDSAddr())
+	h.openADS(t, cdsRequest("prober"))
+	xdstest.WaitFor(t, "the stream open", func() (bool, string) {
+		v := metricValue(t, reg, "legation_sotw_streams")
+		return v == 1, fmt.Sprint(v)
+	})
+	select {
+	case p := <-h.pings:
+		t.Fatalf("the replica pinged (%x) on a request's data", p)
+	case <-time.After(time.Second):
+	}
 }
 
 // TestPanicRecovered: a panic in one stream's handler ends that stream

@@ -357,6 +357,15 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 			MaxConnectionAge:      cfg.MaxConnectionAge, // 0: grpc-go's default, no age
 			MaxConnectionAgeGrace: cfg.MaxConnectionAgeGrace,
 		}),
+		// Static HTTP/2 windows for what clients send (requests, ACKs,
+		// load reports: small): grpc-go's default sizes them by probing
+		// the bandwidth, a ping to the client on each burst of data it
+		// receives, so every round of ACKs after a push cost each
+		// connection a write and a read more. 1 MiB per connection,
+		// 64 KiB per stream (HTTP/2's default) hold any request up to
+		// --max-recv-msg-size with window updates; what the replica sends
+		// is bounded by the client's windows, not these.
+		grpc.InitialWindowSize(64<<10), grpc.InitialConnWindowSize(1<<20),
 		grpc.StatsHandler(n.limits.StatsHandler()),
 		// The gRPC metrics come first, so that a call that panicked is
 		// counted with the INTERNAL the recovery ends it with (their

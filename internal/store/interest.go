@@ -30,6 +30,7 @@ const defaultCatchUpEvery = 10 * time.Second
 type Interest struct {
 	reg   *interests
 	scope string
+	conn  any
 	types atomic.Uint64 // bit resource.Type.Order set for each type
 	at    atomic.Int64  // revision of the snapshot the reader advanced to
 	wake  chan struct{} // one signal pending at most
@@ -37,8 +38,16 @@ type Interest struct {
 
 // Interest registers an interest in the changes of scope (and of
 // DefaultScope) with the view, for no type until Add. Close it when done.
-func (v *View) Interest(scope string) *Interest {
-	i := &Interest{reg: &v.interests, scope: scope, wake: make(chan struct{}, 1)}
+//
+// conn names the reader's transport connection (any comparable value;
+// nil for none). A change wakes the interests of one connection one
+// after the other, so that their readers run back to back and their
+// responses leave together: the connection's writer, woken by the first,
+// runs after the rest have queued theirs and sends them in one write,
+// where waking them in no order would cost a write (and a wakeup of the
+// writer and of the client) for nearly every stream.
+func (v *View) Interest(scope string, conn any) *Interest {
+	i := &Interest{reg: &v.interests, scope: scope, conn: conn, wake: make(chan struct{}, 1)}
 	if s := v.cur.Load(); s != nil {
 		i.at.Store(s.Revision)
 	}
@@ -74,10 +83,11 @@ func (i *Interest) signal() {
 	}
 }
 
-// interests is a view's registry of Interests, by scope.
+// interests is a view's registry of Interests, by scope, then by
+// connection.
 type interests struct {
 	mu        sync.RWMutex // guards byScope
-	byScope   map[string]map[*Interest]struct{}
+	byScope   map[string]map[any]map[*Interest]struct{}
 	every     time.Duration // ViewConfig.CatchUpEvery
 	lastSweep time.Time     // owned by the view's Run goroutine
 
@@ -88,12 +98,17 @@ func (r *interests) add(i *Interest) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.byScope == nil {
-		r.byScope = map[string]map[*Interest]struct{}{}
+		r.byScope = map[string]map[any]map[*Interest]struct{}{}
 	}
-	set := r.byScope[i.scope]
+	conns := r.byScope[i.scope]
+	if conns == nil {
+		conns = map[any]map[*Interest]struct{}{}
+		r.byScope[i.scope] = conns
+	}
+	set := conns[i.conn]
 	if set == nil {
 		set = map[*Interest]struct{}{}
-		r.byScope[i.scope] = set
+		conns[i.conn] = set
 	}
 	set[i] = struct{}{}
 }
@@ -101,9 +116,13 @@ func (r *interests) add(i *Interest) {
 func (r *interests) remove(i *Interest) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	set := r.byScope[i.scope]
+	conns := r.byScope[i.scope]
+	set := conns[i.conn]
 	delete(set, i)
 	if len(set) == 0 {
+		delete(conns, i.conn)
+	}
+	if len(conns) == 0 {
 		delete(r.byScope, i.scope)
 	}
 }
@@ -115,6 +134,24 @@ func (r *interests) notify(s *Snapshot, now time.Time) {
 	if len(s.Changes) == 0 {
 		return
 	}
+	sweep := now.Sub(r.lastSweep) >= r.every
+	if sweep {
+		r.lastSweep = now
+	}
+	r.visit(s, sweep, func(i *Interest, catchUp bool) {
+		if catchUp {
+			r.catchUps.Add(1)
+		} else {
+			r.wakes.Add(1)
+		}
+		i.signal()
+	})
+}
+
+// visit calls fn, in the order notify signals them, for the interests
+// s's changes concern and, if sweep, for those left behind (catchUp):
+// scope by scope, and in a scope connection by connection.
+func (r *interests) visit(s *Snapshot, sweep bool, fn func(i *Interest, catchUp bool)) {
 	var all uint64 // types changed in DefaultScope: every interest sees them
 	scoped := map[string]uint64{}
 	for _, c := range s.Changes {
@@ -125,34 +162,31 @@ func (r *interests) notify(s *Snapshot, now time.Time) {
 			scoped[c.Scope] |= bit
 		}
 	}
-	sweep := now.Sub(r.lastSweep) >= r.every
-	if sweep {
-		r.lastSweep = now
-	}
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	if all == 0 && !sweep {
 		// Only the changed scopes' interests can be concerned.
 		for scope, bits := range scoped {
-			for i := range r.byScope[scope] {
-				if i.types.Load()&bits != 0 {
-					r.wakes.Add(1)
-					i.signal()
+			for _, set := range r.byScope[scope] {
+				for i := range set {
+					if i.types.Load()&bits != 0 {
+						fn(i, false)
+					}
 				}
 			}
 		}
 		return
 	}
-	for scope, set := range r.byScope {
+	for scope, conns := range r.byScope {
 		bits := all | scoped[scope]
-		for i := range set {
-			switch {
-			case i.types.Load()&bits != 0:
-				r.wakes.Add(1)
-				i.signal()
-			case sweep && i.at.Load() < s.Revision:
-				r.catchUps.Add(1)
-				i.signal()
+		for _, set := range conns {
+			for i := range set {
+				switch {
+				case i.types.Load()&bits != 0:
+					fn(i, false)
+				case sweep && i.at.Load() < s.Revision:
+					fn(i, true)
+				}
 			}
 		}
 	}

@@ -31,7 +31,7 @@ func woken(i *store.Interest, d time.Duration) bool {
 func TestInterestWakes(t *testing.T) {
 	env := newViewEnv(t, storetest.Options{})
 	v := env.startView(t, env.client, func(c *store.ViewConfig) { c.CatchUpEvery = time.Hour })
-	i := v.Interest("g1")
+	i := v.Interest("g1", nil)
 	defer i.Close()
 	i.Add(resource.Cluster)
 	const quiet = 300 * time.Millisecond
@@ -91,7 +91,7 @@ func TestInterestCatchUp(t *testing.T) {
 	env := newViewEnv(t, storetest.Options{})
 	const every = 500 * time.Millisecond
 	v := env.startView(t, env.client, func(c *store.ViewConfig) { c.CatchUpEvery = every })
-	i := v.Interest("g1")
+	i := v.Interest("g1", nil)
 	defer i.Close()
 	i.Add(resource.Cluster)
 

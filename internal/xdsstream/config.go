@@ -24,10 +24,11 @@ type Source interface {
 	// WaitRevision blocks until a snapshot at rev or later exists, or ctx
 	// ends.
 	WaitRevision(ctx context.Context, rev int64) (*store.Snapshot, error)
-	// Interest registers what a stream of group can see, to be woken
-	// only by changes it concerns (store.Interest); nil: the stream
-	// advances on every snapshot.
-	Interest(group string) *store.Interest
+	// Interest registers what a stream of group, on the transport
+	// connection conn (limits.Conn; nil: unknown), can see, to be woken
+	// only by changes it concerns (store.View.Interest); nil: the
+	// stream advances on every snapshot.
+	Interest(group string, conn any) *store.Interest
 }
 
 var _ Source = (*store.View)(nil)

@@ -25,8 +25,8 @@ func (f fakeTypeStatus) Summary() TypeSummary {
 // source is a Source with no snapshot: the core is used without a view.
 type source struct{}
 
-func (source) Snapshot() *store.Snapshot       { return nil }
-func (source) Interest(string) *store.Interest { return nil }
+func (source) Snapshot() *store.Snapshot            { return nil }
+func (source) Interest(string, any) *store.Interest { return nil }
 func (source) WaitRevision(context.Context, int64) (*store.Snapshot, error) {
 	return nil, context.DeadlineExceeded
 }

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/legation-io/legation/internal/lease"
+	"github.com/legation-io/legation/internal/limits"
 	"github.com/legation-io/legation/internal/resource"
 	"github.com/legation-io/legation/internal/store"
 	"github.com/legation-io/legation/internal/wire"
@@ -216,7 +217,7 @@ func handle[R Request, T Reporter](s *Stream[T], rules Rules[R], r R) error {
 	}
 	if s.Node == nil {
 		s.setNode(r.GetNode())
-		s.interest = s.core.Config.Source.Interest(s.Group)
+		s.interest = s.core.Config.Source.Interest(s.Group, limits.Conn(s.Ctx))
 		if p := s.core.Config.PanicOnNode; p != "" && s.Node.GetId() == p {
 			panic("xdsstream: PanicOnNode test hook: node " + p)
 		}
