@@ -278,21 +278,8 @@ func (g *Guard) Admin(ctx context.Context) error {
 	return nil
 }
 
-// AdminStreamInterceptor refuses the streams of the methods named in
-// admin (full method names) to clients that are not admins.
-func (g *Guard) AdminStreamInterceptor(admin ...string) grpc.StreamServerInterceptor {
-	set := toSet(admin)
-	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		if set[info.FullMethod] {
-			if err := g.Admin(ss.Context()); err != nil {
-				return err
-			}
-		}
-		return handler(srv, ss)
-	}
-}
-
-// AdminUnaryInterceptor is AdminStreamInterceptor for unary methods.
+// AdminUnaryInterceptor refuses the calls of the methods named in admin
+// (full method names) to clients that are not admins (Admin).
 func (g *Guard) AdminUnaryInterceptor(admin ...string) grpc.UnaryServerInterceptor {
 	set := toSet(admin)
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {

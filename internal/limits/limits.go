@@ -166,40 +166,44 @@ func Conn(ctx context.Context) any {
 	return nil
 }
 
-// StreamInterceptor bounds streams per connection, then admits the
-// stream (MaxStreams, then StreamRate). Trusted (relayed) streams pass
-// untouched. Put it after the recovery interceptor and before the relay's,
-// so that admission happens at the edge, where the client landed.
-func (l *Limits) StreamInterceptor() grpc.StreamServerInterceptor {
-	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		ctx := ss.Context()
-		if l.cfg.Trusted != nil && l.cfg.Trusted(ctx) {
-			// Relayed by a replica: admitted at the edge already, and its
-			// connection multiplexes the streams of many clients.
-			return handler(srv, ss)
-		}
-		conn, _ := ctx.Value(connKey{}).(*connStreams)
-		if conn != nil {
-			n := conn.n.Add(1)
-			defer conn.n.Add(-1)
-			if max := l.cfg.MaxStreamsPerConn; max > 0 && n > int64(max) {
-				l.hits.WithLabelValues(LimitStreamsPerConn).Inc()
-				return status.Errorf(codes.ResourceExhausted, "too many streams on one connection: at most %d (--max-streams-per-conn)", max)
-			}
-		}
-		if l.cfg.Exempt != nil && l.cfg.Exempt(info.FullMethod) {
-			return handler(srv, ss)
-		}
-		if err := l.admit(ctx); err != nil {
-			if errors.Is(err, errFull) && l.cfg.Full != nil && (conn == nil || conn.n.Load() == 1) {
-				l.cfg.Full(ctx)
-			}
-			return err
-		}
-		l.admitted.Inc()
-		defer l.open.Add(-1)
-		return handler(srv, ss)
+// AdmitStream bounds streams per connection, then admits the stream
+// (MaxStreams, then StreamRate), or returns the RESOURCE_EXHAUSTED to end
+// it with; on success, release must be called when the stream ends.
+// Trusted (relayed) streams pass untouched. Call it in the stream
+// interceptor after the recovery and before the relay, so that admission
+// happens at the edge, where the client landed.
+func (l *Limits) AdmitStream(ctx context.Context, method string) (release func(), err error) {
+	if l.cfg.Trusted != nil && l.cfg.Trusted(ctx) {
+		// Relayed by a replica: admitted at the edge already, and its
+		// connection multiplexes the streams of many clients.
+		return func() {}, nil
 	}
+	conn, _ := ctx.Value(connKey{}).(*connStreams)
+	if conn != nil {
+		n := conn.n.Add(1)
+		if max := l.cfg.MaxStreamsPerConn; max > 0 && n > int64(max) {
+			conn.n.Add(-1)
+			l.hits.WithLabelValues(LimitStreamsPerConn).Inc()
+			return nil, status.Errorf(codes.ResourceExhausted, "too many streams on one connection: at most %d (--max-streams-per-conn)", max)
+		}
+	}
+	leave := func() {
+		if conn != nil {
+			conn.n.Add(-1)
+		}
+	}
+	if l.cfg.Exempt != nil && l.cfg.Exempt(method) {
+		return leave, nil
+	}
+	if err := l.admit(ctx); err != nil {
+		if errors.Is(err, errFull) && l.cfg.Full != nil && (conn == nil || conn.n.Load() == 1) {
+			l.cfg.Full(ctx)
+		}
+		leave()
+		return nil, err
+	}
+	l.admitted.Inc()
+	return func() { l.open.Add(-1); leave() }, nil
 }
 
 // errFull matches (errors.Is) the errors of streams refused because the
@@ -288,27 +292,22 @@ func (l *Limits) recovered(method string, p *PanicError) error {
 	return internal
 }
 
-// RecoverStream returns the interceptor that turns a panic of the
-// handler's goroutine, or a PanicError it returns, into INTERNAL for that
-// caller alone: logged with its stack at Error and counted in
-// legation_panics_total. Put it first in the chain, so that it covers
-// the other interceptors too.
-func (l *Limits) RecoverStream() grpc.StreamServerInterceptor {
-	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
-		defer func() {
-			if v := recover(); v != nil {
-				err = l.recovered(info.FullMethod, Recovered(v))
-			}
-		}()
-		err = handler(srv, ss)
-		if p, ok := errors.AsType[*PanicError](err); ok {
-			return l.recovered(info.FullMethod, p)
-		}
-		return err
+// Recover turns a panic of a stream handler's goroutine, or a PanicError
+// it returned, into INTERNAL for that caller alone: logged with its stack
+// at Error and counted in legation_panics_total. A stream interceptor
+// defers it first, around the rest and the handler: defer
+// l.Recover(method, &err), err being its named result.
+func (l *Limits) Recover(method string, err *error) {
+	if v := recover(); v != nil {
+		*err = l.recovered(method, Recovered(v))
+		return
+	}
+	if p, ok := errors.AsType[*PanicError](*err); ok {
+		*err = l.recovered(method, p)
 	}
 }
 
-// RecoverUnary is RecoverStream for unary calls.
+// RecoverUnary is Recover's interceptor for unary calls.
 func (l *Limits) RecoverUnary() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
 		defer func() {

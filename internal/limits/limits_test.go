@@ -49,17 +49,21 @@ func TestRecover(t *testing.T) {
 	if _, err := l.RecoverUnary()(t.Context(), nil, info, func(context.Context, any) (any, error) { panic("unary") }); status.Code(err) != codes.Internal {
 		t.Errorf("unary panic: %v, want INTERNAL", err)
 	}
-	sinfo := &grpc.StreamServerInfo{FullMethod: "/x/Stream"}
-	for name, h := range map[string]grpc.StreamHandler{
-		"panic":       func(any, grpc.ServerStream) error { panic("stream") },
-		"panic error": func(any, grpc.ServerStream) error { return limits.Recovered("receive") },
+	// A stream interceptor defers Recover around its handler.
+	stream := func(h func() error) (err error) {
+		defer l.Recover("/x/Stream", &err)
+		return h()
+	}
+	for name, h := range map[string]func() error{
+		"panic":       func() error { panic("stream") },
+		"panic error": func() error { return limits.Recovered("receive") },
 	} {
-		if err := l.RecoverStream()(nil, nil, sinfo, h); status.Code(err) != codes.Internal {
+		if err := stream(h); status.Code(err) != codes.Internal {
 			t.Errorf("%s: %v, want INTERNAL", name, err)
 		}
 	}
 	plain := errors.New("plain")
-	if err := l.RecoverStream()(nil, nil, sinfo, func(any, grpc.ServerStream) error { return plain }); err != plain {
+	if err := stream(func() error { return plain }); err != plain {
 		t.Errorf("plain error: %v, want it unchanged", err)
 	}
 	if got := value(t, panics); got != 3 {
@@ -77,13 +81,16 @@ func value(t *testing.T, c prometheus.Counter) float64 {
 	return m.GetCounter().GetValue()
 }
 
-// fakeStream is a server stream with a context and nothing else.
-type fakeStream struct {
-	grpc.ServerStream
-	ctx context.Context
+// admitted runs handler as a stream of ctx's connection admitted by l,
+// as the replica's stream interceptor does, or returns the refusal.
+func admitted(l *limits.Limits, ctx context.Context, handler func() error) error {
+	release, err := l.AdmitStream(ctx, "/x/Stream")
+	if err != nil {
+		return err
+	}
+	defer release()
+	return handler()
 }
-
-func (s fakeStream) Context() context.Context { return s.ctx }
 
 // TestShareCap: with a fair share of 10 and --max-streams-share 1.1, 11
 // streams are admitted and the 12th refused, naming the flag, and Full is
@@ -117,10 +124,9 @@ func TestShareCap(t *testing.T) {
 			defer close(hold)
 			started := make(chan struct{}, 20)
 			errs := make(chan error, 20)
-			info := &grpc.StreamServerInfo{FullMethod: "/x/Stream"}
 			for range 20 {
 				go func() {
-					errs <- l.StreamInterceptor()(nil, fakeStream{ctx: t.Context()}, info, func(any, grpc.ServerStream) error {
+					errs <- admitted(l, t.Context(), func() error {
 						started <- struct{}{}
 						<-hold
 						return nil
@@ -168,26 +174,25 @@ func TestFullOnlyLoneConnections(t *testing.T) {
 	tag := func() context.Context {
 		return l.StatsHandler().TagConn(t.Context(), &stats.ConnTagInfo{})
 	}
-	info := &grpc.StreamServerInfo{FullMethod: "/x/Stream"}
 	shared := tag()
 	hold, started := make(chan struct{}), make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
-		done <- l.StreamInterceptor()(nil, fakeStream{ctx: shared}, info, func(any, grpc.ServerStream) error {
+		done <- admitted(l, shared, func() error {
 			close(started)
 			<-hold
 			return nil
 		})
 	}()
 	<-started
-	noop := func(any, grpc.ServerStream) error { return nil }
-	if err := l.StreamInterceptor()(nil, fakeStream{ctx: shared}, info, noop); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "--max-streams") {
+	noop := func() error { return nil }
+	if err := admitted(l, shared, noop); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "--max-streams") {
 		t.Fatalf("second stream on the connection: %v, want RESOURCE_EXHAUSTED naming --max-streams", err)
 	}
 	if got := full.Load(); got != 0 {
 		t.Fatalf("Full called %d times for a refused stream whose connection carries an admitted one, want 0", got)
 	}
-	if err := l.StreamInterceptor()(nil, fakeStream{ctx: tag()}, info, noop); status.Code(err) != codes.ResourceExhausted {
+	if err := admitted(l, tag(), noop); status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("stream on a second connection: %v, want RESOURCE_EXHAUSTED", err)
 	}
 	if got := full.Load(); got != 1 {

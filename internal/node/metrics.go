@@ -7,7 +7,6 @@ import (
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"google.golang.org/grpc"
 )
 
 // NewRegistry returns the registry xds-node serves on /metrics, before the
@@ -86,29 +85,3 @@ func grpcMetrics(reg prometheus.Registerer) (*grpcprom.ServerMetrics, error) {
 	}
 	return m, nil
 }
-
-// streamMetrics is m's stream interceptor, but for messages sent: those
-// bypass it. The provider counts each message with a label lookup and an
-// allocation, and a push sends one message per stream (10,000 in a
-// burst); legation_<protocol>_responses_total and
-// legation_xds_response_size_bytes count the sends already. So for
-// streams grpc_server_msg_sent_total stays 0; messages received (the
-// requests, ACKs and NACKs) are counted.
-func streamMetrics(m *grpcprom.ServerMetrics) grpc.StreamServerInterceptor {
-	inner := m.StreamServerInterceptor()
-	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		return inner(srv, ss, info, func(srv any, monitored grpc.ServerStream) error {
-			return handler(srv, recvMonitored{ServerStream: ss, recv: monitored})
-		})
-	}
-}
-
-// recvMonitored is a stream whose received messages go through recv (the
-// monitored stream) and everything else, sends included, straight to the
-// stream.
-type recvMonitored struct {
-	grpc.ServerStream
-	recv grpc.ServerStream
-}
-
-func (s recvMonitored) RecvMsg(m any) error { return s.recv.RecvMsg(m) }

@@ -367,18 +367,10 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 		// is bounded by the client's windows, not these.
 		grpc.InitialWindowSize(64<<10), grpc.InitialConnWindowSize(1<<20),
 		grpc.StatsHandler(n.limits.StatsHandler()),
-		// The gRPC metrics come first, so that a call that panicked is
-		// counted with the INTERNAL the recovery ends it with (their
-		// interceptors, go-grpc-middleware's, do not panic). Recovery
-		// comes next, so that it covers every other interceptor and
-		// handler; then the bounds and admission, before the relay, so
-		// that a stream is admitted at the replica its client reached (the
-		// edge) and not again at its home. CSDS answers admins only (with
-		// mTLS); the relay comes after, so an xDS stream it relays is
-		// checked at its home.
-		grpc.ChainStreamInterceptor(streamMetrics(gm), n.limits.RecoverStream(), n.limits.StreamInterceptor(),
-			n.guard.AdminStreamInterceptor(statusv3.ClientStatusDiscoveryService_StreamClientStatus_FullMethodName),
-			n.relay.StreamInterceptor()),
+		// One stream interceptor (see streamInterceptor for the order);
+		// the unary ones in the same order.
+		grpc.StreamInterceptor(streamInterceptor(gm, n.limits, n.guard.Admin,
+			statusv3.ClientStatusDiscoveryService_StreamClientStatus_FullMethodName, n.relay.StreamInterceptor())),
 		grpc.ChainUnaryInterceptor(gm.UnaryServerInterceptor(), n.limits.RecoverUnary(),
 			n.guard.AdminUnaryInterceptor(statusv3.ClientStatusDiscoveryService_FetchClientStatus_FullMethodName)))
 	srvOpts = append(srvOpts, cfg.Tracing.ServerOptions()...)

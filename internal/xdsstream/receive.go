@@ -37,7 +37,7 @@ type Received[T any] struct {
 // A panic in recv (a codec's, say) is recovered here, where no gRPC
 // interceptor would see it, and handed over as the receive error, a
 // *limits.PanicError: the handler returns it, and the recovery
-// interceptor (limits.Limits.RecoverStream) logs, counts and answers it
+// interceptor (limits.Limits.Recover) logs, counts and answers it
 // as a panic of the handler's own.
 func Receive[T any](ctx context.Context, recv func(any) error) <-chan Received[T] {
 	c := make(chan Received[T], 1)
