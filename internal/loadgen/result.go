@@ -41,10 +41,16 @@ type Result struct {
 }
 
 // LoadgenResult is the load generator's own CPU (user and system; zero
-// where getrusage is not available).
+// where getrusage is not available), and its garbage collections during
+// the updates: those it ran between two updates, once every client had
+// the first (when its heap was half way to the next collection), and
+// those the Go runtime started on its own, which may have overlapped a
+// fan-out and delayed the receipts of that update.
 type LoadgenResult struct {
-	SyncCPUSeconds    float64 `json:"sync_cpu_seconds"`
-	UpdatesCPUSeconds float64 `json:"updates_cpu_seconds"`
+	SyncCPUSeconds     float64 `json:"sync_cpu_seconds"`
+	UpdatesCPUSeconds  float64 `json:"updates_cpu_seconds"`
+	CollectionsBetween int     `json:"collections_between_updates"`
+	CollectionsIn      int     `json:"collections_in_updates"`
 }
 
 // SyncResult is the initial sync: from the first stream opened to every

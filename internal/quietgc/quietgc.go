@@ -165,16 +165,24 @@ func (c *Collector) Run(ctx context.Context, view Snapshots) {
 		if !changed {
 			continue // a revision no stream can see: no push
 		}
-		if !c.waitQuiet(ctx) {
-			continue
-		}
-		if c.Due(c.heap()) {
-			c.gc()
-			if c.cfg.Collections != nil {
-				c.cfg.Collections.Inc()
-			}
+		if c.waitQuiet(ctx) {
+			c.CollectIfDue()
 		}
 	}
+}
+
+// CollectIfDue collects now if the heap is due (Due), and reports
+// whether it did: for a caller that knows a quiet moment of its own (the
+// load tool, between two updates).
+func (c *Collector) CollectIfDue() bool {
+	if !c.Due(c.heap()) {
+		return false
+	}
+	c.gc()
+	if c.cfg.Collections != nil {
+		c.cfg.Collections.Inc()
+	}
+	return true
 }
 
 // waitQuiet waits until no stream has been busy for Quiet, looking every

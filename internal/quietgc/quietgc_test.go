@@ -3,6 +3,7 @@ package quietgc
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -41,6 +42,36 @@ func TestDue(t *testing.T) {
 	}
 	if h := readHeap(); h.Goal == 0 || h.InUse == 0 {
 		t.Errorf("readHeap() = %+v: the runtime's figures are missing", h)
+	}
+}
+
+// TestCollectIfDue: it collects, and counts, only when the heap is due;
+// and, on the real runtime, a heap just collected is not due.
+func TestCollectIfDue(t *testing.T) {
+	collections := prometheus.NewCounter(prometheus.CounterOpts{Name: "c"})
+	c := New(Config{Collections: collections})
+	var h Heap
+	gcs := 0
+	c.heap, c.gc = func() Heap { return h }, func() { gcs++ }
+	h = Heap{Live: 100, Goal: 200, InUse: 120}
+	if c.CollectIfDue() || gcs != 0 {
+		t.Fatalf("collected (%d) with the heap at %+v, not due", gcs, h)
+	}
+	h.InUse = 160
+	if !c.CollectIfDue() || gcs != 1 {
+		t.Fatalf("did not collect once (%d) with the heap at %+v, due", gcs, h)
+	}
+	var m dto.Metric
+	if err := collections.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.GetCounter().GetValue(); got != 1 {
+		t.Errorf("collections counted %v, want 1", got)
+	}
+	onRuntime := New(Config{})
+	runtime.GC()
+	if onRuntime.CollectIfDue() {
+		t.Error("a heap just collected was due")
 	}
 }
 
