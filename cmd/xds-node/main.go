@@ -186,8 +186,12 @@ func newFlagSet(cfg *node.Config) (fs *pflag.FlagSet, logLevel, logFormat *strin
 	// Limits and overload (README, "Limits and overload").
 	fs.DurationVar(&cfg.KeepaliveMinTime, "keepalive-min-time", cfg.KeepaliveMinTime,
 		"shortest interval between a client's keepalive pings accepted, with or without streams (faster: GOAWAY too_many_pings)")
-	fs.DurationVar(&cfg.KeepaliveTime, "keepalive-time", cfg.KeepaliveTime, "ping a client after this long without activity on its connection")
-	fs.DurationVar(&cfg.KeepaliveTimeout, "keepalive-timeout", cfg.KeepaliveTimeout, "close a connection whose client does not answer a ping within this")
+	fs.DurationVar(&cfg.KeepaliveTime, "keepalive-time", cfg.KeepaliveTime,
+		"the kernel sends a TCP keepalive probe after this long with nothing received on a connection (at least 1s)")
+	fs.DurationVar(&cfg.KeepaliveTimeout, "keepalive-timeout", cfg.KeepaliveTimeout,
+		"close a connection whose client does not answer a keepalive probe or an HTTP/2 ping within this (at least 1s)")
+	fs.DurationVar(&cfg.PingTime, "ping-time", cfg.PingTime,
+		"send an HTTP/2 ping after this long without activity on an xDS connection (each costs the process some 200µs of CPU)")
 	fs.DurationVar(&cfg.MaxConnectionAge, "max-connection-age", cfg.MaxConnectionAge,
 		"send GOAWAY to connections older than this (plus or minus 10%); 0: no age")
 	fs.DurationVar(&cfg.MaxConnectionAgeGrace, "max-connection-age-grace", cfg.MaxConnectionAgeGrace,

@@ -98,6 +98,24 @@ func (ns *NS) HostIP() netip.Addr { return ns.host }
 // a server sees the namespace's connections come from.
 func (ns *NS) PeerIP() netip.Addr { return ns.peer }
 
+// Unplug takes the namespace's end of the veth pair down, as if the
+// cable to a client's host were pulled or the host had lost power: from
+// then on nothing passes between the namespace and the root namespace,
+// in either direction, and no side is told. Sockets on both sides stay as
+// they were; a server finds its peer gone only by its own means (TCP
+// keepalive, TCP_USER_TIMEOUT, its protocol's pings). It fails tb if ip
+// fails.
+func (ns *NS) Unplug(tb testing.TB) {
+	tb.Helper()
+	ip, err := ipPath()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := runIP(ip, "-n", ns.name, "link", "set", ns.peerLink, "down"); err != nil {
+		tb.Fatal(err)
+	}
+}
+
 // DialContext connects to addr from inside the namespace, as
 // net.Dialer.DialContext does from the root namespace. network is tcp,
 // tcp4, tcp6, udp, udp4 or udp6, and addr's host must be an IP address: a

@@ -2,6 +2,7 @@ package netnstest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -241,6 +242,49 @@ func TestGRPCDialer(t *testing.T) {
 	}
 	if got := netip.MustParseAddrPort(peers[0]).Addr(); got != ns.PeerIP() {
 		t.Errorf("server saw the call from %s, want PeerIP %s", got, ns.PeerIP())
+	}
+}
+
+// TestUnplug: once unplugged, what the root side writes on a connection
+// from the namespace never arrives, and no new connection can be made;
+// before it, the same connection carries a line (so the first half can
+// fail).
+func TestUnplug(t *testing.T) {
+	ns := New(t)
+	ln := listen(t, ns.HostIP())
+	c, err := ns.DialContext(testContext(t), "tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	buf := make([]byte, 5)
+	roundTrip := func() error {
+		if _, err := io.WriteString(s, "pong\n"); err != nil {
+			return err
+		}
+		if err := c.SetReadDeadline(time.Now().Add(500 * time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		_, err := io.ReadFull(c, buf)
+		return err
+	}
+	if err := roundTrip(); err != nil {
+		t.Fatalf("before Unplug: %v", err)
+	}
+	ns.Unplug(t)
+	if err := roundTrip(); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("after Unplug the client read %q, %v; want nothing until the deadline", buf, err)
+	}
+	ctx, cancel := context.WithTimeout(testContext(t), 500*time.Millisecond)
+	defer cancel()
+	if c2, err := ns.DialContext(ctx, "tcp", ln.Addr().String()); err == nil {
+		c2.Close()
+		t.Fatal("after Unplug a dial from the namespace succeeded")
 	}
 }
 

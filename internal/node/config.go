@@ -198,12 +198,24 @@ type Config struct {
 	// with or without streams; a client pinging more often is sent
 	// GOAWAY too_many_pings. Must be positive.
 	KeepaliveMinTime time.Duration
-	// KeepaliveTime (--keepalive-time): after that long without activity
-	// on a connection the server pings the client, and closes the
-	// connection when no answer comes within KeepaliveTimeout
-	// (--keepalive-timeout): dead peers are found. Both must be positive.
+	// KeepaliveTime (--keepalive-time) and KeepaliveTimeout
+	// (--keepalive-timeout) find dead peers on the xDS and HTTP ports, in
+	// the kernel, at no cost to the process: after KeepaliveTime with
+	// nothing received on a connection the kernel sends a TCP keepalive
+	// probe, and closes the connection when no answer comes within
+	// KeepaliveTimeout. On the xDS port, data the replica sent that stays
+	// unacknowledged for both together closes it too (TCP_USER_TIMEOUT).
+	// The kernel counts whole seconds: both must be at least 1s.
 	KeepaliveTime    time.Duration
 	KeepaliveTimeout time.Duration
+	// PingTime (--ping-time): after that long without activity on an xDS
+	// connection the replica sends the client an HTTP/2 ping, and closes
+	// the connection when no answer comes within KeepaliveTimeout. It
+	// finds what the kernel's probes cannot: a client whose host answers
+	// while its process does not, or one behind a proxy that ends TCP.
+	// A ping costs the process some 200 µs of CPU, each connection each
+	// PingTime, hence the long default. Must be positive.
+	PingTime time.Duration
 	// MaxConnectionAge (--max-connection-age): a connection older than
 	// this (plus or minus 10%) is sent GOAWAY, and its streams get
 	// MaxConnectionAgeGrace (--max-connection-age-grace) to end before it
@@ -309,8 +321,9 @@ func DefaultConfig() Config {
 
 		// Limits and overload.
 		KeepaliveMinTime:      5 * time.Second,  // Envoy's and gRPC's usual pings are 10s or more
-		KeepaliveTime:         30 * time.Second, // ping a quiet client after 30s
-		KeepaliveTimeout:      10 * time.Second, // and drop it if it does not answer in 10s
+		KeepaliveTime:         30 * time.Second, // the kernel probes a quiet client after 30s
+		KeepaliveTimeout:      10 * time.Second, // and drops it if it does not answer in 10s
+		PingTime:              5 * time.Minute,  // grpc-go's xDS client pings every 5m too
 		MaxConnectionAge:      0,                // connections live as long as their clients
 		MaxConnectionAgeGrace: 30 * time.Second, // once aged, streams get 30s to end
 		MaxStreamsPerConn:     100,              // Envoy and grpc-go open one ADS stream a connection
@@ -507,8 +520,14 @@ func (c *Config) validateLimits() error {
 		}
 	}
 	positive("--keepalive-min-time", c.KeepaliveMinTime)
-	positive("--keepalive-time", c.KeepaliveTime)
-	positive("--keepalive-timeout", c.KeepaliveTimeout)
+	seconds := func(flag string, d time.Duration) {
+		if d < time.Second {
+			errs = append(errs, fmt.Errorf("%s %s: below 1s (the kernel's TCP keepalive counts whole seconds)", flag, d))
+		}
+	}
+	seconds("--keepalive-time", c.KeepaliveTime)
+	seconds("--keepalive-timeout", c.KeepaliveTimeout)
+	positive("--ping-time", c.PingTime)
 	positive("--http-read-timeout", c.HTTPReadTimeout)
 	if c.MaxConnectionAge < 0 {
 		errs = append(errs, fmt.Errorf("--max-connection-age %s: negative (0: no age)", c.MaxConnectionAge))

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"log/slog"
 	"net"
 	"sync"
 	"time"
@@ -28,6 +29,9 @@ type connTracker struct {
 	conns map[string]*trackedConn
 
 	pending chan pendingClose // closeSoon to run; full: the close is left to the server's stop
+
+	userTimeout time.Duration // TCP_USER_TIMEOUT of each connection
+	log         *slog.Logger
 }
 
 // pendingClose is a connection to close at a time.
@@ -36,8 +40,15 @@ type pendingClose struct {
 	at   time.Time
 }
 
-func newConnTracker(l net.Listener) *connTracker {
-	return &connTracker{Listener: l, conns: map[string]*trackedConn{}, pending: make(chan pendingClose, 4096)}
+// newConnTracker tracks l's connections, and gives each a TCP_USER_TIMEOUT
+// of userTimeout: data the replica sent that stays unacknowledged that
+// long closes the connection. (grpc-go sets one from its keepalive
+// timeout only on a *net.TCPConn, which a tracked connection is not.)
+func newConnTracker(l net.Listener, userTimeout time.Duration, log *slog.Logger) *connTracker {
+	return &connTracker{
+		Listener: l, conns: map[string]*trackedConn{}, pending: make(chan pendingClose, 4096),
+		userTimeout: userTimeout, log: log,
+	}
 }
 
 // Accept accepts and tracks a connection.
@@ -45,6 +56,13 @@ func (l *connTracker) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {
 		return nil, err
+	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		if err := setUserTimeout(tc, l.userTimeout); err != nil {
+			// The connection is served anyway: the kernel's keepalive
+			// still finds a dead peer once the connection is idle.
+			l.log.Warn("could not set TCP_USER_TIMEOUT on an xDS connection", "remote", c.RemoteAddr().String(), "err", err)
+		}
 	}
 	tc := &trackedConn{Conn: c, l: l, key: c.RemoteAddr().String()}
 	l.mu.Lock()

@@ -8,9 +8,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,6 +26,7 @@ import (
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/legation-io/legation/internal/netnstest"
 	"github.com/legation-io/legation/internal/node"
 	"github.com/legation-io/legation/internal/relay"
 	"github.com/legation-io/legation/internal/resource"
@@ -88,7 +91,9 @@ type rawH2 struct {
 	fr     *http2.Framer
 	wmu    sync.Mutex // guards fr's writes
 	goaway chan *http2.GoAwayFrame
-	pings  chan [8]byte // the server's own pings (not its acks of ours)
+	pings  chan [8]byte  // the server's own pings (not its acks of ours)
+	mute   atomic.Bool   // set: the server's pings are not answered
+	closed chan struct{} // closed when reading fails: the connection ended
 }
 
 func dialH2(t *testing.T, addr string) *rawH2 {
@@ -97,18 +102,23 @@ func dialH2(t *testing.T, addr string) *rawH2 {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return newH2(t, conn)
+}
+
+// newH2 starts HTTP/2 on conn and reads its frames until it fails.
+func newH2(t *testing.T, conn net.Conn) *rawH2 {
+	t.Helper()
 	t.Cleanup(func() { conn.Close() })
 	if _, err := io.WriteString(conn, http2.ClientPreface); err != nil {
 		t.Fatal(err)
 	}
-	h := &rawH2{conn: conn, fr: http2.NewFramer(conn, conn), goaway: make(chan *http2.GoAwayFrame, 1), pings: make(chan [8]byte, 16)}
+	h := &rawH2{conn: conn, fr: http2.NewFramer(conn, conn), goaway: make(chan *http2.GoAwayFrame, 1), pings: make(chan [8]byte, 16), closed: make(chan struct{})}
 	if err := h.fr.WriteSettings(); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan struct{})
-	t.Cleanup(func() { conn.Close(); <-done })
+	t.Cleanup(func() { conn.Close(); <-h.closed })
 	go func() {
-		defer close(done)
+		defer close(h.closed)
 		for {
 			f, err := h.fr.ReadFrame()
 			if err != nil {
@@ -127,7 +137,9 @@ func dialH2(t *testing.T, addr string) *rawH2 {
 				}
 			case *http2.PingFrame:
 				if !f.IsAck() {
-					h.fr.WritePing(true, f.Data) //nolint:errcheck // as above
+					if !h.mute.Load() {
+						h.fr.WritePing(true, f.Data) //nolint:errcheck // as above
+					}
 					select {
 					case h.pings <- f.Data:
 					default:
@@ -228,6 +240,77 @@ func TestKeepalivePings(t *testing.T) {
 			t.Fatalf("pinging every 50ms: GOAWAY %v, want ENHANCE_YOUR_CALM too_many_pings", g)
 		}
 	})
+}
+
+// TestDeadPeerFound: a client whose host vanishes (its network namespace
+// unplugged: nothing comes back, nothing says so) is dropped by the
+// kernel's keepalive about --keepalive-time plus --keepalive-timeout
+// after it was last heard, HTTP/2 pings out of play (--ping-time 1h). Go's
+// own keepalive (15s, then 9 probes 15s apart) would hold it for minutes.
+// Its stream is gone, and with it what it held.
+func TestDeadPeerFound(t *testing.T) {
+	ns := netnstest.New(t)
+	_, r, reg := limitsEnv(t, func(c *node.Config) {
+		c.XDSAddr = netip.AddrPortFrom(ns.HostIP(), 0).String()
+		c.KeepaliveTime, c.KeepaliveTimeout, c.PingTime = time.Second, time.Second, time.Hour
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), xdstest.Timeout)
+	defer cancel()
+	conn, err := ns.DialContext(ctx, "tcp", r.XDSAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newH2(t, conn)
+	h.openADS(t, cdsRequest("vanishing"))
+	xdstest.WaitFor(t, "the stream open", func() (bool, string) {
+		v := metricValue(t, reg, "legation_sotw_streams")
+		return v == 1, fmt.Sprint(v)
+	})
+	ns.Unplug(t)
+	unplugged := time.Now()
+	xdstest.WaitFor(t, "the stream of the vanished client closed", func() (bool, string) {
+		v := metricValue(t, reg, "legation_sotw_streams")
+		return v == 0, fmt.Sprint(v)
+	})
+	if took := time.Since(unplugged); took > 10*time.Second {
+		t.Errorf("the vanished client was dropped %s after it went, want about 2s (--keepalive-time 1s + --keepalive-timeout 1s)", took.Round(time.Millisecond))
+	}
+}
+
+// TestUnansweredPings: a client whose host answers while its HTTP/2 does
+// not (a hand-made client on loopback that stops answering pings: its
+// kernel still answers every TCP probe) is dropped after --ping-time plus
+// --keepalive-timeout, while one that answers keeps its connection and
+// stream through the same pings.
+func TestUnansweredPings(t *testing.T) {
+	_, r, reg := limitsEnv(t, func(c *node.Config) { c.PingTime, c.KeepaliveTimeout = time.Second, time.Second })
+	streams := func(want float64) func() (bool, string) {
+		return func() (bool, string) {
+			v := metricValue(t, reg, "legation_sotw_streams")
+			return v == want, fmt.Sprint(v)
+		}
+	}
+	answering := dialH2(t, r.XDSAddr())
+	answering.openADS(t, cdsRequest("answering"))
+	xdstest.WaitFor(t, "the answering client's stream open", streams(1))
+	mute := dialH2(t, r.XDSAddr())
+	mute.mute.Store(true)
+	mute.openADS(t, cdsRequest("mute"))
+	xdstest.WaitFor(t, "the mute client's stream open", streams(2))
+	select {
+	case <-mute.closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a client not answering pings every 1s (--ping-time 1s, --keepalive-timeout 1s) kept its connection 10s")
+	}
+	xdstest.WaitFor(t, "the mute client's stream closed", streams(1))
+	select {
+	case <-answering.closed:
+		t.Fatal("the replica closed the connection of a client answering its pings")
+	default:
+	}
+	if len(answering.pings) == 0 {
+		t.Error("the answering client was never pinged")
+	}
 }
 
 // TestNoBandwidthProbes: the replica's HTTP/2 windows are static, so a

@@ -144,12 +144,19 @@ func New(cfg Config) (*Node, error) {
 	}
 
 	var err error
-	if n.xdsLis, err = net.Listen("tcp", cfg.XDSAddr); err != nil {
+	// Dead peers are found by the kernel (Config.KeepaliveTime): a probe
+	// after KeepaliveTime of silence, the connection closed when none is
+	// answered within KeepaliveTimeout. One probe, answered or not, is
+	// the verdict, as one HTTP/2 ping would be.
+	lc := net.ListenConfig{KeepAliveConfig: net.KeepAliveConfig{
+		Enable: true, Idle: cfg.KeepaliveTime, Interval: cfg.KeepaliveTimeout, Count: 1,
+	}}
+	if n.xdsLis, err = lc.Listen(context.Background(), "tcp", cfg.XDSAddr); err != nil {
 		return nil, fmt.Errorf("node: --xds-addr: %w", err)
 	}
-	n.xdsConns = newConnTracker(n.xdsLis)
+	n.xdsConns = newConnTracker(n.xdsLis, cfg.KeepaliveTime+cfg.KeepaliveTimeout, n.log)
 	n.xdsLis = n.xdsConns
-	if n.httpLis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+	if n.httpLis, err = lc.Listen(context.Background(), "tcp", cfg.HTTPAddr); err != nil {
 		n.xdsLis.Close()
 		return nil, fmt.Errorf("node: --http-addr: %w", err)
 	}
@@ -352,7 +359,7 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 			PermitWithoutStream: true, // idle Envoys ping too
 		}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
-			Time:                  cfg.KeepaliveTime,
+			Time:                  cfg.PingTime,
 			Timeout:               cfg.KeepaliveTimeout,
 			MaxConnectionAge:      cfg.MaxConnectionAge, // 0: grpc-go's default, no age
 			MaxConnectionAgeGrace: cfg.MaxConnectionAgeGrace,
