@@ -237,7 +237,10 @@ type Config struct {
 	// garbage when no stream has been busy for 100 ms after a change, if
 	// its heap is past half the way to the runtime's next collection, so
 	// that collections fall between pushes rather than in them (package
-	// quietgc). False leaves collections to the Go runtime alone.
+	// quietgc). While no change comes and no stream is busy it also holds
+	// off the runtime's forced collection every 2 minutes (GOGC off under
+	// a memory limit at the heap's goal, restored at the next change or
+	// collection). False leaves collections to the Go runtime alone.
 	GCBetweenPushes bool
 	// MaxStreams (--max-streams) bounds the streams admitted and open at
 	// once; beyond it a stream gets RESOURCE_EXHAUSTED. Zero: no bound.

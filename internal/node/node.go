@@ -279,10 +279,16 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 			Name: "legation_quiet_gc_collections_total",
 			Help: "Garbage collections the replica started in the quiet after a push (--gc-between-pushes).",
 		})
-		if err := n.reg.Register(collections); err != nil {
-			return fmt.Errorf("node: register metrics: %w", err)
+		parked := prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "legation_quiet_gc_parked",
+			Help: "1 while the replica, quiet, holds off the Go runtime's forced collection every 2 minutes (GOGC off under a memory limit at the heap's goal), 0 otherwise (--gc-between-pushes).",
+		})
+		for _, c := range []prometheus.Collector{collections, parked} {
+			if err := n.reg.Register(c); err != nil {
+				return fmt.Errorf("node: register metrics: %w", err)
+			}
 		}
-		n.quietGC = quietgc.New(quietgc.Config{Busy: busy, Collections: collections})
+		n.quietGC = quietgc.New(quietgc.Config{Busy: busy, Collections: collections, Park: true, Parked: parked})
 		xcfg.Busy = busy
 	}
 	if n.pushes != nil {

@@ -13,6 +13,16 @@
 // (runtime.GC). The next pushes then start with room to spare. It only
 // moves collections earlier, into quiet moments: with no changes it
 // never wakes, and a replica that is never quiet is left to the runtime.
+//
+// With Park, it also holds off the runtime's forced collection: Go
+// collects every 2 minutes however little was allocated, and at 10,000
+// streams each such collection is some 200 ms of CPU (mostly scanning the
+// streams' goroutine stacks) that finds nothing to free, the largest part
+// of what an idle replica costs. Once the replica is quiet, the Collector
+// turns GOGC off and sets a memory limit at what the heap's goal would
+// take, so the runtime collects only if the heap does grow to its goal, as
+// it would have anyway; the first collection while parked, or the next
+// change, restores GOGC and the limit as they were.
 // The price is more collections while changes keep coming: one each
 // half of the heap's growth room instead of all of it, up to twice as
 // many. Half, because the runtime starts its own collection well before
@@ -24,6 +34,7 @@ package quietgc
 import (
 	"context"
 	"runtime"
+	"runtime/debug"
 	"runtime/metrics"
 	"sync/atomic"
 	"time"
@@ -104,6 +115,12 @@ type Config struct {
 	GiveUp time.Duration
 	// Collections, if set, counts the collections started.
 	Collections prometheus.Counter
+	// Park holds off the runtime's forced collection while the replica
+	// is quiet (see the package comment). It changes the process's GOGC
+	// and memory limit while parked: one Collector in a process may.
+	Park bool
+	// Parked, if set, is 1 while parked and 0 otherwise.
+	Parked prometheus.Gauge
 }
 
 // Collector runs collections between pushes. Make it with New.
@@ -111,6 +128,14 @@ type Collector struct {
 	cfg  Config
 	heap func() Heap // runtime/metrics; replaced in tests
 	gc   func()
+
+	// Parking (Run's goroutine only, but for the cleanups).
+	parked    bool
+	parks     atomic.Uint64 // parkings so far: the current one's number
+	collected atomic.Uint64 // the parking during which a collection ran
+	woken     chan struct{} // a parking's sentinel was collected
+	percent   int           // GOGC and the memory limit to restore
+	limit     int64
 }
 
 // Heap is the part of the runtime's heap statistics a Collector reads.
@@ -119,6 +144,9 @@ type Heap struct {
 	// which the runtime collects next, and InUse what the heap's objects
 	// take now (live and dead, not yet collected).
 	Live, Goal, InUse uint64
+	// Total is all the memory the runtime holds and has not returned to
+	// the system: what a memory limit is checked against.
+	Total uint64
 }
 
 // New returns a Collector.
@@ -132,7 +160,7 @@ func New(cfg Config) *Collector {
 	if cfg.GiveUp <= 0 {
 		cfg.GiveUp = 10 * time.Second
 	}
-	return &Collector{cfg: cfg, heap: readHeap, gc: runtime.GC}
+	return &Collector{cfg: cfg, heap: readHeap, gc: runtime.GC, woken: make(chan struct{}, 1)}
 }
 
 // Due reports whether h has grown past the share of the way to its goal.
@@ -143,6 +171,10 @@ func (c *Collector) Due(h Heap) bool {
 	return float64(h.InUse) >= float64(h.Live)+c.cfg.Share*float64(h.Goal-h.Live)
 }
 
+// parkRetry is how long a Collector that found no quiet moment to park
+// in waits before it looks again (a change makes it look at once).
+const parkRetry = time.Minute
+
 // Run follows view until ctx ends.
 func (c *Collector) Run(ctx context.Context, view Snapshots) {
 	select {
@@ -150,10 +182,29 @@ func (c *Collector) Run(ctx context.Context, view Snapshots) {
 	case <-ctx.Done():
 		return
 	}
+	defer c.unpark()
 	snap := view.Snapshot()
+	var retry <-chan time.Time // set after a failed wait for quiet to park
 	for {
+		if c.cfg.Park && !c.parked && retry == nil {
+			if c.waitQuiet(ctx) {
+				c.park()
+			} else if ctx.Err() == nil {
+				retry = time.After(parkRetry)
+			}
+		}
 		select {
 		case <-snap.Done():
+		case <-c.woken:
+			if c.parked && c.collected.Load() == c.parks.Load() {
+				// The heap grew to its goal while parked: back to the
+				// runtime until the next quiet moment.
+				c.unpark()
+			}
+			continue
+		case <-retry:
+			retry = nil
+			continue
 		case <-ctx.Done():
 			return
 		}
@@ -165,9 +216,60 @@ func (c *Collector) Run(ctx context.Context, view Snapshots) {
 		if !changed {
 			continue // a revision no stream can see: no push
 		}
+		c.unpark()
+		retry = nil
 		if c.waitQuiet(ctx) {
 			c.CollectIfDue()
 		}
+	}
+}
+
+// park turns GOGC off, with a memory limit at what the heap would take at
+// its goal (or the limit already set, if lower), and arms a sentinel
+// whose cleanup runs after the next collection. With GOGC already off
+// there is no forced collection to hold off, and it leaves things be.
+func (c *Collector) park() {
+	h := c.heap()
+	limit := int64(h.Total + h.Goal - min(h.InUse, h.Goal))
+	prevLimit := debug.SetMemoryLimit(-1) // reads it
+	if prevLimit < limit {
+		limit = prevLimit
+	}
+	debug.SetMemoryLimit(limit)
+	prev := debug.SetGCPercent(-1)
+	if prev < 0 {
+		debug.SetMemoryLimit(prevLimit)
+		return
+	}
+	c.percent, c.limit, c.parked = prev, prevLimit, true
+	gen, collected, woken := c.parks.Add(1), &c.collected, c.woken
+	runtime.AddCleanup(new(sentinel), func(uint64) {
+		collected.Store(gen)
+		select {
+		case woken <- struct{}{}:
+		default:
+		}
+	}, gen)
+	if c.cfg.Parked != nil {
+		c.cfg.Parked.Set(1)
+	}
+}
+
+// sentinel is what a parking's cleanup is attached to: unreachable from
+// the start, it is found so by the next collection. (A pointer field keeps
+// it out of the tiny allocator, whose blocks are shared and freed late.)
+type sentinel struct{ _ *int }
+
+// unpark restores GOGC and the memory limit, if parked.
+func (c *Collector) unpark() {
+	if !c.parked {
+		return
+	}
+	debug.SetGCPercent(c.percent)
+	debug.SetMemoryLimit(c.limit)
+	c.parked = false
+	if c.cfg.Parked != nil {
+		c.cfg.Parked.Set(0)
 	}
 }
 
@@ -206,7 +308,8 @@ func (c *Collector) waitQuiet(ctx context.Context) bool {
 	}
 }
 
-var heapMetrics = []string{"/gc/heap/live:bytes", "/gc/heap/goal:bytes", "/memory/classes/heap/objects:bytes"}
+var heapMetrics = []string{"/gc/heap/live:bytes", "/gc/heap/goal:bytes", "/memory/classes/heap/objects:bytes",
+	"/memory/classes/total:bytes", "/memory/classes/heap/released:bytes"}
 
 func readHeap() Heap {
 	s := make([]metrics.Sample, len(heapMetrics))
@@ -214,5 +317,6 @@ func readHeap() Heap {
 		s[i].Name = n
 	}
 	metrics.Read(s)
-	return Heap{Live: s[0].Value.Uint64(), Goal: s[1].Value.Uint64(), InUse: s[2].Value.Uint64()}
+	return Heap{Live: s[0].Value.Uint64(), Goal: s[1].Value.Uint64(), InUse: s[2].Value.Uint64(),
+		Total: s[3].Value.Uint64() - s[4].Value.Uint64()}
 }

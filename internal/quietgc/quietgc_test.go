@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"runtime/metrics"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -177,5 +178,111 @@ func TestRunCollectsInTheQuiet(t *testing.T) {
 	apply(2)
 	if err := waitGCs(2, 5*time.Second); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRunParks: on the real runtime, once quiet the Collector turns GOGC
+// off under a memory limit at the heap's goal; a collection while parked
+// hands back to the runtime until the next quiet moment (not while a
+// stream is busy), a change does too, and when Run ends GOGC and the
+// limit are as they were.
+func TestRunParks(t *testing.T) {
+	e := storetest.Start(t, storetest.Options{})
+	client := e.Client(t)
+	st, err := store.New(store.Config{Client: client, MaxTxnOps: 128, MaxRequestBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	view, err := store.NewView(store.ViewConfig{Client: client, Registerer: prometheus.NewRegistry(), RetryInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gogc := func() (percent, limit uint64) {
+		s := []metrics.Sample{{Name: "/gc/gogc:percent"}, {Name: "/gc/gomemlimit:bytes"}}
+		metrics.Read(s)
+		return s[0].Value.Uint64(), s[1].Value.Uint64() // GOGC off: -1 as a uint64
+	}
+	percent0, limit0 := gogc()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := view.Run(ctx); err != nil {
+			t.Errorf("view: %v", err)
+		}
+	})
+	busy := &Busy{}
+	parked := prometheus.NewGauge(prometheus.GaugeOpts{Name: "p", Help: "p"})
+	c := New(Config{Busy: busy, Quiet: 50 * time.Millisecond, Park: true, Parked: parked})
+	wg.Go(func() { c.Run(ctx, view) })
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			wg.Wait()
+		}
+	}
+	defer stop()
+
+	waitParks := func(n uint64) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for c.parks.Load() < n {
+			if time.Now().After(deadline) {
+				t.Fatalf("parked %d times, want %d", c.parks.Load(), n)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	gauge := func() float64 {
+		var m dto.Metric
+		if err := parked.Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m.GetGauge().GetValue()
+	}
+	checkParked := func() {
+		t.Helper()
+		percent, limit := gogc()
+		h := readHeap()
+		if int64(percent) != -1 || limit >= limit0 || limit < h.Total/2 || gauge() != 1 {
+			t.Errorf("parked: GOGC %d (want off, -1), limit %d (want about the heap's goal, the memory held %d), gauge %v", percent, limit, h.Total, gauge())
+		}
+	}
+
+	waitParks(1)
+	checkParked()
+	// A collection while parked: back to the runtime, parked again once
+	// quiet.
+	runtime.GC()
+	waitParks(2)
+	checkParked()
+	// The same while a stream is busy: not parked again until it is done.
+	busy.Enter()
+	runtime.GC()
+	time.Sleep(300 * time.Millisecond)
+	if percent, limit := gogc(); c.parks.Load() != 2 || percent != percent0 || limit != limit0 || gauge() != 0 {
+		t.Errorf("while a stream is busy: %d parkings (want 2), GOGC %d, limit %d (want %d, %d), gauge %v", c.parks.Load(), percent, limit, percent0, limit0, gauge())
+	}
+	busy.Leave()
+	waitParks(3)
+	// A change: unparked, and parked again after the quiet.
+	body, err := resource.Marshal(resource.Cluster, &clusterv3.Cluster{Name: "c", ConnectTimeout: durationpb.New(time.Second),
+		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := st.MakePlan(ctx, store.PlanRequest{Puts: []store.Put{{Key: store.Key{Type: resource.Cluster, Scope: store.DefaultScope, Name: "c"}, Body: body}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Apply(ctx, plan, store.ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitParks(4)
+	checkParked()
+	stop()
+	if percent, limit := gogc(); percent != percent0 || limit != limit0 {
+		t.Errorf("after Run: GOGC %d, limit %d; want %d, %d as before", percent, limit, percent0, limit0)
 	}
 }

@@ -490,10 +490,12 @@ func (v *View) follow(ctx context.Context, from int64) error {
 	// While history is read, ask etcd where it is until it says: that
 	// marks the end of the history even if no resource changes after
 	// start-up. etcd drops a progress request while the watch is still
-	// catching up, hence the repeats. Otherwise the loop wakes only when
+	// catching up, hence the repeats. Otherwise the timer fires only when
 	// the watch has been quiet for ProgressInterval, then every
-	// progressRetry until etcd answers or StallTimeout passes: an idle view
-	// wakes about twice per ProgressInterval, not ten times a second.
+	// progressRetry until etcd answers or StallTimeout passes; each
+	// response sets it a ProgressInterval ahead again. An idle view wakes
+	// twice per ProgressInterval (the timer, the answer), not ten times a
+	// second.
 	check := time.NewTimer(progressRetry)
 	defer check.Stop()
 	started := time.Now()
@@ -535,6 +537,12 @@ func (v *View) follow(ctx context.Context, from int64) error {
 			v.cfg.Logger.Debug("view: watch response", "header", wr.Header.Revision, "events", len(wr.Events), "progress", wr.IsProgressNotify())
 			v.heard.Store(time.Now().UnixNano())
 			v.handle(wr)
+			if v.historyTo == 0 {
+				// Heard: the next request for progress is due a
+				// ProgressInterval from now, and the wake the timer
+				// would make to see this answer is saved.
+				check.Reset(v.cfg.ProgressInterval + time.Millisecond)
+			}
 		}
 	}
 }
