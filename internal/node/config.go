@@ -326,7 +326,7 @@ func DefaultConfig() Config {
 		KeepaliveMinTime:      5 * time.Second,  // Envoy's and gRPC's usual pings are 10s or more
 		KeepaliveTime:         30 * time.Second, // the kernel probes a quiet client after 30s
 		KeepaliveTimeout:      10 * time.Second, // and drops it if it does not answer in 10s
-		PingTime:              5 * time.Minute,  // grpc-go's xDS client pings every 5m too
+		PingTime:              2 * time.Hour,    // grpc-go's own default: the kernel finds dead peers
 		MaxConnectionAge:      0,                // connections live as long as their clients
 		MaxConnectionAgeGrace: 30 * time.Second, // once aged, streams get 30s to end
 		MaxStreamsPerConn:     100,              // Envoy and grpc-go open one ADS stream a connection
