@@ -116,21 +116,7 @@ func TestRunCollectsInTheQuiet(t *testing.T) {
 	wg.Go(func() { c.Run(ctx, view) })
 	<-view.Ready()
 
-	apply := func(i int) {
-		t.Helper()
-		body, err := resource.Marshal(resource.Cluster, &clusterv3.Cluster{Name: "c", ConnectTimeout: durationpb.New(time.Duration(i+1) * time.Second),
-			ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		plan, err := st.MakePlan(ctx, store.PlanRequest{Puts: []store.Put{{Key: store.Key{Type: resource.Cluster, Scope: store.DefaultScope, Name: "c"}, Body: body}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := st.Apply(ctx, plan, store.ApplyOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	apply := func(i int) { t.Helper(); applyCluster(ctx, t, st, i) }
 	waitGCs := func(want int64, within time.Duration) error {
 		deadline := time.Now().Add(within)
 		for gcs.Load() < want {
@@ -267,7 +253,20 @@ func TestRunParks(t *testing.T) {
 	busy.Leave()
 	waitParks(3)
 	// A change: unparked, and parked again after the quiet.
-	body, err := resource.Marshal(resource.Cluster, &clusterv3.Cluster{Name: "c", ConnectTimeout: durationpb.New(time.Second),
+	applyCluster(ctx, t, st, 0)
+	waitParks(4)
+	checkParked()
+	stop()
+	if percent, limit := gogc(); percent != percent0 || limit != limit0 {
+		t.Errorf("after Run: GOGC %d, limit %d; want %d, %d as before", percent, limit, percent0, limit0)
+	}
+}
+
+// applyCluster writes cluster "c" with a connect timeout of i+1 seconds:
+// a change every stream could see.
+func applyCluster(ctx context.Context, t *testing.T, st *store.Store, i int) {
+	t.Helper()
+	body, err := resource.Marshal(resource.Cluster, &clusterv3.Cluster{Name: "c", ConnectTimeout: durationpb.New(time.Duration(i+1) * time.Second),
 		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS}})
 	if err != nil {
 		t.Fatal(err)
@@ -278,11 +277,5 @@ func TestRunParks(t *testing.T) {
 	}
 	if _, err := st.Apply(ctx, plan, store.ApplyOptions{}); err != nil {
 		t.Fatal(err)
-	}
-	waitParks(4)
-	checkParked()
-	stop()
-	if percent, limit := gogc(); percent != percent0 || limit != limit0 {
-		t.Errorf("after Run: GOGC %d, limit %d; want %d, %d as before", percent, limit, percent0, limit0)
 	}
 }
