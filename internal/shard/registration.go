@@ -1,0 +1,234 @@
+package shard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// This replica's own registration in the etcd registry (its record under
+// a lease kept alive), and discovery of its peers through the registry.
+
+// register grants a lease, writes this replica's record under it and
+// starts keeping it alive until root ends. ctx bounds the grant and write.
+func (m *Membership) register(ctx, root context.Context) (<-chan *clientv3.LeaseKeepAliveResponse, error) {
+	ttl := int64((m.cfg.LeaseTTL + time.Second - 1) / time.Second)
+	g, err := m.cfg.Client.Grant(ctx, ttl)
+	if err != nil {
+		return nil, fmt.Errorf("shard: grant registry lease: %w", err)
+	}
+	key := RegistryKey(m.cfg.Prefix, m.cfg.Name)
+	self := m.Self()
+	prev, err := m.cfg.Client.Put(ctx, key, string(encodeRecord(self)), clientv3.WithLease(g.ID), clientv3.WithPrevKV())
+	if err != nil {
+		m.revokeLease(g.ID, m.cfg.TCPTimeout) //nolint:errcheck // the put's error is the one to report; the lease expires anyway
+		return nil, fmt.Errorf("shard: register %s: %w", key, err)
+	}
+	if prev.PrevKv != nil && prev.PrevKv.Lease != int64(m.lease.Load()) {
+		if old, err := decodeRecord(key, m.cfg.Name, prev.PrevKv.Value); err == nil && old.GossipAddr != self.GossipAddr {
+			// Usually this replica's previous life, not yet expired; if it
+			// is alive, two replicas share a name, which memberlist reports
+			// as a conflict.
+			m.log.Info("shard: replaced the registry record of an earlier replica of this name",
+				"key", key, "old_gossip_addr", old.GossipAddr, "old_started", old.Started)
+		}
+	}
+	ka, err := m.cfg.Client.KeepAlive(root, g.ID)
+	if err != nil {
+		m.revokeLease(g.ID, m.cfg.TCPTimeout) //nolint:errcheck // the keep-alive's error is the one to report; the lease expires anyway
+		return nil, fmt.Errorf("shard: keep registry lease alive: %w", err)
+	}
+	m.lease.Store(int64(g.ID))
+	return ka, nil
+}
+
+// registryLoop keeps the record current: it drains the keep-alive
+// responses, writes the record again after SetReady, and registers again
+// with a new lease when the lease is lost (etcd unreachable for longer than
+// the TTL).
+func (m *Membership) registryLoop(ctx context.Context, ka <-chan *clientv3.LeaseKeepAliveResponse) {
+	defer m.wg.Done()
+	const minBackoff, maxBackoff = 200 * time.Millisecond, 5 * time.Second
+	backoff := minBackoff
+	register := stoppedTimer() // registering again, after the lease was lost
+	defer register.Stop()
+	rewrite := stoppedTimer() // writing the record again, after a failed write
+	defer rewrite.Stop()
+
+	lost := func() {
+		ka = nil
+		m.lease.Store(0)
+		m.metrics.leaseLost.Inc()
+		backoff = minBackoff
+		register.Reset(backoff)
+	}
+	// The record changes with readiness only; a flapping replica still
+	// writes it at most once per minRecordInterval, the last state winning.
+	var last time.Time
+	write := func() {
+		rewrite.Stop()
+		if wait := minRecordInterval - time.Since(last); !last.IsZero() && wait > 0 {
+			rewrite.Reset(wait)
+			return
+		}
+		last = time.Now()
+		id := clientv3.LeaseID(m.lease.Load())
+		if id == 0 {
+			return // registering again writes the current record
+		}
+		err := m.putRecord(ctx, id)
+		switch {
+		case errors.Is(err, rpctypes.ErrLeaseNotFound):
+			m.log.Warn("shard: registry lease expired; registering again")
+			lost()
+		case err != nil && ctx.Err() == nil:
+			// The gossip meta, which the rings use, is already updated:
+			// only `xdsadmin members` is behind until the retry.
+			m.log.Warn("shard: update registry record; retrying", "err", err, "retry_in", time.Second)
+			rewrite.Reset(time.Second)
+		}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case _, ok := <-ka:
+			if !ok && ctx.Err() == nil {
+				m.log.Warn("shard: registry lease lost; registering again")
+				lost()
+			}
+		case <-m.recordKick:
+			write()
+		case <-rewrite.C:
+			write()
+		case <-register.C:
+			rctx, cancel := context.WithTimeout(ctx, m.cfg.LeaseTTL)
+			newKA, err := m.register(rctx, ctx)
+			cancel()
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				backoff = min(2*backoff, maxBackoff)
+				m.log.Warn("shard: register again", "err", err, "retry_in", backoff)
+				register.Reset(backoff)
+				continue
+			}
+			ka = newKA
+			m.log.Info("shard: registered again")
+		}
+	}
+}
+
+// minRecordInterval spaces a replica's writes of its registry record: its
+// membership writes are at most one a second, whatever the cluster's size.
+const minRecordInterval = time.Second
+
+// stoppedTimer returns a timer that has not started.
+func stoppedTimer() *time.Timer {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}
+
+func (m *Membership) putRecord(ctx context.Context, id clientv3.LeaseID) error {
+	pctx, cancel := context.WithTimeout(ctx, m.cfg.LeaseTTL)
+	defer cancel()
+	key := RegistryKey(m.cfg.Prefix, m.cfg.Name)
+	if _, err := m.cfg.Client.Put(pctx, key, string(encodeRecord(m.Self())), clientv3.WithLease(id)); err != nil {
+		return fmt.Errorf("shard: write %s: %w", key, err)
+	}
+	return nil
+}
+
+// revoke revokes the registry lease, deleting the record.
+func (m *Membership) revoke(timeout time.Duration) error {
+	id := clientv3.LeaseID(m.lease.Swap(0))
+	if id == 0 {
+		return nil
+	}
+	return m.revokeLease(id, timeout)
+}
+
+func (m *Membership) revokeLease(id clientv3.LeaseID, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if _, err := m.cfg.Client.Revoke(ctx, id); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return fmt.Errorf("shard: revoke registry lease: %w", err)
+	}
+	return nil
+}
+
+// --- discovery ---
+
+// discoveryLoop joins the seeds or the registered peers at once, then
+// every RefreshInterval joins registered members that gossip does not
+// know as alive: replicas that registered at the same moment as this one,
+// or that were partitioned away and came back.
+func (m *Membership) discoveryLoop(ctx context.Context) {
+	defer m.wg.Done()
+	if len(m.cfg.Join) > 0 {
+		m.join(m.cfg.Join, true)
+	} else {
+		m.joinRegistered(ctx, true)
+	}
+	close(m.joined)
+	t := time.NewTicker(m.cfg.RefreshInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			m.joinRegistered(ctx, false)
+		}
+	}
+}
+
+func (m *Membership) joinRegistered(ctx context.Context, first bool) {
+	rctx, cancel := context.WithTimeout(ctx, m.cfg.LeaseTTL)
+	members, bad, err := ReadRegistry(rctx, m.cfg.Client, m.cfg.Prefix)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			m.log.Warn("shard: read the registry to find peers", "err", err)
+		}
+		return
+	}
+	if first {
+		for _, b := range bad {
+			m.log.Warn("shard: skipping a malformed registry record", "key", b.Key, "err", b.Err)
+		}
+	}
+	m.nodesMu.Lock()
+	var addrs []string
+	for _, mem := range members {
+		if _, ok := m.nodes[mem.Name]; ok || mem.Name == m.cfg.Name || mem.GossipAddr == "" {
+			continue
+		}
+		addrs = append(addrs, mem.GossipAddr)
+	}
+	m.nodesMu.Unlock()
+	if len(addrs) > 0 && ctx.Err() == nil {
+		m.join(addrs, first)
+	}
+}
+
+// join joins the gossip cluster through addrs. Failing to reach them is
+// normal (a peer that crashed is registered until its lease expires): it
+// is logged, at Warn only for the first attempt.
+func (m *Membership) join(addrs []string, first bool) {
+	n, err := m.ml.Join(addrs)
+	switch {
+	case err != nil && first:
+		m.log.Warn("shard: no peer reachable; alone until one is", "peers", addrs, "err", err)
+	case err != nil:
+		m.log.Debug("shard: join registered peers", "peers", addrs, "err", err)
+	default:
+		m.log.Debug("shard: joined peers", "peers", addrs, "reached", n)
+	}
+}
