@@ -1,11 +1,13 @@
 package authz
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -41,6 +43,14 @@ type WatcherConfig struct {
 	StallTimeout time.Duration
 	// RetryInterval is the pause between failed loads. Zero: 1s.
 	RetryInterval time.Duration
+	// StaleAfter bounds how long the rules may go unconfirmed by etcd (no
+	// watch response, progress notification or load): past it Fresh
+	// reports them stale and the holders of the current table are woken
+	// (Current's channel), so that they re-check and refuse rather than
+	// judge clients on rules that may miss a revocation (xds-node's
+	// --authz-stale-after). It must exceed ProgressInterval, the most a
+	// healthy watch stays quiet. Zero: no bound.
+	StaleAfter time.Duration
 }
 
 // DefaultWatcherConfig returns a WatcherConfig with the defaults; Client
@@ -61,8 +71,11 @@ func (c WatcherConfig) Validate() error {
 		return errors.New("authz: WatcherConfig.Client is required")
 	case c.Prefix != "" && checkPrefix(c.Prefix) != nil:
 		return checkPrefix(c.Prefix)
-	case c.ProgressInterval < 0, c.StallTimeout < 0, c.RetryInterval < 0:
+	case c.ProgressInterval < 0, c.StallTimeout < 0, c.RetryInterval < 0, c.StaleAfter < 0:
 		return errors.New("authz: WatcherConfig intervals must not be negative")
+	case c.StaleAfter > 0 && c.StaleAfter <= cmp.Or(c.ProgressInterval, DefaultWatcherConfig().ProgressInterval):
+		return fmt.Errorf("authz: WatcherConfig.StaleAfter %s must exceed the progress interval %s: a healthy watch is quiet that long",
+			c.StaleAfter, cmp.Or(c.ProgressInterval, DefaultWatcherConfig().ProgressInterval))
 	}
 	return Options{DefaultTrustDomain: c.DefaultTrustDomain}.Validate()
 }
@@ -95,6 +108,10 @@ type Watcher struct {
 	metrics *metrics
 	ready   chan struct{}
 	cur     atomic.Pointer[published]
+	// heard is when etcd last confirmed the rules, as nanoseconds since
+	// epoch plus one (monotonic; 0 before the first load).
+	heard atomic.Int64
+	epoch time.Time
 
 	// Owned by Run.
 	rev     int64                // revision the rules are at
@@ -128,8 +145,10 @@ func NewWatcher(cfg WatcherConfig) (*Watcher, error) {
 		good:    map[string]*compiled{},
 		bad:     map[string]int64{},
 		logged:  map[string]int64{},
+		epoch:   time.Now(),
 	}
 	w.cur.Store(&published{table: &Table{}, done: make(chan struct{})})
+	w.metrics.freshness(cfg.Registerer, w.age, cfg.StaleAfter)
 	return w, nil
 }
 
@@ -150,6 +169,13 @@ func (w *Watcher) Ready() <-chan struct{} { return w.ready }
 // everything again. Failures of etcd are retried forever, the last table
 // staying current meanwhile. Call it once.
 func (w *Watcher) Run(ctx context.Context) error {
+	if w.cfg.StaleAfter > 0 {
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		fctx, stop := context.WithCancel(ctx)
+		defer stop()
+		wg.Go(func() { w.watchFreshness(fctx) })
+	}
 	first := true
 	for ctx.Err() == nil {
 		if err := w.load(ctx); err != nil {
@@ -196,6 +222,7 @@ func (w *Watcher) load(ctx context.Context) error {
 	}
 	w.rev = resp.Header.Revision
 	w.publish()
+	w.hear()
 	return nil
 }
 
@@ -247,6 +274,7 @@ func (w *Watcher) follow(ctx context.Context) error {
 				return wr.Err()
 			}
 			heard = time.Now()
+			w.hear()
 			if len(wr.Events) == 0 {
 				continue // progress
 			}
@@ -310,5 +338,85 @@ func sleep(ctx context.Context, d time.Duration) bool {
 		return true
 	case <-ctx.Done():
 		return false
+	}
+}
+
+// ErrStale is matched (errors.Is) by the error Fresh returns.
+var ErrStale = errors.New("authz: rules stale")
+
+// Fresh returns nil while the rules may be trusted: StaleAfter is zero,
+// they are not loaded yet (Ready says so), or etcd confirmed them within
+// StaleAfter. Else an error matching ErrStale that says for how long etcd
+// has been silent. It never blocks.
+func (w *Watcher) Fresh() error {
+	if w.cfg.StaleAfter <= 0 {
+		return nil
+	}
+	if age, loaded := w.age(); loaded && age > w.cfg.StaleAfter {
+		return fmt.Errorf("%w: nothing heard from etcd for %s, more than the bound of %s",
+			ErrStale, age.Round(time.Millisecond), w.cfg.StaleAfter)
+	}
+	return nil
+}
+
+// age returns how long ago etcd last confirmed the rules, and false
+// before the first load.
+func (w *Watcher) age() (time.Duration, bool) {
+	h := w.heard.Load()
+	if h == 0 {
+		return 0, false
+	}
+	return time.Since(w.epoch) - time.Duration(h-1), true
+}
+
+// hear records that etcd confirmed the rules now.
+func (w *Watcher) hear() { w.heard.Store(int64(time.Since(w.epoch)) + 1) }
+
+// watchFreshness wakes the holders of the current table each time the
+// rules turn stale (StaleAfter without word from etcd), so that they
+// re-check, find them stale (Fresh) and end, until ctx ends. It wakes
+// once per StaleAfter while the rules are fresh, and every quarter of it
+// (at most a second) while they are stale, to see them turn fresh.
+func (w *Watcher) watchFreshness(ctx context.Context) {
+	bound := w.cfg.StaleAfter
+	t := time.NewTimer(bound)
+	defer t.Stop()
+	stale := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		age, loaded := w.age()
+		switch {
+		case !loaded:
+			t.Reset(bound)
+		case age > bound:
+			if !stale {
+				stale = true
+				w.metrics.staleTurns.Inc()
+				w.cfg.Logger.Warn("authz: the rules are stale: nothing heard from etcd within the bound; refusing streams until etcd answers",
+					"quiet", age.Round(time.Millisecond).String(), "bound", bound.String(), "revision", w.cur.Load().table.Revision())
+				w.wake()
+			}
+			t.Reset(min(bound/4, time.Second))
+		default:
+			if stale {
+				stale = false
+				w.cfg.Logger.Info("authz: the rules are fresh again", "revision", w.cur.Load().table.Revision())
+			}
+			t.Reset(bound - age + time.Millisecond)
+		}
+	}
+}
+
+// wake closes the current table's channel, putting the same table in its
+// place, so that its holders re-check. If a newer table was published
+// meanwhile, that publication woke them.
+func (w *Watcher) wake() {
+	p := w.cur.Load()
+	if w.cur.CompareAndSwap(p, &published{table: p.table, done: make(chan struct{})}) {
+		close(p.done)
 	}
 }
