@@ -32,6 +32,9 @@ type applyFlags struct {
 	// checkRefs and strict: see checkReferences.
 	checkRefs bool
 	strict    bool
+	// allowInlineKeys: write resources other than secrets that carry an
+	// inline private key (see refuseInlineKeys).
+	allowInlineKeys bool
 }
 
 // defaultLockTimeout is how long apply and delete wait for the scope's
@@ -68,6 +71,16 @@ what every Any holds (typed_config: an unknown type is an error), an
 HttpConnectionManager's router filter last, and non-empty names unique per
 type across all the files. An error names the file, the document, the
 resource, the field (its path through typed_config) and the rule.
+
+A private key given inline (inline_bytes or inline_string) anywhere but in a
+secret resource is refused, naming the field: a TlsCertificate's
+private_key, pkcs12, password or private_key_provider in a listener's or a
+cluster's transport_socket, a gRPC client's ssl_credentials. Replicas send
+secrets only to clients allowed them, but a listener or a cluster to every
+client that may see it: put the key in a secret and reference it over SDS,
+or name a file on the client (filename). --allow-inline-keys writes such
+resources anyway; replicas then send them only to clients allowed the
+scope's secrets.
 
 --prune also deletes the resources of the scope that the files do not name,
 of the types the files hold: "apply -f clusters.yaml --prune" deletes only
@@ -124,6 +137,7 @@ then the etcd revision the apply made.`,
 	fl.DurationVar(&f.lockTimeout, "lock-timeout", defaultLockTimeout, "how long to wait for the scope's apply lock, held by another apply or delete")
 	fl.BoolVar(&f.checkRefs, "check-references", false, "warn about routes naming missing clusters, listeners naming missing route configurations (RDS) and EDS clusters without endpoints, in the input and the scope")
 	fl.BoolVar(&f.strict, "strict", false, "with --check-references: a missing reference is an error, and nothing is written")
+	fl.BoolVar(&f.allowInlineKeys, "allow-inline-keys", false, "write resources other than secrets that carry an inline private key (RISK: the key goes wherever the resource goes; replicas send such resources only to clients allowed secrets)")
 	_ = cmd.MarkFlagFilename("filename", "yaml", "yml", "json")
 	return cmd
 }
@@ -197,6 +211,11 @@ func (a *app) runApply(ctx context.Context, f applyFlags) error {
 	docs, err := readDocs(f.files, a.in)
 	if err != nil {
 		return err
+	}
+	if !f.allowInlineKeys {
+		if err := refuseInlineKeys(docs); err != nil {
+			return err
+		}
 	}
 	if len(docs) == 0 {
 		msg := fmt.Sprintf("no resources in %s", strings.Join(f.files, ", "))

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/legation-io/legation/internal/resource"
@@ -98,4 +99,26 @@ func dirFiles(dir string) ([]string, error) {
 	}
 	sort.Strings(files)
 	return files, nil
+}
+
+// refuseInlineKeys returns a *resource.DocError for the first resource of
+// docs, other than an SDS secret, that carries an inline private key
+// (resource.InlineKeys), naming every such field. A replica serves a
+// secret only to clients allowed the scope's secrets; a key inside a
+// listener or a cluster would travel with it, so it belongs in a secret
+// (referenced over SDS) or in a file on the client's machine.
+func refuseInlineKeys(docs []resource.Doc) error {
+	for i := range docs {
+		d := &docs[i]
+		if d.Type == resource.Secret {
+			continue
+		}
+		paths := resource.InlineKeys(d.Message)
+		if len(paths) == 0 {
+			continue
+		}
+		return &resource.DocError{Source: d.Source, Index: d.Index, Item: d.Item, Resource: d.Type.Name + " " + strconv.Quote(d.Name),
+			Err: fmt.Errorf("%s: an inline private key outside a secret resource: put it in a secret and reference it over SDS (sds_config), or name a file on the client (filename); --allow-inline-keys writes it anyway", strings.Join(paths, ", "))}
+	}
+	return nil
 }
