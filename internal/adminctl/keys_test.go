@@ -1,9 +1,10 @@
 package adminctl
 
 import (
-	"github.com/legation-io/legation/internal/store/storetest"
 	"strings"
 	"testing"
+
+	"github.com/legation-io/legation/internal/store/storetest"
 )
 
 // testKey is a private key as an operator would paste it inline.
