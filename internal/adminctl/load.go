@@ -103,7 +103,7 @@ func (a *app) runLoad(ctx context.Context, cluster string, by lrs.By, last int) 
 	case lrs.ByLocality:
 		head = append(head, "LOCALITY")
 	case lrs.ByNode:
-		head = append(head, "NODE")
+		head = append(head, "NODE", "IDENTITY")
 	}
 	head = append(head, "WINDOW", "RPS", "ERRORS", "DROPS/S", "ISSUED", "SUCCEEDED", "ERRORED", "IN-PROGRESS", "DROPPED", "REPLICAS")
 	row(w, head...)
@@ -113,7 +113,11 @@ func (a *app) runLoad(ctx context.Context, cluster string, by lrs.By, last int) 
 		case lrs.ByLocality:
 			cols = append(cols, s.Locality)
 		case lrs.ByNode:
-			cols = append(cols, s.Node)
+			id := s.Identity
+			if id == "" {
+				id = "-"
+			}
+			cols = append(cols, s.Node, id)
 		}
 		cols = append(cols, fmt.Sprintf("%gs", s.Seconds),
 			strconv.FormatFloat(s.RequestsPerSecond, 'f', 2, 64),

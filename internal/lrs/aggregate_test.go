@@ -64,17 +64,17 @@ func report(cluster string, interval time.Duration, ls ...*endpointv3.UpstreamLo
 func TestAggregate(t *testing.T) {
 	s, c, reg := newServer(t, lrs.Config{})
 	c.t = t0.Add(time.Second)
-	s.Accept("n1", "", report("c1", 10*time.Second, localityStats("z1", 10, 8, 2, 1), localityStats("z2", 5, 5, 0, 0)))
+	s.Accept(lrs.Reporter{Node: "n1"}, report("c1", 10*time.Second, localityStats("z1", 10, 8, 2, 1), localityStats("z2", 5, 5, 0, 0)))
 	r := report("c1", 10*time.Second, localityStats("z1", 20, 20, 0, 3))
 	r.ClusterStats[0].TotalDroppedRequests = 4
 	r.ClusterStats[0].DroppedRequests = []*endpointv3.ClusterStats_DroppedRequests{{Category: "throttle", DroppedCount: 4}}
 	r.ClusterStats[0].UpstreamLocalityStats[0].LoadMetricStats = []*endpointv3.EndpointLoadMetricStats{{MetricName: "cpu", NumRequestsFinishedWithMetric: 2, TotalMetricValue: 1.5}}
-	s.Accept("n2", "", r)
+	s.Accept(lrs.Reporter{Node: "n2"}, r)
 	c.t = t0.Add(9 * time.Second)
-	s.Accept("n1", "", report("c1", 10*time.Second, localityStats("z1", 1, 1, 0, 0)))
+	s.Accept(lrs.Reporter{Node: "n1"}, report("c1", 10*time.Second, localityStats("z1", 1, 1, 0, 0)))
 	// The next window.
 	c.t = t0.Add(11 * time.Second)
-	s.Accept("n1", "", report("c1", 10*time.Second, localityStats("z1", 30, 27, 3, 2)))
+	s.Accept(lrs.Reporter{Node: "n1"}, report("c1", 10*time.Second, localityStats("z1", 30, 27, 3, 2)))
 
 	ws := s.Closed(t0.Add(20 * time.Second))
 	if len(ws) != 2 {
@@ -227,14 +227,14 @@ func TestBadReports(t *testing.T) {
 					&endpointv3.EndpointLoadMetricStats{MetricName: fmt.Sprint(i), TotalMetricValue: 1})
 			}
 		}), "too_many_metrics", 4, 1},
-		{"saturating counts", bad(func(c *endpointv3.ClusterStats) {
+		{"absurd counts", bad(func(c *endpointv3.ClusterStats) {
 			c.UpstreamLocalityStats = append(c.UpstreamLocalityStats, localityStats("z1", math.MaxUint64, 0, 0, 0))
-		}), "", 0, math.MaxUint64},
+		}), "over_rate", 1, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			known := func(_, cluster string) bool { return cluster != "nope" }
 			s, _, reg := newServer(t, lrs.Config{Known: known})
-			s.Accept("n1", "", tc.req)
+			s.Accept(lrs.Reporter{Node: "n1"}, tc.req)
 			if tc.reason != "" {
 				if got := xdstest.CounterSum(t, reg, "legation_lrs_rejected_total", "reason", tc.reason); got != tc.rejected {
 					t.Errorf("legation_lrs_rejected_total{reason=%q} = %v, want %v", tc.reason, got, tc.rejected)
@@ -269,7 +269,7 @@ func TestRowsBounded(t *testing.T) {
 	s, _, _ := newServer(t, lrs.Config{})
 	nodes := 3 * lrs.MaxRows
 	for i := range nodes {
-		s.Accept(fmt.Sprintf("n%05d", i), "", report(fmt.Sprintf("c%d", i%(lrs.MaxRows+10)), time.Second))
+		s.Accept(lrs.Reporter{Node: fmt.Sprintf("n%05d", i)}, report(fmt.Sprintf("c%d", i%(lrs.MaxRows+10)), time.Second))
 	}
 	ws := s.Closed(t0.Add(time.Hour))
 	if len(ws) != 1 {
@@ -295,7 +295,7 @@ func TestRowsBounded(t *testing.T) {
 func TestClusterLabelsBounded(t *testing.T) {
 	s, _, reg := newServer(t, lrs.Config{MaxClusterLabels: 2})
 	for _, c := range []string{"a", "b", "c", "d", "a"} {
-		s.Accept("n1", "", report(c, time.Second, localityStats("z", 1, 1, 0, 0)))
+		s.Accept(lrs.Reporter{Node: "n1"}, report(c, time.Second, localityStats("z", 1, 1, 0, 0)))
 	}
 	for label, want := range map[string]float64{"a": 2, "b": 1, "other": 2, "c": 0} {
 		if got := xdstest.CounterSum(t, reg, "legation_lrs_requests_total", "cluster", label, "outcome", "issued"); got != want {
@@ -340,7 +340,7 @@ func BenchmarkAccept(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := range b.N {
-		s.Accept(nodes[i%len(nodes)], "", req)
+		s.Accept(lrs.Reporter{Node: nodes[i%len(nodes)]}, req)
 	}
 }
 
@@ -355,7 +355,7 @@ func TestEncodeBounded(t *testing.T) {
 			r.ClusterStats[0].UpstreamLocalityStats[0].LoadMetricStats = append(r.ClusterStats[0].UpstreamLocalityStats[0].LoadMetricStats,
 				&endpointv3.EndpointLoadMetricStats{MetricName: fmt.Sprintf("%s-%d", long, m), NumRequestsFinishedWithMetric: 1, TotalMetricValue: math.MaxFloat64})
 		}
-		s.Accept(fmt.Sprintf("%s-%05d", long, i), "", r)
+		s.Accept(lrs.Reporter{Node: fmt.Sprintf("%s-%05d", long, i)}, r)
 	}
 	ws := s.Closed(t0.Add(time.Hour))
 	if len(ws) != 1 {

@@ -10,7 +10,12 @@
 // not positive or is absurd, a cluster the node cannot see, more
 // localities, clusters, categories or metrics than the bounds) are cut to
 // the bounds or skipped, and counted by reason; they never end the stream
-// or grow memory without bound.
+// or grow memory without bound. Reports also count against the node that
+// sent them, per window: cluster stats that take a node past
+// Config.MaxRate are refused, and a node's rows beyond
+// Config.MaxRowsPerNode are summed into one of its own, so that one node
+// cannot drown or crowd out the others. Rows name the node and the
+// identity of the client that reported for it (Config.Identity).
 //
 // Each replica rolls what its own nodes reported up into windows of one
 // interval, aligned on the wall clock, and its Server.Run publishes each

@@ -38,7 +38,7 @@ func FuzzAccept(f *testing.F) {
 			t.Fatal(err)
 		}
 		s.SetNow(func() time.Time { return t0 })
-		s.Accept("n1", "", &req)
+		s.Accept(lrs.Reporter{Node: "n1"}, &req)
 		for _, w := range s.Closed(t0.Add(time.Hour)) {
 			if len(w.Rows) > 5*6 {
 				t.Fatalf("%d rows from one report of at most 5 clusters of 5 localities", len(w.Rows))

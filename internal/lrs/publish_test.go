@@ -63,7 +63,7 @@ func TestPublishAndRead(t *testing.T) {
 	)
 	for ctx.Err() == nil {
 		for name, s := range servers {
-			s.Accept("node-"+name, "", report("c1", time.Second, localityStats("z1", 3, 2, 1, 0)))
+			s.Accept(lrs.Reporter{Node: "node-" + name}, report("c1", time.Second, localityStats("z1", 3, 2, 1, 0)))
 			issued[name] += 3
 		}
 		var bad []lrs.BadWindow

@@ -71,6 +71,9 @@ type Summary struct {
 	Cluster  string `json:"cluster"`
 	Locality string `json:"locality,omitempty"`
 	Node     string `json:"node,omitempty"`
+	// Identity is the identity that reported for Node (by node only; ""
+	// without mTLS).
+	Identity string `json:"identity,omitempty"`
 	// From and To bound the intervals summed; Seconds is their length
 	// (the windows at the same start on several replicas count once).
 	From    time.Time `json:"from"`
@@ -138,7 +141,7 @@ func Summarize(ws []Window, cluster string, by By, last int, now time.Time) []Su
 	}
 	keep := func(w Window) bool { return !w.Start.Before(from) && w.Start.Before(to) }
 
-	type key struct{ cluster, locality, node string }
+	type key struct{ cluster, locality, node, identity string }
 	sums := map[key]*Summary{}
 	replicas := map[key]map[string]bool{}
 	for _, w := range ws {
@@ -157,11 +160,11 @@ func Summarize(ws []Window, cluster string, by By, last int, now time.Time) []Su
 					k.locality = "-"
 				}
 			case ByNode:
-				k.node = r.Node
+				k.node, k.identity = r.Node, r.Identity
 			}
 			s := sums[k]
 			if s == nil {
-				s = &Summary{Cluster: k.cluster, Locality: k.locality, Node: k.node, From: from, To: to, Seconds: seconds, Windows: slots}
+				s = &Summary{Cluster: k.cluster, Locality: k.locality, Node: k.node, Identity: k.identity, From: from, To: to, Seconds: seconds, Windows: slots}
 				sums[k] = s
 				replicas[k] = map[string]bool{}
 			}
@@ -206,7 +209,10 @@ func Summarize(ws []Window, cluster string, by By, last int, now time.Time) []Su
 		if a.Locality != b.Locality {
 			return a.Locality < b.Locality
 		}
-		return a.Node < b.Node
+		if a.Node != b.Node {
+			return a.Node < b.Node
+		}
+		return a.Identity < b.Identity
 	})
 	return out
 }

@@ -9,6 +9,7 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -66,6 +67,26 @@ type Config struct {
 	// legation_lrs_* metrics; clusters beyond it count as "other". Zero:
 	// 100.
 	MaxClusterLabels int
+	// MaxRate (--lrs-max-rate) bounds the requests (issued plus dropped)
+	// one node may report per second, on average over a window: a
+	// cluster's stats that would take the node past MaxRate times the
+	// window's length, doubled for two reports of one interval that land
+	// in one window, are refused whole and counted ("over_rate"). It keeps
+	// a node from claiming absurd counts (up to 2^64) that drown the
+	// honest ones. Zero: 1,000,000.
+	MaxRate float64
+	// MaxRowsPerNode (--lrs-max-rows-per-node) bounds the rows (one per
+	// cluster, EDS service and locality) one node adds to a window: its
+	// rows beyond are summed into one row of its own, of cluster
+	// OtherCluster, and counted ("node_rows_folded"), so that one node
+	// making up localities cannot fill a window and push the other nodes
+	// into OtherNode. Zero: 200.
+	MaxRowsPerNode int
+	// Identity, if set, returns the identity of the client of a stream's
+	// context (its certificate's, as the access rules name it; "" without
+	// mTLS): rows are kept per node and identity, so that load is
+	// attributed to who reported it. Called once per stream.
+	Identity func(ctx context.Context) string
 	// Logger gets publish failures (at Warn, once until they recover) and
 	// per-stream events (at Debug). Nil: discard.
 	Logger *slog.Logger
@@ -81,6 +102,8 @@ func DefaultConfig() Config {
 		MaxLocalities:    100,              // far more zones than a cluster spans
 		MaxClusters:      1000,
 		MaxClusterLabels: 100,
+		MaxRate:          1e6, // far beyond one proxy's traffic, far below 2^64
+		MaxRowsPerNode:   200, // 100 localities of two clusters, or 200 clusters of one
 	}
 }
 
@@ -106,6 +129,12 @@ func (c *Config) fill() {
 	if c.MaxClusterLabels == 0 {
 		c.MaxClusterLabels = d.MaxClusterLabels
 	}
+	if c.MaxRate == 0 {
+		c.MaxRate = d.MaxRate
+	}
+	if c.MaxRowsPerNode == 0 {
+		c.MaxRowsPerNode = d.MaxRowsPerNode
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -127,6 +156,12 @@ func (c Config) Validate() error {
 	}
 	if c.Windows < 1 || c.Windows > 1000 {
 		add("Windows %d must be from 1 to 1000", c.Windows)
+	}
+	if !(c.MaxRate >= 1) || math.IsInf(c.MaxRate, 0) {
+		add("MaxRate %v must be a finite number of requests per second, at least 1", c.MaxRate)
+	}
+	if c.MaxRowsPerNode < 1 || c.MaxRowsPerNode > MaxRows {
+		add("MaxRowsPerNode %d must be from 1 to %d", c.MaxRowsPerNode, MaxRows)
 	}
 	if c.MaxLocalities < 1 || c.MaxClusters < 1 || c.MaxClusterLabels < 1 {
 		add("MaxLocalities %d, MaxClusters %d and MaxClusterLabels %d must be positive", c.MaxLocalities, c.MaxClusters, c.MaxClusterLabels)
@@ -156,6 +191,11 @@ type Server struct {
 	done []Window
 	// now is the clock (tests move it).
 	now func() time.Time
+	// budget is the requests one node may report in a window (MaxRate).
+	budget uint64
+	// warnedWindow is the start (Unix ns) of the window in which a report
+	// over MaxRate was last logged.
+	warnedWindow atomic.Int64
 }
 
 var _ loadv3.LoadReportingServiceServer = (*Server)(nil)
@@ -176,7 +216,13 @@ func New(cfg Config) (*Server, error) {
 	} else {
 		first.Clusters = append([]string(nil), cfg.Clusters...)
 	}
-	return &Server{cfg: cfg, log: cfg.Logger.With("replica", cfg.Replica), metrics: m, first: first, now: time.Now}, nil
+	// Twice the window's worth: two reports of one interval can land in
+	// one window when the client's clock and the window's are not aligned.
+	budget := uint64(math.MaxUint64)
+	if b := 2 * cfg.MaxRate * cfg.Interval.Seconds(); b < float64(math.MaxUint64) {
+		budget = uint64(b)
+	}
+	return &Server{cfg: cfg, log: cfg.Logger.With("replica", cfg.Replica), metrics: m, first: first, now: time.Now, budget: budget}, nil
 }
 
 // StreamLoadStats serves one LRS stream: it reads the first request,
@@ -209,11 +255,14 @@ func (s *Server) StreamLoadStats(st loadv3.LoadReportingService_StreamLoadStatsS
 	}
 	s.metrics.streams.Inc()
 	defer s.metrics.streams.Dec()
-	node := cut(n.GetId())
-	if s.log.Enabled(ctx, slog.LevelDebug) {
-		s.log.Debug("LRS stream", "node", node, "group", group)
+	from := Reporter{Node: cut(n.GetId()), Group: group}
+	if s.cfg.Identity != nil {
+		from.Identity = cut(s.cfg.Identity(ctx))
 	}
-	s.Accept(node, group, req)
+	if s.log.Enabled(ctx, slog.LevelDebug) {
+		s.log.Debug("LRS stream", "node", from.Node, "identity", from.Identity, "group", group)
+	}
+	s.Accept(from, req)
 	if err := st.Send(s.first); err != nil {
 		return err
 	}
@@ -224,7 +273,7 @@ func (s *Server) StreamLoadStats(st loadv3.LoadReportingService_StreamLoadStatsS
 			if err != nil {
 				return endOf(err)
 			}
-			s.Accept(node, group, req)
+			s.Accept(from, req)
 		}
 	}
 	// The receive goroutine ends when the stream does: gRPC ends its
@@ -250,7 +299,7 @@ func (s *Server) StreamLoadStats(st loadv3.LoadReportingService_StreamLoadStatsS
 	for {
 		select {
 		case req := <-reqs:
-			s.Accept(node, group, req)
+			s.Accept(from, req)
 		case err := <-recvErr:
 			return endOf(err)
 		case <-recheck:
@@ -283,10 +332,19 @@ func endOf(err error) error {
 	return err
 }
 
-// Accept adds the cluster stats of one report by node (of group) to the
-// current window. What is bad in it is skipped and counted; it never
-// fails. It may be called concurrently.
-func (s *Server) Accept(node, group string, req *loadv3.LoadStatsRequest) {
+// Reporter is who sent a load report: the node id its stream claimed,
+// the node's group, and the identity of the stream's client ("" without
+// one).
+type Reporter struct {
+	Node     string
+	Identity string
+	Group    string
+}
+
+// Accept adds the cluster stats of one report from a node to the current
+// window. What is bad in it is skipped and counted; it never fails. It
+// may be called concurrently.
+func (s *Server) Accept(from Reporter, req *loadv3.LoadStatsRequest) {
 	stats := req.GetClusterStats()
 	if len(stats) == 0 {
 		return
@@ -299,17 +357,64 @@ func (s *Server) Accept(node, group string, req *loadv3.LoadStatsRequest) {
 	// Checked before the lock: Known reads the view.
 	ok := make([]bool, len(stats))
 	for i, cs := range stats {
-		ok[i] = s.check(group, cs)
+		ok[i] = s.check(from.Group, cs)
 	}
 	now := s.now()
+	overRate := false
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	w := s.windowAt(now)
+	use := w.use(from)
 	for i, cs := range stats {
-		if ok[i] {
-			s.add(w, node, cs)
+		if !ok[i] {
+			continue
 		}
+		n := requestsOf(cs)
+		if n > s.budget || use.requests > s.budget-n {
+			s.metrics.rejected.WithLabelValues("over_rate").Inc()
+			overRate = true
+			continue
+		}
+		use.requests += n
+		s.add(w, use, cs)
 	}
+	s.mu.Unlock()
+	if overRate {
+		s.warnOverRate(from, now)
+	}
+}
+
+// warnOverRate logs, at most once a window, that a node's report went
+// over --lrs-max-rate.
+func (s *Server) warnOverRate(from Reporter, now time.Time) {
+	win := now.Truncate(s.cfg.Interval).UnixNano()
+	if last := s.warnedWindow.Load(); last == win || !s.warnedWindow.CompareAndSwap(last, win) {
+		return
+	}
+	s.log.Warn("refused load reports over --lrs-max-rate (counted in legation_lrs_rejected_total{reason=\"over_rate\"}; logged once a window)",
+		"node", from.Node, "identity", from.Identity, "max_rate", s.cfg.MaxRate)
+}
+
+// requestsOf is how many requests cs claims, saturating: per locality the
+// most of issued, finished (succeeded plus errored), in progress and each
+// load metric's finished requests, plus the most of the total drops and
+// the sum of the drops by category. A client that reports absurd numbers
+// in any of them is over any budget.
+func requestsOf(cs *endpointv3.ClusterStats) uint64 {
+	var n, cats uint64
+	for _, d := range cs.GetDroppedRequests() {
+		add(&cats, d.GetDroppedCount())
+	}
+	add(&n, max(cs.GetTotalDroppedRequests(), cats))
+	for _, ls := range cs.GetUpstreamLocalityStats() {
+		done := ls.GetTotalSuccessfulRequests()
+		add(&done, ls.GetTotalErrorRequests())
+		m := max(ls.GetTotalIssuedRequests(), done, ls.GetTotalRequestsInProgress())
+		for _, lm := range ls.GetLoadMetricStats() {
+			m = max(m, lm.GetNumRequestsFinishedWithMetric())
+		}
+		add(&n, m)
+	}
+	return n
 }
 
 // check says whether cs may be added: a cluster name the node can see
@@ -336,13 +441,13 @@ func (s *Server) check(group string, cs *endpointv3.ClusterStats) bool {
 	return true
 }
 
-// add adds cs to w. s.mu is held.
-func (s *Server) add(w *window, node string, cs *endpointv3.ClusterStats) {
+// add adds cs, reported by the node of use, to w. s.mu is held.
+func (s *Server) add(w *window, use *nodeUse, cs *endpointv3.ClusterStats) {
 	cluster, service := cut(cs.GetClusterName()), cut(cs.GetClusterServiceName())
 	label := s.metrics.cluster(cluster)
 
 	// Drops are per cluster: the row without a locality.
-	dropRow := w.row(rowKey{cluster: cluster, service: service, node: node})
+	dropRow := s.rowOf(w, use, rowKey{cluster: cluster, service: service})
 	dropRow.Reports++
 	dropped := cs.GetTotalDroppedRequests()
 	add(&dropRow.Dropped, dropped)
@@ -375,7 +480,7 @@ func (s *Server) add(w *window, node string, cs *endpointv3.ClusterStats) {
 		loc := LocalityName(ls.GetLocality())
 		r := dropRow
 		if loc != "" {
-			r = w.row(rowKey{cluster: cluster, service: service, locality: loc, node: node})
+			r = s.rowOf(w, use, rowKey{cluster: cluster, service: service, locality: loc})
 			r.Reports++
 		}
 		add(&r.Issued, ls.GetTotalIssuedRequests())
@@ -408,6 +513,26 @@ func (s *Server) add(w *window, node string, cs *endpointv3.ClusterStats) {
 			r.Metrics[name] = mt
 		}
 	}
+}
+
+// rowOf returns the row of k (without its node and identity) for the
+// node of use: beyond MaxRowsPerNode rows of its own in w, the node's new
+// rows are summed into one row of cluster OtherCluster, still its own.
+// s.mu is held.
+func (s *Server) rowOf(w *window, use *nodeUse, k rowKey) *Row {
+	k.node, k.identity = use.node, use.identity
+	if r, ok := w.rows[k]; ok {
+		return r
+	}
+	if use.rows >= s.cfg.MaxRowsPerNode {
+		s.metrics.rejected.WithLabelValues("node_rows_folded").Inc()
+		k = rowKey{cluster: OtherCluster, node: use.node, identity: use.identity}
+		if r, ok := w.rows[k]; ok {
+			return r
+		}
+	}
+	use.rows++
+	return w.row(k)
 }
 
 // windowAt returns the window of now, closing the current one (into

@@ -36,6 +36,9 @@ type Row struct {
 	Service  string `json:"service,omitempty"`
 	Locality string `json:"locality,omitempty"`
 	Node     string `json:"node"`
+	// Identity is the identity of the client that reported for Node (its
+	// certificate's; "" without mTLS, and in rows of OtherNode).
+	Identity string `json:"identity,omitempty"`
 	// Reports counts the cluster stats summed into the row.
 	Reports    uint64 `json:"reports"`
 	Issued     uint64 `json:"issued,omitempty"`
@@ -82,17 +85,42 @@ const (
 	maxMetrics    = 16
 )
 
-type rowKey struct{ cluster, service, locality, node string }
+type rowKey struct{ cluster, service, locality, node, identity string }
 
 // window is a Window being filled. Not safe for concurrent use.
 type window struct {
 	start, end time.Time
 	rows       map[rowKey]*Row
 	folded     uint64
+	// nodes is what each node (and identity) reported in the window, for
+	// the per-node bounds.
+	nodes map[nodeKey]*nodeUse
+}
+
+type nodeKey struct{ node, identity string }
+
+// nodeUse is what one node reported in one window.
+type nodeUse struct {
+	node, identity string
+	// requests is the sum of requestsOf of its accepted cluster stats;
+	// rows, how many rows it made.
+	requests uint64
+	rows     int
 }
 
 func newWindow(start, end time.Time) *window {
-	return &window{start: start, end: end, rows: map[rowKey]*Row{}}
+	return &window{start: start, end: end, rows: map[rowKey]*Row{}, nodes: map[nodeKey]*nodeUse{}}
+}
+
+// use returns what the node of from reported in w so far.
+func (w *window) use(from Reporter) *nodeUse {
+	k := nodeKey{node: from.Node, identity: from.Identity}
+	u := w.nodes[k]
+	if u == nil {
+		u = &nodeUse{node: from.Node, identity: from.Identity}
+		w.nodes[k] = u
+	}
+	return u
 }
 
 // row returns the row of k, made if needed, folding beyond MaxRows.
@@ -102,7 +130,7 @@ func (w *window) row(k rowKey) *Row {
 	}
 	if len(w.rows) >= MaxRows {
 		w.folded++
-		k.node = OtherNode
+		k.node, k.identity = OtherNode, ""
 		if r, ok := w.rows[k]; ok {
 			return r
 		}
@@ -113,7 +141,7 @@ func (w *window) row(k rowKey) *Row {
 			}
 		}
 	}
-	r := &Row{Cluster: k.cluster, Service: k.service, Locality: k.locality, Node: k.node}
+	r := &Row{Cluster: k.cluster, Service: k.service, Locality: k.locality, Node: k.node, Identity: k.identity}
 	w.rows[k] = r
 	return r
 }
@@ -135,7 +163,10 @@ func (w *window) freeze(replica string) Window {
 		if a.Locality != b.Locality {
 			return a.Locality < b.Locality
 		}
-		return a.Node < b.Node
+		if a.Node != b.Node {
+			return a.Node < b.Node
+		}
+		return a.Identity < b.Identity
 	})
 	return out
 }
