@@ -183,6 +183,8 @@ func newFlagSet(cfg *node.Config) (fs *pflag.FlagSet, logLevel, logFormat *strin
 		"patterns of the identities replicas present (relay markers are trusted only from them), comma separated; empty: this replica's own certificate identity")
 	fs.StringVar(&cfg.AuthzDefaultTrustDomain, "authz-default-trust-domain", cfg.AuthzDefaultTrustDomain,
 		"with mTLS, let SPIFFE identities of this trust domain that have no rule claim any node and group; empty: no rule, no access")
+	fs.DurationVar(&cfg.AuthzStaleAfter, "authz-stale-after", cfg.AuthzStaleAfter,
+		"with mTLS, refuse new streams (UNAVAILABLE), close live ones and report not ready when etcd has not confirmed the authorization rules for this long")
 	// Limits and overload (README, "Limits and overload").
 	fs.DurationVar(&cfg.KeepaliveMinTime, "keepalive-min-time", cfg.KeepaliveMinTime,
 		"shortest interval between a client's keepalive pings accepted, with or without streams (faster: GOAWAY too_many_pings)")

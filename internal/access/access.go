@@ -71,6 +71,12 @@ type Config struct {
 	RulesReady <-chan struct{}
 	// ReadyTimeout bounds that wait. Zero: 5s.
 	ReadyTimeout time.Duration
+	// Fresh returns nil while the rules may be trusted, else why not
+	// (etcd not heard from for longer than --authz-stale-after): claims
+	// and admin checks then fail with UNAVAILABLE, so that clients go to
+	// a replica that sees etcd, and a stream re-checking after Rules'
+	// channel closed ends. Nil: always fresh.
+	Fresh func() error
 	// Replica reports whether a peer's identity is a replica's: only such
 	// a peer's relay marker and forwarded identity are trusted (with
 	// MTLS). Required with MTLS.
@@ -217,7 +223,7 @@ func (g *Guard) Authorize(ctx context.Context, n *corev3.Node, group string) (<-
 }
 
 // rules returns the current rules once loaded, waiting up to
-// ReadyTimeout.
+// ReadyTimeout, and only while they are fresh (Config.Fresh).
 func (g *Guard) rules(ctx context.Context) (Table, <-chan struct{}, error) {
 	if r := g.cfg.RulesReady; r != nil {
 		select {
@@ -234,7 +240,15 @@ func (g *Guard) rules(ctx context.Context) (Table, <-chan struct{}, error) {
 			}
 		}
 	}
+	// Read before Fresh: a table turning stale after this check closes
+	// recheck, and its holder checks again.
 	t, recheck := g.cfg.Rules()
+	if f := g.cfg.Fresh; f != nil {
+		if err := f(); err != nil {
+			return nil, nil, status.Errorf(codes.Unavailable,
+				"this replica cannot confirm its authorization rules with etcd (%v; --authz-stale-after): retry on another replica", err)
+		}
+	}
 	return t, recheck, nil
 }
 

@@ -81,8 +81,8 @@ func (s *Server) RESTHandler() http.Handler {
 			return
 		}
 		// Authorized above: the body may come from the cache.
-		out, err := s.rest.get(p.snap.Revision, restKey(p.t, p.group, p.names, p.wildcard), func() ([]byte, error) {
-			return protojson.Marshal(p.response(s.core.ControlPlane))
+		out, err := s.rest.get(p.snap.Revision, restKey(p.t, p.group, p.names, p.wildcard, p.keysOK), func() ([]byte, error) {
+			return protojson.Marshal(p.response(s.core.ControlPlane, s.core.Metrics))
 		})
 		if err != nil {
 			http.Error(w, "encode response: "+err.Error(), http.StatusInternalServerError)

@@ -86,7 +86,7 @@ func (s *Server) Fetch(ctx context.Context, r *discoveryv3.DiscoveryRequest, t *
 	if err != nil || p == nil {
 		return nil, p == nil && err == nil, err
 	}
-	return p.response(s.core.ControlPlane), false, nil
+	return p.response(s.core.ControlPlane, s.core.Metrics), false, nil
 }
 
 // polled is what a poll asks for at the snapshot that answers it.
@@ -96,6 +96,9 @@ type polled struct {
 	names    []string
 	wildcard bool
 	snap     *store.Snapshot
+	// keysOK: the client may be sent resources carrying an inline
+	// private key (those it may be sent secrets of the scope).
+	keysOK bool
 }
 
 // poll checks a poll (type, authorization, version) and returns what it
@@ -133,12 +136,15 @@ func (s *Server) poll(ctx context.Context, r *discoveryv3.DiscoveryRequest, t *r
 	if presented >= 0 && scope.UnchangedSince(snap, t, group, names, wildcard, presented) {
 		return nil, nil
 	}
-	return &polled{t: t, group: group, names: names, wildcard: wildcard, snap: snap}, nil
+	keysOK := t == resource.Secret || xdsstream.KeysAllowed(ctx, s.core.Config.Authorizer, group)
+	return &polled{t: t, group: group, names: names, wildcard: wildcard, snap: snap, keysOK: keysOK}, nil
 }
 
-// response builds the poll's answer, carrying cp (the replica's name).
-func (p *polled) response(cp *corev3.ControlPlane) *discoveryv3.DiscoveryResponse {
-	resp := Response(p.snap, p.t, p.group, p.names, p.wildcard)
+// response builds the poll's answer, carrying cp (the replica's name),
+// without the resources carrying an inline private key unless keysOK.
+func (p *polled) response(cp *corev3.ControlPlane, m *xdsstream.Metrics) *discoveryv3.DiscoveryResponse {
+	entries := xdsstream.WithoutKeys(scope.Entries(p.snap, p.t, p.group, p.names, p.wildcard), p.keysOK, m)
+	resp := responseOf(p.snap, p.t, entries)
 	resp.ControlPlane = cp
 	return resp
 }
@@ -151,7 +157,11 @@ func (p *polled) response(cp *corev3.ControlPlane) *discoveryv3.DiscoveryRespons
 // same version, those of EDS/RDS-like types only as they change. The
 // response shares the stored bodies: never modify them.
 func Response(snap *store.Snapshot, t *resource.Type, group string, names []string, wildcard bool) *discoveryv3.DiscoveryResponse {
-	entries := scope.Entries(snap, t, group, names, wildcard)
+	return responseOf(snap, t, scope.Entries(snap, t, group, names, wildcard))
+}
+
+// responseOf is the response carrying entries, of type t, at snap.
+func responseOf(snap *store.Snapshot, t *resource.Type, entries []*store.Entry) *discoveryv3.DiscoveryResponse {
 	resp := &discoveryv3.DiscoveryResponse{VersionInfo: version(snap.Revision), TypeUrl: t.URL, Resources: make([]*anypb.Any, 0, len(entries))}
 	for _, e := range entries {
 		resp.Resources = append(resp.Resources, e.Body)

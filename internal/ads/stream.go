@@ -120,7 +120,7 @@ func (st *stream) subscribe(t *resource.Type, r *discoveryv3.DiscoveryRequest) e
 	// clients are trusted to keep resources across streams.
 	if presented >= 0 && (ts.wildcard || st.s.trustVersion) &&
 		scope.UnchangedSince(snap, t, st.Group, names, ts.wildcard, presented) {
-		for _, e := range scope.Entries(snap, t, st.Group, names, ts.wildcard) {
+		for _, e := range st.SendableEntries(scope.Entries(snap, t, st.Group, names, ts.wildcard)) {
 			ts.sent.set(e)
 		}
 		ts.rec.Version, ts.rec.Acked = r.GetVersionInfo(), r.GetVersionInfo()
@@ -211,7 +211,7 @@ func (st *stream) Flush() error {
 // any of it changed.
 func (st *stream) flushFullState(ts *typeState) error {
 	names := ts.names.Sorted()
-	entries := scope.Entries(st.Snap, ts.t, st.Group, names, ts.wildcard)
+	entries := st.SendableEntries(scope.Entries(st.Snap, ts.t, st.Group, names, ts.wildcard))
 	force := ts.forceSend
 	ts.needAll, ts.forceSend = false, false
 	ts.dirty = reuse(ts.dirty)
@@ -306,7 +306,7 @@ func (st *stream) flushNamed(ts *typeState) error {
 			}
 			seen[n] = true
 		}
-		e := scope.Visible(st.Snap, ts.t, st.Group, n)
+		e := st.Sendable(scope.Visible(st.Snap, ts.t, st.Group, n))
 		if e == nil {
 			ts.sent.drop(n)
 			continue
@@ -352,6 +352,9 @@ func (st *stream) send(ts *typeState, entries []*store.Entry, ver string, sharea
 			b = append(b, st.Group...)
 			b = append(b, 0)
 			b = append(b, ver...)
+			if st.KeysWithheld() {
+				b = append(b, "\x00k"...) // without the resources carrying keys
+			}
 		} else {
 			b = append(b, "N\x00"...)
 			b = append(b, ts.t.Name...)

@@ -292,7 +292,7 @@ func (st *stream) flushType(ts *typeState) error {
 			ts.have.drop(n) // held but not subscribed: the client drops it
 			continue
 		}
-		e := scope.Visible(st.Snap, ts.t, st.Group, n)
+		e := st.Sendable(scope.Visible(st.Snap, ts.t, st.Group, n))
 		source := ""
 		alias := ""
 		if e != nil {
@@ -302,7 +302,7 @@ func (st *stream) flushType(ts *typeState) error {
 			if aliases == nil {
 				aliases = st.s.aliases.get(st.Snap, st.Group)
 			}
-			if e = aliases.resolve(n); e != nil {
+			if e = st.Sendable(aliases.resolve(n)); e != nil {
 				alias, source = n, e.Scope+"/"+e.Name
 			}
 		}
@@ -347,6 +347,9 @@ func (st *stream) flushType(ts *typeState) error {
 	}
 	if !holdRemovals && breaks(ts.t) {
 		ts.holdRemoval = false
+	}
+	if shareKey != "" && st.KeysWithheld() {
+		shareKey += "\x00k" // without the resources carrying keys
 	}
 	if len(out) == 0 && len(removed) == 0 && !respond {
 		ts.rec.Unchanged()

@@ -190,6 +190,14 @@ type Config struct {
 	// identity of this trust domain with no rule may claim any node id and
 	// group (not admin). Empty: no rule, no access.
 	AuthzDefaultTrustDomain string
+	// AuthzStaleAfter (--authz-stale-after), with mTLS: rules that etcd
+	// has not confirmed for longer (no watch answer, progress
+	// notification or reload, as when the replica is cut off from etcd)
+	// may miss a revocation, so new streams and admin calls are refused
+	// with UNAVAILABLE, live streams are closed, and /readyz says 503,
+	// until etcd answers. Must be at least 2s (the rules' watch asks for
+	// progress every second).
+	AuthzStaleAfter time.Duration
 
 	// Limits and overload (README, "Limits and overload"; package limits).
 
@@ -285,6 +293,11 @@ type Config struct {
 	Tracing *tracing.Provider
 }
 
+// minAuthzStaleAfter is the least --authz-stale-after: twice the rules'
+// watch's progress interval (authz.DefaultWatcherConfig), so that a
+// healthy, idle watch never turns stale.
+const minAuthzStaleAfter = 2 * time.Second
+
 // DefaultConfig returns the flags' defaults (README, "xds-node"): dev mode
 // with an embedded etcd on 127.0.0.1:2379, xDS on :18000, HTTP on :18001.
 func DefaultConfig() Config {
@@ -318,6 +331,7 @@ func DefaultConfig() Config {
 		SendTimeout:         xd.SendTimeout,
 		RebalanceRate:       50,               // streams closed per second after a membership change
 		EtcdStaleAfter:      3 * time.Second,  // three missed progress notifications
+		AuthzStaleAfter:     30 * time.Second, // past it a revocation may be missed
 		StatusWriteBudget:   20,               // status.DefaultConfig: 1,280 records a second
 		LRSInterval:         10 * time.Second, // Envoy's and grpc-go's usual
 		LRSWindows:          6,                // the last minute at 10s
@@ -415,6 +429,9 @@ func (c *Config) Validate() error {
 	}
 	if c.CatchupTimeout <= 0 {
 		add(fmt.Errorf("--catchup-timeout %s: must be positive", c.CatchupTimeout))
+	}
+	if c.AuthzStaleAfter < minAuthzStaleAfter {
+		add(fmt.Errorf("--authz-stale-after %s: must be at least %s (the rules' watch hears from etcd every second)", c.AuthzStaleAfter, minAuthzStaleAfter))
 	}
 	if !(c.RebalanceRate > 0) || c.RebalanceRate > 1e6 {
 		add(fmt.Errorf("--rebalance-rate %v: must be positive (streams per second)", c.RebalanceRate))

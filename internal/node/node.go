@@ -553,6 +553,7 @@ func (n *Node) buildAccess() error {
 			Logger:             n.log,
 			Registerer:         n.reg,
 			DefaultTrustDomain: cfg.AuthzDefaultTrustDomain,
+			StaleAfter:         cfg.AuthzStaleAfter,
 		}); err != nil {
 			return fmt.Errorf("node: %w", err)
 		}
@@ -561,6 +562,7 @@ func (n *Node) buildAccess() error {
 			return t, changed
 		}
 		gcfg.RulesReady = n.rules.Ready()
+		gcfg.Fresh = n.rules.Fresh
 		gcfg.ReadyTimeout = cfg.CatchupTimeout
 		gcfg.Replica = n.isReplica
 	}
@@ -980,6 +982,9 @@ func (n *Node) readiness() (bool, string) {
 		case <-n.rules.Ready():
 		default:
 			return false, "loading the authorization rules from etcd"
+		}
+		if err := n.rules.Fresh(); err != nil {
+			return false, fmt.Sprintf("refusing streams: the authorization rules are stale (%v; --authz-stale-after)", err)
 		}
 	}
 	if r := n.view.RevisionReset(); r != nil {

@@ -29,6 +29,11 @@ type Entry struct {
 	// Body is the resource exactly as stored: its Value is the marshaled
 	// resource, sent to clients as is. It is never re-marshaled.
 	Body *anypb.Any
+	// InlineKey: the resource is not an SDS secret but carries an inline
+	// private key (resource.CarriesInlineKey), found once when the view
+	// decodes this revision. It goes only to clients allowed the scope's
+	// secrets.
+	InlineKey bool
 
 	// etcdRev is the key's etcd mod revision when ModRevision was raised
 	// above it (a reload after etcd went back to older data), else 0.

@@ -16,6 +16,8 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/metadata"
+
+	"github.com/legation-io/legation/internal/resource"
 )
 
 // ViewConfig configures a View.
@@ -799,7 +801,8 @@ func (b *builder) put(v *View, kv *mvccpb.KeyValue, p string) {
 	delete(v.malformed, key)
 	body := env.GetBody()
 	body.TypeUrl = k.Type.URL // share one string per type
-	e := &Entry{Key: k, ModRevision: kv.ModRevision, CreateRevision: kv.CreateRevision, Lease: kv.Lease, Body: body}
+	e := &Entry{Key: k, ModRevision: kv.ModRevision, CreateRevision: kv.CreateRevision, Lease: kv.Lease, Body: body,
+		InlineKey: resource.CarriesInlineKey(k.Type, body.GetValue())}
 	if b.raiseTo != 0 && kv.ModRevision <= b.raiseUpTo {
 		e.etcdRev, e.ModRevision = kv.ModRevision, b.raiseTo
 	}

@@ -22,6 +22,9 @@ type Metrics struct {
 	// by limit: first_request, names, name_length,
 	// initial_resource_versions, nack_message, send_timeout.
 	LimitHits *prometheus.CounterVec
+	// KeysWithheld counts resources carrying an inline private key left
+	// out of responses to clients not allowed secrets, by type.
+	KeysWithheld *prometheus.CounterVec
 }
 
 func newMetrics(p Protocol, reg prometheus.Registerer) *Metrics {
@@ -55,10 +58,12 @@ func newMetrics(p Protocol, reg prometheus.Registerer) *Metrics {
 			Name: name("denied_total"), Help: p.Title + " streams and polls refused by authorization: a node, group or secret the client may not claim, or a rule revoked."}),
 		LimitHits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: name("limit_hits_total"), Help: "Bounds hit on " + p.Title + " streams, by limit: streams ended (first_request, names, name_length, initial_resource_versions, send_timeout) or NACK messages cut (nack_message)."}, []string{"limit"}),
+		KeysWithheld: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: name("inline_keys_withheld_total"), Help: "Resources other than secrets carrying an inline private key, left out of " + p.Title + " responses and polls to clients not allowed secrets, by type."}, []string{"type"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Streams, m.Responses, m.ResourcesSent, m.Nacks, m.BytesSent, m.Encodes,
-			m.StaleNonces, m.BadRequests, m.Catchups, m.CatchupFailures, m.Heartbeats, m.TTLResources, m.Denied, m.LimitHits)
+			m.StaleNonces, m.BadRequests, m.Catchups, m.CatchupFailures, m.Heartbeats, m.TTLResources, m.Denied, m.LimitHits, m.KeysWithheld)
 	}
 	return m
 }

@@ -88,6 +88,9 @@ type Stream[T Reporter] struct {
 	sender *Sender
 	// secretsOK: the Authorizer allowed the stream secrets.
 	secretsOK bool
+	// keys: the Authorizer's decision on resources carrying an inline
+	// private key (KeysAllowed), asked once.
+	keys keyDecision
 	// notice is the lease-extension notice the stream waits on, from its
 	// first TTL'd resource on; nil before.
 	notice   *lease.Notice
