@@ -6,18 +6,24 @@
 // every replica's Table current with a Watcher.
 //
 // It does not establish identities (package tlsfiles reads them from
-// verified certificates: the SPIFFE URI SAN, else the first DNS SAN, else
-// the Subject CN) and does not enforce anything itself: the xDS stream
-// core asks a Table and refuses the stream.
+// verified certificates, typed: the SPIFFE URI SAN "spiffe://TD/PATH",
+// else "dns:" and the first DNS SAN, else "cn:" and the Subject CN) and
+// does not enforce anything itself: the xDS stream core asks a Table and
+// refuses the stream.
 //
 // # Rules
 //
-// A Rule binds one identity, compared as an exact string, to glob patterns
+// A Rule binds one identity, compared as an exact string and written with
+// its kind ("spiffe://...", "dns:NAME" or "cn:NAME"), to glob patterns
 // of node ids (Nodes) and of groups (Groups), and may make it an admin. A
 // node's group is the scope it reads besides "default" (see package scope);
 // the empty group means the default scope only, and is allowed to every
 // identity whose Nodes match. A non-empty group must match one of Groups:
 // a rule with no Groups confines its nodes to the default scope.
+//
+// A rule stored before identities were typed (a bare name) matches no
+// client: the Watcher skips it as malformed, naming the fix, and Migrate
+// rewrites it to the kind the operator says.
 //
 // Without a rule an identity is denied everything, unless it is a SPIFFE id
 // in the configured default trust domain (Options.DefaultTrustDomain), which

@@ -56,7 +56,9 @@ func Decode(prefix, k string, value []byte) (Rule, error) {
 		return Rule{}, fmt.Errorf("%w: key %q: more than one JSON value", ErrMalformed, k)
 	}
 	if err := r.Validate(); err != nil {
-		return Rule{}, fmt.Errorf("%w: key %q: %v", ErrMalformed, k, err)
+		// %w twice: ErrUntyped, when it is the fault, stays visible to
+		// xdsadmin authz list and migrate.
+		return Rule{}, fmt.Errorf("%w: key %q: %w", ErrMalformed, k, err)
 	}
 	if want := url.PathEscape(r.Identity); esc != want {
 		return Rule{}, fmt.Errorf("%w: key %q holds the rule of identity %q, whose key ends in %q", ErrMalformed, k, r.Identity, want)

@@ -46,7 +46,10 @@ func TestKey(t *testing.T) {
 	if got, want := Key("/legation/", edgeID), "/legation/authz/spiffe:%2F%2Fexample.org%2Fns%2Fedge%2Fsa%2Fenvoy"; got != want {
 		t.Errorf("Key = %q, want %q", got, want)
 	}
-	if got, want := Key("/legation/", "legacy envoy"), "/legation/authz/legacy%20envoy"; got != want {
+	if got, want := Key("/legation/", "cn:legacy envoy"), "/legation/authz/cn:legacy%20envoy"; got != want {
+		t.Errorf("Key = %q, want %q", got, want)
+	}
+	if got, want := Key("/legation/", "dns:envoy-7.mesh.example.org"), "/legation/authz/dns:envoy-7.mesh.example.org"; got != want {
 		t.Errorf("Key = %q, want %q", got, want)
 	}
 	if got, want := Dir("/legation/"), "/legation/authz/"; got != want {
@@ -65,14 +68,16 @@ func TestDecode(t *testing.T) {
 	for _, tt := range []struct {
 		name, key, value, want string
 	}{
-		{"not JSON", Key(p, "a"), "not json", "invalid character"},
-		{"two values", Key(p, "a"), `{"identity":"a","nodes":["n"]} {}`, "more than one JSON value"},
-		{"unknown field", Key(p, "a"), `{"identity":"a","nodes":["n"],"node":"x"}`, `unknown field "node"`},
-		{"invalid rule", Key(p, "a"), `{"identity":"a","nodes":["n\\"]}`, "trailing backslash"},
-		{"grants nothing", Key(p, "a"), `{"identity":"a"}`, "grants nothing"},
-		{"key of another identity", Key(p, "b"), `{"identity":"a","nodes":["n"]}`, `holds the rule of identity "a"`},
+		{"not JSON", Key(p, "cn:a"), "not json", "invalid character"},
+		{"two values", Key(p, "cn:a"), `{"identity":"cn:a","nodes":["n"]} {}`, "more than one JSON value"},
+		{"unknown field", Key(p, "cn:a"), `{"identity":"cn:a","nodes":["n"],"node":"x"}`, `unknown field "node"`},
+		{"invalid rule", Key(p, "cn:a"), `{"identity":"cn:a","nodes":["n\\"]}`, "trailing backslash"},
+		{"grants nothing", Key(p, "cn:a"), `{"identity":"cn:a"}`, "grants nothing"},
+		{"key of another identity", Key(p, "cn:b"), `{"identity":"cn:a","nodes":["n"]}`, `holds the rule of identity "cn:a"`},
 		{"unescaped key", p + "authz/spiffe://example.org/a", `{"identity":"spiffe://example.org/a","nodes":["n"]}`, "holds the rule of identity"},
-		{"outside the directory", "/q/authz/a", `{"identity":"a","nodes":["n"]}`, "is not under"},
+		{"outside the directory", "/q/authz/cn:a", `{"identity":"cn:a","nodes":["n"]}`, "is not under"},
+		{"untyped identity", Key(p, "envoy-7.mesh.example.org"), `{"identity":"envoy-7.mesh.example.org","nodes":["n"]}`,
+			`key "/p/authz/envoy-7.mesh.example.org": identity "envoy-7.mesh.example.org": identity does not say its kind`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := Decode(p, tt.key, []byte(tt.value))
@@ -122,17 +127,17 @@ func TestGrantListRevoke(t *testing.T) {
 		if want := testRules()[1]; !replaced || !cmp.Equal(prev, want) {
 			t.Errorf("Replace = %+v, %v; want %+v, true", prev, replaced, want)
 		}
-		if _, replaced, err := Replace(ctx, c, prefix, Rule{Identity: "new", Nodes: []string{"n"}}); err != nil || replaced {
+		if _, replaced, err := Replace(ctx, c, prefix, Rule{Identity: "cn:new", Nodes: []string{"n"}}); err != nil || replaced {
 			t.Errorf("Replace of a new identity = %v, %v; want false, nil", replaced, err)
 		}
-		if _, err := Revoke(ctx, c, prefix, "new"); err != nil {
+		if _, err := Revoke(ctx, c, prefix, "cn:new"); err != nil {
 			t.Fatal(err)
 		}
 		rules, err := List(ctx, c, prefix)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(rules) != len(testRules()) || !cmp.Equal(rules[0], r) {
+		if len(rules) != len(testRules()) || !cmp.Equal(rules[1], r) { // after cnID
 			t.Errorf("after replacing: %+v", rules)
 		}
 	})
@@ -144,15 +149,16 @@ func TestGrantListRevoke(t *testing.T) {
 		}
 		for _, r := range []Rule{
 			{Identity: "spiffe://Example.org/x", Nodes: []string{"n"}},
-			{Identity: "x", Nodes: []string{`n\`}},
-			{Identity: "x"},
+			{Identity: "cn:x", Nodes: []string{`n\`}},
+			{Identity: "cn:x"},
+			{Identity: "x.example.org", Nodes: []string{"n"}},
 			{Identity: "", Nodes: []string{"n"}},
 		} {
 			if err := Grant(ctx, c, prefix, r); err == nil {
 				t.Errorf("Grant(%+v) succeeded", r)
 			}
 		}
-		if err := Grant(ctx, c, "no-slash", Rule{Identity: "x", Nodes: []string{"n"}}); err == nil {
+		if err := Grant(ctx, c, "no-slash", Rule{Identity: "cn:x", Nodes: []string{"n"}}); err == nil {
 			t.Error("Grant with a bad prefix succeeded")
 		}
 		after, err := c.Get(ctx, "/no-such-key")

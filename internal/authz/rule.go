@@ -6,6 +6,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/legation-io/legation/internal/tlsfiles"
 )
 
 // MaxIdentityBytes bounds an identity's length.
@@ -14,9 +16,11 @@ const MaxIdentityBytes = 1024
 // Rule is what one client identity may do. It is the JSON value stored in
 // etcd at Key(prefix, Identity).
 type Rule struct {
-	// Identity is the client identity, compared as an exact string: a
-	// SPIFFE id (spiffe://TRUST_DOMAIN/PATH), a DNS name or a certificate
-	// CN, as package tlsfiles derives it from a verified certificate.
+	// Identity is the client identity, compared as an exact string, with
+	// its kind, as package tlsfiles derives it from a verified
+	// certificate: a SPIFFE id from a URI SAN (spiffe://TRUST_DOMAIN/PATH),
+	// "dns:NAME" for a DNS SAN, or "cn:NAME" for a CommonName (see
+	// ValidateIdentity).
 	Identity string `json:"identity"`
 	// Nodes are patterns of the node ids the identity may claim. Empty:
 	// none (an admin-only rule).
@@ -28,8 +32,8 @@ type Rule struct {
 	Admin bool `json:"admin,omitempty"`
 }
 
-// Validate checks the rule: a valid identity (a valid SPIFFE id if it
-// starts with "spiffe://"), valid patterns, and that it grants something
+// Validate checks the rule: a valid identity of a named kind
+// (ValidateIdentity), valid patterns, and that it grants something
 // (a node pattern, or admin). The error names what is wrong.
 func (r Rule) Validate() error {
 	if err := ValidateIdentity(r.Identity); err != nil {
@@ -51,9 +55,22 @@ func (r Rule) Validate() error {
 	return nil
 }
 
+// ErrUntyped is matched by the error about an identity that does not say
+// its kind: one stored before identities were typed (a bare DNS name or
+// CommonName, such as "envoy-7.mesh.example.org"). Such a rule matches
+// no client; xdsadmin authz migrate rewrites it.
+var ErrUntyped = errors.New("identity does not say its kind")
+
 // ValidateIdentity checks an identity as rules hold it: not empty, at most
-// MaxIdentityBytes, valid UTF-8 without control characters, and a valid
-// SPIFFE id if it looks like one (its scheme is "spiffe" in any case).
+// MaxIdentityBytes, valid UTF-8 without control characters, and of one of
+// the kinds package tlsfiles gives a certificate's identity:
+//
+//	spiffe://TRUST_DOMAIN/PATH  a SPIFFE ID (from a URI SAN), valid as one
+//	dns:NAME                    a DNS SAN: a DNS name, in lower case
+//	cn:NAME                     a Subject CommonName: not empty
+//
+// An identity of none of these kinds (a bare name) is refused with an
+// error matching ErrUntyped that says how to write it.
 func ValidateIdentity(id string) error {
 	switch {
 	case id == "":
@@ -71,6 +88,63 @@ func ValidateIdentity(id string) error {
 	if len(id) >= len(spiffeScheme) && strings.EqualFold(id[:len(spiffeScheme)], spiffeScheme) {
 		if err := ValidateSPIFFE(id); err != nil {
 			return fmt.Errorf("identity %q: %w", id, err)
+		}
+		return nil
+	}
+	if name, ok := strings.CutPrefix(id, tlsfiles.DNSPrefix); ok {
+		if err := validateDNSName(name); err != nil {
+			return fmt.Errorf("identity %q: %w", id, err)
+		}
+		return nil
+	}
+	if name, ok := strings.CutPrefix(id, tlsfiles.CNPrefix); ok {
+		if name == "" {
+			return fmt.Errorf("identity %q: the CommonName is empty", id)
+		}
+		return nil
+	}
+	return fmt.Errorf("identity %q: %w: write spiffe://TRUST_DOMAIN/PATH for a SPIFFE ID (URI SAN), "+
+		"dns:NAME for a DNS SAN or cn:NAME for a certificate's CommonName (a rule stored without its kind is "+
+		"rewritten by xdsadmin authz migrate --as dns|cn)", id, ErrUntyped)
+}
+
+// maxDNSNameBytes and maxDNSLabelBytes are RFC 1035's bounds.
+const (
+	maxDNSNameBytes  = 253
+	maxDNSLabelBytes = 63
+)
+
+// validateDNSName checks the name of a "dns:" identity as Identity writes
+// it: labels of lowercase letters, digits, '-' and '_' (used by service
+// names), separated by single dots, each 1 to 63 bytes and not beginning
+// or ending with '-'; at most 253 bytes; no trailing dot. A first label
+// "*" is allowed, to name a wildcard certificate's SAN exactly.
+func validateDNSName(name string) error {
+	switch {
+	case name == "":
+		return errors.New("the DNS name is empty")
+	case len(name) > maxDNSNameBytes:
+		return fmt.Errorf("the DNS name is longer than %d bytes", maxDNSNameBytes)
+	}
+	for i, label := range strings.Split(name, ".") {
+		switch {
+		case label == "":
+			return fmt.Errorf("DNS name %q: empty label (a leading, trailing or doubled '.')", name)
+		case len(label) > maxDNSLabelBytes:
+			return fmt.Errorf("DNS name %q: label longer than %d bytes", name, maxDNSLabelBytes)
+		case label == "*" && i == 0:
+			continue
+		case label[0] == '-' || label[len(label)-1] == '-':
+			return fmt.Errorf("DNS name %q: label %q begins or ends with '-'", name, label)
+		}
+		for _, c := range label {
+			switch {
+			case (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_':
+			case c >= 'A' && c <= 'Z':
+				return fmt.Errorf("DNS name %q: must be lower case (certificates' DNS names are compared in lower case)", name)
+			default:
+				return fmt.Errorf("DNS name %q: character %q not allowed (lowercase letters, digits, '-', '_', '.')", name, c)
+			}
 		}
 	}
 	return nil

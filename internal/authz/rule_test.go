@@ -1,6 +1,7 @@
 package authz
 
 import (
+	"errors"
 	"strings"
 	"testing"
 )
@@ -45,11 +46,13 @@ func TestValidateSPIFFE(t *testing.T) {
 func TestRuleValidate(t *testing.T) {
 	good := []Rule{
 		{Identity: "spiffe://example.org/ns/edge/sa/envoy", Nodes: []string{"edge-*"}},
-		{Identity: "envoy.edge.example.org", Nodes: []string{"edge-1", "edge-2"}, Groups: []string{"edge", "canary-*"}},
-		{Identity: "Envoy Proxy CN", Nodes: []string{"*"}},
-		{Identity: "ops.example.org", Admin: true},
-		// Not a SPIFFE id: compared as a plain string.
-		{Identity: "spiffe:/x", Nodes: []string{"n"}},
+		{Identity: "dns:envoy.edge.example.org", Nodes: []string{"edge-1", "edge-2"}, Groups: []string{"edge", "canary-*"}},
+		{Identity: "dns:*.edge.example.org", Nodes: []string{"edge-*"}},
+		{Identity: "dns:xds_a-1.svc", Nodes: []string{"n"}},
+		{Identity: "cn:Envoy Proxy CN", Nodes: []string{"*"}},
+		// A CommonName is any text: this one cannot equal a SPIFFE ID.
+		{Identity: "cn:spiffe://example.org/replica", Nodes: []string{"n"}},
+		{Identity: "dns:ops.example.org", Admin: true},
 	}
 	for _, r := range good {
 		if err := r.Validate(); err != nil {
@@ -62,22 +65,41 @@ func TestRuleValidate(t *testing.T) {
 		want string
 	}{
 		{"empty identity", Rule{Nodes: []string{"n"}}, "identity: empty"},
-		{"control character", Rule{Identity: "a\nb", Nodes: []string{"n"}}, `identity "a\nb": control character U+000A`},
-		{"long identity", Rule{Identity: strings.Repeat("a", MaxIdentityBytes+1), Nodes: []string{"n"}}, "longer than 1024 bytes"},
-		{"invalid UTF-8", Rule{Identity: "a\xffb", Nodes: []string{"n"}}, "not valid UTF-8"},
+		{"control character", Rule{Identity: "cn:a\nb", Nodes: []string{"n"}}, `identity "cn:a\nb": control character U+000A`},
+		{"long identity", Rule{Identity: "cn:" + strings.Repeat("a", MaxIdentityBytes), Nodes: []string{"n"}}, "longer than 1024 bytes"},
+		{"invalid UTF-8", Rule{Identity: "cn:a\xffb", Nodes: []string{"n"}}, "not valid UTF-8"},
 		{"bad SPIFFE id", Rule{Identity: "spiffe://Example.org/x", Nodes: []string{"n"}}, `identity "spiffe://Example.org/x": bad SPIFFE id: trust domain "Example.org": must be lowercase`},
 		{"upper-case scheme", Rule{Identity: "Spiffe://example.org/x", Nodes: []string{"n"}}, `scheme must be "spiffe://"`},
-		{"bad node pattern", Rule{Identity: "a", Nodes: []string{"ok", `edge\`}}, `identity "a": node pattern "edge\\": trailing backslash`},
-		{"empty node pattern", Rule{Identity: "a", Nodes: []string{""}}, `identity "a": node pattern "": empty`},
-		{"bad group pattern", Rule{Identity: "a", Nodes: []string{"n"}, Groups: []string{"g\x00"}}, `identity "a": group pattern "g\x00": control character U+0000`},
-		{"grants nothing", Rule{Identity: "a"}, `identity "a": the rule grants nothing`},
-		{"groups only", Rule{Identity: "a", Groups: []string{"g"}}, "grants nothing"},
+		{"untyped DNS name", Rule{Identity: "envoy-7.mesh.example.org", Nodes: []string{"n"}}, `identity "envoy-7.mesh.example.org": identity does not say its kind: write spiffe://`},
+		{"untyped CN", Rule{Identity: "Envoy Proxy", Nodes: []string{"n"}}, "does not say its kind"},
+		{"not quite SPIFFE", Rule{Identity: "spiffe:/x", Nodes: []string{"n"}}, "does not say its kind"},
+		{"upper-case kind", Rule{Identity: "DNS:a.example", Nodes: []string{"n"}}, "does not say its kind"},
+		{"empty DNS name", Rule{Identity: "dns:", Nodes: []string{"n"}}, "the DNS name is empty"},
+		{"upper-case DNS name", Rule{Identity: "dns:A.example", Nodes: []string{"n"}}, "must be lower case"},
+		{"DNS name reading as SPIFFE", Rule{Identity: "dns:spiffe://example.org/x", Nodes: []string{"n"}}, `character ':' not allowed`},
+		{"DNS empty label", Rule{Identity: "dns:a..example", Nodes: []string{"n"}}, "empty label"},
+		{"DNS trailing dot", Rule{Identity: "dns:a.example.", Nodes: []string{"n"}}, "empty label"},
+		{"DNS hyphen", Rule{Identity: "dns:-a.example", Nodes: []string{"n"}}, "begins or ends with '-'"},
+		{"DNS long label", Rule{Identity: "dns:" + strings.Repeat("a", 64) + ".example", Nodes: []string{"n"}}, "longer than 63"},
+		{"DNS long name", Rule{Identity: "dns:" + strings.Repeat("a.", 127) + "ab", Nodes: []string{"n"}}, "longer than 253"},
+		{"DNS wildcard inside", Rule{Identity: "dns:a.*.example", Nodes: []string{"n"}}, `character '*'`},
+		{"DNS space", Rule{Identity: "dns:a example", Nodes: []string{"n"}}, `character ' '`},
+		{"empty CN", Rule{Identity: "cn:", Nodes: []string{"n"}}, "the CommonName is empty"},
+		{"CN control character", Rule{Identity: "cn:a\tb", Nodes: []string{"n"}}, "control character U+0009"},
+		{"bad node pattern", Rule{Identity: "cn:a", Nodes: []string{"ok", `edge\`}}, `identity "cn:a": node pattern "edge\\": trailing backslash`},
+		{"empty node pattern", Rule{Identity: "cn:a", Nodes: []string{""}}, `identity "cn:a": node pattern "": empty`},
+		{"bad group pattern", Rule{Identity: "cn:a", Nodes: []string{"n"}, Groups: []string{"g\x00"}}, `identity "cn:a": group pattern "g\x00": control character U+0000`},
+		{"grants nothing", Rule{Identity: "cn:a"}, `identity "cn:a": the rule grants nothing`},
+		{"groups only", Rule{Identity: "cn:a", Groups: []string{"g"}}, "grants nothing"},
 	}
 	for _, tt := range bad {
 		t.Run(tt.name, func(t *testing.T) {
 			err := tt.rule.Validate()
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("Validate() = %v, want an error with %q", err, tt.want)
+			}
+			if untyped := strings.Contains(tt.want, "does not say its kind"); errors.Is(err, ErrUntyped) != untyped {
+				t.Errorf("errors.Is(%v, ErrUntyped) = %v, want %v", err, !untyped, untyped)
 			}
 		})
 	}

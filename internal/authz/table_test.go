@@ -12,8 +12,8 @@ const (
 	edgeID  = "spiffe://example.org/ns/edge/sa/envoy"
 	otherID = "spiffe://example.org/ns/other/sa/envoy"
 	adminID = "spiffe://example.org/ns/ops/sa/xdsadmin"
-	dnsID   = "envoy.mesh.example.org"
-	cnID    = "legacy envoy"
+	dnsID   = "dns:envoy.mesh.example.org"
+	cnID    = "cn:legacy envoy"
 )
 
 func testRules() []Rule {
@@ -47,14 +47,18 @@ func TestAllows(t *testing.T) {
 		{name: "node checked before group", identity: cnID, node: "legacy-2", group: "x", want: `may not claim node "legacy-2"`},
 		{name: "admin-only rule claims no node", identity: adminID, node: "edge-1", want: "may not claim node"},
 		{name: "no rule", identity: "spiffe://example.org/ns/x/sa/y", node: "edge-1", want: `no rule for identity "spiffe://example.org/ns/x/sa/y"`},
-		{name: "no rule, DNS", identity: "x.example.org", node: "n", want: `no rule for identity "x.example.org"`},
-		{name: "identity is exact, not a pattern", identity: "legacy envoy ", node: "legacy-1", want: "no rule"},
+		{name: "no rule, DNS", identity: "dns:x.example.org", node: "n", want: `no rule for identity "dns:x.example.org"`},
+		{name: "DNS kind of a granted name", identity: "envoy.mesh.example.org", node: "mesh/x", want: "no rule"},
+		{name: "identity is exact, not a pattern", identity: "cn:legacy envoy ", node: "legacy-1", want: "no rule"},
 		{name: "default trust domain", td: "example.org", identity: "spiffe://example.org/ns/x/sa/y", node: "anything", group: "any"},
 		{name: "default trust domain, other domain", td: "example.org", identity: "spiffe://other.org/ns/x", node: "n", want: `no rule for identity "spiffe://other.org/ns/x"`},
 		{name: "default trust domain, suffix is not the domain", td: "example.org", identity: "spiffe://evil-example.org/x", node: "n", want: "no rule"},
 		{name: "default trust domain, sub-domain is another domain", td: "example.org", identity: "spiffe://a.example.org/x", node: "n", want: "no rule"},
 		{name: "default trust domain, trust domain's own id", td: "example.org", identity: "spiffe://example.org", node: "n", want: "no rule"},
-		{name: "default trust domain, not SPIFFE", td: "example.org", identity: "example.org", node: "n", want: "no rule"},
+		{name: "default trust domain, not SPIFFE", td: "example.org", identity: "dns:example.org", node: "n", want: "no rule"},
+		// A CN or DNS SAN reading as a SPIFFE ID of the domain is not one.
+		{name: "default trust domain, CN reading as SPIFFE", td: "example.org", identity: "cn:spiffe://example.org/x", node: "n", want: "no rule"},
+		{name: "default trust domain, DNS SAN reading as SPIFFE", td: "example.org", identity: "dns:spiffe://example.org/x", node: "n", want: "no rule"},
 		{name: "default trust domain, invalid SPIFFE id", td: "example.org", identity: "spiffe://example.org/a/../b", node: "n", want: "no rule"},
 		{name: "a rule wins over the default", td: "example.org", identity: edgeID, node: "other-1", want: "may not claim node"},
 		{name: "a rule wins over the default, group", td: "example.org", identity: dnsID, node: "mesh/1", group: "g", want: "may not claim group"},
@@ -100,7 +104,7 @@ func TestTableAdminRulesLen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for id, want := range map[string]bool{adminID: true, edgeID: false, "spiffe://example.org/ns/x/sa/y": false, "nobody": false} {
+	for id, want := range map[string]bool{adminID: true, edgeID: false, "spiffe://example.org/ns/x/sa/y": false, "cn:nobody": false, "cn:" + adminID: false, "dns:" + adminID: false} {
 		if got := tab.Admin(id); got != want {
 			t.Errorf("Admin(%q) = %v, want %v", id, got, want)
 		}
@@ -113,7 +117,7 @@ func TestTableAdminRulesLen(t *testing.T) {
 	for _, r := range got {
 		ids = append(ids, r.Identity)
 	}
-	if want := []string{dnsID, cnID, edgeID, adminID, otherID}; !cmp.Equal(ids, want) {
+	if want := []string{cnID, dnsID, edgeID, adminID, otherID}; !cmp.Equal(ids, want) {
 		t.Errorf("Rules() identities = %q, want %q", ids, want)
 	}
 	// Rules returns copies: changing them changes nothing.
@@ -135,8 +139,9 @@ func TestNewTableErrors(t *testing.T) {
 		opts  Options
 		want  string
 	}{
-		{"duplicate", []Rule{{Identity: "a", Nodes: []string{"x"}}, {Identity: "a", Admin: true}}, Options{}, `two rules for identity "a"`},
-		{"invalid rule", []Rule{{Identity: "a", Nodes: []string{"x\\"}}}, Options{}, "trailing backslash"},
+		{"duplicate", []Rule{{Identity: "cn:a", Nodes: []string{"x"}}, {Identity: "cn:a", Admin: true}}, Options{}, `two rules for identity "cn:a"`},
+		{"invalid rule", []Rule{{Identity: "cn:a", Nodes: []string{"x\\"}}}, Options{}, "trailing backslash"},
+		{"untyped identity", []Rule{{Identity: "a.example.org", Nodes: []string{"x"}}}, Options{}, "dns:NAME"},
 		{"bad trust domain", nil, Options{DefaultTrustDomain: "Example.org"}, "must be lowercase"},
 		{"trust domain with a path", nil, Options{DefaultTrustDomain: "example.org/x"}, `character '/'`},
 	} {

@@ -220,10 +220,13 @@ func TestWatcherMalformed(t *testing.T) {
 	if err := Grant(ctx, c, prefix, Rule{Identity: edgeID, Nodes: []string{"edge-*"}}); err != nil {
 		t.Fatal(err)
 	}
-	badJSON, badRule, wrongKey := dir+"bad-json", Key(prefix, "bad-rule"), Key(prefix, "wrong-key")
+	badJSON, badRule, wrongKey := dir+"bad-json", Key(prefix, "cn:bad-rule"), Key(prefix, "cn:wrong-key")
 	putRaw(t, c, badJSON, "{not json")
-	putRaw(t, c, badRule, `{"identity":"bad-rule","nodes":["x\\"]}`)
-	putRaw(t, c, wrongKey, `{"identity":"someone-else","nodes":["*"]}`)
+	putRaw(t, c, badRule, `{"identity":"cn:bad-rule","nodes":["x\\"]}`)
+	putRaw(t, c, wrongKey, `{"identity":"cn:someone-else","nodes":["*"]}`)
+	// A rule stored before identities were typed names no kind.
+	untyped := Key(prefix, "envoy-7.mesh.example.org")
+	putRaw(t, c, untyped, `{"identity":"envoy-7.mesh.example.org","nodes":["*"]}`)
 
 	tw := startWatcher(t, WatcherConfig{Client: c, Prefix: prefix})
 	tw.waitReady(t)
@@ -231,13 +234,18 @@ func TestWatcherMalformed(t *testing.T) {
 	if tab.Len() != 1 || tab.Allows(edgeID, "edge-1", "") != nil {
 		t.Fatalf("table: %+v", tab.Rules())
 	}
-	if err := tab.Allows("someone-else", "n", ""); err == nil {
+	if err := tab.Allows("cn:someone-else", "n", ""); err == nil {
 		t.Error("a rule stored under another identity's key is in force")
 	}
-	if got := tw.gauge(t, "legation_authz_bad_rules"); got != 3 {
-		t.Errorf("legation_authz_bad_rules = %v, want 3", got)
+	for _, id := range []string{"envoy-7.mesh.example.org", "dns:envoy-7.mesh.example.org", "cn:envoy-7.mesh.example.org"} {
+		if err := tab.Allows(id, "n", ""); err == nil {
+			t.Errorf("an untyped rule is in force for %q", id)
+		}
 	}
-	for _, k := range []string{badJSON, badRule, wrongKey} {
+	if got := tw.gauge(t, "legation_authz_bad_rules"); got != 4 {
+		t.Errorf("legation_authz_bad_rules = %v, want 4", got)
+	}
+	for _, k := range []string{badJSON, badRule, wrongKey, untyped} {
 		if n := tw.warn.count(k); n != 1 {
 			t.Errorf("%d warnings about %s, want 1", n, k)
 		}
@@ -245,13 +253,13 @@ func TestWatcherMalformed(t *testing.T) {
 
 	// A good rule written over a bad one is in force; a bad one over a
 	// good one takes it out (the key's latest value is what counts).
-	putRaw(t, c, badRule, `{"identity":"bad-rule","nodes":["x"]}`)
+	putRaw(t, c, badRule, `{"identity":"cn:bad-rule","nodes":["x"]}`)
 	putRaw(t, c, Key(prefix, edgeID), `{"identity":"`+edgeID+`","nodes":["edge-*"],"extra":1}`)
 	tw.waitFor(t, revocationTimeout, "the fixed rule in force and the broken one out", func(tab *Table) bool {
-		return tab.Allows("bad-rule", "x", "") == nil && tab.Allows(edgeID, "edge-1", "") != nil
+		return tab.Allows("cn:bad-rule", "x", "") == nil && tab.Allows(edgeID, "edge-1", "") != nil
 	})
-	if got := tw.gauge(t, "legation_authz_bad_rules"); got != 3 {
-		t.Errorf("legation_authz_bad_rules = %v, want 3", got)
+	if got := tw.gauge(t, "legation_authz_bad_rules"); got != 4 {
+		t.Errorf("legation_authz_bad_rules = %v, want 4", got)
 	}
 	if got := tw.gauge(t, "legation_authz_rules"); got != 1 {
 		t.Errorf("legation_authz_rules = %v, want 1", got)
@@ -266,7 +274,7 @@ func TestWatcherMalformed(t *testing.T) {
 		}
 	}
 	delRev(wrongKey)
-	tw.waitFor(t, revocationTimeout, "the deletion seen", func(*Table) bool { return tw.gauge(t, "legation_authz_bad_rules") == 2 })
+	tw.waitFor(t, revocationTimeout, "the deletion seen", func(*Table) bool { return tw.gauge(t, "legation_authz_bad_rules") == 3 })
 	if n := tw.warn.count(badJSON); n != 2 {
 		t.Errorf("%d warnings about %s, want 2 (one per revision)", n, badJSON)
 	}

@@ -7,9 +7,11 @@
 // so a rotation never touches a connection already open.
 //
 // The package also defines a certificate's identity (Identity,
-// PeerIdentity): its SPIFFE URI SAN, else its first DNS SAN, else its
-// Subject CommonName; and checks SPIFFE IDs (ValidateSPIFFE) against the
-// SPIFFE ID and X509-SVID specifications.
+// PeerIdentity), typed by where it comes from: its SPIFFE URI SAN
+// ("spiffe://TD/PATH"), else "dns:" and its first DNS SAN, else "cn:" and
+// its Subject CommonName, so that only a URI SAN ever yields a SPIFFE ID;
+// and checks SPIFFE IDs (ValidateSPIFFE) against the SPIFFE ID and
+// X509-SVID specifications.
 //
 // It does not decide what an identity may do (that is authorization, the
 // caller's), it does not listen or dial, and it does not fetch

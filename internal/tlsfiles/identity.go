@@ -13,9 +13,35 @@ import (
 // URI SAN, no DNS SAN and no Subject CommonName.
 var ErrNoIdentity = errors.New("tlsfiles: certificate has no SPIFFE URI SAN, DNS SAN or CommonName")
 
-// Identity is the identity of cert, as authorization rules name it: its
-// SPIFFE URI SAN if it has one, else its first DNS SAN, else its Subject
-// CommonName. URI SANs of other schemes are ignored.
+// The kinds of identity, as the prefix of the identity string. A SPIFFE
+// ID is its URI as it is; the other kinds carry a prefix that no URI SAN
+// can produce, so that a DNS name or a CommonName never equals a SPIFFE
+// ID, whatever its text reads.
+const (
+	// SPIFFEPrefix begins the identity of a certificate with a SPIFFE URI
+	// SAN: the SAN itself, "spiffe://TRUST_DOMAIN/PATH".
+	SPIFFEPrefix = "spiffe://"
+	// DNSPrefix begins the identity of a certificate named by a DNS SAN:
+	// "dns:" and the name in lower case.
+	DNSPrefix = "dns:"
+	// CNPrefix begins the identity of a certificate named by its Subject
+	// CommonName: "cn:" and the CommonName as it is.
+	CNPrefix = "cn:"
+)
+
+// IsSPIFFE reports whether identity, as Identity returns it, is of the
+// SPIFFE kind: it came from a certificate's SPIFFE URI SAN (or, for a
+// string not from Identity, reads as a SPIFFE ID).
+func IsSPIFFE(identity string) bool { return strings.HasPrefix(identity, SPIFFEPrefix) }
+
+// Identity is the identity of cert, as authorization rules name it, with
+// its kind: its SPIFFE URI SAN if it has one ("spiffe://TD/PATH"), else
+// "dns:" and its first DNS SAN in lower case (DNS names are not case
+// sensitive), else "cn:" and its Subject CommonName. URI SANs of other
+// schemes are ignored. Only a URI SAN yields a SPIFFE ID: a DNS SAN or a
+// CommonName that reads "spiffe://..." is "dns:spiffe://..." or
+// "cn:spiffe://...", which no SPIFFE ID equals; a CA that signs any
+// CommonName a service asks for cannot so make it a replica or an admin.
 //
 // A certificate whose SPIFFE URI SAN is malformed (see ValidateSPIFFE),
 // has a root path ("spiffe://example.org", which X509-SVID section 3.1
@@ -49,9 +75,9 @@ func Identity(cert *x509.Certificate) (string, error) {
 		}
 		return id, nil
 	case len(cert.DNSNames) > 0:
-		return cert.DNSNames[0], nil
+		return DNSPrefix + strings.ToLower(cert.DNSNames[0]), nil
 	case cert.Subject.CommonName != "":
-		return cert.Subject.CommonName, nil
+		return CNPrefix + cert.Subject.CommonName, nil
 	}
 	return "", ErrNoIdentity
 }

@@ -30,9 +30,17 @@ func TestIdentity(t *testing.T) {
 		wantErr   string // substring; "" means no error
 	}{
 		{name: "spiffe first", cn: "cn", dns: []string{"a.example"}, uris: []string{"spiffe://example.org/ns/a/sa/b"}, want: "spiffe://example.org/ns/a/sa/b"},
-		{name: "other URI schemes ignored", cn: "cn", dns: []string{"a.example"}, uris: []string{"https://example.org/x"}, want: "a.example"},
-		{name: "first DNS", cn: "cn", dns: []string{"a.example", "b.example"}, want: "a.example"},
-		{name: "CN last", cn: "node-1", want: "node-1"},
+		{name: "other URI schemes ignored", cn: "cn", dns: []string{"a.example"}, uris: []string{"https://example.org/x"}, want: "dns:a.example"},
+		{name: "first DNS", cn: "cn", dns: []string{"a.example", "b.example"}, want: "dns:a.example"},
+		{name: "DNS in lower case", dns: []string{"Envoy-7.Mesh.Example.ORG"}, want: "dns:envoy-7.mesh.example.org"},
+		{name: "CN last", cn: "node-1", want: "cn:node-1"},
+		{name: "CN kept as it is", cn: "Envoy Proxy", want: "cn:Envoy Proxy"},
+		// A name that reads as a SPIFFE ID outside a URI SAN is not one.
+		{name: "CN reading as SPIFFE", cn: "spiffe://example.org/replica", want: "cn:spiffe://example.org/replica"},
+		{name: "DNS SAN reading as SPIFFE", cn: "spiffe://example.org/replica", dns: []string{"spiffe://example.org/replica"}, want: "dns:spiffe://example.org/replica"},
+		{name: "CN reading as a typed DNS identity", cn: "dns:a.example", want: "cn:dns:a.example"},
+		{name: "DNS SAN reading as a CN identity", dns: []string{"cn:admin"}, want: "dns:cn:admin"},
+		{name: "URI SAN of scheme dns ignored", cn: "x", uris: []string{"dns:a.example"}, want: "cn:x"},
 		{name: "none", wantErr: "no SPIFFE URI SAN, DNS SAN or CommonName"},
 		{name: "malformed spiffe refused, no fallback", dns: []string{"a.example"}, uris: []string{"spiffe://Example.org/a"}, wantErr: "lower case"},
 		{name: "upper-case scheme refused", dns: []string{"a.example"}, uris: []string{"SPIFFE://example.org/a"}, wantErr: "scheme"},
@@ -70,6 +78,34 @@ func TestIdentity(t *testing.T) {
 	}
 	if _, err := tlsfiles.Identity(&x509.Certificate{}); !errors.Is(err, tlsfiles.ErrNoIdentity) {
 		t.Errorf("Identity(no names) = %v, want ErrNoIdentity", err)
+	}
+}
+
+// TestIsSPIFFE: only an identity from a URI SAN is of the SPIFFE kind.
+func TestIsSPIFFE(t *testing.T) {
+	for _, tc := range []struct {
+		cn, dns, uri string
+		want         bool
+	}{
+		{uri: "spiffe://example.org/replica", want: true},
+		{cn: "spiffe://example.org/replica"},
+		{dns: "spiffe://example.org/replica"},
+		{dns: "a.example"},
+	} {
+		var dns, uris []string
+		if tc.dns != "" {
+			dns = []string{tc.dns}
+		}
+		if tc.uri != "" {
+			uris = []string{tc.uri}
+		}
+		id, err := tlsfiles.Identity(certWithSANs(t, tc.cn, dns, uris))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := tlsfiles.IsSPIFFE(id); got != tc.want {
+			t.Errorf("IsSPIFFE(%q) = %v, want %v (cn %q, dns %q, uri %q)", id, got, tc.want, tc.cn, tc.dns, tc.uri)
+		}
 	}
 }
 
@@ -131,8 +167,8 @@ func TestPeerIdentityNeedsVerifiedChain(t *testing.T) {
 		PeerCertificates: []*x509.Certificate{leaf},
 		VerifiedChains:   [][]*x509.Certificate{{leaf, {Subject: pkix.Name{CommonName: "ca"}}}},
 	}
-	if id, ok := tlsfiles.PeerIdentity(cs); !ok || id != "a.example" {
-		t.Errorf("PeerIdentity(verified) = %q, %v; want a.example, true", id, ok)
+	if id, ok := tlsfiles.PeerIdentity(cs); !ok || id != "dns:a.example" {
+		t.Errorf("PeerIdentity(verified) = %q, %v; want dns:a.example, true", id, ok)
 	}
 	bad, _ := url.Parse("spiffe://EXAMPLE/a")
 	cs.VerifiedChains[0][0] = &x509.Certificate{URIs: []*url.URL{bad}}
