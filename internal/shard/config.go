@@ -90,7 +90,8 @@ type Config struct {
 	// file is bad; afterwards it is re-read every GossipKeyInterval and
 	// the keyring updated in place, and a bad rewrite keeps the keyring
 	// in use. Empty: gossip in clear, and anyone who reaches BindAddr can
-	// join.
+	// join the gossip (though not the ring, which needs a registration in
+	// etcd); a cluster of more than one replica then logs an error.
 	GossipKeyFile string
 	// GossipKeyInterval is how often GossipKeyFile is checked for a
 	// change.

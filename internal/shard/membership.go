@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log"
 	"log/slog"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -39,9 +40,25 @@ type Membership struct {
 	self    Member
 	changed chan struct{} // closed when ring next changes
 
-	nodesMu sync.Mutex            // guards nodes and badMeta
+	nodesMu sync.Mutex            // guards nodes, badMeta, registered and unregistered
 	nodes   map[string]gossipNode // alive (or suspect) members by name, this one included
 	badMeta map[string]string     // name -> unreadable meta already warned about
+	// registered is the registry as last read (registered.go): the
+	// members registered in etcd under a live lease, by name. Only those
+	// of the alive members are on the ring.
+	registered map[string]Member
+	// unregistered holds the alive members left off the ring for not
+	// being registered, by name.
+	unregistered map[string]outsider
+	// replicaIPs is the set of the registered members' IP addresses
+	// (IsReplicaAddr).
+	replicaIPs atomic.Pointer[map[netip.Addr]struct{}]
+
+	// encrypted: gossip has a keyring (GossipKeyFile). warnedNoKey: the
+	// error about a cluster gossiping in clear was logged, and not since
+	// the cluster was back to one member. Guarded by buildMu.
+	encrypted   bool
+	warnedNoKey bool
 
 	buildKick  chan struct{} // cap 1: gossip membership changed
 	metaKick   chan struct{} // cap 1: self's meta changed, broadcast it
@@ -76,16 +93,18 @@ func Start(ctx context.Context, cfg Config) (*Membership, error) {
 		return nil, err
 	}
 	m := &Membership{
-		cfg:        cfg,
-		log:        cfg.Logger.With("member", cfg.Name),
-		metrics:    newMetrics(),
-		changed:    make(chan struct{}),
-		nodes:      make(map[string]gossipNode),
-		badMeta:    make(map[string]string),
-		buildKick:  make(chan struct{}, 1),
-		metaKick:   make(chan struct{}, 1),
-		recordKick: make(chan struct{}, 1),
-		joined:     make(chan struct{}),
+		cfg:          cfg,
+		log:          cfg.Logger.With("member", cfg.Name),
+		metrics:      newMetrics(),
+		changed:      make(chan struct{}),
+		nodes:        make(map[string]gossipNode),
+		badMeta:      make(map[string]string),
+		registered:   make(map[string]Member),
+		unregistered: make(map[string]outsider),
+		buildKick:    make(chan struct{}, 1),
+		metaKick:     make(chan struct{}, 1),
+		recordKick:   make(chan struct{}, 1),
+		joined:       make(chan struct{}),
 		self: Member{
 			Name:     cfg.Name,
 			XDSAddr:  cfg.XDSAddr,
@@ -116,6 +135,7 @@ func Start(ctx context.Context, cfg Config) (*Membership, error) {
 		}
 		keySum = sha256.Sum256(data)
 		m.metrics.keys.Set(float64(len(keys)))
+		m.encrypted = true
 	}
 	m.ml, err = memberlist.Create(mlc)
 	if err != nil {
@@ -133,12 +153,22 @@ func Start(ctx context.Context, cfg Config) (*Membership, error) {
 		m.ml.Shutdown() //nolint:errcheck // the registration error is the one to report
 		return nil, err
 	}
+	// The registry decides who may be on the ring: read it before the
+	// first ring is built, then follow it.
+	rev, err := m.readRegistry(ctx)
+	if err != nil {
+		cancel()
+		m.ml.Shutdown()            //nolint:errcheck // the read error is the one to report
+		m.revoke(m.cfg.TCPTimeout) //nolint:errcheck // the read error is the one to report; the lease expires anyway
+		return nil, err
+	}
 	m.rebuild()
 
-	m.wg.Add(4)
+	m.wg.Add(5)
 	go m.buildLoop(root)
 	go m.announceLoop(root)
 	go m.registryLoop(root, ka)
+	go m.registeredLoop(root, rev)
 	go m.discoveryLoop(root)
 	if mlc.Keyring != nil {
 		m.wg.Add(1)
@@ -338,40 +368,21 @@ func (m *Membership) buildLoop(ctx context.Context) {
 	}
 }
 
-// rebuild builds the ring from the alive members and, if it differs from
-// the current one, swaps it in and closes the Changed channel.
+// rebuild builds the ring from the alive members that are registered
+// (admitted) and, if it differs from the current one, swaps it in and
+// closes the Changed channel.
 func (m *Membership) rebuild() {
 	m.buildMu.Lock()
 	defer m.buildMu.Unlock()
 
-	type bad struct{ name, meta string }
-	var (
-		alive  []Member
-		newBad []bad
-	)
-	m.nodesMu.Lock()
-	for name, n := range m.nodes {
-		mem, err := decodeMeta(name, n.addr, n.meta)
-		if err != nil {
-			if m.badMeta[name] != string(n.meta) {
-				m.badMeta[name] = string(n.meta)
-				newBad = append(newBad, bad{name, string(n.meta)})
-			}
-			continue
-		}
-		delete(m.badMeta, name)
-		alive = append(alive, mem)
-	}
-	m.nodesMu.Unlock()
-	for _, b := range newBad {
-		m.metrics.badMeta.Inc()
-		m.log.Warn("shard: gossip member with unreadable meta left off the ring", "peer", b.name, "meta", b.meta)
-	}
-
-	r := ReadyRing(alive, m.cfg.VNodes)
+	alive, onRing, registered := m.candidates()
+	r := ReadyRing(onRing, m.cfg.VNodes)
 	m.metrics.alive.Set(float64(len(alive)))
+	m.metrics.registered.Set(float64(registered))
+	m.metrics.unregistered.Set(float64(len(alive) - len(onRing)))
 	m.metrics.ringMembers.Set(float64(r.Len()))
 	m.metrics.share.Set(r.shares[m.cfg.Name])
+	m.warnClear(max(len(alive), registered))
 
 	m.mu.Lock()
 	if r.equal(m.ring.Load()) {
@@ -392,6 +403,105 @@ func (m *Membership) rebuild() {
 		names = append(names, mem.Name)
 	}
 	m.log.Info("shard: ring changed", "alive", len(alive), "ring", strings.Join(names, ","))
+}
+
+// outsider is an alive member left off the ring for not being
+// registered: since when, at which gossip address, and whether it was
+// warned about.
+type outsider struct {
+	gossipAddr string
+	since      time.Time
+	warned     bool
+}
+
+// outsidersPending reports whether an alive member not registered has not
+// been warned about yet: the ring is rebuilt once in a while to do so.
+func (m *Membership) outsidersPending() bool {
+	m.nodesMu.Lock()
+	defer m.nodesMu.Unlock()
+	for _, o := range m.unregistered {
+		if !o.warned {
+			return true
+		}
+	}
+	return false
+}
+
+// candidates returns the alive members whose meta decodes, those of them
+// admitted to the ring (registered in etcd with the addresses they
+// gossip), and the number registered. It warns, once each, of members
+// whose meta is unreadable and of members not registered.
+func (m *Membership) candidates() (alive, onRing []Member, registered int) {
+	type bad struct{ name, meta string }
+	var (
+		newBad    []bad
+		outsiders []Member
+	)
+	m.nodesMu.Lock()
+	for name, n := range m.nodes {
+		mem, err := decodeMeta(name, n.addr, n.meta)
+		if err != nil {
+			if m.badMeta[name] != string(n.meta) {
+				m.badMeta[name] = string(n.meta)
+				newBad = append(newBad, bad{name, string(n.meta)})
+			}
+			continue
+		}
+		delete(m.badMeta, name)
+		alive = append(alive, mem)
+		if m.admitted(mem) {
+			delete(m.unregistered, name)
+			onRing = append(onRing, mem)
+			continue
+		}
+		o, ok := m.unregistered[name]
+		if !ok || o.gossipAddr != mem.GossipAddr {
+			o = outsider{gossipAddr: mem.GossipAddr, since: time.Now()}
+		}
+		// A replica registers before it gossips, but its peers' watches
+		// may hear of it after their gossip does: only one still not
+		// registered after a lease's TTL is worth a warning.
+		if !o.warned && time.Since(o.since) >= m.cfg.LeaseTTL {
+			o.warned = true
+			outsiders = append(outsiders, mem)
+		}
+		m.unregistered[name] = o
+	}
+	for name := range m.unregistered {
+		if _, ok := m.nodes[name]; !ok {
+			delete(m.unregistered, name)
+		}
+	}
+	registered = len(m.registered)
+	m.nodesMu.Unlock()
+	for _, b := range newBad {
+		m.metrics.badMeta.Inc()
+		m.log.Warn("shard: gossip member with unreadable meta left off the ring", "peer", b.name, "meta", b.meta)
+	}
+	for _, o := range outsiders {
+		if o.Name == m.cfg.Name {
+			m.log.Warn("shard: this replica is not registered in etcd under a live lease: off the ring until it is")
+			continue
+		}
+		m.log.Warn("shard: gossip member not registered in etcd under a live lease (or at other addresses) left off the ring",
+			"peer", o.Name, "gossip_addr", o.GossipAddr, "xds_addr", o.XDSAddr)
+	}
+	return alive, onRing, registered
+}
+
+// warnClear logs, at Error, that gossip is in clear in a cluster of more
+// than one replica (members): once when the cluster grows past one, again
+// only after it was back to one.
+func (m *Membership) warnClear(members int) {
+	switch {
+	case m.encrypted || members <= 1:
+		m.warnedNoKey = false
+	case !m.warnedNoKey:
+		m.warnedNoKey = true
+		m.log.Error("shard: a cluster of more than one replica gossips in clear: any host that reaches the gossip port "+
+			"can join the gossip and read the members' records; set --gossip-key-file on every replica (README: Gossip encryption)",
+			"members", members)
+	}
 }
 
 // delegate is memberlist's Delegate for a Membership. memberlist calls its
@@ -460,32 +570,4 @@ func (m *Membership) announceLoop(ctx context.Context) {
 			}
 		}
 	}
-}
-
-// --- logs ---
-
-// logWriter turns memberlist's log lines ("[WARN] memberlist: ...") into
-// slog records at the matching level.
-type logWriter struct{ log *slog.Logger }
-
-func (w *logWriter) Write(p []byte) (int, error) {
-	s := strings.TrimSpace(string(p))
-	level := slog.LevelInfo
-	for _, l := range []struct {
-		prefix string
-		level  slog.Level
-	}{
-		{"[DEBUG]", slog.LevelDebug},
-		{"[INFO]", slog.LevelInfo},
-		{"[WARN]", slog.LevelWarn},
-		{"[ERR]", slog.LevelError},
-		{"[ERROR]", slog.LevelError},
-	} {
-		if rest, ok := strings.CutPrefix(s, l.prefix); ok {
-			s, level = strings.TrimSpace(rest), l.level
-			break
-		}
-	}
-	w.log.Log(context.Background(), level, s)
-	return len(p), nil
 }

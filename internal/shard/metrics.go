@@ -10,13 +10,17 @@ type metrics struct {
 	reg         prometheus.Registerer // nil: not registered
 	alive       prometheus.Gauge
 	ringMembers prometheus.Gauge
-	share       prometheus.Gauge // this replica's share of the ring
-	ringChanges prometheus.Counter
-	leaseLost   prometheus.Counter
-	badMeta     prometheus.Counter
-	keys        prometheus.Gauge   // keys in the gossip keyring
-	keyReloads  prometheus.Counter // key file changes applied
-	keyErrors   prometheus.Counter // key file re-reads that failed
+	// registered: members registered in etcd under a live lease;
+	// unregistered: alive in gossip but left off the ring for not being.
+	registered   prometheus.Gauge
+	unregistered prometheus.Gauge
+	share        prometheus.Gauge // this replica's share of the ring
+	ringChanges  prometheus.Counter
+	leaseLost    prometheus.Counter
+	badMeta      prometheus.Counter
+	keys         prometheus.Gauge   // keys in the gossip keyring
+	keyReloads   prometheus.Counter // key file changes applied
+	keyErrors    prometheus.Counter // key file re-reads that failed
 }
 
 func newMetrics() *metrics {
@@ -24,7 +28,11 @@ func newMetrics() *metrics {
 		alive: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "legation_shard_members_alive", Help: "Members memberlist considers alive, this replica included."}),
 		ringMembers: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "legation_shard_ring_members", Help: "Members on the hash ring (the ready ones, or all alive when none is ready)."}),
+			Name: "legation_shard_ring_members", Help: "Members on the hash ring: those alive and registered in etcd (the ready ones of them, or all when most are not ready)."}),
+		registered: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "legation_shard_members_registered", Help: "Members registered in etcd under a live lease (<prefix>members/), as this replica's registry watch last saw them."}),
+		unregistered: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "legation_shard_members_unregistered", Help: "Members gossip knows as alive that are not registered in etcd under a live lease with the addresses they gossip: left off the ring."}),
 		share: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "legation_shard_ring_share", Help: "This replica's share of the hash ring (0 to 1): about the fraction of node ids it is home to."}),
 		ringChanges: prometheus.NewCounter(prometheus.CounterOpts{
@@ -43,7 +51,7 @@ func newMetrics() *metrics {
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.alive, m.ringMembers, m.share, m.ringChanges, m.leaseLost, m.badMeta, m.keys, m.keyReloads, m.keyErrors}
+	return []prometheus.Collector{m.alive, m.ringMembers, m.registered, m.unregistered, m.share, m.ringChanges, m.leaseLost, m.badMeta, m.keys, m.keyReloads, m.keyErrors}
 }
 
 // register registers the collectors on reg (nil: nothing), all or none.

@@ -62,6 +62,7 @@ func (m *Membership) registryLoop(ctx context.Context, ka <-chan *clientv3.Lease
 	lost := func() {
 		ka = nil
 		m.lease.Store(0)
+		kick(m.buildKick) // off its own ring, as it will be off its peers'
 		m.metrics.leaseLost.Inc()
 		backoff = minBackoff
 		register.Reset(backoff)
@@ -119,6 +120,7 @@ func (m *Membership) registryLoop(ctx context.Context, ka <-chan *clientv3.Lease
 				continue
 			}
 			ka = newKA
+			kick(m.buildKick)
 			m.log.Info("shard: registered again")
 		}
 	}
@@ -185,6 +187,9 @@ func (m *Membership) discoveryLoop(ctx context.Context) {
 			return
 		case <-t.C:
 			m.joinRegistered(ctx, false)
+			if m.outsidersPending() {
+				kick(m.buildKick)
+			}
 		}
 	}
 }

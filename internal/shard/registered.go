@@ -1,0 +1,186 @@
+package shard
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// The registry is the authority on who is a replica: a member gossip says
+// is alive is on the ring only if it is also registered in etcd under a
+// live lease, with the same xDS and gossip addresses as it gossips. Gossip
+// is open to whoever reaches the gossip port (with no key, or with a key
+// that leaked); etcd is not, so a host that gossips but never registered
+// (it has no etcd credentials) is never home to any node. Every replica
+// reads the same registry through a watch, so they compute the same ring
+// from the same inputs: alive in gossip and registered in etcd.
+
+// readRegistry reads the whole registry into m.registered and returns the
+// revision it was read at.
+func (m *Membership) readRegistry(ctx context.Context) (int64, error) {
+	dir := m.cfg.Prefix + membersDir
+	resp, err := m.cfg.Client.Get(ctx, dir, clientv3.WithPrefix())
+	if err != nil {
+		return 0, fmt.Errorf("shard: read registry %s: %w", dir, err)
+	}
+	reg := make(map[string]Member, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		key := string(kv.Key)
+		mem, err := decodeRecord(key, strings.TrimPrefix(key, dir), kv.Value)
+		if err != nil {
+			continue // joinRegistered warns about malformed records
+		}
+		reg[mem.Name] = mem
+	}
+	m.nodesMu.Lock()
+	m.registered = reg
+	m.nodesMu.Unlock()
+	m.setReplicaIPs(reg)
+	return resp.Header.Revision, nil
+}
+
+// registeredLoop follows the registry with a watch from rev on, keeping
+// m.registered current and rebuilding the ring on each change. A watch
+// that fails (compaction, no leader, etcd unreachable) is replaced by a
+// new read and watch after a backoff; meanwhile the last registry read
+// stays in force, so that replicas that all lose etcd keep their ring.
+func (m *Membership) registeredLoop(ctx context.Context, rev int64) {
+	defer m.wg.Done()
+	const minBackoff, maxBackoff = 200 * time.Millisecond, 5 * time.Second
+	backoff := minBackoff
+	for {
+		if rev == 0 {
+			rctx, cancel := context.WithTimeout(ctx, m.cfg.LeaseTTL)
+			r, err := m.readRegistry(rctx)
+			cancel()
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				m.log.Warn("shard: read the registry; the ring keeps the last one read", "err", err, "retry_in", backoff)
+				if !sleep(ctx, backoff) {
+					return
+				}
+				backoff = min(2*backoff, maxBackoff)
+				continue
+			}
+			rev = r
+			kick(m.buildKick)
+		}
+		if m.watchRegistry(ctx, rev) {
+			backoff = minBackoff // the watch worked for a while
+		}
+		rev = 0
+		if !sleep(ctx, backoff) {
+			return
+		}
+	}
+}
+
+// watchRegistry applies the registry's changes after rev until the watch
+// fails or ctx ends; it reports whether any change arrived.
+func (m *Membership) watchRegistry(ctx context.Context, rev int64) bool {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	dir := m.cfg.Prefix + membersDir
+	got := false
+	for resp := range m.cfg.Client.Watch(wctx, dir, clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
+		if err := resp.Err(); err != nil {
+			if ctx.Err() == nil {
+				m.log.Debug("shard: registry watch ended; reading the registry again", "err", err)
+			}
+			return got
+		}
+		if len(resp.Events) == 0 {
+			continue
+		}
+		got = true
+		m.nodesMu.Lock()
+		reg := make(map[string]Member, len(m.registered)+1)
+		for k, v := range m.registered {
+			reg[k] = v
+		}
+		for _, ev := range resp.Events {
+			key := string(ev.Kv.Key)
+			name := strings.TrimPrefix(key, dir)
+			if ev.Type == clientv3.EventTypeDelete {
+				delete(reg, name)
+				if name == m.cfg.Name && m.lease.Load() != 0 {
+					// This replica's record went while its lease is held
+					// (deleted by hand, or a lease lost and regranted
+					// meanwhile): write it again, or register again if
+					// the lease is gone too.
+					kick(m.recordKick)
+				}
+				continue
+			}
+			if mem, err := decodeRecord(key, name, ev.Kv.Value); err == nil {
+				reg[name] = mem
+			} else {
+				delete(reg, name) // an unreadable record registers no one
+			}
+		}
+		m.registered = reg
+		m.nodesMu.Unlock()
+		m.setReplicaIPs(reg)
+		kick(m.buildKick)
+	}
+	return got
+}
+
+// admitted reports whether the alive member mem may be on the ring: it is
+// registered with the addresses it gossips, and, for this replica itself,
+// its registration's lease is held (a lease lost is noticed here before
+// the registry's delete arrives, if etcd is unreachable it never does).
+// The caller holds nodesMu.
+func (m *Membership) admitted(mem Member) bool {
+	reg, ok := m.registered[mem.Name]
+	if !ok || reg.XDSAddr != mem.XDSAddr || reg.GossipAddr != mem.GossipAddr {
+		return false
+	}
+	return mem.Name != m.cfg.Name || m.lease.Load() != 0
+}
+
+// setReplicaIPs records the IP addresses of the registered members (the
+// hosts of their xDS and gossip addresses that are IPs) for IsReplicaAddr.
+func (m *Membership) setReplicaIPs(reg map[string]Member) {
+	ips := make(map[netip.Addr]struct{}, len(reg))
+	for _, mem := range reg {
+		for _, a := range []string{mem.XDSAddr, mem.GossipAddr} {
+			host, _, err := net.SplitHostPort(a)
+			if err != nil {
+				continue
+			}
+			if ip, err := netip.ParseAddr(host); err == nil {
+				ips[ip.Unmap()] = struct{}{}
+			}
+		}
+	}
+	m.replicaIPs.Store(&ips)
+}
+
+// IsReplicaAddr reports whether ip is the address of a replica registered
+// in etcd under a live lease (the host of its xDS or gossip address), as
+// this replica's registry watch last saw it. It is cheap (an atomic load
+// and a map lookup) and may be called concurrently.
+func (m *Membership) IsReplicaAddr(ip netip.Addr) bool {
+	p := m.replicaIPs.Load()
+	if p == nil {
+		return false
+	}
+	_, ok := (*p)[ip.Unmap()]
+	return ok
+}
+
+// Registered returns the number of members registered in etcd under a
+// live lease, as this replica's registry watch last saw them.
+func (m *Membership) Registered() int {
+	m.nodesMu.Lock()
+	defer m.nodesMu.Unlock()
+	return len(m.registered)
+}

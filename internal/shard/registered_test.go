@@ -1,0 +1,149 @@
+package shard_test
+
+import (
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/legation-io/legation/internal/shard"
+	"github.com/legation-io/legation/internal/store/storetest"
+)
+
+// TestUnregisteredGossiperNeverOwnsANode: a process that gossips with the
+// cluster's key (or, where none is set, in clear) but is not registered
+// in the cluster's etcd (it registers in an etcd of its own) is admitted
+// by gossip, and still never on the ring: no node id has it as home.
+func TestUnregisteredGossiperNeverOwnsANode(t *testing.T) {
+	key := keyLines(newKey(t, 32))
+	for _, tt := range []struct{ name, content string }{
+		{"right key", key},
+		{"no key set", ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newCluster(t)
+			a := c.startKeyed("a", tt.content)
+			b := c.startKeyed("b", tt.content)
+			in := []*shard.Membership{a.m, b.m}
+			waitFor(t, shardTestTimeout, "a and b do not form a ring", ringIs(in, "a", "b"))
+
+			// x: the same key and gossip, another etcd; it joins a.
+			other := newCluster(t)
+			cfg := other.fastConfig("x")
+			cfg.XDSAddr = "127.0.0.1:18100"
+			cfg.Join = []string{a.m.Self().GossipAddr}
+			if tt.content != "" {
+				cfg.GossipKeyFile = a.keyFile
+			}
+			x := other.start(cfg)
+			waitFor(t, shardTestTimeout, "x is not in a's and b's gossip: the test shows nothing", func() bool {
+				return slices.Equal(memberNames(a.m), []string{"a", "b", "x"}) &&
+					slices.Equal(memberNames(b.m), []string{"a", "b", "x"})
+			})
+			holds(t, 2*time.Second, "x, not registered, got on a's or b's ring", ringIs(in, "a", "b"))
+			for _, id := range nodeIDs(2000) {
+				for _, m := range in {
+					if h, _ := m.Home(id); h.Name == "x" || h.XDSAddr == x.Self().XDSAddr {
+						t.Fatalf("%s: Home(%q) = %+v: x owns a node", m.Self().Name, id, h)
+					}
+				}
+			}
+			waitFor(t, shardTestTimeout, "legation_shard_members_unregistered is not 1", func() bool {
+				return metricValue(t, a.reg, "legation_shard_members_unregistered") == 1
+			})
+			if got := metricValue(t, a.reg, "legation_shard_members_registered"); got != 2 {
+				t.Errorf("legation_shard_members_registered = %v, want 2", got)
+			}
+		})
+	}
+}
+
+// TestRegisteredElsewhereIsNotEnough: a gossip member whose name is
+// registered, but with other addresses than it gossips, stays off the
+// ring: a process cannot borrow a registered replica's name.
+func TestRegisteredElsewhereIsNotEnough(t *testing.T) {
+	c := newCluster(t)
+	a := c.startKeyed("a", "")
+	// "x" is registered by hand at the addresses of nobody.
+	client := c.etcd.Client(t)
+	ctx := testCtx(t)
+	rec := `{"name":"x","xds_addr":"127.0.0.1:1","gossip_addr":"127.0.0.1:2","started":"2026-01-01T00:00:00Z","ready":true}`
+	if _, err := client.Put(ctx, shard.RegistryKey(testPrefix, "x"), rec); err != nil {
+		t.Fatal(err)
+	}
+	other := newCluster(t)
+	cfg := other.fastConfig("x")
+	cfg.Join = []string{a.m.Self().GossipAddr}
+	other.start(cfg)
+	waitFor(t, shardTestTimeout, "x is not in a's gossip", func() bool {
+		return slices.Equal(memberNames(a.m), []string{"a", "x"})
+	})
+	holds(t, time.Second, "x, registered at other addresses, got on a's ring", ringIs([]*shard.Membership{a.m}, "a"))
+	if !a.m.IsReplicaAddr(netip.MustParseAddr("127.0.0.1")) {
+		t.Errorf("IsReplicaAddr(127.0.0.1) = false, want true (a is registered there)")
+	}
+	if a.m.IsReplicaAddr(netip.MustParseAddr("127.0.0.2")) {
+		t.Errorf("IsReplicaAddr(127.0.0.2) = true: no replica is registered there")
+	}
+}
+
+// TestLostRegistrationLeavesRing: a replica cut off from etcd loses its
+// lease; it leaves its peers' rings (the registry's delete) and its own
+// (its keep-alive ends), though gossip still says it is alive; back in
+// etcd, it registers again and is on every ring again.
+func TestLostRegistrationLeavesRing(t *testing.T) {
+	c := newCluster(t)
+	proxy := storetest.NewProxy(t, c.etcd.Endpoint)
+	viaProxy, err := clientv3.New(clientv3.Config{
+		Endpoints:   []string{proxy.Addr},
+		DialTimeout: time.Second,
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { viaProxy.Close() })
+	acfg := c.fastConfig("a")
+	acfg.Client = viaProxy
+	a := c.start(acfg)
+	b := c.start(c.fastConfig("b"))
+	both := []*shard.Membership{a, b}
+	waitFor(t, shardTestTimeout, "a and b do not form a ring", ringIs(both, "a", "b"))
+
+	proxy.Cut()
+	waitFor(t, shardTestTimeout, "a, its lease lost, is still on b's ring", ringIs([]*shard.Membership{b}, "b"))
+	waitFor(t, shardTestTimeout, "a, its lease lost, is still on its own ring", func() bool {
+		return !slices.Contains(ringNames(a), "a")
+	})
+	if !slices.Equal(memberNames(b), []string{"a", "b"}) {
+		t.Errorf("b's gossip = %v, want a still alive there", memberNames(b))
+	}
+	proxy.Restore()
+	waitFor(t, shardTestTimeout, "a, registered again, is not back on the rings", ringIs(both, "a", "b"))
+}
+
+// TestDeletedRecordIsWrittenAgain: a replica's record deleted from the
+// registry (its lease held) takes it off every ring, and the replica
+// writes it again.
+func TestDeletedRecordIsWrittenAgain(t *testing.T) {
+	c := newCluster(t)
+	ms := c.startAll("a", "b")
+	waitFor(t, shardTestTimeout, "a and b do not form a ring", ringIs(ms, "a", "b"))
+	client := c.etcd.Client(t)
+	changes := ms[1].Changed()
+	if _, err := client.Delete(testCtx(t), shard.RegistryKey(testPrefix, "a")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-changes:
+	case <-time.After(shardTestTimeout):
+		t.Fatalf("b's ring did not change when a's record was deleted")
+	}
+	waitFor(t, shardTestTimeout, "a's record is not written again", func() bool {
+		return slices.Contains(registered(t, client), "a")
+	})
+	waitFor(t, shardTestTimeout, "a is not back on the rings", ringIs(ms, "a", "b"))
+}
