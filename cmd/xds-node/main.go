@@ -170,6 +170,10 @@ func newFlagSet(cfg *node.Config) (fs *pflag.FlagSet, logLevel, logFormat *strin
 		"LRS: how many of its last load windows each replica keeps in etcd")
 	fs.StringSliceVar(&cfg.LRSClusters, "lrs-clusters", cfg.LRSClusters,
 		"LRS: the only clusters clients are asked to report on, comma separated; empty: all (send_all_clusters)")
+	fs.Float64Var(&cfg.LRSMaxRate, "lrs-max-rate", cfg.LRSMaxRate,
+		"LRS: the requests per second one node may report, on average over a window; cluster stats beyond are refused and counted")
+	fs.IntVar(&cfg.LRSMaxRowsPerNode, "lrs-max-rows-per-node", cfg.LRSMaxRowsPerNode,
+		"LRS: the rows (cluster, service, locality) one node may add to a load window; beyond, its rows are summed into one of its own")
 	fs.DurationVar(&cfg.EtcdStaleAfter, "etcd-stale-after", cfg.EtcdStaleAfter,
 		"not ready after hearing nothing from etcd for this long (the last view is still served)")
 	fs.BoolVar(&cfg.DebugOpen, "debug-open", cfg.DebugOpen,

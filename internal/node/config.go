@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/legation-io/legation/internal/authz"
 	"github.com/legation-io/legation/internal/etcdconn"
+	"github.com/legation-io/legation/internal/lrs"
 	"github.com/legation-io/legation/internal/scope"
 	"github.com/legation-io/legation/internal/tlsfiles"
 	"github.com/legation-io/legation/internal/tracing"
@@ -108,6 +110,14 @@ type Config struct {
 	// LRSClusters (--lrs-clusters), if not empty, are the only clusters
 	// LRS clients are asked to report on; empty: send_all_clusters.
 	LRSClusters []string
+	// LRSMaxRate (--lrs-max-rate) bounds the requests one node may report
+	// per second, on average over a window (lrs.Config.MaxRate): cluster
+	// stats beyond are refused and counted. At least 1.
+	LRSMaxRate float64
+	// LRSMaxRowsPerNode (--lrs-max-rows-per-node) bounds the rows one node
+	// adds to a load window (lrs.Config.MaxRowsPerNode); beyond, its rows
+	// are summed into one of its own. From 1 to 2000.
+	LRSMaxRowsPerNode int
 	// Name is the replica's name (--name). DefaultConfig uses the
 	// hostname.
 	Name string
@@ -335,6 +345,8 @@ func DefaultConfig() Config {
 		StatusWriteBudget:   20,               // status.DefaultConfig: 1,280 records a second
 		LRSInterval:         10 * time.Second, // Envoy's and grpc-go's usual
 		LRSWindows:          6,                // the last minute at 10s
+		LRSMaxRate:          1e6,              // far beyond one proxy's traffic, far below 2^64
+		LRSMaxRowsPerNode:   200,              // 100 localities of two clusters
 
 		// Limits and overload.
 		KeepaliveMinTime:      5 * time.Second,  // Envoy's and gRPC's usual pings are 10s or more
@@ -444,6 +456,12 @@ func (c *Config) Validate() error {
 	}
 	if c.LRSWindows < 1 || c.LRSWindows > 1000 {
 		add(fmt.Errorf("--lrs-windows %d: must be from 1 to 1000", c.LRSWindows))
+	}
+	if !(c.LRSMaxRate >= 1) || math.IsInf(c.LRSMaxRate, 0) {
+		add(fmt.Errorf("--lrs-max-rate %v: must be at least 1 (requests per second a node may report)", c.LRSMaxRate))
+	}
+	if c.LRSMaxRowsPerNode < 1 || c.LRSMaxRowsPerNode > lrs.MaxRows {
+		add(fmt.Errorf("--lrs-max-rows-per-node %d: must be from 1 to %d", c.LRSMaxRowsPerNode, lrs.MaxRows))
 	}
 	for _, cl := range c.LRSClusters {
 		if strings.TrimSpace(cl) == "" {

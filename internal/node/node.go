@@ -301,17 +301,20 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 		return fmt.Errorf("node: %w", err)
 	}
 	if n.lrs, err = lrs.New(lrs.Config{
-		Client:     n.client,
-		Prefix:     cfg.EtcdPrefix,
-		Replica:    cfg.Name,
-		Interval:   cfg.LRSInterval,
-		Windows:    cfg.LRSWindows,
-		Clusters:   cfg.LRSClusters,
-		Known:      n.knownCluster,
-		Group:      groupBy,
-		Authorizer: n.guard,
-		Logger:     n.log,
-		Registerer: n.reg,
+		Client:         n.client,
+		Prefix:         cfg.EtcdPrefix,
+		Replica:        cfg.Name,
+		Interval:       cfg.LRSInterval,
+		Windows:        cfg.LRSWindows,
+		Clusters:       cfg.LRSClusters,
+		MaxRate:        cfg.LRSMaxRate,
+		MaxRowsPerNode: cfg.LRSMaxRowsPerNode,
+		Known:          n.knownCluster,
+		Group:          groupBy,
+		Authorizer:     n.guard,
+		Identity:       func(ctx context.Context) string { return n.guard.Of(ctx).Name },
+		Logger:         n.log,
+		Registerer:     n.reg,
 	}); err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
