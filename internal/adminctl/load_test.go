@@ -41,7 +41,7 @@ func TestLoad(t *testing.T) {
 			{Cluster: "web", Node: "n1", Dropped: 20, DroppedBy: map[string]uint64{"throttle": 20}},
 		}},
 		{Replica: "r2", Start: t0, End: t0.Add(10 * time.Second), Rows: []lrs.Row{
-			{Cluster: "web", Locality: "eu/b/", Node: "n2", Issued: 100, Succeeded: 100},
+			{Cluster: "web", Locality: "eu/b/", Node: "n2", Identity: "spiffe://example.org/n2", Issued: 100, Succeeded: 100},
 			{Cluster: "api", Locality: "eu/b/", Node: "n2", Issued: 5, Succeeded: 5},
 		}},
 	} {
@@ -88,8 +88,12 @@ func TestLoad(t *testing.T) {
 			t.Errorf("by locality %q: %d, want %d (all: %v)", k, got[k], v, got)
 		}
 	}
-	if out := h.mustRun("load", "--by", "node"); !strings.Contains(out, "NODE") || !strings.Contains(out, "n2") {
-		t.Errorf("load --by node:\n%s\nwant a NODE column with n2", out)
+	byNode := map[string]string{}
+	for _, row := range fields(h.mustRun("load", "--by", "node")) {
+		byNode[row[0]+" "+row[1]] = row[2]
+	}
+	if byNode["CLUSTER NODE"] != "IDENTITY" || byNode["web n2"] != "spiffe://example.org/n2" || byNode["web n1"] != "-" {
+		t.Errorf("load --by node: %v, want NODE and IDENTITY columns: n2 reported by spiffe://example.org/n2, n1 by no identity (-)", byNode)
 	}
 	if out := h.mustRun("load", "nope", "-o", "json"); strings.TrimSpace(out) != "[]" {
 		t.Errorf("load of an unknown cluster -o json: %q, want []", out)
