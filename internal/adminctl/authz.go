@@ -17,9 +17,15 @@ func (a *app) authzCommand() *cobra.Command {
 		Use:   "authz",
 		Short: "Manage the rules that say which node ids and groups a client identity may claim",
 		Long: `authz manages the authorization rules the replicas enforce on clients that
-present a certificate. A client's identity is its certificate's SPIFFE
-URI SAN (spiffe://TRUST_DOMAIN/PATH), else its first DNS SAN, else its
-Subject CN. Each identity has at most one rule, stored in etcd at
+present a certificate. A client's identity says where it comes from:
+
+  spiffe://TRUST_DOMAIN/PATH  the certificate's SPIFFE URI SAN
+  dns:NAME                    else its first DNS SAN, in lower case
+  cn:NAME                     else its Subject CommonName
+
+Only a URI SAN makes a SPIFFE ID: a CommonName that reads
+"spiffe://example.org/x" is the identity "cn:spiffe://example.org/x".
+Each identity has at most one rule, stored in etcd at
 <prefix>authz/<identity, URL-path-escaped>, that says:
 
   nodes   patterns of the node ids it may claim
@@ -35,9 +41,13 @@ An identity without a rule is denied, unless xds-node runs with
 --authz-default-trust-domain TD and the identity is a SPIFFE id
 spiffe://TD/...: it may then claim any node id and group (never admin). A
 rule always wins over that default. Every replica sees a change within a
-second or two.`,
+second or two.
+
+Rules written before identities said their kind (a bare name such as
+envoy-7.mesh.example.org) match no client: the replicas skip them and log
+why, list warns about them, and migrate rewrites them.`,
 	}
-	cmd.AddCommand(a.authzGrantCommand(), a.authzRevokeCommand(), a.authzListCommand())
+	cmd.AddCommand(a.authzGrantCommand(), a.authzRevokeCommand(), a.authzListCommand(), a.authzMigrateCommand())
 	return cmd
 }
 
@@ -57,12 +67,15 @@ the default scope or in a group matching --groups; --admin makes it an
 administrator. The rule replaces the identity's rule, if it had one, as a
 whole: give every pattern it should keep.
 
-IDENTITY is a SPIFFE id (checked: lowercase trust domain, path segments of
-letters, digits, '.', '-', '_'), a DNS name or a certificate CN. Nothing is
-written when the identity or a pattern is invalid, or when the rule grants
-nothing (no --nodes and no --admin).`,
+IDENTITY names its kind: a SPIFFE id, spiffe://TRUST_DOMAIN/PATH (checked:
+lowercase trust domain, path segments of letters, digits, '.', '-', '_');
+dns:NAME, a DNS SAN (a lowercase DNS name); or cn:NAME, a certificate's
+CommonName. A bare name is refused. Nothing is written when the identity
+or a pattern is invalid, or when the rule grants nothing (no --nodes and
+no --admin).`,
 		Example: `  xdsadmin authz grant spiffe://example.org/ns/edge/sa/envoy --nodes 'edge-*' --groups edge,canary
-  xdsadmin authz grant envoy-7.mesh.example.org --nodes envoy-7
+  xdsadmin authz grant dns:envoy-7.mesh.example.org --nodes envoy-7
+  xdsadmin authz grant 'cn:Legacy Envoy 7' --nodes legacy-7
   xdsadmin authz grant spiffe://example.org/ns/ops/sa/deployer --admin`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -143,25 +156,43 @@ func printRule(w io.Writer, r authz.Rule) {
 }
 
 func (a *app) authzRevokeCommand() *cobra.Command {
-	return &cobra.Command{
+	var untyped bool
+	cmd := &cobra.Command{
 		Use:   "revoke IDENTITY",
 		Short: "Delete the rule of an identity",
 		Long: `revoke deletes IDENTITY's rule; every replica sees it within a second or
 two. The identity is then denied, unless it is a SPIFFE id of the trust
 domain given to xds-node as --authz-default-trust-domain: without a rule,
 it falls back to that default (to confine such an identity, grant it a
-narrower rule instead). It fails if the identity has no rule.`,
-		Example: `  xdsadmin authz revoke spiffe://example.org/ns/edge/sa/envoy`,
-		Args:    exactArgs(1),
+narrower rule instead). It fails if the identity has no rule.
+
+IDENTITY names its kind, as in grant. --untyped deletes a rule stored
+before identities said their kind, named as it is stored (see list and
+migrate).`,
+		Example: `  xdsadmin authz revoke spiffe://example.org/ns/edge/sa/envoy
+  xdsadmin authz revoke dns:envoy-7.mesh.example.org
+  xdsadmin authz revoke --untyped envoy-7.mesh.example.org`,
+		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.runAuthzRevoke(cmd.Context(), args[0])
+			return a.runAuthzRevoke(cmd.Context(), args[0], untyped)
 		},
 	}
+	cmd.Flags().BoolVar(&untyped, "untyped", false, "IDENTITY is the bare name of a rule stored without its kind")
+	return cmd
 }
 
-func (a *app) runAuthzRevoke(ctx context.Context, identity string) error {
+func (a *app) runAuthzRevoke(ctx context.Context, identity string, untyped bool) error {
 	if identity == "" {
 		return errors.New("identity: empty")
+	}
+	err := authz.ValidateIdentity(identity)
+	switch {
+	case untyped && err == nil:
+		return fmt.Errorf("--untyped: identity %q says its kind: revoke it without --untyped", identity)
+	case untyped && !errors.Is(err, authz.ErrUntyped):
+		return err
+	case !untyped && errors.Is(err, authz.ErrUntyped):
+		return fmt.Errorf("%w (to delete a rule stored without its kind, give --untyped)", err)
 	}
 	ctx, cancel := a.commandContext(ctx)
 	defer cancel()
@@ -194,7 +225,8 @@ Output:
   json   the same as JSON.
 
 Values under <prefix>authz/ that are not valid rules (the replicas skip
-them) are reported in warnings on standard error.`,
+them) are reported in warnings on standard error, rules stored without
+their identity's kind among them (see migrate).`,
 		Example: `  xdsadmin authz list
   xdsadmin authz list -o json | jq -r '.[] | select(.admin) | .identity'`,
 		Args: exactArgs(0),
@@ -216,8 +248,16 @@ func (a *app) runAuthzList(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	untyped := 0
 	for _, b := range bad {
 		fmt.Fprintf(a.errOut, "warning: skipped malformed rule at key %q (mod_revision %d): %v\n", b.Key, b.ModRevision, b.Err)
+		if errors.Is(b.Err, authz.ErrUntyped) {
+			untyped++
+		}
+	}
+	if untyped > 0 {
+		fmt.Fprintf(a.errOut, "warning: %d rule(s) name an identity without its kind and match no client: "+
+			"rewrite them with xdsadmin authz migrate --as dns (DNS SANs) or --as cn (CommonNames); try --dry-run first\n", untyped)
 	}
 	if rules == nil {
 		rules = []authz.Rule{} // [] in JSON, not null

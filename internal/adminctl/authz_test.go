@@ -16,7 +16,7 @@ import (
 const (
 	edgeIdentity = "spiffe://example.org/ns/edge/sa/envoy"
 	opsIdentity  = "spiffe://example.org/ns/ops/sa/deployer"
-	dnsIdentity  = "envoy-7.mesh.example.org"
+	dnsIdentity  = "dns:envoy-7.mesh.example.org"
 )
 
 // rules reads the harness's rules straight from etcd.
@@ -211,8 +211,36 @@ func TestAuthzBadInput(t *testing.T) {
 		},
 		{
 			name: "identity with a control character",
-			args: []string{"authz", "grant", "a\x1bb", "--nodes", "n"},
-			want: `identity "a\x1bb": control character U+001B at byte 1`,
+			args: []string{"authz", "grant", "cn:a\x1bb", "--nodes", "n"},
+			want: `identity "cn:a\x1bb": control character U+001B at byte 4`,
+		},
+		{
+			name: "bare identity",
+			args: []string{"authz", "grant", "envoy-7.mesh.example.org", "--nodes", "n"},
+			want: `identity "envoy-7.mesh.example.org": identity does not say its kind: write spiffe://TRUST_DOMAIN/PATH for a SPIFFE ID (URI SAN), ` +
+				`dns:NAME for a DNS SAN or cn:NAME for a certificate's CommonName (a rule stored without its kind is rewritten by xdsadmin authz migrate --as dns|cn)`,
+		},
+		{
+			name: "DNS identity in upper case",
+			args: []string{"authz", "grant", "dns:Envoy.example.org", "--nodes", "n"},
+			want: `identity "dns:Envoy.example.org": DNS name "Envoy.example.org": must be lower case (certificates' DNS names are compared in lower case)`,
+		},
+		{
+			name: "revoke: bare identity",
+			args: []string{"authz", "revoke", "envoy-7"},
+			want: `identity "envoy-7": identity does not say its kind: write spiffe://TRUST_DOMAIN/PATH for a SPIFFE ID (URI SAN), ` +
+				`dns:NAME for a DNS SAN or cn:NAME for a certificate's CommonName (a rule stored without its kind is rewritten by xdsadmin authz migrate --as dns|cn) ` +
+				`(to delete a rule stored without its kind, give --untyped)`,
+		},
+		{
+			name: "revoke --untyped of a typed identity",
+			args: []string{"authz", "revoke", "--untyped", "dns:envoy-7"},
+			want: `--untyped: identity "dns:envoy-7" says its kind: revoke it without --untyped`,
+		},
+		{
+			name: "migrate without --as",
+			args: []string{"authz", "migrate"},
+			want: `--as "": give --as dns (the identities are DNS SANs) or --as cn (CommonNames)`,
 		},
 		{
 			name: "no identity",
@@ -237,5 +265,61 @@ func TestAuthzBadInput(t *testing.T) {
 	}
 	if diff := cmp.Diff([]authz.Rule{{Identity: edgeIdentity, Nodes: []string{"edge-*"}}}, h.rules()); diff != "" {
 		t.Errorf("rules (-want +got):\n%s", diff)
+	}
+}
+
+// TestAuthzMigrate: rules stored without their identity's kind are
+// listed with a warning and rewritten by migrate (a dry run first), the
+// ones that cannot be named with a reason and a failing exit.
+func TestAuthzMigrate(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t, storetest.Options{})
+	h := e.newHarness(t)
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	defer cancel()
+	for _, id := range []string{"envoy-7.mesh.example.org", "Legacy Envoy"} {
+		if _, err := e.client.Put(ctx, authz.Key(h.prefix, id), `{"identity":"`+id+`","nodes":["n"]}`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := h.run("authz", "list")
+	if r.code != 0 || !strings.Contains(r.stderr, "2 rule(s) name an identity without its kind") || !strings.Contains(r.stderr, "xdsadmin authz migrate --as dns") {
+		t.Errorf("list: %s", r)
+	}
+
+	out := h.mustRun("authz", "migrate", "--as", "dns", "--dry-run", "envoy-7.mesh.example.org")
+	want := `would rewrite "envoy-7.mesh.example.org" to "dns:envoy-7.mesh.example.org" (` + authz.Key(h.prefix, "dns:envoy-7.mesh.example.org") + ")\n"
+	if out != want {
+		t.Errorf("dry run:\n%s\nwant:\n%s", out, want)
+	}
+	if len(h.rules()) != 0 {
+		t.Fatal("a dry run wrote rules")
+	}
+	r = h.run("authz", "migrate", "--as", "dns")
+	if r.code == 0 || !strings.Contains(r.stdout, `rewrote "envoy-7.mesh.example.org" to "dns:envoy-7.mesh.example.org"`) ||
+		!strings.Contains(r.stdout, `not rewritten "Legacy Envoy"`) || !strings.Contains(r.stderr, "1 of 2 rules stored without their kind not rewritten") {
+		t.Errorf("migrate --as dns: %s", r)
+	}
+	out = h.mustRun("authz", "migrate", "--as", "cn", "-o", "json")
+	var rows []map[string]any
+	if err := json.Unmarshal([]byte(out), &rows); err != nil || len(rows) != 1 || rows[0]["to"] != "cn:Legacy Envoy" || rows[0]["done"] != true {
+		t.Errorf("migrate --as cn -o json: %v\n%s", err, out)
+	}
+	wantRules := []authz.Rule{
+		{Identity: "cn:Legacy Envoy", Nodes: []string{"n"}},
+		{Identity: "dns:envoy-7.mesh.example.org", Nodes: []string{"n"}},
+	}
+	if diff := cmp.Diff(wantRules, h.rules()); diff != "" {
+		t.Errorf("rules after migrating (-want +got):\n%s", diff)
+	}
+	if out := h.mustRun("authz", "migrate", "--as", "dns"); !strings.Contains(out, "no rules without their kind") {
+		t.Errorf("migrate with nothing left: %q", out)
+	}
+	// An old rule can also be deleted as it is.
+	if _, err := e.client.Put(ctx, authz.Key(h.prefix, "old"), `{"identity":"old","nodes":["n"]}`); err != nil {
+		t.Fatal(err)
+	}
+	if out := h.mustRun("authz", "revoke", "--untyped", "old"); out != "revoked old\n" {
+		t.Errorf("revoke --untyped: %q", out)
 	}
 }
