@@ -30,7 +30,9 @@ var restPaths = map[string]*resource.Type{
 
 // RESTHandler serves REST-JSON polling: POST /v3/discovery:TYPE with a
 // DiscoveryRequest in proto3 JSON. 200 with a DiscoveryResponse; 304 with
-// no body when the request's version_info is current; 400 for a bad body;
+// no body when the request's version_info is current; 400 for a bad body
+// (a name longer than --max-name-length, a node id longer than
+// --max-node-id-length); 429 for more names than --max-names;
 // 401 for a client that did not authenticate and 403 for one claiming a
 // node, group or secret it may not (Config.Authorizer); 404 for an
 // unknown path; 405 for another method; 503 when this replica
@@ -66,6 +68,9 @@ func (s *Server) RESTHandler() http.Handler {
 		switch {
 		case status.Code(err) == codes.InvalidArgument:
 			http.Error(w, status.Convert(err).Message(), http.StatusBadRequest)
+			return
+		case status.Code(err) == codes.ResourceExhausted:
+			http.Error(w, status.Convert(err).Message(), http.StatusTooManyRequests)
 			return
 		case status.Code(err) == codes.Unauthenticated:
 			http.Error(w, status.Convert(err).Message(), http.StatusUnauthorized)

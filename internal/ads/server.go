@@ -113,6 +113,9 @@ func (s *Server) poll(ctx context.Context, r *discoveryv3.DiscoveryRequest, t *r
 	} else if r.GetTypeUrl() != "" && r.GetTypeUrl() != t.URL {
 		return nil, status.Errorf(codes.InvalidArgument, "%v: type_url %q on the %s endpoint", ErrBadRequest, r.GetTypeUrl(), t.Name)
 	}
+	if err := s.checkBounds(r, t); err != nil {
+		return nil, err
+	}
 	group := s.core.Config.GroupBy(r.GetNode())
 	if a := s.core.Config.Authorizer; a != nil {
 		// A poll is checked as a stream's first request is: its node, and
@@ -138,6 +141,20 @@ func (s *Server) poll(ctx context.Context, r *discoveryv3.DiscoveryRequest, t *r
 	}
 	keysOK := t == resource.Secret || xdsstream.KeysAllowed(ctx, s.core.Config.Authorizer, group)
 	return &polled{t: t, group: group, names: names, wildcard: wildcard, snap: snap, keysOK: keysOK}, nil
+}
+
+// checkBounds applies a stream's bounds to a poll of type t: its node
+// id's length (--max-node-id-length), and its names' count (--max-names)
+// and lengths (--max-name-length), with the stream's status codes and
+// messages.
+func (s *Server) checkBounds(r *discoveryv3.DiscoveryRequest, t *resource.Type) error {
+	if err := s.core.CheckNode(r.GetNode()); err != nil {
+		return err
+	}
+	if err := s.core.CheckCount(t, xdsstream.LimitNames, "resource_names", len(r.GetResourceNames())); err != nil {
+		return err
+	}
+	return s.core.CheckNames(t, "resource_names", r.GetResourceNames())
 }
 
 // response builds the poll's answer, carrying cp (the replica's name),

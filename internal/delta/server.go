@@ -16,7 +16,22 @@ type Config struct {
 	// bound (for versions in initial_resource_versions), leases, logger
 	// and metrics registry.
 	xdsstream.Config
+	// MaxVHDSGroups bounds the VHDS alias indexes kept per revision
+	// (--max-vhds-groups), one per node group with virtual hosts of its
+	// own (groups with none share the default scope's): a stream needing
+	// one more ends with RESOURCE_EXHAUSTED. Zero: 1,000; negative: no
+	// bound.
+	MaxVHDSGroups int
 }
+
+// DefaultMaxVHDSGroups is MaxVHDSGroups' default: far above the groups
+// with virtual hosts of their own a fleet has, far below what memory
+// allows (each index holds the domains of the group's virtual hosts).
+const DefaultMaxVHDSGroups = 1000
+
+// LimitVHDSGroups is the label of MaxVHDSGroups' hits in
+// legation_delta_limit_hits_total.
+const LimitVHDSGroups = "vhds_groups"
 
 // protocol is delta for the stream core: a client reads TTLs when it
 // advertises TTL support.
@@ -44,7 +59,15 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Server{core: core, m: newMetrics(cfg.Registerer)}, nil
+	s := &Server{core: core, m: newMetrics(cfg.Registerer)}
+	switch {
+	case cfg.MaxVHDSGroups == 0:
+		s.aliases.max = DefaultMaxVHDSGroups
+	case cfg.MaxVHDSGroups > 0:
+		s.aliases.max = cfg.MaxVHDSGroups
+	}
+	s.aliases.full = core.Metrics.LimitHits.WithLabelValues(LimitVHDSGroups).Inc
+	return s, nil
 }
 
 // Stream is a delta xDS stream, as gRPC hands it to a service.

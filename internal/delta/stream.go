@@ -300,7 +300,10 @@ func (st *stream) flushType(ts *typeState) error {
 		} else if ts.t == resource.VirtualHost {
 			// VHDS: n may be an alias "<route configuration>/<host>".
 			if aliases == nil {
-				aliases = st.s.aliases.get(st.Snap, st.Group)
+				var err error
+				if aliases, err = st.s.aliases.get(st.Snap, st.Group); err != nil {
+					return err
+				}
 			}
 			if e = st.Sendable(aliases.resolve(n)); e != nil {
 				alias, source = n, e.Scope+"/"+e.Name

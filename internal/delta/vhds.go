@@ -5,6 +5,8 @@ import (
 	"sync"
 
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/legation-io/legation/internal/resource"
 	"github.com/legation-io/legation/internal/scope"
@@ -120,15 +122,21 @@ func (x *aliasIndex) resolve(alias string) *store.Entry {
 }
 
 // aliasIndexes shares alias indexes among streams: those of the latest
-// revision a stream asked for, one per group, each built once however many
-// streams ask at once. A newer revision drops the older ones, so it holds
-// at most one revision's indexes. Its methods may be called concurrently.
+// revision a stream asked for, one per group with virtual hosts of its
+// own (a group with none sees the default scope's, and shares its index),
+// each built once however many streams ask at once. A newer revision
+// drops the older ones, so it holds at most one revision's indexes, and
+// at most max of them (--max-vhds-groups): a stream needing one more ends
+// with RESOURCE_EXHAUSTED. Its methods may be called concurrently.
 type aliasIndexes struct {
+	max int // at most this many indexes per revision; 0: no bound
+
 	mu  sync.Mutex // guards rev, m
 	rev int64
-	m   map[string]*lazyIndex // group -> index at rev
+	m   map[string]*lazyIndex // group ("" for the default scope's) -> index at rev
 
 	built func() // if set, called once per index built (a metric or a test)
+	full  func() // if set, called once per index refused by max (a metric)
 }
 
 type lazyIndex struct {
@@ -139,7 +147,10 @@ type lazyIndex struct {
 // get returns the alias index of snap for group, building it the first
 // time. A snapshot older than the latest asked for gets an index of its
 // own, not kept: the caller should keep it for the rest of its flush.
-func (c *aliasIndexes) get(snap *store.Snapshot, group string) *aliasIndex {
+func (c *aliasIndexes) get(snap *store.Snapshot, group string) (*aliasIndex, error) {
+	if group != "" && !hasOwn(snap, resource.VirtualHost, group) {
+		group = "" // it sees the default scope's virtual hosts alone
+	}
 	c.mu.Lock()
 	if snap.Revision > c.rev || c.m == nil {
 		c.rev, c.m = snap.Revision, map[string]*lazyIndex{}
@@ -147,6 +158,14 @@ func (c *aliasIndexes) get(snap *store.Snapshot, group string) *aliasIndex {
 	var l *lazyIndex
 	if snap.Revision == c.rev {
 		l = c.m[group]
+		if l == nil && c.max > 0 && len(c.m) >= c.max {
+			c.mu.Unlock()
+			if c.full != nil {
+				c.full()
+			}
+			return nil, status.Errorf(codes.ResourceExhausted,
+				"VHDS: alias indexes of %d node groups with virtual hosts of their own are kept, the bound (--max-vhds-groups); group %q would be one more", c.max, group)
+		}
 		if l == nil {
 			l = &lazyIndex{}
 			c.m[group] = l
@@ -161,7 +180,17 @@ func (c *aliasIndexes) get(snap *store.Snapshot, group string) *aliasIndex {
 			c.built()
 		}
 	})
-	return l.x
+	return l.x, nil
+}
+
+// hasOwn reports whether scope holds a resource of type t.
+func hasOwn(snap *store.Snapshot, t *resource.Type, scope string) bool {
+	found := false
+	snap.Walk(t, scope, func(*store.Entry) bool {
+		found = true
+		return false
+	})
+	return found
 }
 
 // resolveAlias returns the virtual host an alias names, nil if none

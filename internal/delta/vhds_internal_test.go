@@ -1,9 +1,13 @@
 package delta
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/legation-io/legation/internal/resource"
 	"github.com/legation-io/legation/internal/store"
@@ -90,11 +94,15 @@ func entryName(e *store.Entry) string {
 }
 
 // TestAliasIndexesShared: streams at one revision and group share one
-// index; another group or a newer revision builds its own; an older
-// revision is served without replacing the newer.
+// index, and groups without virtual hosts of their own share the default
+// scope's; another group with its own or a newer revision builds its own;
+// an older revision is served without replacing the newer.
 func TestAliasIndexesShared(t *testing.T) {
 	e := xdstest.NewEnv(t, xdstest.Options{})
-	r1 := e.Apply(t, []store.Put{xdstest.Put(t, resource.VirtualHost, store.DefaultScope, &routev3.VirtualHost{Name: "rc/v", Domains: []string{"*"}})})
+	r1 := e.Apply(t, []store.Put{
+		xdstest.Put(t, resource.VirtualHost, store.DefaultScope, &routev3.VirtualHost{Name: "rc/v", Domains: []string{"*"}}),
+		xdstest.Put(t, resource.VirtualHost, "g", &routev3.VirtualHost{Name: "rc/g", Domains: []string{"g"}}),
+	})
 	s1, err := e.View.WaitRevision(t.Context(), r1)
 	if err != nil {
 		t.Fatal(err)
@@ -111,14 +119,59 @@ func TestAliasIndexesShared(t *testing.T) {
 		group string
 		want  int // builds so far
 	}{
-		{s1, "", 1}, {s1, "", 1}, {s1, "g", 2}, {s2, "", 3}, {s2, "", 3}, {s1, "", 4}, {s2, "", 4}, {s2, "g", 5},
+		{s1, "", 1}, {s1, "", 1}, {s1, "g", 2}, {s1, "no-own", 2}, {s2, "", 3}, {s2, "", 3}, {s1, "", 4}, {s2, "", 4}, {s2, "g", 5}, {s2, "other", 5},
 	}
 	for i, st := range steps {
-		if x := c.get(st.snap, st.group); x.resolve("rc/x") == nil {
+		x, err := c.get(st.snap, st.group)
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		if x.resolve("rc/x") == nil {
 			t.Fatalf("step %d: the index resolves nothing", i)
 		}
 		if builds != st.want {
 			t.Fatalf("step %d (revision %d, group %q): %d builds, want %d", i, st.snap.Revision, st.group, builds, st.want)
 		}
+	}
+}
+
+// TestAliasIndexesBounded: past max groups with virtual hosts of their
+// own at one revision, get refuses with RESOURCE_EXHAUSTED naming
+// --max-vhds-groups and counts the refusal; groups without their own
+// virtual hosts never count, however many; a newer revision starts over.
+func TestAliasIndexesBounded(t *testing.T) {
+	e := xdstest.NewEnv(t, xdstest.Options{})
+	puts := []store.Put{xdstest.Put(t, resource.VirtualHost, store.DefaultScope, &routev3.VirtualHost{Name: "rc/v", Domains: []string{"*"}})}
+	for _, g := range []string{"g1", "g2", "g3"} {
+		puts = append(puts, xdstest.Put(t, resource.VirtualHost, g, &routev3.VirtualHost{Name: "rc/" + g, Domains: []string{g}}))
+	}
+	snap, err := e.View.WaitRevision(t.Context(), e.Apply(t, puts))
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := 0
+	c := aliasIndexes{max: 2, full: func() { refused++ }}
+	for i := range 100 {
+		if _, err := c.get(snap, fmt.Sprintf("made-up-%d", i)); err != nil {
+			t.Fatalf("group without virtual hosts %d: %v", i, err)
+		}
+	}
+	if _, err := c.get(snap, "g1"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.get(snap, "g2")
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "--max-vhds-groups") || refused != 1 {
+		t.Fatalf("third index: %v, %d refusals; want RESOURCE_EXHAUSTED naming --max-vhds-groups, 1 refusal", err, refused)
+	}
+	if _, err := c.get(snap, "g1"); err != nil {
+		t.Errorf("an index already built: %v", err)
+	}
+	next, err := e.View.WaitRevision(t.Context(), e.Apply(t, []store.Put{
+		xdstest.Put(t, resource.VirtualHost, store.DefaultScope, &routev3.VirtualHost{Name: "rc/w", Domains: []string{"w"}})}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.get(next, "g2"); err != nil {
+		t.Errorf("a newer revision: %v", err)
 	}
 }

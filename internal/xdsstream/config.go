@@ -96,6 +96,10 @@ type Config struct {
 	// request (--max-name-length); a longer one ends the stream with
 	// INVALID_ARGUMENT. Zero: 1024; negative: no bound.
 	MaxNameLength int
+	// MaxNodeIDLength bounds the length in bytes of a request's node id
+	// (--max-node-id-length); a longer one ends the stream, or fails the
+	// poll, with INVALID_ARGUMENT. Zero: 1024; negative: no bound.
+	MaxNodeIDLength int
 	// MaxNackMessage bounds the bytes of a NACK's error message that are
 	// stored (status, /debug/streams) and logged (--max-nack-message);
 	// the rest is cut and the cut marked. Zero: 4096; negative: no bound.
@@ -137,6 +141,7 @@ func DefaultConfig() Config {
 		FirstRequestTimeout: 10 * time.Second, // Envoy sends its first request at once
 		MaxNames:            10000,            // far above one Envoy's EDS clusters per stream
 		MaxNameLength:       1024,             // a VHDS alias is "<route config>/<host>"; a DNS name is at most 253
+		MaxNodeIDLength:     1024,             // Envoy's ids ("sidecar~IP~pod.ns~ns.svc.cluster.local") are a few hundred bytes at most
 		MaxNackMessage:      4096,             // Envoy's rejection messages are a few lines
 		NackLogWindow:       time.Minute,
 		SendTimeout:         30 * time.Second, // a healthy client reads within a few RTTs
@@ -171,6 +176,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxNameLength == 0 {
 		c.MaxNameLength = d.MaxNameLength
+	}
+	if c.MaxNodeIDLength == 0 {
+		c.MaxNodeIDLength = d.MaxNodeIDLength
 	}
 	if c.MaxNackMessage == 0 {
 		c.MaxNackMessage = d.MaxNackMessage

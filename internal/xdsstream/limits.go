@@ -7,6 +7,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -21,40 +22,68 @@ const (
 	LimitInitialVersion = "initial_resource_versions"
 	LimitNackMessage    = "nack_message"
 	LimitSendTimeout    = "send_timeout"
+	LimitNodeIDLength   = "node_id_length"
 )
 
 // CheckNames returns INVALID_ARGUMENT, naming the bound and its flag, when
 // a name in names (the request's field, for the message) is longer than
 // MaxNameLength.
 func (s *Stream[T]) CheckNames(t *resource.Type, field string, names []string) error {
-	for _, n := range names {
-		if err := s.CheckName(t, field, n); err != nil {
-			return err
-		}
-	}
-	return nil
+	return s.core.CheckNames(t, field, names)
 }
 
 // CheckName is CheckNames of one name.
 func (s *Stream[T]) CheckName(t *resource.Type, field, name string) error {
-	max := s.core.Config.MaxNameLength
-	if max < 0 || len(name) <= max {
-		return nil
-	}
-	s.core.Metrics.LimitHits.WithLabelValues(LimitNameLength).Inc()
-	return status.Errorf(codes.InvalidArgument, "%s %s: a name of %d bytes is longer than the bound of %d (--max-name-length)", t.Name, field, len(name), max)
+	return s.core.checkName(t, field, name)
 }
 
 // CheckCount returns RESOURCE_EXHAUSTED, naming the bound and its flag,
 // when n names of type t (subscribed, or in field) are more than
 // MaxNames. limit is the metric's label.
 func (s *Stream[T]) CheckCount(t *resource.Type, limit, field string, n int) error {
-	max := s.core.Config.MaxNames
+	return s.core.CheckCount(t, limit, field, n)
+}
+
+// CheckNames is Stream.CheckNames for a poll (REST-JSON, unary Fetch).
+func (c *Core[T]) CheckNames(t *resource.Type, field string, names []string) error {
+	for _, n := range names {
+		if err := c.checkName(t, field, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *Core[T]) checkName(t *resource.Type, field, name string) error {
+	max := c.Config.MaxNameLength
+	if max < 0 || len(name) <= max {
+		return nil
+	}
+	c.Metrics.LimitHits.WithLabelValues(LimitNameLength).Inc()
+	return status.Errorf(codes.InvalidArgument, "%s %s: a name of %d bytes is longer than the bound of %d (--max-name-length)", t.Name, field, len(name), max)
+}
+
+// CheckCount is Stream.CheckCount for a poll, whose names are bounded as
+// a stream's are.
+func (c *Core[T]) CheckCount(t *resource.Type, limit, field string, n int) error {
+	max := c.Config.MaxNames
 	if max < 0 || n <= max {
 		return nil
 	}
-	s.core.Metrics.LimitHits.WithLabelValues(limit).Inc()
-	return status.Errorf(codes.ResourceExhausted, "%s %s: %d names are more than the bound of %d per type per stream (--max-names)", t.Name, field, n, max)
+	c.Metrics.LimitHits.WithLabelValues(limit).Inc()
+	return status.Errorf(codes.ResourceExhausted, "%s %s: %d names are more than the bound of %d per type per stream or poll (--max-names)", t.Name, field, n, max)
+}
+
+// CheckNode returns INVALID_ARGUMENT, naming the bound and its flag, when
+// the id of node n is longer than MaxNodeIDLength: ids are kept per
+// stream, logged, and written to the status directory in etcd.
+func (c *Core[T]) CheckNode(n *corev3.Node) error {
+	max := c.Config.MaxNodeIDLength
+	if max < 0 || len(n.GetId()) <= max {
+		return nil
+	}
+	c.Metrics.LimitHits.WithLabelValues(LimitNodeIDLength).Inc()
+	return status.Errorf(codes.InvalidArgument, "node.id: an id of %d bytes is longer than the bound of %d (--max-node-id-length)", len(n.GetId()), max)
 }
 
 // truncate cuts msg to max bytes (negative: no bound) at a rune boundary

@@ -218,6 +218,9 @@ func handle[R Request, T Reporter](s *Stream[T], rules Rules[R], r R) error {
 		s.core.Metrics.BadRequests.Inc()
 		return err
 	}
+	if err := s.core.CheckNode(r.GetNode()); err != nil {
+		return err
+	}
 	if s.Node == nil {
 		s.setNode(r.GetNode())
 		s.interest = s.core.Config.Source.Interest(s.Group, limits.Conn(s.Ctx))
