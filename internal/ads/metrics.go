@@ -10,6 +10,9 @@ type metrics struct {
 	// restEncodes counts REST-JSON bodies encoded: a poll answered from
 	// the cache encodes none.
 	restEncodes prometheus.Counter
+	// restCacheBytes is the bytes of the REST-JSON cache's keys and
+	// bodies.
+	restCacheBytes prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -20,9 +23,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "legation_sotw_mbb_holds_total", Help: "CDS responses that kept removed clusters until listeners and routes were ACKed."}),
 		restEncodes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "legation_sotw_rest_encodes_total", Help: "REST-JSON response bodies encoded; a poll at an unchanged revision is answered from the cache."}),
+		restCacheBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "legation_sotw_rest_cache_bytes", Help: "Bytes of the REST-JSON body cache: bodies and their keys (which name every name a poll asked for), bounded at 64 MiB."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.noResend, m.mbbHolds, m.restEncodes)
+		reg.MustRegister(m.noResend, m.mbbHolds, m.restEncodes, m.restCacheBytes)
 	}
 	return m
 }

@@ -1,6 +1,7 @@
 package ads
 
 import (
+	"cmp"
 	"slices"
 	"strings"
 	"sync"
@@ -18,7 +19,8 @@ const (
 	// names) polls at the latest revision. Beyond it a poll is encoded
 	// uncached.
 	restCacheEntries = 256
-	// restCacheBytes bounds the bytes of the bodies cached.
+	// restCacheBytes bounds the bytes of the keys and bodies cached: a
+	// body is cached while the bytes held are below it.
 	restCacheBytes = 64 << 20
 )
 
@@ -26,12 +28,19 @@ const (
 // newer revision drops them all, so a body of an older one is never
 // served. Its methods may be called concurrently.
 type restCache struct {
-	mu    sync.Mutex // guards rev, m, bytes
-	rev   int64
-	m     map[string]*restBody // restKey -> body at rev
-	bytes int                  // of the bodies in m
+	// maxEntries and maxBytes bound the cache; zero: restCacheEntries and
+	// restCacheBytes.
+	maxEntries, maxBytes int
 
-	encoded func() // if set, called once per body encoded (a metric)
+	mu  sync.Mutex // guards rev, m, bytes
+	rev int64
+	m   map[string]*restBody // restKey -> body at rev
+	// bytes counts the keys and bodies in m: a key names every name a
+	// poll asked for, and may be larger than its body.
+	bytes int
+
+	encoded func()        // if set, called once per body encoded (a metric)
+	size    func(float64) // if set, told bytes whenever it changes (a metric)
 }
 
 type restBody struct {
@@ -73,18 +82,21 @@ func restKey(t *resource.Type, group string, names []string, wildcard, keysOK bo
 // an older revision than the latest asked for, or one over the bounds, is
 // encoded and not kept.
 func (c *restCache) get(rev int64, key string, encode func() ([]byte, error)) ([]byte, error) {
+	maxEntries, maxBytes := cmp.Or(c.maxEntries, restCacheEntries), cmp.Or(c.maxBytes, restCacheBytes)
 	c.mu.Lock()
 	if rev > c.rev {
-		c.rev, c.m, c.bytes = rev, map[string]*restBody{}, 0
+		c.rev, c.m = rev, map[string]*restBody{}
+		c.setBytes(0)
 	}
 	var b *restBody
 	cached := false
 	if rev == c.rev {
 		if b = c.m[key]; b != nil {
 			cached = true
-		} else if len(c.m) < restCacheEntries && c.bytes < restCacheBytes {
+		} else if len(c.m) < maxEntries && c.bytes+len(key) <= maxBytes {
 			b = &restBody{}
 			c.m[key] = b
+			c.setBytes(c.bytes + len(key))
 			cached = true
 		}
 	}
@@ -105,11 +117,20 @@ func (c *restCache) get(rev int64, key string, encode func() ([]byte, error)) ([
 		if c.m[key] == b { // not dropped by a newer revision meanwhile
 			if b.err != nil {
 				delete(c.m, key) // an error is not kept: the next poll tries again
+				c.setBytes(c.bytes - len(key))
 			} else {
-				c.bytes += len(b.body)
+				c.setBytes(c.bytes + len(b.body))
 			}
 		}
 		c.mu.Unlock()
 	}
 	return b.body, b.err
+}
+
+// setBytes sets bytes to n and tells size. c.mu is held.
+func (c *restCache) setBytes(n int) {
+	c.bytes = n
+	if c.size != nil {
+		c.size(float64(n))
+	}
 }

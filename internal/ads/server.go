@@ -59,6 +59,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{core: core, m: newMetrics(cfg.Registerer), trustVersion: cfg.TrustVersion}
 	s.rest.encoded = s.m.restEncodes.Inc
+	s.rest.size = s.m.restCacheBytes.Set
 	return s, nil
 }
 
