@@ -158,12 +158,14 @@ image-setup:
 proto:
 	./proto/gen.sh
 
-# Renders the Helm chart's default values into deploy/kubernetes/ (commit
-# the result: cmd/xds-node's TestChartDefault fails when it is stale; it
-# renders with the same release name and namespace).
+# Renders the Helm chart's default values, with deploy/kubernetes/values.yaml
+# over them (the generated Secrets named, not rendered), into
+# deploy/kubernetes/ (commit the result: cmd/xds-node's TestChartDefault
+# fails when it is stale; it renders with the same release name, namespace
+# and values file).
 manifests:
 	@mkdir -p deploy/kubernetes
-	$(HELM) template legation deploy/helm/legation --namespace legation > deploy/kubernetes/legation.yaml.tmp
+	$(HELM) template legation deploy/helm/legation --namespace legation -f deploy/kubernetes/values.yaml > deploy/kubernetes/legation.yaml.tmp
 	mv deploy/kubernetes/legation.yaml.tmp deploy/kubernetes/legation.yaml
 
 # Fails, showing the diff, when go.mod or go.sum are not tidy, the

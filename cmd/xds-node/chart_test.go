@@ -16,7 +16,9 @@ import (
 
 	"github.com/spf13/pflag"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	sigsjson "sigs.k8s.io/json"
@@ -25,13 +27,14 @@ import (
 	"github.com/legation-io/legation/internal/node"
 )
 
-// The chart, and how `make manifests` renders it into manifestsFile: keep
-// these in step with the Makefile.
+// The chart, and how `make manifests` renders it into manifestsFile, with
+// manifestsValues over the defaults: keep these in step with the Makefile.
 const (
-	chartDir       = "deploy/helm/legation"
-	manifestsFile  = "deploy/kubernetes/legation.yaml"
-	chartRelease   = "legation"
-	chartNamespace = "legation"
+	chartDir        = "deploy/helm/legation"
+	manifestsFile   = "deploy/kubernetes/legation.yaml"
+	manifestsValues = "deploy/kubernetes/values.yaml"
+	chartRelease    = "legation"
+	chartNamespace  = "legation"
 )
 
 // repoRoot is the repository's root, two levels above this package.
@@ -69,10 +72,13 @@ func helmTemplate(t *testing.T, extra ...string) ([]byte, error) {
 
 // rendered is a chart's objects, decoded strictly by kind.
 type rendered struct {
-	deployments  []*appsv1.Deployment
-	statefulSets []*appsv1.StatefulSet
-	services     []*corev1.Service
-	pdbs         []*policyv1.PodDisruptionBudget
+	deployments     []*appsv1.Deployment
+	statefulSets    []*appsv1.StatefulSet
+	services        []*corev1.Service
+	pdbs            []*policyv1.PodDisruptionBudget
+	secrets         []*corev1.Secret
+	jobs            []*batchv1.Job
+	networkPolicies []*networkingv1.NetworkPolicy
 }
 
 var docSep = regexp.MustCompile(`(?m)^---[ \t]*$`)
@@ -115,6 +121,15 @@ func decodeManifests(t *testing.T, out []byte) rendered {
 		case "policy/v1 PodDisruptionBudget":
 			p := &policyv1.PodDisruptionBudget{}
 			r.pdbs, obj = append(r.pdbs, p), p
+		case "v1 Secret":
+			s := &corev1.Secret{}
+			r.secrets, obj = append(r.secrets, s), s
+		case "batch/v1 Job":
+			j := &batchv1.Job{}
+			r.jobs, obj = append(r.jobs, j), j
+		case "networking.k8s.io/v1 NetworkPolicy":
+			p := &networkingv1.NetworkPolicy{}
+			r.networkPolicies, obj = append(r.networkPolicies, p), p
 		default:
 			t.Errorf("%s: apiVersion %q kind %q: not a kind the chart should render", id, tm.APIVersion, tm.Kind)
 			continue
@@ -464,11 +479,16 @@ func renderChecked(t *testing.T, extra ...string) (rendered, replica, []byte) {
 	return r, rep, out
 }
 
-// TestChartDefault renders the default values: a bundled etcd, and the
-// committed manifests must be that rendering.
+// TestChartDefault renders the default values with manifestsValues over
+// them, as `make manifests` does: a bundled etcd over TLS whose Secrets
+// are named, not generated; the committed manifests must be that
+// rendering, with no private key in it.
 func TestChartDefault(t *testing.T) {
-	r, rep, out := renderChecked(t)
+	r, rep, out := renderChecked(t, "-f", manifestsValues)
 	checkBundledEtcd(t, r, rep, 3)
+	if len(r.secrets) != 0 {
+		t.Errorf("%s: %d Secrets rendered; want none (a key published in the repository protects nothing)", manifestsFile, len(r.secrets))
+	}
 
 	committed, err := os.ReadFile(filepath.Join(repoRoot(t), manifestsFile))
 	if err != nil {
@@ -540,7 +560,7 @@ func checkBundledEtcd(t *testing.T, r rendered, rep replica, members int32) {
 	}
 	var want []string
 	for i := range members {
-		want = append(want, fmt.Sprintf("http://%s-%d.%s.%s.svc:%d", s.Name, i, headless.Name, chartNamespace, client.ContainerPort))
+		want = append(want, fmt.Sprintf("https://%s-%d.%s.%s.svc:%d", s.Name, i, headless.Name, chartNamespace, client.ContainerPort))
 	}
 	if !slices.Equal(rep.cfg.EtcdEndpoints, want) {
 		t.Errorf("--etcd-endpoints %q; want the bundled members %q", rep.cfg.EtcdEndpoints, want)
@@ -612,6 +632,15 @@ func TestChartBadValues(t *testing.T) {
 		{"both etcds", []string{"etcd.external.endpoints={etcd:2379}"}, "choose one"},
 		{"user without password", []string{"etcd.bundled.enabled=false", "etcd.external.endpoints={etcd:2379}", "etcd.external.username=u"}, "passwordSecret"},
 		{"bad anti-affinity", []string{"antiAffinity=maybe"}, "antiAffinity"},
+		// An insecure etcd under tls.enabled: mTLS would guard rules that
+		// anyone reaching etcd rewrites.
+		{"tls with a plain-text bundled etcd", []string{"tls.enabled=true", "tls.secretName=t", "etcd.bundled.tls.enabled=false", "etcd.bundled.auth.enabled=false"}, "etcd.bundled.tls.enabled"},
+		{"tls with a plain-text external etcd", []string{"tls.enabled=true", "tls.secretName=t", "etcd.bundled.enabled=false", "etcd.external.endpoints={etcd:2379}"}, "etcd.external.tls.secretName"},
+		{"tls with an http:// external etcd", []string{"tls.enabled=true", "tls.secretName=t", "etcd.bundled.enabled=false", "etcd.external.endpoints={http://etcd:2379}"}, "etcd.external.tls.secretName"},
+		{"password over plain text", []string{"etcd.bundled.enabled=false", "etcd.external.endpoints={etcd:2379}", "etcd.external.username=u", "etcd.external.passwordSecret.name=p"}, "etcd.external.tls.secretName"},
+		{"auth without TLS", []string{"etcd.bundled.tls.enabled=false"}, "etcd.bundled.tls.enabled"},
+		// A cluster whose gossip anyone may join.
+		{"cluster without a gossip key", []string{"gossip.keySecret.generate=false"}, "gossip.keySecret.name"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var args []string
@@ -763,10 +792,13 @@ func TestChartNotes(t *testing.T) {
 		set  []string
 		want []string
 	}{
-		{nil, []string{"legation-xds.legation.svc:18000", "address: legation-xds.legation.svc, port_value: 18000", "bundled 3-member etcd", "not encrypted"}},
+		{nil, []string{"legation-xds.legation.svc:18000", "address: legation-xds.legation.svc, port_value: 18000", "bundled 3-member etcd",
+			"get secret legation-etcd-admin", "--etcd-endpoints https://127.0.0.1:2379"}},
 		{[]string{"ports.xds=9000", "tls.enabled=true", "tls.secretName=legation-tls", "etcd.bundled.enabled=false",
 			"etcd.external.endpoints={https://etcd:2379}", "gossip.keySecret.name=g"},
 			[]string{"port_value: 9000", "Secret legation-tls", "https://etcd:2379", "curl -k https://"}},
+		{[]string{"replicaCount=1", "gossip.keySecret.generate=false", "etcd.bundled.tls.enabled=false", "etcd.bundled.auth.enabled=false"},
+			[]string{"not encrypted", "INSECURE: the bundled etcd is plain text"}},
 	} {
 		args := []string{"tool", "-modfile=hack/tools/go.mod", "helm", "template", chartRelease, dir,
 			"--namespace", chartNamespace, "--show-only", "templates/notes-test.yaml"}
@@ -790,7 +822,7 @@ func TestChartNotes(t *testing.T) {
 				t.Errorf("NOTES with %q: no %q in\n%s", tc.set, w, doc.Notes)
 			}
 		}
-		if strings.Contains(doc.Notes, "not encrypted") == slices.Contains(tc.set, "gossip.keySecret.name=g") {
+		if strings.Contains(doc.Notes, "not encrypted") != slices.Contains(tc.set, "gossip.keySecret.generate=false") {
 			t.Errorf("NOTES with %q: the gossip encryption warning is wrong", tc.set)
 		}
 	}

@@ -193,8 +193,11 @@ type Config struct {
 	ClientCAFile string
 	// ReplicaIdentities (--replica-identity) are patterns ('*' any run,
 	// '?' one character) of the identities replicas present: only their
-	// relay markers and forwarded client identities are trusted. Empty:
-	// the identity of the replica's own certificate.
+	// relay markers and forwarded client identities are trusted. Each is
+	// a SPIFFE ID pattern ("spiffe://..."), matched against SPIFFE IDs
+	// from URI SANs only, never against a DNS SAN or CommonName. Empty:
+	// the identity of the replica's own certificate, which must then be a
+	// SPIFFE ID in a cluster.
 	ReplicaIdentities []string
 	// AuthzDefaultTrustDomain (--authz-default-trust-domain): a SPIFFE
 	// identity of this trust domain with no rule may claim any node id and
@@ -539,6 +542,9 @@ func (c *Config) validateTLS() error {
 	for _, p := range c.ReplicaIdentities {
 		if _, err := authz.ParsePattern(p); err != nil {
 			errs = append(errs, fmt.Errorf("--replica-identity: %w", err))
+		} else if !strings.HasPrefix(p, tlsfiles.SPIFFEPrefix) {
+			errs = append(errs, fmt.Errorf("--replica-identity %q: replica identities are SPIFFE IDs from URI SANs: "+
+				"the pattern must begin with %q (a DNS SAN or CommonName never names a replica)", p, tlsfiles.SPIFFEPrefix))
 		}
 	}
 	if td := c.AuthzDefaultTrustDomain; td != "" {

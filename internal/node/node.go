@@ -543,12 +543,8 @@ func (n *Node) buildAccess() error {
 	}
 	gcfg := access.Config{MTLS: cfg.MTLS(), Logger: n.log}
 	if cfg.MTLS() {
-		for _, p := range cfg.ReplicaIdentities {
-			pat, err := authz.ParsePattern(p)
-			if err != nil {
-				return fmt.Errorf("node: --replica-identity: %w", err)
-			}
-			n.replicaIDs = append(n.replicaIDs, pat)
+		if err := n.loadReplicaIdentities(); err != nil {
+			return err
 		}
 		if n.rules, err = authz.NewWatcher(authz.WatcherConfig{
 			Client:             n.client,
@@ -575,10 +571,41 @@ func (n *Node) buildAccess() error {
 	return nil
 }
 
-// isReplica reports whether identity is a replica's: it matches
-// --replica-identity, or, without that flag, is this replica's own
+// loadReplicaIdentities compiles --replica-identity. Without it, the
+// replicas are recognised by this replica's own identity, which must then
+// be a SPIFFE ID in a cluster: a DNS SAN or a CommonName never names a
+// replica (a CA that signs any name a service asks for would make it one).
+func (n *Node) loadReplicaIdentities() error {
+	for _, p := range n.cfg.ReplicaIdentities {
+		pat, err := authz.ParsePattern(p)
+		if err != nil {
+			return fmt.Errorf("node: --replica-identity: %w", err)
+		}
+		n.replicaIDs = append(n.replicaIDs, pat)
+	}
+	if len(n.replicaIDs) > 0 || n.cfg.DevMode() || n.cfg.Standalone {
+		return nil
+	}
+	own, err := tlsfiles.Identity(n.tls.Certificate())
+	if err != nil {
+		return fmt.Errorf("node: --tls-cert-file %s: %w", n.cfg.TLSCertFile, err)
+	}
+	if !tlsfiles.IsSPIFFE(own) {
+		return fmt.Errorf("node: --tls-cert-file %s: its identity %q is not a SPIFFE ID: replicas of a cluster recognise each other "+
+			"by a SPIFFE URI SAN (spiffe://TRUST_DOMAIN/PATH); issue the certificate one, or name the replicas' SPIFFE IDs with --replica-identity",
+			n.cfg.TLSCertFile, own)
+	}
+	return nil
+}
+
+// isReplica reports whether identity is a replica's: a SPIFFE ID (from a
+// URI SAN; no other kind of identity ever is) that matches
+// --replica-identity or, without that flag, is this replica's own
 // certificate's identity.
 func (n *Node) isReplica(identity string) bool {
+	if !tlsfiles.IsSPIFFE(identity) {
+		return false
+	}
 	if len(n.replicaIDs) > 0 {
 		for _, p := range n.replicaIDs {
 			if p.Match(identity) {
@@ -588,7 +615,7 @@ func (n *Node) isReplica(identity string) bool {
 		return false
 	}
 	own, err := tlsfiles.Identity(n.tls.Certificate())
-	return err == nil && own == identity
+	return err == nil && tlsfiles.IsSPIFFE(own) && own == identity
 }
 
 // verifyReplica checks that a replica relayed to presents a replica's

@@ -52,7 +52,7 @@ app.kubernetes.io/component: etcd
 {{- $eps := list }}
 {{- $name := include "legation.etcdName" . }}
 {{- range $i := until (int .Values.etcd.bundled.replicas) }}
-{{- $eps = append $eps (printf "http://%s-%d.%s.%s.svc:%d" $name $i $name $.Release.Namespace (int $.Values.etcd.bundled.clientPort)) }}
+{{- $eps = append $eps (printf "%s://%s-%d.%s.%s.svc:%d" (include "legation.etcdScheme" $) $name $i $name $.Release.Namespace (int $.Values.etcd.bundled.clientPort)) }}
 {{- end }}
 {{- join "," $eps }}
 {{- else }}
@@ -66,4 +66,88 @@ app.kubernetes.io/component: etcd
 {{/* The image of xds-node. */}}
 {{- define "legation.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{/* The bundled etcd's URL scheme: https with TLS. */}}
+{{- define "legation.etcdScheme" -}}
+{{- ternary "https" "http" (and .Values.etcd.bundled.enabled .Values.etcd.bundled.tls.enabled) }}
+{{- end }}
+
+{{/* The bundled etcd's TLS Secrets, by role: server, replica, admin, root. */}}
+{{- define "legation.etcdSecret" -}}
+{{- $role := index . 1 }}
+{{- $ctx := index . 0 }}
+{{- default (printf "%s-%s" (include "legation.etcdName" $ctx) $role) (index $ctx.Values.etcd.bundled.tls.secrets $role) }}
+{{- end }}
+
+{{/* The gossip keyring's Secret: named, generated, or none (empty). */}}
+{{- define "legation.gossipSecret" -}}
+{{- if .Values.gossip.keySecret.name }}
+{{- .Values.gossip.keySecret.name }}
+{{- else if .Values.gossip.keySecret.generate }}
+{{- printf "%s-gossip-key" (include "legation.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
+{{/* Selector labels of the bundled etcd's auth Job's pod. */}}
+{{- define "legation.etcdAuthSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "legation.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: etcd-auth
+{{- end }}
+
+{{/*
+The xds-node pods' etcd client TLS: the Secret mounted at
+/etc/legation/etcd-tls and its keys, as a dict (empty secret: none).
+*/}}
+{{- define "legation.etcdClientTLS" -}}
+{{- if .Values.etcd.bundled.enabled }}
+{{- if .Values.etcd.bundled.tls.enabled }}
+{{- toJson (dict "secret" (include "legation.etcdSecret" (list . "replica")) "ca" "ca.crt" "cert" "tls.crt" "key" "tls.key") }}
+{{- else }}
+{{- toJson (dict "secret" "") }}
+{{- end }}
+{{- else }}
+{{- $t := .Values.etcd.external.tls }}
+{{- toJson (dict "secret" $t.secretName "ca" $t.caKey "cert" $t.certKey "key" $t.keyKey) }}
+{{- end }}
+{{- end }}
+
+{{/*
+Values the chart refuses, each failing with a message naming the value to
+set: an insecure etcd under tls.enabled, a cluster without a gossip key,
+and settings that contradict each other.
+*/}}
+{{- define "legation.checks" -}}
+{{- $b := .Values.etcd.bundled }}
+{{- if and .Values.tls.enabled (not .Values.tls.secretName) }}
+{{- fail "tls.enabled: set tls.secretName, the Secret with the certificate, key and client CA" }}
+{{- end }}
+{{- if and $b.enabled .Values.etcd.external.endpoints }}
+{{- fail "etcd: etcd.external.endpoints is set and etcd.bundled.enabled is true; choose one" }}
+{{- end }}
+{{- if and .Values.etcd.external.username (not .Values.etcd.external.passwordSecret.name) }}
+{{- fail "etcd.external.username: set etcd.external.passwordSecret.name too (a user needs its password)" }}
+{{- end }}
+{{- if and $b.enabled (not $b.tls.enabled) .Values.tls.enabled }}
+{{- fail "tls.enabled with a plain-text bundled etcd: set etcd.bundled.tls.enabled=true (any pod reaching etcd could rewrite the rules that mTLS enforces)" }}
+{{- end }}
+{{- if and $b.enabled $b.auth.enabled (not $b.tls.enabled) }}
+{{- fail "etcd.bundled.auth.enabled needs client certificates: set etcd.bundled.tls.enabled=true (or etcd.bundled.auth.enabled=false)" }}
+{{- end }}
+{{- if not $b.enabled }}
+{{- $tls := .Values.etcd.external.tls.secretName }}
+{{- range .Values.etcd.external.endpoints }}
+{{- if hasPrefix "https://" . }}{{ $tls = true }}{{ end }}
+{{- end }}
+{{- if and .Values.tls.enabled (not $tls) }}
+{{- fail "tls.enabled with a plain-text external etcd: set etcd.external.tls.secretName (its CA and a client certificate), or use https:// etcd.external.endpoints" }}
+{{- end }}
+{{- if and .Values.etcd.external.username (not $tls) }}
+{{- fail "etcd.external.username over plain text would send the password in clear: set etcd.external.tls.secretName, or use https:// etcd.external.endpoints" }}
+{{- end }}
+{{- end }}
+{{- if and (gt (int .Values.replicaCount) 1) (not (include "legation.gossipSecret" .)) }}
+{{- fail "replicaCount above 1 with unencrypted gossip: set gossip.keySecret.name (a Secret holding a keyring) or gossip.keySecret.generate=true" }}
+{{- end }}
 {{- end }}
