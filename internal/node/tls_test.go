@@ -36,6 +36,11 @@ func TestTLSBadInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A replica certificate named by a DNS SAN only: no SPIFFE ID.
+	dnsOnly, err := ca.Issue(dir, "dns-only", testcerts.Loopback(testcerts.Options{CommonName: "spiffe://legation.test/replica"}))
+	if err != nil {
+		t.Fatal(err)
+	}
 	notPEM := filepath.Join(dir, "not.pem")
 	if err := os.WriteFile(notPEM, []byte("hello"), 0o600); err != nil {
 		t.Fatal(err)
@@ -62,6 +67,14 @@ func TestTLSBadInput(t *testing.T) {
 			c.TLSCertFile, c.TLSKeyFile, c.ClientCAFile = good.CertFile, good.KeyFile, ca.CertFile
 			c.ReplicaIdentities = []string{`spiffe://x/\`}
 		}, []string{"--replica-identity", "trailing backslash"}},
+		{"replica identity not SPIFFE", func(c *node.Config) {
+			c.TLSCertFile, c.TLSKeyFile, c.ClientCAFile = good.CertFile, good.KeyFile, ca.CertFile
+			c.ReplicaIdentities = []string{"spiffe://legation.test/replica", "*.replicas.example.org"}
+		}, []string{`--replica-identity "*.replicas.example.org"`, "must begin with \"spiffe://\""}},
+		{"cluster replica certificate without a SPIFFE ID", func(c *node.Config) {
+			c.EtcdEndpoints = []string{"127.0.0.1:1"}
+			c.TLSCertFile, c.TLSKeyFile, c.ClientCAFile = dnsOnly.CertFile, dnsOnly.KeyFile, ca.CertFile
+		}, []string{"--tls-cert-file", dnsOnly.CertFile, `identity "dns:localhost" is not a SPIFFE ID`, "--replica-identity"}},
 		{"key without cert", func(c *node.Config) { c.TLSKeyFile = good.KeyFile }, []string{"--tls-cert-file and --tls-key-file"}},
 		{"client CA without cert", func(c *node.Config) { c.ClientCAFile = ca.CertFile }, []string{"--client-ca-file needs --tls-cert-file"}},
 		{"cluster TLS without client CA", func(c *node.Config) {
