@@ -156,6 +156,10 @@ func newFlagSet(cfg *node.Config) (fs *pflag.FlagSet, logLevel, logFormat *strin
 		"most resource names an xDS stream may subscribe to per type (and delta initial_resource_versions entries); beyond: RESOURCE_EXHAUSTED; 0: no bound")
 	fs.IntVar(&cfg.MaxNameLength, "max-name-length", cfg.MaxNameLength,
 		"longest resource name accepted in an xDS request, in bytes; longer: INVALID_ARGUMENT; 0: no bound")
+	fs.IntVar(&cfg.MaxNodeIDLength, "max-node-id-length", cfg.MaxNodeIDLength,
+		"longest node id accepted in an xDS request or poll, in bytes; longer: INVALID_ARGUMENT; 0: no bound")
+	fs.IntVar(&cfg.MaxVHDSGroups, "max-vhds-groups", cfg.MaxVHDSGroups,
+		"node groups with virtual hosts of their own whose VHDS alias indexes are kept per revision; one more: RESOURCE_EXHAUSTED; 0: no bound")
 	fs.IntVar(&cfg.MaxNackMessage, "max-nack-message", cfg.MaxNackMessage,
 		"bytes of a NACK's error message kept and logged; the rest is cut; 0: no bound")
 	fs.DurationVar(&cfg.SendTimeout, "send-timeout", cfg.SendTimeout,
@@ -202,6 +206,10 @@ func newFlagSet(cfg *node.Config) (fs *pflag.FlagSet, logLevel, logFormat *strin
 		"send GOAWAY to connections older than this (plus or minus 10%); 0: no age")
 	fs.DurationVar(&cfg.MaxConnectionAgeGrace, "max-connection-age-grace", cfg.MaxConnectionAgeGrace,
 		"time an aged connection's streams get to end before it is cut")
+	fs.IntVar(&cfg.MaxConnections, "max-connections", cfg.MaxConnections,
+		"connections open at once on --xds-addr (clients and relaying replicas); one more is closed as soon as accepted; 0: no bound")
+	fs.DurationVar(&cfg.HandshakeTimeout, "handshake-timeout", cfg.HandshakeTimeout,
+		"a new connection on --xds-addr not through its TLS and HTTP/2 handshakes within this is closed")
 	fs.IntVar(&cfg.MaxStreamsPerConn, "max-streams-per-conn", cfg.MaxStreamsPerConn,
 		"streams one client connection may hold open (relay connections between replicas exempt); 0: no bound")
 	fs.Float64Var(&cfg.StreamRate, "stream-rate", cfg.StreamRate,

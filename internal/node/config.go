@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/legation-io/legation/internal/authz"
+	"github.com/legation-io/legation/internal/delta"
 	"github.com/legation-io/legation/internal/etcdconn"
 	"github.com/legation-io/legation/internal/lrs"
 	"github.com/legation-io/legation/internal/scope"
@@ -168,6 +169,15 @@ type Config struct {
 	// request, in bytes; a longer one ends the stream with
 	// INVALID_ARGUMENT. Zero: no bound.
 	MaxNameLength int
+	// MaxNodeIDLength (--max-node-id-length) bounds a request's node id,
+	// in bytes, on streams and polls; a longer one is INVALID_ARGUMENT.
+	// Zero: no bound.
+	MaxNodeIDLength int
+	// MaxVHDSGroups (--max-vhds-groups) bounds the VHDS alias indexes
+	// kept per revision, one per node group with virtual hosts of its
+	// own; a delta stream needing one more ends with RESOURCE_EXHAUSTED.
+	// Zero: no bound.
+	MaxVHDSGroups int
 	// MaxNackMessage (--max-nack-message) bounds the bytes of a NACK's
 	// message kept and logged; the rest is cut, and the cut marked. Zero:
 	// no bound.
@@ -243,6 +253,15 @@ type Config struct {
 	// is cut; its clients reconnect, maybe elsewhere. Zero: no age.
 	MaxConnectionAge      time.Duration
 	MaxConnectionAgeGrace time.Duration
+	// MaxConnections (--max-connections) bounds the connections open at
+	// once on --xds-addr, clients' and relaying replicas'; one beyond it
+	// is closed as soon as accepted, and counted. Zero: no bound.
+	MaxConnections int
+	// HandshakeTimeout (--handshake-timeout) bounds a new connection's
+	// TLS and HTTP/2 handshakes on --xds-addr (grpc.ConnectionTimeout,
+	// 120s in grpc-go): a connection not through them by then is closed.
+	// Must be positive.
+	HandshakeTimeout time.Duration
 	// MaxStreamsPerConn (--max-streams-per-conn) bounds the streams one
 	// client connection holds open; beyond it a stream gets
 	// RESOURCE_EXHAUSTED. Relay connections between replicas are exempt.
@@ -354,6 +373,8 @@ func DefaultConfig() Config {
 		// Limits and overload.
 		KeepaliveMinTime:      5 * time.Second,  // Envoy's and gRPC's usual pings are 10s or more
 		KeepaliveTime:         30 * time.Second, // the kernel probes a quiet client after 30s
+		MaxNodeIDLength:     xd.MaxNodeIDLength,
+		MaxVHDSGroups:       delta.DefaultMaxVHDSGroups,
 		KeepaliveTimeout:      10 * time.Second, // and drops it if it does not answer in 10s
 		PingTime:              2 * time.Hour,    // grpc-go's own default: the kernel finds dead peers
 		MaxConnectionAge:      0,                // connections live as long as their clients
@@ -372,6 +393,8 @@ func DefaultConfig() Config {
 // unbounded maps a flag's zero, no bound, to package xdsstream's
 // negative.
 func unbounded[N int | time.Duration](v N) N {
+		MaxConnections:        50000,            // five times the 10,000 clients a replica is measured with (docs/performance.md)
+		HandshakeTimeout:      10 * time.Second, // a TLS handshake takes a few round trips
 	if v == 0 {
 		return -1
 	}
@@ -504,6 +527,12 @@ func (c *Config) Validate() error {
 		addrs := [][2]string{{"--xds-addr", c.XDSAddr}, {"--http-addr", c.HTTPAddr}, {"--gossip-addr", c.GossipAddr}}
 		if c.DevMode() {
 			addrs = append(addrs, [2]string{"--dev-etcd-addr", c.DevEtcdAddr})
+	if c.MaxNodeIDLength < 0 {
+		add(fmt.Errorf("--max-node-id-length %d: negative", c.MaxNodeIDLength))
+	}
+	if c.MaxVHDSGroups < 0 {
+		add(fmt.Errorf("--max-vhds-groups %d: negative", c.MaxVHDSGroups))
+	}
 		}
 		for i := range addrs {
 			for j := i + 1; j < len(addrs); j++ {
@@ -602,6 +631,8 @@ func (c *Config) validateLimits() error {
 // MTLS reports whether clients must present certificates.
 func (c *Config) MTLS() bool { return c.ClientCAFile != "" }
 
+	nonNegative("--max-connections", c.MaxConnections)
+	positive("--handshake-timeout", c.HandshakeTimeout)
 // checkListenAddr checks a host:port to listen on; host may be empty (all
 // interfaces) and port 0 picks a free one.
 func checkListenAddr(flag, addr string) error {

@@ -2,11 +2,14 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/peer"
 )
 
@@ -28,6 +31,13 @@ type connTracker struct {
 	mu    sync.Mutex // guards conns
 	conns map[string]*trackedConn
 
+	// max bounds the connections open (--max-connections); 0: no bound.
+	// A connection beyond it is closed as soon as accepted and counted in
+	// refused.
+	max      int
+	refused  prometheus.Counter
+	lastWarn atomic.Int64 // unix nanoseconds of the last warning of a refusal
+
 	pending chan pendingClose // closeSoon to run; full: the close is left to the server's stop
 
 	userTimeout time.Duration // TCP_USER_TIMEOUT of each connection
@@ -44,19 +54,70 @@ type pendingClose struct {
 // of userTimeout: data the replica sent that stays unacknowledged that
 // long closes the connection. (grpc-go sets one from its keepalive
 // timeout only on a *net.TCPConn, which a tracked connection is not.)
-func newConnTracker(l net.Listener, userTimeout time.Duration, log *slog.Logger) *connTracker {
+// At most max connections are open at once (0: no bound).
+func newConnTracker(l net.Listener, userTimeout time.Duration, max int, log *slog.Logger) *connTracker {
 	return &connTracker{
 		Listener: l, conns: map[string]*trackedConn{}, pending: make(chan pendingClose, 4096),
-		userTimeout: userTimeout, log: log,
+		userTimeout: userTimeout, log: log, max: max,
+		refused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "legation_node_xds_connections_refused_total",
+			Help: "Connections to --xds-addr closed as soon as accepted: --max-connections were open."}),
 	}
 }
 
-// Accept accepts and tracks a connection.
-func (l *connTracker) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
+// register registers the tracker's metrics on reg.
+func (l *connTracker) register(reg prometheus.Registerer) error {
+	open := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "legation_node_xds_connections",
+		Help: "Connections open on --xds-addr, clients' and relaying replicas' (bounded by --max-connections).",
+	}, func() float64 {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return float64(len(l.conns))
+	})
+	for _, c := range []prometheus.Collector{open, l.refused} {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("node: register metrics: %w", err)
+		}
 	}
+	return nil
+}
+
+// Accept accepts and tracks a connection. One beyond max is closed at
+// once, and Accept waits for the next: an error would stop the gRPC
+// server.
+func (l *connTracker) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		if !l.full() {
+			return l.track(c), nil
+		}
+		c.Close() // the client sees it closed; nothing else to do
+		l.refused.Inc()
+		if now := time.Now().UnixNano(); now-l.lastWarn.Load() > int64(time.Minute) {
+			l.lastWarn.Store(now)
+			l.log.Warn("refusing xDS connections: --max-connections are open (logged at most once a minute; legation_node_xds_connections_refused_total counts them)",
+				"max_connections", l.max, "remote", c.RemoteAddr().String())
+		}
+	}
+}
+
+// full reports whether max connections are open. Accept alone adds
+// connections, so the answer holds until it adds one.
+func (l *connTracker) full() bool {
+	if l.max <= 0 {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.conns) >= l.max
+}
+
+// track sets up and tracks an accepted connection.
+func (l *connTracker) track(c net.Conn) net.Conn {
 	if tc, ok := c.(*net.TCPConn); ok {
 		if err := setUserTimeout(tc, l.userTimeout); err != nil {
 			// The connection is served anyway: the kernel's keepalive
@@ -68,7 +129,7 @@ func (l *connTracker) Accept() (net.Conn, error) {
 	l.mu.Lock()
 	l.conns[tc.key] = tc
 	l.mu.Unlock()
-	return tc, nil
+	return tc
 }
 
 // closeSoon closes, drainConnDelay from now, the connection of the stream

@@ -18,7 +18,7 @@ func TestUserTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := newConnTracker(ln, 7*time.Second, slog.New(slog.DiscardHandler))
+	l := newConnTracker(ln, 7*time.Second, 0, slog.New(slog.DiscardHandler))
 	defer l.Close()
 	cc, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {

@@ -154,7 +154,7 @@ func New(cfg Config) (*Node, error) {
 	if n.xdsLis, err = lc.Listen(context.Background(), "tcp", cfg.XDSAddr); err != nil {
 		return nil, fmt.Errorf("node: --xds-addr: %w", err)
 	}
-	n.xdsConns = newConnTracker(n.xdsLis, cfg.KeepaliveTime+cfg.KeepaliveTimeout, n.log)
+	n.xdsConns = newConnTracker(n.xdsLis, cfg.KeepaliveTime+cfg.KeepaliveTimeout, cfg.MaxConnections, n.log)
 	n.xdsLis = n.xdsConns
 	if n.httpLis, err = lc.Listen(context.Background(), "tcp", cfg.HTTPAddr); err != nil {
 		n.xdsLis.Close()
@@ -176,6 +176,9 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 		return err
 	}
 	opts := cfg.etcdOptions()
+	if err := n.xdsConns.register(n.reg); err != nil {
+		return err
+	}
 	opts.Logger = n.log
 	if cfg.DevMode() {
 		addr, err := devetcd.ResolvePort(cfg.DevEtcdAddr)
@@ -274,6 +277,7 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 		PanicOnNode:         cfg.panicOnNode,
 	}
 	if cfg.GCBetweenPushes {
+		MaxNodeIDLength:     unbounded(cfg.MaxNodeIDLength),
 		busy := &quietgc.Busy{}
 		collections := prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "legation_quiet_gc_collections_total",
@@ -294,7 +298,7 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 	if n.pushes != nil {
 		xcfg.PushTracer = n.pushes // a nil *Pushes must not become a non-nil interface
 	}
-	if n.delta, err = delta.New(delta.Config{Config: xcfg}); err != nil {
+	if n.delta, err = delta.New(delta.Config{Config: xcfg, MaxVHDSGroups: unbounded(cfg.MaxVHDSGroups)}); err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
 	if n.sotw, err = ads.New(ads.Config{Config: xcfg, TrustVersion: cfg.SotwTrustVersion}); err != nil {
@@ -376,6 +380,7 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 		// Static HTTP/2 windows for what clients send (requests, ACKs,
 		// load reports: small): grpc-go's default sizes them by probing
 		// the bandwidth, a ping to the client on each burst of data it
+		grpc.ConnectionTimeout(cfg.HandshakeTimeout),
 		// receives, so every round of ACKs after a push cost each
 		// connection a write and a read more. 1 MiB per connection,
 		// 64 KiB per stream (HTTP/2's default) hold any request up to
