@@ -273,16 +273,6 @@ type Config struct {
 	// admitted at the replica their client reached. Zero: no rate.
 	StreamRate  float64
 	StreamBurst int
-	// RelayStreamRate (--relay-stream-rate) is the streams relayed here by
-	// other replicas admitted per second, with bursts of RelayStreamBurst
-	// (--relay-stream-burst), and MaxRelayedStreams (--max-relayed-streams)
-	// bounds those open at once: the relay budget, apart from the
-	// clients' (StreamRate, MaxStreams), which relayed streams used at the
-	// replica their client reached. Beyond it a relayed stream gets
-	// RESOURCE_EXHAUSTED. Zero: no rate, no bound.
-	RelayStreamRate   float64
-	RelayStreamBurst  int
-	MaxRelayedStreams int
 	// GCBetweenPushes (--gc-between-pushes) has the replica collect
 	// garbage when no stream has been busy for 100 ms after a change, if
 	// its heap is past half the way to the runtime's next collection, so
@@ -369,6 +359,8 @@ func DefaultConfig() Config {
 		FirstRequestTimeout: xd.FirstRequestTimeout,
 		MaxNames:            xd.MaxNames,
 		MaxNameLength:       xd.MaxNameLength,
+		MaxNodeIDLength:     xd.MaxNodeIDLength,
+		MaxVHDSGroups:       delta.DefaultMaxVHDSGroups,
 		MaxNackMessage:      xd.MaxNackMessage,
 		SendTimeout:         xd.SendTimeout,
 		RebalanceRate:       50,               // streams closed per second after a membership change
@@ -383,19 +375,16 @@ func DefaultConfig() Config {
 		// Limits and overload.
 		KeepaliveMinTime:      5 * time.Second,  // Envoy's and gRPC's usual pings are 10s or more
 		KeepaliveTime:         30 * time.Second, // the kernel probes a quiet client after 30s
-		MaxNodeIDLength:     xd.MaxNodeIDLength,
-		MaxVHDSGroups:       delta.DefaultMaxVHDSGroups,
 		KeepaliveTimeout:      10 * time.Second, // and drops it if it does not answer in 10s
 		PingTime:              2 * time.Hour,    // grpc-go's own default: the kernel finds dead peers
 		MaxConnectionAge:      0,                // connections live as long as their clients
 		MaxConnectionAgeGrace: 30 * time.Second, // once aged, streams get 30s to end
+		MaxConnections:        50000,            // five times the 10,000 clients a replica is measured with (docs/performance.md)
+		HandshakeTimeout:      10 * time.Second, // a TLS handshake takes a few round trips
 		MaxStreamsPerConn:     100,              // Envoy and grpc-go open one ADS stream a connection
 		StreamRate:            1000,             // new streams a second
 		StreamBurst:           1000,             // one second's worth at once
 		MaxStreams:            0,                // no cap
-		RelayStreamRate:       5000,             // five edges' worth of --stream-rate
-		RelayStreamBurst:      5000,             // one second's worth at once
-		MaxRelayedStreams:     0,                // no cap
 		GCBetweenPushes:       true,             // collections out of the fan-outs
 		MaxStreamsShare:       0,                // no cap; 1.1 keeps replicas within 10% of their share
 		HTTPReadTimeout:       10 * time.Second, // a request's headers and body
@@ -406,8 +395,6 @@ func DefaultConfig() Config {
 // unbounded maps a flag's zero, no bound, to package xdsstream's
 // negative.
 func unbounded[N int | time.Duration](v N) N {
-		MaxConnections:        50000,            // five times the 10,000 clients a replica is measured with (docs/performance.md)
-		HandshakeTimeout:      10 * time.Second, // a TLS handshake takes a few round trips
 	if v == 0 {
 		return -1
 	}
@@ -522,6 +509,12 @@ func (c *Config) Validate() error {
 	if c.MaxNameLength < 0 {
 		add(fmt.Errorf("--max-name-length %d: negative", c.MaxNameLength))
 	}
+	if c.MaxNodeIDLength < 0 {
+		add(fmt.Errorf("--max-node-id-length %d: negative", c.MaxNodeIDLength))
+	}
+	if c.MaxVHDSGroups < 0 {
+		add(fmt.Errorf("--max-vhds-groups %d: negative", c.MaxVHDSGroups))
+	}
 	if c.MaxNackMessage < 0 {
 		add(fmt.Errorf("--max-nack-message %d: negative", c.MaxNackMessage))
 	}
@@ -540,12 +533,6 @@ func (c *Config) Validate() error {
 		addrs := [][2]string{{"--xds-addr", c.XDSAddr}, {"--http-addr", c.HTTPAddr}, {"--gossip-addr", c.GossipAddr}}
 		if c.DevMode() {
 			addrs = append(addrs, [2]string{"--dev-etcd-addr", c.DevEtcdAddr})
-	if c.MaxNodeIDLength < 0 {
-		add(fmt.Errorf("--max-node-id-length %d: negative", c.MaxNodeIDLength))
-	}
-	if c.MaxVHDSGroups < 0 {
-		add(fmt.Errorf("--max-vhds-groups %d: negative", c.MaxVHDSGroups))
-	}
 		}
 		for i := range addrs {
 			for j := i + 1; j < len(addrs); j++ {
@@ -626,15 +613,10 @@ func (c *Config) validateLimits() error {
 			errs = append(errs, fmt.Errorf("%s %d: negative (0: no bound)", flag, v))
 		}
 	}
+	nonNegative("--max-connections", c.MaxConnections)
+	positive("--handshake-timeout", c.HandshakeTimeout)
 	nonNegative("--max-streams-per-conn", c.MaxStreamsPerConn)
 	nonNegative("--max-streams", c.MaxStreams)
-	nonNegative("--max-relayed-streams", c.MaxRelayedStreams)
-	if !(c.RelayStreamRate >= 0) || c.RelayStreamRate > 1e9 {
-		errs = append(errs, fmt.Errorf("--relay-stream-rate %v: must be 0 (no rate) or positive (streams per second)", c.RelayStreamRate))
-	}
-	if c.RelayStreamRate > 0 && c.RelayStreamBurst < 1 {
-		errs = append(errs, fmt.Errorf("--relay-stream-burst %d: must be at least 1 with --relay-stream-rate", c.RelayStreamBurst))
-	}
 	nonNegative("--http-max-conns", c.HTTPMaxConns)
 	if !(c.StreamRate >= 0) || c.StreamRate > 1e9 {
 		errs = append(errs, fmt.Errorf("--stream-rate %v: must be 0 (no rate) or positive (streams per second)", c.StreamRate))
@@ -651,8 +633,6 @@ func (c *Config) validateLimits() error {
 // MTLS reports whether clients must present certificates.
 func (c *Config) MTLS() bool { return c.ClientCAFile != "" }
 
-	nonNegative("--max-connections", c.MaxConnections)
-	positive("--handshake-timeout", c.HandshakeTimeout)
 // checkListenAddr checks a host:port to listen on; host may be empty (all
 // interfaces) and port 0 picks a free one.
 func checkListenAddr(flag, addr string) error {

@@ -10,7 +10,6 @@ import (
 	"math"
 	"net"
 	"net/http"
-	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -176,10 +175,10 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 	if err := newMetrics(n.reg, n.ready); err != nil {
 		return err
 	}
-	opts := cfg.etcdOptions()
 	if err := n.xdsConns.register(n.reg); err != nil {
 		return err
 	}
+	opts := cfg.etcdOptions()
 	opts.Logger = n.log
 	if cfg.DevMode() {
 		addr, err := devetcd.ResolvePort(cfg.DevEtcdAddr)
@@ -268,6 +267,7 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 		FirstRequestTimeout: unbounded(cfg.FirstRequestTimeout),
 		MaxNames:            unbounded(cfg.MaxNames),
 		MaxNameLength:       unbounded(cfg.MaxNameLength),
+		MaxNodeIDLength:     unbounded(cfg.MaxNodeIDLength),
 		MaxNackMessage:      unbounded(cfg.MaxNackMessage),
 		SendTimeout:         unbounded(cfg.SendTimeout),
 		Leases:              n.leases,
@@ -278,7 +278,6 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 		PanicOnNode:         cfg.panicOnNode,
 	}
 	if cfg.GCBetweenPushes {
-		MaxNodeIDLength:     unbounded(cfg.MaxNodeIDLength),
 		busy := &quietgc.Busy{}
 		collections := prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "legation_quiet_gc_collections_total",
@@ -356,9 +355,6 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 		FairShare:         n.fairShare,
 		Full:              n.xdsConns.closeSoon, // the client's retry goes elsewhere
 		Trusted:           n.relayedByReplica,
-		RelayStreamRate:   cfg.RelayStreamRate,
-		RelayStreamBurst:  cfg.RelayStreamBurst,
-		MaxRelayedStreams: cfg.MaxRelayedStreams,
 		Exempt:            func(method string) bool { return strings.HasPrefix(method, "/grpc.health.v1.Health/") },
 		Logger:            n.log,
 		Registerer:        n.reg,
@@ -371,6 +367,7 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 	}
 	srvOpts := append(grpcapi.ServerOptions(),
 		grpc.MaxRecvMsgSize(cfg.MaxRecvMsgSize),
+		grpc.ConnectionTimeout(cfg.HandshakeTimeout),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
 			MinTime:             cfg.KeepaliveMinTime,
 			PermitWithoutStream: true, // idle Envoys ping too
@@ -384,7 +381,6 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 		// Static HTTP/2 windows for what clients send (requests, ACKs,
 		// load reports: small): grpc-go's default sizes them by probing
 		// the bandwidth, a ping to the client on each burst of data it
-		grpc.ConnectionTimeout(cfg.HandshakeTimeout),
 		// receives, so every round of ACKs after a push cost each
 		// connection a write and a read more. 1 MiB per connection,
 		// 64 KiB per stream (HTTP/2's default) hold any request up to
@@ -520,7 +516,7 @@ func (s servedDelta) Serve(st grpcapi.DeltaStream, t *resource.Type) error {
 // relayedByReplica reports whether the stream of ctx was relayed here by
 // another replica: it carries the relay marker and its peer may set it
 // (access.Guard.TrustRelay: with mTLS a replica's identity; in plain
-// text a registered replica's address, as for the relay itself).
+// text anyone, as for the relay itself).
 func (n *Node) relayedByReplica(ctx context.Context) bool {
 	return len(metadata.ValueFromIncomingContext(ctx, relay.MarkerKey)) > 0 && n.guard.TrustRelay(ctx)
 }
@@ -551,10 +547,6 @@ func (n *Node) buildAccess() error {
 		}
 	}
 	gcfg := access.Config{MTLS: cfg.MTLS(), Logger: n.log}
-	// In plaintext, relay markers are trusted from the addresses of the
-	// replicas registered in etcd only (the cluster agent is built after
-	// the guard, and streams come after both).
-	gcfg.ReplicaAddr = func(ip netip.Addr) bool { return n.cluster != nil && n.cluster.IsReplicaAddr(ip) }
 	if cfg.MTLS() {
 		if err := n.loadReplicaIdentities(); err != nil {
 			return err
