@@ -60,7 +60,7 @@ type Config struct {
 	// their identities decide what they may claim (Rules). False: clients
 	// are not authenticated: every claim is allowed, secrets go to
 	// loopback clients only, CSDS is open, and relay markers are trusted
-	// from anyone (the log and the README say so).
+	// only from the addresses of registered replicas (ReplicaAddr).
 	MTLS bool
 	// Rules returns the current rules and a channel closed once newer
 	// ones replace them. Required with MTLS.
@@ -81,6 +81,12 @@ type Config struct {
 	// a peer's relay marker and forwarded identity are trusted (with
 	// MTLS). Required with MTLS.
 	Replica func(identity string) bool
+	// ReplicaAddr reports whether ip is the address of a replica
+	// registered in etcd under a live lease: without MTLS, only a peer at
+	// such an address may send the relay marker (and what goes with it);
+	// from any other, the marker is ignored. It is called once per marked
+	// stream and must not block. Nil: no marker is trusted without MTLS.
+	ReplicaAddr func(ip netip.Addr) bool
 	// Logger gets the refusals worth an operator's attention (once each);
 	// nil discards.
 	Logger *slog.Logger
@@ -167,7 +173,28 @@ func (g *Guard) relayedFrom(ctx context.Context, own Identity) bool {
 	if len(metadata.ValueFromIncomingContext(ctx, markerKey)) == 0 {
 		return false
 	}
-	return !g.cfg.MTLS || (own.Name != "" && g.cfg.Replica(own.Name))
+	if !g.cfg.MTLS {
+		return g.fromReplicaAddr(ctx)
+	}
+	return own.Name != "" && g.cfg.Replica(own.Name)
+}
+
+// fromReplicaAddr reports whether the peer of ctx is at a registered
+// replica's address (Config.ReplicaAddr): in plaintext, the only sign
+// that a relay marker comes from a replica.
+func (g *Guard) fromReplicaAddr(ctx context.Context) bool {
+	if g.cfg.ReplicaAddr == nil {
+		return false
+	}
+	p, _ := peer.FromContext(ctx)
+	if p == nil || p.Addr == nil {
+		return false
+	}
+	ap, err := netip.ParseAddrPort(p.Addr.String())
+	if err != nil {
+		return false
+	}
+	return g.cfg.ReplicaAddr(ap.Addr().Unmap())
 }
 
 // markerKey is relay.MarkerKey (relay imports this package, not the
@@ -176,10 +203,11 @@ const markerKey = "x-legation-relayed"
 
 // TrustRelay reports whether the relay marker on the stream of ctx may be
 // trusted: with MTLS only from a peer presenting a replica's identity;
-// without, from anyone (plaintext cannot tell).
+// without, only from a peer at a registered replica's address
+// (Config.ReplicaAddr).
 func (g *Guard) TrustRelay(ctx context.Context) bool {
 	if !g.cfg.MTLS {
-		return true
+		return g.fromReplicaAddr(ctx)
 	}
 	var name string
 	if p, _ := peer.FromContext(ctx); p != nil {

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"net"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -172,9 +173,12 @@ func TestRelayMarkerTrust(t *testing.T) {
 
 // TestPlaintext: without mTLS every claim is allowed, secrets go to
 // loopback clients only (also when relayed from loopback by a loopback
-// replica), and markers are trusted.
+// replica), and markers are trusted only from a registered replica's
+// address (here 127.0.0.1).
 func TestPlaintext(t *testing.T) {
-	g, err := access.New(access.Config{})
+	g, err := access.New(access.Config{
+		ReplicaAddr: func(ip netip.Addr) bool { return ip == netip.MustParseAddr("127.0.0.1") },
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,8 +198,15 @@ func TestPlaintext(t *testing.T) {
 	if err := g.Secrets(streamCtx(loopback, nil, "x-legation-relayed", "r", access.LoopbackKey, "1"), ""); err != nil {
 		t.Errorf("secrets to a loopback client relayed by a loopback replica: %v", err)
 	}
-	if !g.TrustRelay(streamCtx(remote, nil, "x-legation-relayed", "r")) {
-		t.Error("plaintext: marker not trusted")
+	if !g.TrustRelay(streamCtx(loopback, nil, "x-legation-relayed", "r")) {
+		t.Error("plaintext: marker from a replica's address not trusted")
+	}
+	fromRemote := streamCtx(remote, nil, "x-legation-relayed", "r", access.IdentityKey, "spiffe://x/admin")
+	if g.TrustRelay(fromRemote) {
+		t.Error("plaintext: marker from an address no replica is registered at is trusted")
+	}
+	if id := g.Of(fromRemote); id.Name != "" || id.RelayedBy != "" {
+		t.Errorf("plaintext: a marker from a non-replica address forwarded %+v", id)
 	}
 }
 

@@ -57,11 +57,22 @@ type Config struct {
 	Full func(ctx context.Context)
 	// Trusted, if set, reports whether the stream of ctx was relayed here
 	// by another replica: such streams were admitted at the replica the
-	// client reached (the edge) and are not admitted nor counted again
-	// here, and a relay connection between replicas multiplexes many
-	// streams, so MaxStreamsPerConn does not apply to it. It must not
-	// block.
+	// client reached (the edge), so they count against the relay budget
+	// (RelayStreamRate, MaxRelayedStreams) instead of StreamRate,
+	// MaxStreams and the share cap, and a relay connection between
+	// replicas multiplexes many streams, so MaxStreamsPerConn does not
+	// apply to it. It must not block.
 	Trusted func(ctx context.Context) bool
+	// RelayStreamRate is the relayed (Trusted) streams admitted per second
+	// (--relay-stream-rate), with a burst of RelayStreamBurst; one over it
+	// waits up to MaxWait, then gets RESOURCE_EXHAUSTED. Zero: no rate.
+	RelayStreamRate float64
+	// RelayStreamBurst is the relay rate's bucket size; at least 1 when
+	// RelayStreamRate is set.
+	RelayStreamBurst int
+	// MaxRelayedStreams bounds the relayed streams open at once
+	// (--max-relayed-streams). Zero: no bound.
+	MaxRelayedStreams int
 	// Exempt, if set, reports the stream methods admission (StreamRate,
 	// MaxStreams) leaves alone, such as health watches. They still count
 	// against MaxStreamsPerConn.
@@ -70,7 +81,8 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer gets the metrics (Hits, Panics,
 	// legation_admission_waits_total, legation_admission_admitted_total,
-	// legation_admission_streams).
+	// legation_admission_streams, legation_admission_relayed_admitted_total,
+	// legation_admission_relayed_streams).
 	Registerer prometheus.Registerer
 }
 
@@ -81,6 +93,10 @@ type Limits struct {
 	log     *slog.Logger
 	limiter *rate.Limiter // nil: no rate
 	open    atomic.Int64  // admitted streams open
+	// relay is the relay budget's: its limiter (nil: no rate) and the
+	// relayed streams open.
+	relayLimiter *rate.Limiter
+	relayOpen    atomic.Int64
 
 	hits   *prometheus.CounterVec
 	panics prometheus.Counter
@@ -88,11 +104,15 @@ type Limits struct {
 	// admitted counts the streams admission let through: its rate is
 	// what --stream-rate bounds.
 	admitted prometheus.Counter
+	// relayAdmitted counts the relayed streams the relay budget let
+	// through.
+	relayAdmitted prometheus.Counter
 }
 
 // New checks cfg and registers the metrics.
 func New(cfg Config) (*Limits, error) {
-	if cfg.MaxStreamsPerConn < 0 || cfg.MaxStreams < 0 || cfg.StreamRate < 0 || cfg.MaxWait < 0 || cfg.ShareFactor < 0 {
+	if cfg.MaxStreamsPerConn < 0 || cfg.MaxStreams < 0 || cfg.StreamRate < 0 || cfg.MaxWait < 0 || cfg.ShareFactor < 0 ||
+		cfg.RelayStreamRate < 0 || cfg.MaxRelayedStreams < 0 {
 		return nil, errors.New("limits: negative bound")
 	}
 	if cfg.Registerer == nil {
@@ -104,6 +124,9 @@ func New(cfg Config) (*Limits, error) {
 	}
 	if cfg.StreamRate > 0 {
 		l.limiter = rate.NewLimiter(rate.Limit(cfg.StreamRate), max(1, cfg.StreamBurst))
+	}
+	if cfg.RelayStreamRate > 0 {
+		l.relayLimiter = rate.NewLimiter(rate.Limit(cfg.RelayStreamRate), max(1, cfg.RelayStreamBurst))
 	}
 	var err error
 	if l.hits, err = Hits(cfg.Registerer); err != nil {
@@ -124,7 +147,15 @@ func New(cfg Config) (*Limits, error) {
 		Name: "legation_admission_streams",
 		Help: "Streams admitted and open (what --max-streams bounds).",
 	}, func() float64 { return float64(l.open.Load()) })
-	for _, c := range []prometheus.Collector{l.waits, l.admitted, gauge} {
+	l.relayAdmitted = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "legation_admission_relayed_admitted_total",
+		Help: "Streams relayed here by another replica and admitted by the relay budget (--relay-stream-rate, --max-relayed-streams).",
+	})
+	relayGauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "legation_admission_relayed_streams",
+		Help: "Streams relayed here by another replica and open (what --max-relayed-streams bounds).",
+	}, func() float64 { return float64(l.relayOpen.Load()) })
+	for _, c := range []prometheus.Collector{l.waits, l.admitted, gauge, l.relayAdmitted, relayGauge} {
 		if err := cfg.Registerer.Register(c); err != nil {
 			return nil, fmt.Errorf("limits: register metrics: %w", err)
 		}
@@ -169,14 +200,15 @@ func Conn(ctx context.Context) any {
 // AdmitStream bounds streams per connection, then admits the stream
 // (MaxStreams, then StreamRate), or returns the RESOURCE_EXHAUSTED to end
 // it with; on success, release must be called when the stream ends.
-// Trusted (relayed) streams pass untouched. Call it in the stream
-// interceptor after the recovery and before the relay, so that admission
-// happens at the edge, where the client landed.
+// Trusted (relayed) streams count against the relay budget instead
+// (admitRelayed). Call it in the stream interceptor after the recovery and
+// before the relay, so that admission happens at the edge, where the
+// client landed.
 func (l *Limits) AdmitStream(ctx context.Context, method string) (release func(), err error) {
 	if l.cfg.Trusted != nil && l.cfg.Trusted(ctx) {
 		// Relayed by a replica: admitted at the edge already, and its
 		// connection multiplexes the streams of many clients.
-		return func() {}, nil
+		return l.admitRelayed(ctx)
 	}
 	conn, _ := ctx.Value(connKey{}).(*connStreams)
 	if conn != nil {
@@ -263,6 +295,50 @@ func (l *Limits) admit(ctx context.Context) error {
 	case <-ctx.Done():
 		r.Cancel()
 		l.open.Add(-1)
+		return status.FromContextError(ctx.Err()).Err()
+	}
+}
+
+// admitRelayed admits a stream another replica relayed here under the
+// relay budget: MaxRelayedStreams, then RelayStreamRate (waiting up to
+// MaxWait), or returns the RESOURCE_EXHAUSTED to end it with. A replica
+// (or a host that can pass for one) thus cannot open streams here without
+// bound.
+func (l *Limits) admitRelayed(ctx context.Context) (release func(), err error) {
+	n := l.relayOpen.Add(1)
+	if max := l.cfg.MaxRelayedStreams; max > 0 && n > int64(max) {
+		l.relayOpen.Add(-1)
+		l.hits.WithLabelValues(LimitMaxRelayedStreams).Inc()
+		return nil, status.Errorf(codes.ResourceExhausted, "too many relayed streams: at most %d (--max-relayed-streams)", max)
+	}
+	if l.relayLimiter != nil {
+		r := l.relayLimiter.Reserve()
+		if d := r.Delay(); d > 0 {
+			if d > l.cfg.MaxWait {
+				r.Cancel()
+				l.relayOpen.Add(-1)
+				l.hits.WithLabelValues(LimitRelayStreamRate).Inc()
+				return nil, status.Errorf(codes.ResourceExhausted, "too many new relayed streams: at most %g a second (--relay-stream-rate); back off and retry", l.cfg.RelayStreamRate)
+			}
+			if err := wait(ctx, d); err != nil {
+				r.Cancel()
+				l.relayOpen.Add(-1)
+				return nil, err
+			}
+		}
+	}
+	l.relayAdmitted.Inc()
+	return func() { l.relayOpen.Add(-1) }, nil
+}
+
+// wait waits d, or returns the status of ctx's end if it ends first.
+func wait(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
 		return status.FromContextError(ctx.Err()).Err()
 	}
 }

@@ -14,6 +14,9 @@ const (
 	LimitStreamRate      = "stream_rate"
 	LimitMaxStreams      = "max_streams"
 	LimitMaxStreamsShare = "max_streams_share"
+	// The relay budget's: streams relayed here by another replica.
+	LimitRelayStreamRate   = "relay_stream_rate"
+	LimitMaxRelayedStreams = "max_relayed_streams"
 )
 
 // Hits returns legation_limits_hits_total on reg, labelled by limit: one

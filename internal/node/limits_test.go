@@ -386,8 +386,13 @@ func TestStreamsPerConn(t *testing.T) {
 	other.Send(cdsRequest("other"))
 	other.Expect()
 
-	// Plain text: a stream carrying the relay marker is a replica's (the
-	// relay's own trust rule), and a relay connection is exempt.
+	// Plain text: a stream carrying the relay marker from a registered
+	// replica's address (this replica's own, 127.0.0.1) is a replica's
+	// (the relay's own trust rule), and a relay connection is exempt.
+	xdstest.WaitFor(t, "the replica has not read the registry", func() (bool, string) {
+		got := metricValue(t, reg, "legation_shard_members_registered")
+		return got == 1, fmt.Sprintf("legation_shard_members_registered = %v", got)
+	})
 	rc := dial(t, r)
 	for i := range 5 {
 		ctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(t.Context(), relay.MarkerKey, "peer"))

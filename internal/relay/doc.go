@@ -7,7 +7,8 @@
 // x-legation-relayed, so the home serves it whatever its own view of the
 // ring says: a stream is relayed at most once. The marker is trusted only
 // when Config.TrustMarker says its peer is a replica (with mTLS, one
-// presenting a replica identity); what Config.Forward returns (the
+// presenting a replica identity; in plaintext, one at the address of a
+// replica registered in etcd); what Config.Forward returns (the
 // client's identity) goes with each relayed stream. If the home cannot be
 // reached the stream is served locally (see Relay.StreamInterceptor for
 // exactly when).

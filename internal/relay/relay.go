@@ -301,18 +301,13 @@ func (r *Relay) StreamInterceptor() grpc.StreamServerInterceptor {
 }
 
 func (r *Relay) intercept(srv any, ss grpc.ServerStream, method string, k kind, handler grpc.StreamHandler) error {
+	ctx := ss.Context()
+	relayedBy, marked := r.trustedMarker(ctx)
 	if r.draining.Load() {
-		if _, marked := marker(ss.Context()); !marked {
-			r.drained(ss.Context())
+		if !marked {
+			r.drained(ctx)
 		}
 		return errDraining
-	}
-	ctx := ss.Context()
-	relayedBy, marked := marker(ctx)
-	if marked && r.cfg.TrustMarker != nil && !r.cfg.TrustMarker(ctx) {
-		// Anyone may send the marker; only a replica's counts.
-		relayedBy, marked = "", false
-		r.metrics.untrusted.Inc()
 	}
 	if marked {
 		// Tell the relaying replica at once that its stream got here: the
@@ -429,6 +424,19 @@ func marker(ctx context.Context) (string, bool) {
 		return "", false
 	}
 	return v[0], true
+}
+
+// trustedMarker returns the relay marker of the stream of ctx, and
+// whether it carries one Config.TrustMarker trusts. Anyone may send the
+// marker; only a replica's counts: another's is ignored (the stream is
+// any client's) and counted in legation_relay_untrusted_markers_total.
+func (r *Relay) trustedMarker(ctx context.Context) (string, bool) {
+	relayedBy, marked := marker(ctx)
+	if marked && r.cfg.TrustMarker != nil && !r.cfg.TrustMarker(ctx) {
+		r.metrics.untrusted.Inc()
+		return "", false
+	}
+	return relayedBy, marked
 }
 
 // outgoing is the metadata of a relay stream: the client's, but for

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -173,6 +174,14 @@ func (a *Agent) Next(nodeID string, unreachable []string) (name, addr string, se
 		return a.name, "", true
 	}
 	return h.Name, h.XDSAddr, false
+}
+
+// IsReplicaAddr reports whether ip is the address of a replica registered
+// in etcd under a live lease (Membership.IsReplicaAddr); false before Run
+// has joined, and always when Alone. It does not block.
+func (a *Agent) IsReplicaAddr(ip netip.Addr) bool {
+	m := a.member.Load()
+	return m != nil && m.IsReplicaAddr(ip)
 }
 
 // Leave leaves the cluster gracefully (Membership.Leave, bounded by

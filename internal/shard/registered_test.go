@@ -1,8 +1,13 @@
 package shard_test
 
 import (
+	"context"
+	"log/slog"
 	"net/netip"
+	"path/filepath"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -146,4 +151,74 @@ func TestDeletedRecordIsWrittenAgain(t *testing.T) {
 		return slices.Contains(registered(t, client), "a")
 	})
 	waitFor(t, shardTestTimeout, "a is not back on the rings", ringIs(ms, "a", "b"))
+}
+
+// errorLog records the messages logged at Error.
+type errorLog struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (l *errorLog) Enabled(_ context.Context, level slog.Level) bool { return level >= slog.LevelError }
+func (l *errorLog) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.msgs = append(l.msgs, r.Message)
+	return nil
+}
+func (l *errorLog) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *errorLog) WithGroup(string) slog.Handler      { return l }
+
+// count is how many messages logged so far contain s.
+func (l *errorLog) count(s string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, m := range l.msgs {
+		if strings.Contains(m, s) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestClearGossipClusterLogsError: two replicas gossiping in clear each
+// log, at Error, once, that the cluster has no gossip key; with a key
+// neither does.
+func TestClearGossipClusterLogsError(t *testing.T) {
+	const msg = "gossips in clear"
+	key := keyLines(newKey(t, 32))
+	for _, tt := range []struct {
+		name, content string
+		want          int
+	}{
+		{"no key", "", 1},
+		{"key", key, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newCluster(t)
+			var ms []*shard.Membership
+			var logs []*errorLog
+			for _, name := range []string{"a", "b"} {
+				l := &errorLog{}
+				cfg := c.fastConfig(name)
+				cfg.Logger = slog.New(l)
+				if tt.content != "" {
+					cfg.GossipKeyFile = filepath.Join(t.TempDir(), "keys")
+					writeFile(t, cfg.GossipKeyFile, tt.content)
+				}
+				ms = append(ms, c.start(cfg))
+				logs = append(logs, l)
+			}
+			waitFor(t, shardTestTimeout, "a and b do not form a ring", ringIs(ms, "a", "b"))
+			if tt.want > 0 {
+				waitFor(t, shardTestTimeout, "a replica did not log the error", func() bool {
+					return logs[0].count(msg) >= 1 && logs[1].count(msg) >= 1
+				})
+			}
+			holds(t, shardTestShortTimeout, "the error is not logged as often as it should", func() bool {
+				return logs[0].count(msg) == tt.want && logs[1].count(msg) == tt.want
+			})
+		})
+	}
 }
