@@ -215,6 +215,11 @@ func newFlagSet(cfg *node.Config) (fs *pflag.FlagSet, logLevel, logFormat *strin
 	fs.Float64Var(&cfg.StreamRate, "stream-rate", cfg.StreamRate,
 		"new streams admitted per second; one over it waits up to 1s, then gets RESOURCE_EXHAUSTED; 0: no rate")
 	fs.IntVar(&cfg.StreamBurst, "stream-burst", cfg.StreamBurst, "new streams admitted at once above --stream-rate")
+	fs.Float64Var(&cfg.RelayStreamRate, "relay-stream-rate", cfg.RelayStreamRate,
+		"streams relayed here by other replicas admitted per second (their own budget, apart from --stream-rate); one over it waits up to 1s, then gets RESOURCE_EXHAUSTED; 0: no rate")
+	fs.IntVar(&cfg.RelayStreamBurst, "relay-stream-burst", cfg.RelayStreamBurst, "relayed streams admitted at once above --relay-stream-rate")
+	fs.IntVar(&cfg.MaxRelayedStreams, "max-relayed-streams", cfg.MaxRelayedStreams,
+		"streams relayed here by other replicas open at once; beyond: RESOURCE_EXHAUSTED; 0: no bound")
 	fs.BoolVar(&cfg.GCBetweenPushes, "gc-between-pushes", cfg.GCBetweenPushes,
 		"collect garbage in the quiet after a push (when the heap is past half the way to the next collection), not during the next one, and skip the runtime's forced collection every 2 minutes while quiet; false: leave it to the Go runtime")
 	fs.IntVar(&cfg.MaxStreams, "max-streams", cfg.MaxStreams, "streams open at once on this replica; beyond: RESOURCE_EXHAUSTED; 0: no bound")

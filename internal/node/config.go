@@ -273,6 +273,16 @@ type Config struct {
 	// admitted at the replica their client reached. Zero: no rate.
 	StreamRate  float64
 	StreamBurst int
+	// RelayStreamRate (--relay-stream-rate) is the streams relayed here by
+	// other replicas admitted per second, with bursts of RelayStreamBurst
+	// (--relay-stream-burst), and MaxRelayedStreams (--max-relayed-streams)
+	// bounds those open at once: the relay budget, apart from the
+	// clients' (StreamRate, MaxStreams), which relayed streams used at the
+	// replica their client reached. Beyond it a relayed stream gets
+	// RESOURCE_EXHAUSTED. Zero: no rate, no bound.
+	RelayStreamRate   float64
+	RelayStreamBurst  int
+	MaxRelayedStreams int
 	// GCBetweenPushes (--gc-between-pushes) has the replica collect
 	// garbage when no stream has been busy for 100 ms after a change, if
 	// its heap is past half the way to the runtime's next collection, so
@@ -385,6 +395,9 @@ func DefaultConfig() Config {
 		StreamRate:            1000,             // new streams a second
 		StreamBurst:           1000,             // one second's worth at once
 		MaxStreams:            0,                // no cap
+		RelayStreamRate:       5000,             // five edges' worth of --stream-rate
+		RelayStreamBurst:      5000,             // one second's worth at once
+		MaxRelayedStreams:     0,                // no cap
 		GCBetweenPushes:       true,             // collections out of the fan-outs
 		MaxStreamsShare:       0,                // no cap; 1.1 keeps replicas within 10% of their share
 		HTTPReadTimeout:       10 * time.Second, // a request's headers and body
@@ -617,6 +630,13 @@ func (c *Config) validateLimits() error {
 	positive("--handshake-timeout", c.HandshakeTimeout)
 	nonNegative("--max-streams-per-conn", c.MaxStreamsPerConn)
 	nonNegative("--max-streams", c.MaxStreams)
+	nonNegative("--max-relayed-streams", c.MaxRelayedStreams)
+	if !(c.RelayStreamRate >= 0) || c.RelayStreamRate > 1e9 {
+		errs = append(errs, fmt.Errorf("--relay-stream-rate %v: must be 0 (no rate) or positive (streams per second)", c.RelayStreamRate))
+	}
+	if c.RelayStreamRate > 0 && c.RelayStreamBurst < 1 {
+		errs = append(errs, fmt.Errorf("--relay-stream-burst %d: must be at least 1 with --relay-stream-rate", c.RelayStreamBurst))
+	}
 	nonNegative("--http-max-conns", c.HTTPMaxConns)
 	if !(c.StreamRate >= 0) || c.StreamRate > 1e9 {
 		errs = append(errs, fmt.Errorf("--stream-rate %v: must be 0 (no rate) or positive (streams per second)", c.StreamRate))

@@ -10,6 +10,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -175,10 +176,10 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 	if err := newMetrics(n.reg, n.ready); err != nil {
 		return err
 	}
+	opts := cfg.etcdOptions()
 	if err := n.xdsConns.register(n.reg); err != nil {
 		return err
 	}
-	opts := cfg.etcdOptions()
 	opts.Logger = n.log
 	if cfg.DevMode() {
 		addr, err := devetcd.ResolvePort(cfg.DevEtcdAddr)
@@ -355,6 +356,9 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 		FairShare:         n.fairShare,
 		Full:              n.xdsConns.closeSoon, // the client's retry goes elsewhere
 		Trusted:           n.relayedByReplica,
+		RelayStreamRate:   cfg.RelayStreamRate,
+		RelayStreamBurst:  cfg.RelayStreamBurst,
+		MaxRelayedStreams: cfg.MaxRelayedStreams,
 		Exempt:            func(method string) bool { return strings.HasPrefix(method, "/grpc.health.v1.Health/") },
 		Logger:            n.log,
 		Registerer:        n.reg,
@@ -516,7 +520,7 @@ func (s servedDelta) Serve(st grpcapi.DeltaStream, t *resource.Type) error {
 // relayedByReplica reports whether the stream of ctx was relayed here by
 // another replica: it carries the relay marker and its peer may set it
 // (access.Guard.TrustRelay: with mTLS a replica's identity; in plain
-// text anyone, as for the relay itself).
+// text a registered replica's address, as for the relay itself).
 func (n *Node) relayedByReplica(ctx context.Context) bool {
 	return len(metadata.ValueFromIncomingContext(ctx, relay.MarkerKey)) > 0 && n.guard.TrustRelay(ctx)
 }
@@ -547,6 +551,10 @@ func (n *Node) buildAccess() error {
 		}
 	}
 	gcfg := access.Config{MTLS: cfg.MTLS(), Logger: n.log}
+	// In plaintext, relay markers are trusted from the addresses of the
+	// replicas registered in etcd only (the cluster agent is built after
+	// the guard, and streams come after both).
+	gcfg.ReplicaAddr = func(ip netip.Addr) bool { return n.cluster != nil && n.cluster.IsReplicaAddr(ip) }
 	if cfg.MTLS() {
 		if err := n.loadReplicaIdentities(); err != nil {
 			return err
