@@ -713,9 +713,10 @@ func xdsNodeFlags() *pflag.FlagSet {
 }
 
 // flagsLeftOut are the xds-node flags the chart has no value for: dev
-// mode's, --standalone (a replica alone), and --etcd-password (the chart
-// passes LEGATION_ETCD_PASSWORD from a Secret instead).
-var flagsLeftOut = []string{"data-dir", "dev-etcd-addr", "standalone", "etcd-password"}
+// mode's, --standalone (a replica alone), --etcd-password (refused) and
+// --etcd-password-file (the chart passes LEGATION_ETCD_PASSWORD from a
+// Secret instead).
+var flagsLeftOut = []string{"data-dir", "dev-etcd-addr", "standalone", "etcd-password", "etcd-password-file"}
 
 // TestChartCoversFlags checks that every xds-node flag has a value in the
 // chart: one the templates set, a key of values.yaml's config, or one of

@@ -88,6 +88,9 @@ func parseFlags(args []string) (node.Config, error) {
 	if err := applyEnv(fs); err != nil {
 		return cfg, err
 	}
+	if err := cfg.EtcdSecurity.LoadPassword(os.LookupEnv); err != nil {
+		return cfg, err
+	}
 	cfg.EtcdEndpoints = cleanList(cfg.EtcdEndpoints)
 	cfg.Join = cleanList(cfg.Join)
 	cfg.ReplicaIdentities = cleanList(cfg.ReplicaIdentities)
@@ -239,11 +242,13 @@ func newFlagSet(cfg *node.Config) (fs *pflag.FlagSet, logLevel, logFormat *strin
 }
 
 // applyEnv sets each flag not given on the command line from its
-// LEGATION_* variable, when that is set and not empty.
+// LEGATION_* variable, when that is set and not empty; but
+// LEGATION_ETCD_PASSWORD is the password itself, which the refused
+// --etcd-password never takes (etcdconn's LoadPassword reads it).
 func applyEnv(fs *pflag.FlagSet) error {
 	var errs []error
 	fs.VisitAll(func(f *pflag.Flag) {
-		if f.Changed {
+		if f.Changed || f.Name == etcdconn.FlagPassword {
 			return
 		}
 		env := "LEGATION_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
@@ -252,9 +257,6 @@ func applyEnv(fs *pflag.FlagSet) error {
 			return
 		}
 		if err := fs.Set(f.Name, v); err != nil {
-			if f.Name == etcdconn.FlagPassword {
-				v = "[redacted]"
-			}
 			errs = append(errs, fmt.Errorf("%s=%q (--%s): %w", env, v, f.Name, err))
 		}
 	})

@@ -166,7 +166,7 @@ func TestParseFlags(t *testing.T) {
 		{
 			name:    "username without password",
 			args:    []string{"--etcd-endpoints", "a:2379", "--etcd-username", "replica"},
-			wantErr: "--etcd-username without --etcd-password (or LEGATION_ETCD_PASSWORD)",
+			wantErr: "--etcd-username without a password (LEGATION_ETCD_PASSWORD or --etcd-password-file)",
 		},
 		{
 			name: "gossip key file",

@@ -160,15 +160,27 @@ api_listener:
 			want: `--etcd-endpoints: "http://127.0.0.1:1" is http:// (plain text) and "https://127.0.0.1:2" is https:// (TLS): all must be one or the other`,
 		},
 		{
-			name: "password from the environment without a username",
-			args: []string{"get", "cluster"},
-			vars: map[string]string{"LEGATION_ETCD_PASSWORD": "hunter2"},
-			want: "--etcd-password (or LEGATION_ETCD_PASSWORD) without --etcd-username",
+			name:    "password from the environment without a username",
+			args:    []string{"get", "cluster"},
+			vars:    map[string]string{"LEGATION_ETCD_PASSWORD": "hunter2"},
+			wantSub: "a password (LEGATION_ETCD_PASSWORD or --etcd-password-file) without --etcd-username",
 		},
 		{
 			name: "username without a password",
 			args: []string{"get", "cluster", "--etcd-username", "admin"},
-			want: "--etcd-username without --etcd-password (or LEGATION_ETCD_PASSWORD)",
+			want: "--etcd-username without a password (LEGATION_ETCD_PASSWORD or --etcd-password-file)",
+		},
+		{
+			// It would show in the process list: refused, and not repeated.
+			name:    "password on the command line",
+			args:    []string{"get", "cluster", "--etcd-username", "admin", "--etcd-password", "hunter2"},
+			wantSub: "--etcd-password: refused: a password on the command line shows in the process list and shell history; set LEGATION_ETCD_PASSWORD or --etcd-password-file",
+		},
+		{
+			name:    "password over plain text",
+			args:    []string{"get", "cluster", "--etcd-username", "admin"},
+			vars:    map[string]string{"LEGATION_ETCD_PASSWORD": "hunter2"},
+			wantSub: "a password (--etcd-username) over plain text",
 		},
 		{
 			name: "missing CA file",
@@ -317,6 +329,8 @@ api_listener:
 				t.Errorf("error:\n%s\nwant:\n%s", msg, tc.want)
 			case tc.wantSub != "" && !strings.Contains(msg, tc.wantSub):
 				t.Errorf("error:\n%s\nwant it to hold:\n%s", msg, tc.wantSub)
+			case strings.Contains(r.stderr, "hunter2"):
+				t.Errorf("error:\n%s\nshows the password", msg)
 			}
 			if now := e.dataRevision(t); now != rev {
 				t.Errorf("a resource was written: etcd's data revision moved from %d to %d", rev, now)

@@ -195,6 +195,9 @@ command line wins over the environment.`,
 			if err := a.applyEnv(cmd.Root().PersistentFlags()); err != nil {
 				return err
 			}
+			if err := a.opts.Security.LoadPassword(a.lookupEnv); err != nil {
+				return err
+			}
 			return a.opts.Validate()
 		},
 	}
@@ -222,11 +225,12 @@ command line wins over the environment.`,
 // environment variable, if set. Only the global flags have variables:
 // connection settings belong to the environment, while a leftover
 // LEGATION_PRUNE or LEGATION_SCOPE changing what a command does would be a
-// trap.
+// trap. LEGATION_ETCD_PASSWORD is the password itself, which the refused
+// --etcd-password never takes (etcdconn's LoadPassword reads it).
 func (a *app) applyEnv(fs *pflag.FlagSet) error {
 	var err error
 	fs.VisitAll(func(f *pflag.Flag) {
-		if err != nil || f.Changed {
+		if err != nil || f.Changed || f.Name == etcdconn.FlagPassword {
 			return
 		}
 		name := EnvPrefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
@@ -235,9 +239,6 @@ func (a *app) applyEnv(fs *pflag.FlagSet) error {
 			return
 		}
 		if serr := fs.Set(f.Name, v); serr != nil {
-			if f.Name == etcdconn.FlagPassword {
-				v = "[redacted]"
-			}
 			err = fmt.Errorf("environment %s=%q: %w", name, v, serr)
 		}
 	})

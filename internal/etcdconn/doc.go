@@ -2,7 +2,9 @@
 // xdsadmin share into a clientv3.Config: the endpoints (host:port,
 // http://host:port or https://host:port), TLS (--etcd-cacert, --etcd-cert,
 // --etcd-key) and etcd's username and password authentication
-// (--etcd-username, --etcd-password, also LEGATION_ETCD_PASSWORD).
+// (--etcd-username, the password from LEGATION_ETCD_PASSWORD or
+// --etcd-password-file; --etcd-password is refused, since the process list
+// shows the command line, and so is a password over plain text).
 //
 // It owns: checking those flags against each other (Validate, no I/O),
 // checking the certificate files at start (Options.ClientConfig: each error

@@ -23,11 +23,20 @@ const (
 	FlagCert      = "etcd-cert"
 	FlagKey       = "etcd-key"
 	FlagUsername  = "etcd-username"
-	FlagPassword  = "etcd-password"
-	// PasswordEnv is --etcd-password's environment variable, the way to
-	// give it that keeps it out of the process list and shell history.
+	// FlagPassword is refused: a password on the command line shows in
+	// the process list (/proc/PID/cmdline) and shell history. The flag
+	// exists, hidden, to say so.
+	FlagPassword = "etcd-password"
+	// FlagPasswordFile names a file holding the password.
+	FlagPasswordFile = "etcd-password-file"
+	// PasswordEnv is the environment variable holding the password, the
+	// other way to give it.
 	PasswordEnv = "LEGATION_ETCD_PASSWORD"
 )
+
+// errPasswordArg is Validate's error for --etcd-password.
+var errPasswordArg = fmt.Errorf("--%s: refused: a password on the command line shows in the process list and shell history; "+
+	"set %s or --%s (a file holding it) instead", FlagPassword, PasswordEnv, FlagPasswordFile)
 
 // Security is how a client proves who it is to etcd and checks etcd's
 // certificate: the TLS and authentication flags. The zero value is plain
@@ -44,10 +53,19 @@ type Security struct {
 	// the certificate's Subject CN is the etcd user when no username is
 	// given. Read again, for new connections, when either file changes.
 	Cert, Key string
-	// Username and Password are an etcd user's (--etcd-username,
-	// --etcd-password or LEGATION_ETCD_PASSWORD): both or neither. They
-	// take precedence over the certificate's CN as etcd's user.
+	// Username and Password are an etcd user's: both or neither. They
+	// take precedence over the certificate's CN as etcd's user. Username
+	// is --etcd-username; Password comes from LEGATION_ETCD_PASSWORD or
+	// PasswordFile (LoadPassword), never from the command line. Only over
+	// TLS: Validate refuses a password over plain text.
 	Username, Password string
+	// PasswordFile (--etcd-password-file) holds Password on its first
+	// line; LoadPassword reads it.
+	PasswordFile string
+
+	// passwordArg records that --etcd-password was given: Validate
+	// refuses it. Its value is dropped at once.
+	passwordArg bool
 }
 
 // TLSFlags reports whether a TLS flag is set.
@@ -60,7 +78,8 @@ func (s Security) IsZero() bool { return s == Security{} }
 func (s Security) SetFlags() string {
 	var names []string
 	for _, f := range []struct{ name, v string }{
-		{FlagCACert, s.CACert}, {FlagCert, s.Cert}, {FlagKey, s.Key}, {FlagUsername, s.Username}, {FlagPassword, s.Password},
+		{FlagCACert, s.CACert}, {FlagCert, s.Cert}, {FlagKey, s.Key}, {FlagUsername, s.Username},
+		{FlagPasswordFile, s.PasswordFile}, {PasswordEnv, s.Password},
 	} {
 		if f.v != "" {
 			names = append(names, "--"+f.name)
@@ -71,14 +90,16 @@ func (s Security) SetFlags() string {
 
 // String describes s with the password hidden.
 func (s Security) String() string {
-	return fmt.Sprintf("cacert=%q cert=%q key=%q username=%q password=%s", s.CACert, s.Cert, s.Key, s.Username, redact(s.Password))
+	return fmt.Sprintf("cacert=%q cert=%q key=%q username=%q password=%s password_file=%q",
+		s.CACert, s.Cert, s.Key, s.Username, redact(s.Password), s.PasswordFile)
 }
 
 // LogValue is s for slog, with the password hidden.
 func (s Security) LogValue() slog.Value {
 	return slog.GroupValue(
 		slog.String("cacert", s.CACert), slog.String("cert", s.Cert), slog.String("key", s.Key),
-		slog.String("username", s.Username), slog.String("password", redact(s.Password)))
+		slog.String("username", s.Username), slog.String("password", redact(s.Password)),
+		slog.String("password_file", s.PasswordFile))
 }
 
 func redact(p string) string {
@@ -88,9 +109,11 @@ func redact(p string) string {
 	return "[redacted]"
 }
 
-// AddFlags adds the five flags to fs, bound to s's fields. The flags'
-// defaults are s's values, but --etcd-password's is always empty (and s's
-// Password is reset to it): a usage message never shows a password.
+// AddFlags adds the flags to fs, bound to s's fields, with s's values as
+// defaults: --etcd-cacert, --etcd-cert, --etcd-key, --etcd-username,
+// --etcd-password-file, and --etcd-password, hidden, which takes no
+// password but makes Validate fail with an error saying where to put it.
+// The password itself comes from LoadPassword.
 func (s *Security) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&s.CACert, FlagCACert, s.CACert,
 		"PEM file of the CA certificates that sign etcd's server certificates; turns TLS on (empty with TLS on: the system's roots)")
@@ -98,9 +121,49 @@ func (s *Security) AddFlags(fs *pflag.FlagSet) {
 		"PEM file of the client certificate presented to etcd, with --etcd-key; turns TLS on; read again when it changes")
 	fs.StringVar(&s.Key, FlagKey, s.Key, "PEM file of --etcd-cert's private key")
 	fs.StringVar(&s.Username, FlagUsername, s.Username,
-		"etcd user, with --etcd-password (without: with a client certificate, etcd takes its CN as the user)")
-	fs.StringVar(&s.Password, FlagPassword, "",
-		"password of --etcd-username; better set "+PasswordEnv+", which keeps it out of the process list")
+		"etcd user, its password in "+PasswordEnv+" or --"+FlagPasswordFile+" (without: with a client certificate, etcd takes its CN as the user)")
+	fs.StringVar(&s.PasswordFile, FlagPasswordFile, s.PasswordFile,
+		"file holding --etcd-username's password (its first line); or set "+PasswordEnv+"; never on the command line")
+	fs.Var(passwordArg{&s.passwordArg}, FlagPassword, "refused: use "+PasswordEnv+" or --"+FlagPasswordFile)
+	_ = fs.MarkHidden(FlagPassword) // it exists only to be refused clearly
+}
+
+// passwordArg is --etcd-password's value: it records that the flag was
+// given and drops the password, which appears nowhere, not even in the
+// error.
+type passwordArg struct{ given *bool }
+
+func (p passwordArg) String() string { return "" }
+func (p passwordArg) Type() string   { return "string" }
+func (p passwordArg) Set(string) error {
+	*p.given = true
+	return nil
+}
+
+// LoadPassword sets Password from PasswordFile (its first line) or from
+// the environment variable PasswordEnv, read with lookupEnv; both set is
+// an error, and neither leaves Password as it is. The binaries call it
+// after parsing their flags; their LEGATION_* flag variables skip
+// --etcd-password, whose variable this reads.
+func (s *Security) LoadPassword(lookupEnv func(string) (string, bool)) error {
+	env, _ := lookupEnv(PasswordEnv)
+	switch {
+	case s.PasswordFile != "" && env != "":
+		return fmt.Errorf("--%s and %s are both set: set one", FlagPasswordFile, PasswordEnv)
+	case env != "":
+		s.Password = env
+	case s.PasswordFile != "":
+		b, err := readFile(FlagPasswordFile, s.PasswordFile)
+		if err != nil {
+			return err
+		}
+		line, _, _ := strings.Cut(string(b), "\n")
+		if line = strings.TrimSuffix(line, "\r"); line == "" {
+			return fmt.Errorf("--%s %s: its first line is empty; want the password", FlagPasswordFile, s.PasswordFile)
+		}
+		s.Password = line
+	}
+	return nil
 }
 
 // Options are everything needed to reach etcd but timeouts: the endpoints
@@ -183,11 +246,22 @@ func (o *Options) Validate() error {
 	case o.Key != "" && o.Cert == "":
 		add("--%s without --%s: a private key needs its client certificate", FlagKey, FlagCert)
 	}
+	if o.passwordArg {
+		errs = append(errs, errPasswordArg)
+	}
 	switch {
 	case o.Username != "" && o.Password == "":
-		add("--%s without --%s (or %s)", FlagUsername, FlagPassword, PasswordEnv)
+		add("--%s without a password (%s or --%s)", FlagUsername, PasswordEnv, FlagPasswordFile)
 	case o.Password != "" && o.Username == "":
-		add("--%s (or %s) without --%s", FlagPassword, PasswordEnv, FlagUsername)
+		add("a password (%s or --%s) without --%s", PasswordEnv, FlagPasswordFile, FlagUsername)
+	}
+	if o.Password != "" && !o.UseTLS() {
+		ep := "none"
+		if len(o.Endpoints) > 0 {
+			ep = o.Endpoints[0]
+		}
+		add("a password (--%s) over plain text (--%s %q, no TLS flag) would cross the network in clear: use https:// endpoints or --%s",
+			FlagUsername, FlagEndpoints, ep, FlagCACert)
 	}
 	if strings.Contains(o.Username, ":") {
 		add("--%s %q: etcd user names cannot hold ':'", FlagUsername, o.Username)

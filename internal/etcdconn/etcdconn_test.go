@@ -27,7 +27,18 @@ func TestValidate(t *testing.T) {
 		{name: "https", o: Options{Endpoints: []string{"https://a:2379", "https://b:2379"}}},
 		{name: "host:port with TLS flags", o: Options{Endpoints: []string{"a:2379"}, Security: Security{CACert: "ca.pem"}}},
 		{name: "no endpoints", o: Options{}},
-		{name: "user and password", o: Options{Endpoints: []string{"a:2379"}, Security: Security{Username: "u", Password: "p"}}},
+		{name: "user and password over TLS", o: Options{Endpoints: []string{"a:2379"}, Security: Security{CACert: "ca.pem", Username: "u", Password: "p"}}},
+		{name: "user and password over https", o: Options{Endpoints: []string{"https://a:2379"}, Security: Security{Username: "u", Password: "p"}}},
+		{
+			name: "password over plain text",
+			o:    Options{Endpoints: []string{"a:2379"}, Security: Security{Username: "u", Password: "p"}},
+			want: []string{`a password (--etcd-username) over plain text (--etcd-endpoints "a:2379", no TLS flag) would cross the network in clear`},
+		},
+		{
+			name: "password over http://",
+			o:    Options{Endpoints: []string{"http://a:2379"}, Security: Security{Username: "u", Password: "p"}},
+			want: []string{`a password (--etcd-username) over plain text (--etcd-endpoints "http://a:2379"`},
+		},
 		{
 			name: "mixed schemes",
 			o:    Options{Endpoints: []string{"http://a:2379", "https://b:2379"}},
@@ -40,8 +51,8 @@ func TestValidate(t *testing.T) {
 		},
 		{name: "cert without key", o: Options{Security: Security{Cert: "c.pem"}}, want: []string{"--etcd-cert without --etcd-key"}},
 		{name: "key without cert", o: Options{Security: Security{Key: "k.pem"}}, want: []string{"--etcd-key without --etcd-cert"}},
-		{name: "user without password", o: Options{Security: Security{Username: "u"}}, want: []string{"--etcd-username without --etcd-password (or LEGATION_ETCD_PASSWORD)"}},
-		{name: "password without user", o: Options{Security: Security{Password: "hunter2"}}, want: []string{"--etcd-password (or LEGATION_ETCD_PASSWORD) without --etcd-username"}},
+		{name: "user without password", o: Options{Security: Security{Username: "u"}}, want: []string{"--etcd-username without a password (LEGATION_ETCD_PASSWORD or --etcd-password-file)"}},
+		{name: "password without user", o: Options{Security: Security{Password: "hunter2"}}, want: []string{"a password (LEGATION_ETCD_PASSWORD or --etcd-password-file) without --etcd-username"}},
 		{name: "bad scheme", o: Options{Endpoints: []string{"unix:///run/etcd"}}, want: []string{`scheme "unix"`}},
 		{name: "no port", o: Options{Endpoints: []string{"etcd"}}, want: []string{`--etcd-endpoints "etcd"`}},
 		{name: "password in URL", o: Options{Endpoints: []string{"https://u:hunter2@a:2379"}}, want: []string{"no user or password in an endpoint"}},
@@ -176,18 +187,18 @@ func TestClientConfigFiles(t *testing.T) {
 }
 
 func TestClientConfigPlain(t *testing.T) {
-	o := Options{Endpoints: []string{"http://127.0.0.1:2379"}, Security: Security{Username: "u", Password: "p"}}
+	o := Options{Endpoints: []string{"http://127.0.0.1:2379"}}
 	cfg, err := o.ClientConfig()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.TLS != nil || cfg.Username != "u" || cfg.Password != "p" {
-		t.Errorf("ClientConfig = TLS %v, user %q, password %q; want no TLS, u, p", cfg.TLS, cfg.Username, cfg.Password)
+	if cfg.TLS != nil || cfg.Username != "" {
+		t.Errorf("ClientConfig = TLS %v, user %q; want no TLS, no user", cfg.TLS, cfg.Username)
 	}
-	// https:// alone: TLS with the system's roots.
-	o = Options{Endpoints: []string{"https://127.0.0.1:2379"}}
-	if cfg, err = o.ClientConfig(); err != nil || cfg.TLS == nil || cfg.TLS.RootCAs != nil {
-		t.Errorf("ClientConfig(https://) = %v, %v; want TLS with the system's roots", cfg.TLS, err)
+	// https:// alone: TLS with the system's roots, and the credentials.
+	o = Options{Endpoints: []string{"https://127.0.0.1:2379"}, Security: Security{Username: "u", Password: "p"}}
+	if cfg, err = o.ClientConfig(); err != nil || cfg.TLS == nil || cfg.TLS.RootCAs != nil || cfg.Username != "u" || cfg.Password != "p" {
+		t.Errorf("ClientConfig(https://) = TLS %v, user %q, %v; want TLS with the system's roots, u and p", cfg.TLS, cfg.Username, err)
 	}
 }
 
@@ -257,15 +268,6 @@ func TestPasswordHidden(t *testing.T) {
 	s := Security{Username: "admin", Password: pw, CACert: "ca.pem"}
 	fs := pflag.NewFlagSet("x", pflag.ContinueOnError)
 	s.AddFlags(fs)
-	if s.Password != "" {
-		t.Errorf("AddFlags kept Password %q: the flag's default must be empty", s.Password)
-	}
-	if err := fs.Parse([]string{"--etcd-password", pw}); err != nil {
-		t.Fatal(err)
-	}
-	if s.Password != pw {
-		t.Fatalf("Password %q after --etcd-password", s.Password)
-	}
 	var logs bytes.Buffer
 	slog.New(slog.NewTextHandler(&logs, nil)).Info("x", "etcd", s)
 	for what, out := range map[string]string{
@@ -280,5 +282,69 @@ func TestPasswordHidden(t *testing.T) {
 	}
 	if !strings.Contains(s.String(), "password=[redacted]") {
 		t.Errorf("String() = %s, want password=[redacted]", s.String())
+	}
+}
+
+// TestPasswordOnCommandLine: --etcd-password is refused with an error
+// saying where the password goes, which does not repeat it, and the
+// password is not kept.
+func TestPasswordOnCommandLine(t *testing.T) {
+	const pw = "hunter2"
+	var s Security
+	fs := pflag.NewFlagSet("x", pflag.ContinueOnError)
+	s.AddFlags(fs)
+	if err := fs.Parse([]string{"--etcd-username", "admin", "--etcd-cacert", "ca.pem", "--etcd-password", pw}); err != nil {
+		t.Fatal(err)
+	}
+	if s.Password != "" {
+		t.Errorf("Password %q kept from --etcd-password", s.Password)
+	}
+	o := Options{Endpoints: []string{"https://a:2379"}, Security: s}
+	err := o.Validate()
+	want := "--etcd-password: refused: a password on the command line shows in the process list and shell history; set LEGATION_ETCD_PASSWORD or --etcd-password-file"
+	if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), pw) {
+		t.Errorf("Validate: %v; want %q, without the password", err, want)
+	}
+	if strings.Contains(fs.FlagUsages(), "--etcd-password ") {
+		t.Errorf("usage shows the refused --etcd-password:\n%s", fs.FlagUsages())
+	}
+}
+
+// TestLoadPassword: the password comes from --etcd-password-file's first
+// line or from LEGATION_ETCD_PASSWORD, not both.
+func TestLoadPassword(t *testing.T) {
+	dir := t.TempDir()
+	file := func(name, content string) string { return write(t, filepath.Join(dir, name), []byte(content)) }
+	env := func(v string) func(string) (string, bool) {
+		return func(k string) (string, bool) {
+			if k == PasswordEnv && v != "" {
+				return v, true
+			}
+			return "", false
+		}
+	}
+	for _, tc := range []struct {
+		name, file, env, want, wantErr string
+	}{
+		{name: "file", file: file("pw", "s3cret\n"), want: "s3cret"},
+		{name: "file CRLF, more lines", file: file("crlf", "s3cret\r\nignored\n"), want: "s3cret"},
+		{name: "environment", env: "from-env", want: "from-env"},
+		{name: "neither", want: "kept"},
+		{name: "both", file: file("both", "x\n"), env: "y", wantErr: "--etcd-password-file and LEGATION_ETCD_PASSWORD are both set"},
+		{name: "empty file", file: file("empty", "\n"), wantErr: "its first line is empty"},
+		{name: "missing file", file: filepath.Join(dir, "nope"), wantErr: "--etcd-password-file " + filepath.Join(dir, "nope") + ": no such file"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := Security{Password: "kept", PasswordFile: tc.file}
+			err := s.LoadPassword(env(tc.env))
+			switch {
+			case tc.wantErr != "":
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Errorf("LoadPassword: %v; want %q", err, tc.wantErr)
+				}
+			case err != nil || s.Password != tc.want:
+				t.Errorf("LoadPassword: %v, password %q; want %q", err, s.Password, tc.want)
+			}
+		})
 	}
 }
