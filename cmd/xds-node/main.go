@@ -191,9 +191,9 @@ func newFlagSet(cfg *node.Config) (fs *pflag.FlagSet, logLevel, logFormat *strin
 	fs.StringVar(&cfg.ClientCAFile, "client-ca-file", cfg.ClientCAFile,
 		"PEM CA certificates: the xDS port requires client certificates chaining to them (mTLS), and identities are checked against the authorization rules; reloaded when it changes")
 	fs.StringSliceVar(&cfg.ReplicaIdentities, "replica-identity", cfg.ReplicaIdentities,
-		"patterns of the identities replicas present (relay markers are trusted only from them), comma separated; empty: this replica's own certificate identity")
+		"patterns of the SPIFFE IDs replicas present in a URI SAN, each beginning with spiffe:// (relay markers are trusted only from them), comma separated; empty: this replica's own certificate's SPIFFE ID")
 	fs.StringVar(&cfg.AuthzDefaultTrustDomain, "authz-default-trust-domain", cfg.AuthzDefaultTrustDomain,
-		"with mTLS, let SPIFFE identities of this trust domain that have no rule claim any node and group; empty: no rule, no access")
+		"with mTLS, let SPIFFE IDs (URI SANs) of this trust domain that have no rule claim any node and group; empty: no rule, no access")
 	fs.DurationVar(&cfg.AuthzStaleAfter, "authz-stale-after", cfg.AuthzStaleAfter,
 		"with mTLS, refuse new streams (UNAVAILABLE), close live ones and report not ready when etcd has not confirmed the authorization rules for this long")
 	// Limits and overload (README, "Limits and overload").
