@@ -744,6 +744,7 @@ func (n *Node) Run(ctx context.Context) error {
 		"xds_addr", n.XDSAddr(), "http_addr", n.HTTPAddr(), "etcd_prefix", n.cfg.EtcdPrefix,
 		"tls", n.tls != nil, "mtls", n.cfg.MTLS())
 	n.warnInsecure()
+	n.warnEtcdInsecure()
 	if n.cfg.StreamRate > 0 && n.cfg.RebalanceRate > n.cfg.StreamRate {
 		n.log.Warn("--rebalance-rate is above --stream-rate: after a membership change the replicas close streams faster than they admit the reconnects, which are refused and back off",
 			"rebalance_rate", n.cfg.RebalanceRate, "stream_rate", n.cfg.StreamRate)
@@ -1110,9 +1111,11 @@ func (n *Node) serveReadyz(w http.ResponseWriter, _ *http.Request) {
 	if ok, why := n.readiness(); !ok {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		fmt.Fprintf(w, "not ready: %s\n", why)
+		n.writeEtcdWarning(w)
 		return
 	}
 	fmt.Fprintln(w, "ok")
+	n.writeEtcdWarning(w)
 }
 
 // knownCluster says whether a node of group sees cluster in the view
