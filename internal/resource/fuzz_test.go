@@ -71,8 +71,9 @@ func FuzzDecode(f *testing.F) {
 }
 
 // FuzzCheck feeds binary resources, as the store receives them from any
-// writer, to Check: whatever the Any inside them hold, at whatever depth,
-// it must return, not panic.
+// writer, to Check and to the inline key search the view runs on each
+// (CarriesInlineKey, InlineKeys): whatever the Any inside them hold, at
+// whatever depth, they must return, not panic, and agree.
 func FuzzCheck(f *testing.F) {
 	for _, file := range []string{"../../examples/listeners.yaml", "../../examples/routes.yaml", "../../examples/clusters.yaml"} {
 		docs, err := resource.Decode(file, readFile(f, file))
@@ -83,6 +84,13 @@ func FuzzCheck(f *testing.F) {
 			f.Add(uint8(d.Type.Order), d.Body.GetValue())
 		}
 	}
+	for _, s := range []string{tlsListenerYAML("{inline_string: k}"), tlsClusterYAML("{pkcs12: {inline_bytes: AAEC}}")} {
+		docs, err := resource.Decode("keys.yaml", []byte(s))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(uint8(docs[0].Type.Order), docs[0].Body.GetValue())
+	}
 	f.Fuzz(func(t *testing.T, typ uint8, b []byte) {
 		all := resource.All()
 		tp := all[int(typ)%len(all)]
@@ -91,5 +99,9 @@ func FuzzCheck(f *testing.F) {
 			return
 		}
 		_ = resource.Check(msg)
+		keys := len(resource.InlineKeys(msg)) > 0 && tp != resource.Secret
+		if carries := resource.CarriesInlineKey(tp, b); carries != keys {
+			t.Fatalf("CarriesInlineKey = %v, InlineKeys found %v", carries, keys)
+		}
 	})
 }
