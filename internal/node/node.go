@@ -330,6 +330,9 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 	rcfg.Rate = cfg.RebalanceRate
 	rcfg.Burst = max(1, int(cfg.RebalanceRate/5))
 	rcfg.TrustMarker = n.guard.TrustRelay
+	// From the address the registry holds: a plaintext home trusts the
+	// relay marker from there only.
+	rcfg.SourceIP = n.cluster.AdvertisedIP()
 	rcfg.Forward = n.guard.Forward
 	rcfg.SendTimeout = unbounded(cfg.SendTimeout)
 	if n.tls != nil {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -72,6 +73,11 @@ type Config struct {
 	// relayed: what the home needs to know of the client (its identity).
 	// Its keys replace the client's own of the same names.
 	Forward func(ctx context.Context) metadata.MD
+	// SourceIP, if valid, is the address relay connections are made from:
+	// this replica's advertised IP, the one the registry holds, which a
+	// home in plaintext trusts the relay marker from. Where it cannot be
+	// bound, the system picks. Zero: the system picks.
+	SourceIP netip.Addr
 	// DialOptions are appended to the options of the connections to home
 	// replicas, after the defaults (insecure transport credentials, and
 	// reconnection backoff capped at 5s so that a home that comes back is
@@ -599,10 +605,14 @@ func (r *Relay) conn(addr string) (*grpc.ClientConn, func(), error) {
 		// NewClient does no I/O: it connects on first use.
 		bo := backoff.DefaultConfig
 		bo.MaxDelay = 5 * time.Second
-		opts := append([]grpc.DialOption{
+		opts := []grpc.DialOption{
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: r.cfg.ConnectTimeout}),
-		}, r.cfg.DialOptions...)
+		}
+		if r.cfg.SourceIP.IsValid() {
+			opts = append(opts, grpc.WithContextDialer(sourceDialer(r.cfg.SourceIP)))
+		}
+		opts = append(opts, r.cfg.DialOptions...)
 		cc, err := grpc.NewClient(addr, opts...)
 		if err != nil {
 			return nil, nil, fmt.Errorf("relay: client for %s: %w", addr, err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"slices"
 	"sync"
@@ -182,6 +183,25 @@ func (a *Agent) Next(nodeID string, unreachable []string) (name, addr string, se
 func (a *Agent) IsReplicaAddr(ip netip.Addr) bool {
 	m := a.member.Load()
 	return m != nil && m.IsReplicaAddr(ip)
+}
+
+// AdvertisedIP returns the IP address this replica advertises to the
+// others (the host of its xDS address, as the registry holds it): the
+// address to relay from (relay.Config.SourceIP). Invalid when Alone, or
+// when the host is a name.
+func (a *Agent) AdvertisedIP() netip.Addr {
+	if a.cfg.Alone {
+		return netip.Addr{}
+	}
+	host, _, err := net.SplitHostPort(a.cfg.Membership.XDSAddr)
+	if err != nil {
+		return netip.Addr{}
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return netip.Addr{}
+	}
+	return ip.Unmap()
 }
 
 // Leave leaves the cluster gracefully (Membership.Leave, bounded by
