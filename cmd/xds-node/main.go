@@ -230,7 +230,13 @@ func newFlagSet(cfg *node.Config) (fs *pflag.FlagSet, logLevel, logFormat *strin
 		"cap the streams open at this multiple of the replica's fair share of the cluster's (at least 100; in a cluster only); 0: no cap")
 	fs.DurationVar(&cfg.HTTPReadTimeout, "http-read-timeout", cfg.HTTPReadTimeout, "bound on reading an HTTP request, headers and body")
 	fs.IntVar(&cfg.HTTPMaxConns, "http-max-conns", cfg.HTTPMaxConns,
-		"HTTP connections open at once; more wait in the listen queue; 0: no bound")
+		"HTTP connections open at once; beyond, the one idle longest is closed, or if none is idle the new one waits in the listen queue; 0: no bound")
+	fs.StringVar(&cfg.ProbeAddr, "probe-addr", cfg.ProbeAddr,
+		"listen address serving /healthz and /readyz alone, in plain HTTP, apart from --http-addr (for the kubelet's probes); empty: none")
+	fs.IntVar(&cfg.HTTPMaxConnsPerIP, "http-max-conns-per-ip", cfg.HTTPMaxConnsPerIP,
+		"HTTP connections one client IP may hold open; beyond, one of its idle ones is closed, or if none is idle the new one is refused (503); 0: no bound")
+	fs.IntVar(&cfg.MaxCSDSMatchers, "max-csds-matchers", cfg.MaxCSDSMatchers,
+		"node matchers one CSDS request may hold; more: INVALID_ARGUMENT; 0: no bound")
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "Usage: xds-node [flags]\n\n"+
 			"One Legation replica. With no flag: dev mode, an embedded etcd on 127.0.0.1:2379.\n"+

@@ -282,42 +282,66 @@ func (g *Guard) rules(ctx context.Context) (Table, <-chan struct{}, error) {
 
 // Secrets implements xdsstream.Authorizer. With MTLS a client that may
 // claim its node (Authorize) may be sent its scope's secrets: they are
-// checked together. Without MTLS secrets go to loopback clients only.
+// checked together. Without MTLS secrets go to no one, or, with
+// InsecureLoopbackSecrets, to loopback clients only.
 func (g *Guard) Secrets(ctx context.Context, _ string) error {
 	id := g.Of(ctx)
-	if g.cfg.MTLS && id.Name != "" {
+	switch {
+	case g.cfg.MTLS && id.Name != "":
 		return nil
-	}
-	if !g.cfg.MTLS && id.Loopback {
+	case g.cfg.MTLS:
+		// A client without a name has no verified certificate: the
+		// claim itself fails UNAUTHENTICATED, this is belt and braces.
+	case g.cfg.InsecureLoopbackSecrets && id.Loopback:
 		return nil
+	case g.cfg.InsecureLoopbackSecrets:
+		g.warnSecretsOnce("refused secrets to a client that is not on loopback over a connection without client certificates " +
+			"(--insecure-loopback-secrets serves loopback clients only); serve mTLS to send secrets over the network")
+		return status.Error(codes.PermissionDenied,
+			"secrets are sent only to clients authenticated by a client certificate, or to loopback clients with --insecure-loopback-secrets")
+	default:
+		g.warnSecretsOnce("refused secrets over a connection without client certificates: serve mTLS (--tls-cert-file, " +
+			"--tls-key-file, --client-ca-file), or, on a host where every loopback client may have them, --insecure-loopback-secrets")
+		return status.Error(codes.PermissionDenied,
+			"secrets are sent only to clients authenticated by a client certificate: this server runs without mTLS (see --insecure-loopback-secrets)")
 	}
+	return status.Error(codes.PermissionDenied, "secrets are sent only to clients authenticated by a client certificate")
+}
+
+// warnSecretsOnce logs msg at Warn the first time secrets are refused.
+func (g *Guard) warnSecretsOnce(msg string) {
 	if g.warnedSecrets.CompareAndSwap(false, true) {
-		g.log.Warn("refused secrets to a client that is not on loopback over a connection without client certificates; " +
-			"serve mTLS (--tls-cert-file, --tls-key-file, --client-ca-file) to send secrets over the network (logged once)")
+		g.log.Warn(msg + " (logged once)")
 	}
-	return status.Error(codes.PermissionDenied,
-		"secrets are sent only to clients authenticated by a client certificate, or to loopback clients when the server runs without mTLS")
 }
 
 // Admin returns nil if the client of ctx may read CSDS and /debug/: with
 // MTLS, an identity granted admin; without, anyone (the debug endpoints
 // have their own loopback rule).
 func (g *Guard) Admin(ctx context.Context) error {
+	_, err := g.AdminRecheck(ctx)
+	return err
+}
+
+// AdminRecheck is Admin for a stream that must follow revocations (CSDS):
+// on success recheck, when not nil, is closed once the rules changed or
+// turned stale, and the stream asks again.
+func (g *Guard) AdminRecheck(ctx context.Context) (recheck <-chan struct{}, err error) {
 	if !g.cfg.MTLS {
-		return nil
+		return nil, nil
 	}
 	id := g.Of(ctx)
 	if id.Name == "" {
-		return status.Error(codes.Unauthenticated, "no verified client certificate: admin endpoints require mTLS")
+		return nil, status.Error(codes.Unauthenticated, "no verified client certificate: admin endpoints require mTLS")
 	}
-	t, _, err := g.rules(ctx)
+	t, recheck, err := g.rules(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if !t.Admin(id.Name) {
-		return status.Errorf(codes.PermissionDenied, "identity %q is not granted admin (xdsadmin authz grant %s --admin)", id.Name, id.Name)
+		return nil, status.Errorf(codes.PermissionDenied, "identity %q is not granted admin (xdsadmin authz grant %s --admin)", id.Name, id.Name)
 	}
-	return nil
+	return recheck, nil
 }
 
 // AdminUnaryInterceptor refuses the calls of the methods named in admin

@@ -307,9 +307,24 @@ type Config struct {
 	// Must be positive.
 	HTTPReadTimeout time.Duration
 	// HTTPMaxConns (--http-max-conns) bounds the connections open at
-	// once on --http-addr; a connection beyond it waits in the listen
-	// queue until one closes. Zero: no bound.
+	// once on --http-addr: beyond it the connection idle longest is
+	// closed to make room, and if none is idle the new connection waits
+	// in the listen queue until one closes. Zero: no bound.
 	HTTPMaxConns int
+	// MaxCSDSMatchers (--max-csds-matchers) bounds the node matchers of
+	// one CSDS request; a request with more gets INVALID_ARGUMENT. Zero:
+	// no bound.
+	MaxCSDSMatchers int
+	// HTTPMaxConnsPerIP (--http-max-conns-per-ip) bounds the connections
+	// one client IP holds open on --http-addr: beyond it one of its idle
+	// keep-alive connections is closed to make room, and if none is idle
+	// the new connection is refused (503 in plaintext). Zero: no bound.
+	HTTPMaxConnsPerIP int
+	// ProbeAddr (--probe-addr), host:port, serves /healthz and /readyz
+	// alone, in plain HTTP, apart from --http-addr, so that liveness and
+	// readiness probes get through however busy that port is. Empty: no
+	// probe listener (the probes are on --http-addr only).
+	ProbeAddr string
 	// panicOnNode is xdsstream.Config.PanicOnNode, a test hook
 	// (export_test.go).
 	panicOnNode string
@@ -402,6 +417,8 @@ func DefaultConfig() Config {
 		MaxStreamsShare:       0,                // no cap; 1.1 keeps replicas within 10% of their share
 		HTTPReadTimeout:       10 * time.Second, // a request's headers and body
 		HTTPMaxConns:          1000,             // scrapes, probes, REST pollers
+		MaxCSDSMatchers:       1000,             // a dashboard's page of nodes; patterns match more
+		HTTPMaxConnsPerIP:     100,              // a tenth of --http-max-conns: one client cannot take them all
 	}
 }
 
@@ -638,6 +655,8 @@ func (c *Config) validateLimits() error {
 		errs = append(errs, fmt.Errorf("--relay-stream-burst %d: must be at least 1 with --relay-stream-rate", c.RelayStreamBurst))
 	}
 	nonNegative("--http-max-conns", c.HTTPMaxConns)
+	nonNegative("--max-csds-matchers", c.MaxCSDSMatchers)
+	nonNegative("--http-max-conns-per-ip", c.HTTPMaxConnsPerIP)
 	if !(c.StreamRate >= 0) || c.StreamRate > 1e9 {
 		errs = append(errs, fmt.Errorf("--stream-rate %v: must be 0 (no rate) or positive (streams per second)", c.StreamRate))
 	}

@@ -21,7 +21,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
-	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
@@ -60,6 +59,12 @@ type Node struct {
 	// xdsConns is xdsLis, tracking its connections for the drain.
 	xdsConns *connTracker
 	httpLis  net.Listener
+	// httpConns bounds httpLis's connections (httpconns.go).
+	httpConns *httpConns
+	// probeLis and probeSrv serve /healthz and /readyz alone
+	// (--probe-addr, probe.go); nil without it.
+	probeLis net.Listener
+	probeSrv *http.Server
 	// devEtcdAddr is the client address of the embedded etcd (port 0
 	// resolved), which client points at; empty unless dev mode.
 	devEtcdAddr string
@@ -161,6 +166,11 @@ func New(cfg Config) (*Node, error) {
 		n.xdsLis.Close()
 		return nil, fmt.Errorf("node: --http-addr: %w", err)
 	}
+	if err := n.listenProbe(lc); err != nil {
+		n.xdsLis.Close()
+		n.httpLis.Close()
+		return nil, err
+	}
 	if err := n.build(gatherer); err != nil {
 		n.release() //nolint:errcheck // the build error is the one to report
 		return nil, err
@@ -234,7 +244,16 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 	}); err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
-	if n.csds, err = status.NewCSDS(status.CSDSConfig{Client: n.client, Prefix: cfg.EtcdPrefix, Logger: n.log}); err != nil {
+	if n.csds, err = status.NewCSDS(status.CSDSConfig{
+		Client:      n.client,
+		Prefix:      cfg.EtcdPrefix,
+		MaxMatchers: cfg.MaxCSDSMatchers,
+		// A CSDS stream re-checks its client is an admin whenever the
+		// rules change, as xDS streams re-check their node.
+		Authorize:  func(ctx context.Context) (<-chan struct{}, error) { return n.guard.AdminRecheck(ctx) },
+		Logger:     n.log,
+		Registerer: n.reg,
+	}); err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
 	if err := n.buildAccess(); err != nil {
@@ -399,7 +418,7 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 		// the unary ones in the same order.
 		grpc.StreamInterceptor(streamInterceptor(gm, n.limits, n.guard.Admin,
 			statusv3.ClientStatusDiscoveryService_StreamClientStatus_FullMethodName, n.relay.StreamInterceptor())),
-		grpc.ChainUnaryInterceptor(gm.UnaryServerInterceptor(), n.limits.RecoverUnary(),
+		grpc.ChainUnaryInterceptor(gm.UnaryServerInterceptor(), n.limits.RecoverUnary(), n.limits.AdmitUnary(),
 			n.guard.AdminUnaryInterceptor(statusv3.ClientStatusDiscoveryService_FetchClientStatus_FullMethodName)))
 	srvOpts = append(srvOpts, cfg.Tracing.ServerOptions()...)
 	if n.tls != nil {
@@ -446,6 +465,11 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 		}
 		n.httpSrv.TLSConfig = n.tls.ServerConfig(auth)
 	}
+	if n.httpConns, err = newHTTPConns(n.httpLis, cfg.HTTPMaxConns, cfg.HTTPMaxConnsPerIP, n.tls != nil, n.reg, n.log); err != nil {
+		return err
+	}
+	n.httpSrv.ConnState = n.httpConns.trackState
+	n.buildProbe()
 	return nil
 }
 
@@ -714,6 +738,9 @@ func (n *Node) Close() error {
 // release closes the listeners and the etcd client.
 func (n *Node) release() error {
 	err := errors.Join(n.xdsLis.Close(), n.httpLis.Close())
+	if n.probeLis != nil {
+		err = errors.Join(err, n.probeLis.Close())
+	}
 	if n.client != nil {
 		if cerr := n.client.Close(); cerr != nil && !errors.Is(cerr, context.Canceled) {
 			err = errors.Join(err, cerr)
@@ -771,8 +798,12 @@ func (n *Node) Run(ctx context.Context) error {
 	// The servers come first so that /healthz answers, and /readyz says
 	// why not ready, while etcd starts.
 	var servers sync.WaitGroup
-	serveErr := make(chan error, 2) // one per server: never blocks
-	servers.Add(2)
+	serveErr := make(chan error, 3) // one per server: never blocks
+	servers.Add(3)
+	go func() {
+		defer servers.Done()
+		n.serveProbe(serveErr) // returns at once without --probe-addr
+	}()
 	go func() {
 		defer servers.Done()
 		if err := n.grpcSrv.Serve(n.xdsLis); err != nil {
@@ -785,12 +816,9 @@ func (n *Node) Run(ctx context.Context) error {
 		if n.tls != nil {
 			serve = func(l net.Listener) error { return n.httpSrv.ServeTLS(l, "", "") }
 		}
-		lis := n.httpLis
-		if n.cfg.HTTPMaxConns > 0 {
-			// Beyond the bound, connections wait in the listen queue.
-			lis = netutil.LimitListener(lis, n.cfg.HTTPMaxConns)
-		}
-		if err := serve(lis); !errors.Is(err, http.ErrServerClosed) {
+		// Within --http-max-conns and --http-max-conns-per-ip, idle
+		// connections closed to make room.
+		if err := serve(n.httpConns); !errors.Is(err, http.ErrServerClosed) {
 			serveErr <- fmt.Errorf("node: HTTP server on %s: %w", n.HTTPAddr(), err)
 		}
 	}()
@@ -884,6 +912,7 @@ func (n *Node) runParts(ctx context.Context, wg *sync.WaitGroup) {
 		n.view.Run,
 		n.leases.Run,
 		n.status.Run, // records of the nodes served here; revoked when ctx ends
+		n.csds.Run,   // the cluster's records, from the first CSDS call on
 		n.lrs.Run,    // load windows of the nodes served here
 		n.cluster.Run,
 	}
@@ -1002,6 +1031,7 @@ func (n *Node) drain() {
 		n.log.Warn("HTTP drain timed out; closing the remaining connections", "timeout", n.cfg.ShutdownTimeout.String())
 		n.httpSrv.Close() // only the listener's error, already closed
 	}
+	n.shutdownProbe(ctx)
 	wg.Wait()
 }
 

@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"regexp"
-	"slices"
 	"strings"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -25,23 +25,39 @@ import (
 
 // CSDSConfig configures a CSDS server.
 type CSDSConfig struct {
-	// Client reads the records. Required.
+	// Client reads and watches the records. Required.
 	Client *clientv3.Client
 	// Prefix is the etcd key prefix; it starts and ends with '/'.
 	Prefix string
-	// Timeout bounds the etcd reads of one request. Zero: 5s.
+	// Timeout bounds a request's wait for the records' first load. Zero:
+	// 5s.
 	Timeout time.Duration
+	// MaxMatchers bounds the node_matchers of one request
+	// (--max-csds-matchers); a request with more is refused with
+	// INVALID_ARGUMENT. Zero: no bound.
+	MaxMatchers int
+	// Authorize, when set, is asked at the start of every
+	// StreamClientStatus and again each time the channel it returned
+	// closes (the rules changed): its error ends the stream, so that a
+	// revoked admin stops reading. It may block up to its own bound.
+	Authorize func(ctx context.Context) (recheck <-chan struct{}, err error)
 	// Logger gets the server's logs. Nil: discard.
 	Logger *slog.Logger
+	// Registerer gets the server's metrics (legation_csds_*). Nil: none.
+	Registerer prometheus.Registerer
 }
 
 // CSDS serves envoy.service.status.v3.ClientStatusDiscoveryService from
 // the status records in etcd, so that any replica answers for every node
-// of the cluster. Its methods may be called concurrently.
+// of the cluster. It answers from a cache of the records that one watch
+// keeps current (Run), never with a read per call. Its methods may be
+// called concurrently.
 type CSDS struct {
 	statusv3.UnimplementedClientStatusDiscoveryServiceServer
-	cfg CSDSConfig
-	log *slog.Logger
+	cfg   CSDSConfig
+	log   *slog.Logger
+	m     *csdsMetrics
+	cache *cache
 }
 
 var _ statusv3.ClientStatusDiscoveryServiceServer = (*CSDS)(nil)
@@ -57,6 +73,9 @@ func NewCSDS(cfg CSDSConfig) (*CSDS, error) {
 	if cfg.Timeout < 0 {
 		return nil, fmt.Errorf("status: CSDS: Timeout %s must not be negative", cfg.Timeout)
 	}
+	if cfg.MaxMatchers < 0 {
+		return nil, fmt.Errorf("status: CSDS: MaxMatchers %d must not be negative", cfg.MaxMatchers)
+	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 5 * time.Second
 	}
@@ -64,8 +83,20 @@ func NewCSDS(cfg CSDSConfig) (*CSDS, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &CSDS{cfg: cfg, log: log.With("component", "csds")}, nil
+	log = log.With("component", "csds")
+	m, err := newCSDSMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	return &CSDS{cfg: cfg, log: log, m: m, cache: newCache(cfg.Client, cfg.Prefix, log, m)}, nil
 }
+
+// Run keeps the cache of the records current until ctx ends, then
+// returns nil: from the first request on, it reads the status directory
+// once and follows it with one watch, reading it again only when the
+// watch fails. Until Run runs, requests wait up to Timeout and fail with
+// UNAVAILABLE. Call it once.
+func (c *CSDS) Run(ctx context.Context) error { return c.cache.run(ctx) }
 
 var _ statusv3.ClientStatusDiscoveryServiceServer = (*CSDS)(nil)
 
@@ -75,25 +106,77 @@ func (c *CSDS) FetchClientStatus(ctx context.Context, req *statusv3.ClientStatus
 }
 
 // StreamClientStatus answers each request of the stream, in order, until
-// the client ends it.
+// the client ends it, or Authorize, asked again whenever the rules
+// change, refuses the client.
 func (c *CSDS) StreamClientStatus(stream grpc.BidiStreamingServer[statusv3.ClientStatusRequest, statusv3.ClientStatusResponse]) error {
 	ctx := stream.Context()
+	recheck, err := c.authorize(ctx)
+	if err != nil {
+		return err
+	}
+	reqs := c.receive(stream)
 	for {
-		req, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
+		select {
+		case <-recheck:
+			if recheck, err = c.authorize(ctx); err != nil {
+				return err
+			}
+		case r := <-reqs:
+			if errors.Is(r.err, io.EOF) {
+				return nil
+			}
+			if r.err != nil {
+				return r.err
+			}
+			resp, err := c.answer(ctx, r.req)
+			if err != nil {
+				return err
+			}
+			if err := stream.Send(resp); err != nil {
+				return err
+			}
+		case <-ctx.Done():
 			return nil
 		}
-		if err != nil {
-			return err
-		}
-		resp, err := c.answer(ctx, req)
-		if err != nil {
-			return err
-		}
-		if err := stream.Send(resp); err != nil {
-			return err
-		}
 	}
+}
+
+// received is one request of a stream, or the error that ended it.
+type received struct {
+	req *statusv3.ClientStatusRequest
+	err error
+}
+
+// receive starts the stream's receiving goroutine, which delivers every
+// request, then the error that ended the stream, on the returned channel.
+// It is not waited for: it ends once the stream does (gRPC ends a
+// stream's receives when its handler returns), its last send abandoned
+// then.
+func (c *CSDS) receive(stream grpc.BidiStreamingServer[statusv3.ClientStatusRequest, statusv3.ClientStatusResponse]) <-chan received {
+	out := make(chan received)
+	ctx := stream.Context()
+	go func() {
+		for {
+			req, err := stream.Recv()
+			select {
+			case out <- received{req, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return out
+}
+
+// authorize asks Authorize, if set, whether the client of ctx may read.
+func (c *CSDS) authorize(ctx context.Context) (<-chan struct{}, error) {
+	if c.cfg.Authorize == nil {
+		return nil, nil
+	}
+	return c.cfg.Authorize(ctx)
 }
 
 // answer builds the response to req: one ClientConfig per node whose id
@@ -103,42 +186,22 @@ func (c *CSDS) StreamClientStatus(stream grpc.BidiStreamingServer[statusv3.Clien
 // node_metadatas are ignored: the records keep no node metadata (they are
 // kept small), so a matcher selects by node_id alone.
 func (c *CSDS) answer(ctx context.Context, req *statusv3.ClientStatusRequest) (*statusv3.ClientStatusResponse, error) {
+	if n, limit := len(req.GetNodeMatchers()), c.cfg.MaxMatchers; limit > 0 && n > limit {
+		c.m.matchersRefused.Inc()
+		return nil, grpcstatus.Errorf(codes.InvalidArgument, "%d node_matchers: at most %d per request (--max-csds-matchers); match by prefix or regex, or split the request", n, limit)
+	}
 	ms, exact, err := compileMatchers(req.GetNodeMatchers())
 	if err != nil {
 		return nil, grpcstatus.Error(codes.InvalidArgument, err.Error())
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
-	defer cancel()
+	if err := c.cache.wait(ctx, c.cfg.Timeout); err != nil {
+		return nil, c.readError(ctx, err)
+	}
 	var recs []NodeStatus
 	if exact != nil {
-		// Only exact ids: read just those.
-		for _, id := range exact {
-			ns, err := Get(ctx, c.cfg.Client, c.cfg.Prefix, id)
-			switch {
-			case errors.Is(err, ErrNotFound):
-			case errors.Is(err, ErrMalformed):
-				c.log.Debug("csds: skipping a malformed status record", "node", id, "err", err)
-			case err != nil:
-				return nil, c.readError(ctx, err)
-			default:
-				recs = append(recs, ns)
-			}
-		}
-		slices.SortFunc(recs, func(a, b NodeStatus) int { return strings.Compare(a.NodeID, b.NodeID) })
-		recs = slices.CompactFunc(recs, func(a, b NodeStatus) bool { return a.NodeID == b.NodeID })
+		recs = c.cache.get(exact) // only exact ids: look just those up
 	} else {
-		all, bad, err := Read(ctx, c.cfg.Client, c.cfg.Prefix)
-		if err != nil {
-			return nil, c.readError(ctx, err)
-		}
-		for _, b := range bad {
-			c.log.Debug("csds: skipping a malformed status record", "key", b.Key, "err", b.Err)
-		}
-		for _, ns := range all {
-			if matchAny(ms, ns.NodeID) {
-				recs = append(recs, ns)
-			}
-		}
+		recs = c.cache.filter(func(id string) bool { return matchAny(ms, id) })
 	}
 	resp := &statusv3.ClientStatusResponse{Config: make([]*statusv3.ClientConfig, 0, len(recs))}
 	for _, ns := range recs {
@@ -151,7 +214,7 @@ func (c *CSDS) readError(ctx context.Context, err error) error {
 	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		return grpcstatus.Error(codes.Canceled, err.Error())
 	}
-	return grpcstatus.Errorf(codes.Unavailable, "read status records: %v", err)
+	return grpcstatus.Errorf(codes.Unavailable, "status records: %v", err)
 }
 
 // ClientConfig is the CSDS view of a record: the node (its id, and its

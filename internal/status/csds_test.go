@@ -12,6 +12,7 @@ import (
 	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"github.com/google/go-cmp/cmp"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -28,9 +29,17 @@ import (
 // of two replicas, and a client of it.
 type csdsEnv struct {
 	client statusv3.ClientStatusDiscoveryServiceClient
+	etcd   *clientv3.Client // the CSDS server's
+	prefix string
 }
 
 func startCSDS(t *testing.T) *csdsEnv {
+	t.Helper()
+	return startCSDSWith(t, func(*status.CSDSConfig) {})
+}
+
+// startCSDSWith starts the server with the config edit makes.
+func startCSDSWith(t *testing.T, edit func(*status.CSDSConfig)) *csdsEnv {
 	t.Helper()
 	e := storetest.Start(t, storetest.Options{})
 	c := e.Client(t)
@@ -50,10 +59,15 @@ func startCSDS(t *testing.T) *csdsEnv {
 		t.Fatal(err)
 	}
 
-	srv, err := status.NewCSDS(status.CSDSConfig{Client: c, Prefix: prefix, Logger: newTestLogger(t)})
+	cfg := status.CSDSConfig{Client: c, Prefix: prefix, Logger: newTestLogger(t)}
+	edit(&cfg)
+	srv, err := status.NewCSDS(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctx, stop := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- srv.Run(ctx) }()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -73,8 +87,12 @@ func startCSDS(t *testing.T) *csdsEnv {
 		cc.Close()
 		g.Stop()
 		<-served
+		stop()
+		if err := <-ran; err != nil {
+			t.Errorf("CSDS Run: %v", err)
+		}
 	})
-	return &csdsEnv{client: statusv3.NewClientStatusDiscoveryServiceClient(cc)}
+	return &csdsEnv{client: statusv3.NewClientStatusDiscoveryServiceClient(cc), etcd: cfg.Client, prefix: prefix}
 }
 
 func ids(resp *statusv3.ClientStatusResponse) []string {

@@ -69,3 +69,34 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 	}
 	return nil
 }
+
+// csdsMetrics are CSDS's: its cache of the records and its refusals.
+type csdsMetrics struct {
+	records         prometheus.Gauge
+	reloads         prometheus.Counter
+	matchersRefused prometheus.Counter
+}
+
+func newCSDSMetrics(reg prometheus.Registerer) (*csdsMetrics, error) {
+	m := &csdsMetrics{
+		records: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "legation_csds_cache_records", Help: "Node status records in the replica's CSDS cache, kept current by a watch of the status directory (0 until the first CSDS call)."}),
+		reloads: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "legation_csds_cache_reloads_total", Help: "Full reads of the status directory into the CSDS cache: the first, and one after each watch that failed or was compacted."}),
+		matchersRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "legation_csds_matchers_refused_total", Help: "CSDS requests refused with INVALID_ARGUMENT for holding more node matchers than --max-csds-matchers."}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	cs := []prometheus.Collector{m.records, m.reloads, m.matchersRefused}
+	for i, c := range cs {
+		if err := reg.Register(c); err != nil {
+			for _, done := range cs[:i] {
+				reg.Unregister(done)
+			}
+			return nil, fmt.Errorf("status: register CSDS metrics: %w", err)
+		}
+	}
+	return m, nil
+}
