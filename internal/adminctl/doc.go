@@ -1,8 +1,8 @@
 // Package adminctl is the xdsadmin command line: its cobra commands
-// (apply, get, delete, diff, watch, ttl, status, members, authz), their
-// flags and environment variables, the connection to etcd, the probes of
-// the replicas' HTTP port (members asks /readyz, over HTTP or HTTPS), and
-// the table, YAML and JSON output.
+// (apply, get, delete, diff, watch, ttl, status, members, authz,
+// etcd-auth), their flags and environment variables, the connection to
+// etcd, the probes of the replicas' HTTP port (members asks /readyz, over
+// HTTP or HTTPS), and the table, YAML and JSON output.
 //
 // It owns no resource logic of its own: decoding and validating documents
 // is package resource's job, reading and writing etcd (plans, transactions,

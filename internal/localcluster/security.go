@@ -19,9 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/legation-io/legation/internal/authz"
-	"github.com/legation-io/legation/internal/lrs"
-	"github.com/legation-io/legation/internal/shard"
-	"github.com/legation-io/legation/internal/status"
+	"github.com/legation-io/legation/internal/etcdauth"
 	"github.com/legation-io/legation/internal/store"
 	"github.com/legation-io/legation/internal/testcerts"
 )
@@ -44,39 +42,27 @@ const (
 // users of a secure cluster: each the CN of a client certificate (etcd's
 // --client-cert-auth), with the role of the same name.
 const (
-	RoleReplica = "legation-replica"
-	RoleAdmin   = "legation-admin"
+	RoleReplica = etcdauth.RoleReplica
+	RoleAdmin   = etcdauth.RoleAdmin
 	// etcdRoot is the root user, which sets up the others.
 	etcdRoot = "root"
 )
 
 // AddRoles adds RoleReplica and RoleAdmin on prefix with root, a client
-// of an etcd whose auth is not enabled yet (or of its root user):
-// RoleReplica reads all of prefix and writes the status records, the
-// membership registry and the load windows (LRS); RoleAdmin reads and
-// writes all of prefix. It
-// fails if a role exists already.
+// of an etcd whose auth is not enabled yet (or of its root user), with
+// the grants of etcdauth.Grants: RoleReplica reads all of prefix and
+// writes the status records, the membership registry and the load
+// windows (LRS); RoleAdmin reads and writes all of prefix. It fails if a
+// role exists already (etcdauth.Setup is the idempotent way).
 func AddRoles(ctx context.Context, root *clientv3.Client, prefix string) error {
-	read, readWrite := clientv3.PermissionType(clientv3.PermRead), clientv3.PermissionType(clientv3.PermReadWrite)
-	statusDir, membersDir, loadDir := status.Dir(prefix), shard.RegistryKey(prefix, ""), lrs.KeyPrefix(prefix)
-	grants := []struct {
-		role, key string
-		perm      clientv3.PermissionType
-	}{
-		{RoleReplica, prefix, read},
-		{RoleReplica, statusDir, readWrite},
-		{RoleReplica, membersDir, readWrite},
-		{RoleReplica, loadDir, readWrite},
-		{RoleAdmin, prefix, readWrite},
-	}
 	for _, role := range []string{RoleReplica, RoleAdmin} {
 		if _, err := root.RoleAdd(ctx, role); err != nil {
 			return fmt.Errorf("localcluster: etcd role %s: %w", role, err)
 		}
 	}
-	for _, g := range grants {
-		if _, err := root.RoleGrantPermission(ctx, g.role, g.key, clientv3.GetPrefixRangeEnd(g.key), g.perm); err != nil {
-			return fmt.Errorf("localcluster: etcd role %s on %s: %w", g.role, g.key, err)
+	for _, g := range etcdauth.Grants(prefix) {
+		if _, err := root.RoleGrantPermission(ctx, g.Role, g.Key, clientv3.GetPrefixRangeEnd(g.Key), g.Perm); err != nil {
+			return fmt.Errorf("localcluster: etcd role %s on %s: %w", g.Role, g.Key, err)
 		}
 	}
 	return nil

@@ -1,0 +1,55 @@
+package etcdauth
+
+import (
+	"strings"
+	"testing"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// TestGrants: the roles of README "Least privilege in etcd", on the
+// prefix given.
+func TestGrants(t *testing.T) {
+	read, rw := clientv3.PermissionType(clientv3.PermRead), clientv3.PermissionType(clientv3.PermReadWrite)
+	want := []Grant{
+		{RoleReplica, "/p/", read},
+		{RoleReplica, "/p/status/", rw},
+		{RoleReplica, "/p/members/", rw},
+		{RoleReplica, "/p/load/", rw},
+		{RoleAdmin, "/p/", rw},
+	}
+	got := Grants("/p/")
+	if len(got) != len(want) {
+		t.Fatalf("Grants = %v; want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("grant %d = %v; want %v", i, got[i], want[i])
+		}
+	}
+}
+
+func TestValidate(t *testing.T) {
+	ok := Config{Prefix: "/legation/", ReplicaUsers: []string{RoleReplica}, AdminUsers: []string{RoleAdmin}}
+	if err := ok.Validate(); err != nil {
+		t.Errorf("Validate(%+v) = %v", ok, err)
+	}
+	for _, tc := range []struct {
+		name string
+		edit func(*Config)
+		want string
+	}{
+		{"bad prefix", func(c *Config) { c.Prefix = "legation" }, `prefix "legation"`},
+		{"root as a replica", func(c *Config) { c.ReplicaUsers = []string{Root} }, `user "root"`},
+		{"empty user", func(c *Config) { c.AdminUsers = []string{""} }, `user ""`},
+		{"no admin", func(c *Config) { c.AdminUsers = nil }, "one admin user"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := ok
+			tc.edit(&c)
+			if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Validate: %v; want %q", err, tc.want)
+			}
+		})
+	}
+}
