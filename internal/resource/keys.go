@@ -59,6 +59,11 @@ func CarriesInlineKey(t *Type, b []byte) bool {
 	if t == Secret {
 		return false
 	}
+	var s keyScan
+	s.message(b, t.desc, false, 0)
+	if !s.undecided {
+		return s.found
+	}
 	m, err := Unmarshal(t, b)
 	if err != nil {
 		return false

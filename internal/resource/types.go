@@ -13,6 +13,7 @@ import (
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	runtimev3 "github.com/envoyproxy/go-control-plane/envoy/service/runtime/v3"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
 // Type describes one xDS resource type. Values are immutable and shared.
@@ -35,6 +36,7 @@ type Type struct {
 
 	newMsg func() proto.Message
 	nameOf func(proto.Message) string
+	desc   protoreflect.MessageDescriptor // of the type's message, set by init
 }
 
 // New returns a new empty message of the type.
@@ -94,6 +96,7 @@ var (
 func init() {
 	for i, t := range all {
 		t.Order = i
+		t.desc = t.newMsg().ProtoReflect().Descriptor()
 		byName[t.Name] = t
 		for _, a := range t.Aliases {
 			byName[a] = t
