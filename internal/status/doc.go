@@ -12,7 +12,11 @@
 // never touches "<prefix>resources/".
 //
 // CSDS serves envoy.service.status.v3.ClientStatusDiscoveryService from
-// the records, so every replica answers for the whole cluster.
+// the records, so every replica answers for the whole cluster. It answers
+// from a copy of the records in memory that one etcd watch keeps current,
+// so a call costs etcd nothing however often it comes; requests are
+// bounded in node matchers, and a stream asks its authorizer again each
+// time the rules change.
 //
 // The package does not collect the state of streams: the xDS servers (ads,
 // delta) keep it, and FromStreams turns their snapshots into records. It
