@@ -71,6 +71,9 @@ func TestValidate(t *testing.T) {
 		{"max streams share below 1", func(c *node.Config) { c.MaxStreamsShare = 0.5 }, "--max-streams-share"},
 		{"http read timeout zero", func(c *node.Config) { c.HTTPReadTimeout = 0 }, "--http-read-timeout"},
 		{"http max conns negative", func(c *node.Config) { c.HTTPMaxConns = -1 }, "--http-max-conns"},
+		{"http max conns per ip negative", func(c *node.Config) { c.HTTPMaxConnsPerIP = -1 }, "--http-max-conns-per-ip"},
+		{"max csds matchers negative", func(c *node.Config) { c.MaxCSDSMatchers = -1 }, "--max-csds-matchers"},
+		{"authz stale after below a healthy watch's quiet", func(c *node.Config) { c.AuthzStaleAfter = time.Second }, "--authz-stale-after"},
 
 		{"group by empty", func(c *node.Config) { c.GroupBy = "" }, "--group-by"},
 		{"group by unknown", func(c *node.Config) { c.GroupBy = "labels" }, "--group-by \"labels\""},
