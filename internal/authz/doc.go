@@ -5,6 +5,12 @@
 // that answers "may this identity claim this node and group?", and keeps
 // every replica's Table current with a Watcher.
 //
+// A Watcher also knows how fresh its Table is: when etcd has confirmed
+// the rules (a watch response, a progress notification or a reload) less
+// recently than WatcherConfig.StaleAfter, Fresh reports them stale and the
+// Table's holders are woken, so that a replica cut off from etcd refuses
+// clients rather than judge them on rules that may miss a revocation.
+//
 // It does not establish identities (package tlsfiles reads them from
 // verified certificates, typed: the SPIFFE URI SAN "spiffe://TD/PATH",
 // else "dns:" and the first DNS SAN, else "cn:" and the Subject CN) and
