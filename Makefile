@@ -36,9 +36,10 @@ all: build
 build:
 	$(GO) build -o bin/ ./cmd/...
 
-# Dev mode: an embedded etcd in ./legation-data, xDS on :18000.
+# Dev mode: an embedded etcd in ./legation-data, xDS on :18000; /debug/
+# answers this machine's loopback clients (the quick start reads it).
 run: build
-	./bin/xds-node
+	./bin/xds-node --insecure-loopback-debug
 
 # The demo of README "Demo": dev mode, two echo backends, examples/ applied
 # and a proxyless gRPC client printing the split between the backends each

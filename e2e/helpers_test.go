@@ -94,6 +94,9 @@ func newEnvWith(t *testing.T, opts envOptions) *env {
 	cfg.Name = "e2e-" + t.Name()
 	cfg.ShutdownTimeout = 5 * time.Second
 	cfg.Registerer = prometheus.NewRegistry() // counters of this test only
+	// The tests read /debug/ over plaintext from 127.0.0.1 (no effect
+	// with mTLS, where /debug/ answers admins).
+	cfg.InsecureLoopbackDebug = true
 	if opts.configure != nil {
 		opts.configure(&cfg)
 	}

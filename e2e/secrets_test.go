@@ -1,9 +1,10 @@
 package e2e
 
 // Secrets (docs/design.md, "Security"): SDS secrets go to clients whose
-// identity may see their scope, and, without mTLS, to loopback clients
-// only; a client that is not on loopback (in a network namespace the test
-// makes) is refused them, and the log says why once.
+// identity may see their scope, and, without mTLS, to no one, or with
+// --insecure-loopback-secrets to loopback clients only; a client that is
+// not on loopback (in a network namespace the test makes) is refused
+// them, and the log says why once.
 
 import (
 	"bytes"
@@ -63,15 +64,17 @@ func TestSecretsByIdentity(t *testing.T) {
 }
 
 // TestSecretsPlaintextLoopbackOnly: a replica serving plaintext on every
-// interface sends secrets to a loopback client, and refuses them, with
-// PERMISSION_DENIED and nothing else, to a client in another network
-// namespace, over gRPC and REST; that client still gets what is not a
-// secret. The refusal is logged once.
+// interface, with --insecure-loopback-secrets, sends secrets to a
+// loopback client, and refuses them, with PERMISSION_DENIED and nothing
+// else, to a client in another network namespace, over gRPC and REST;
+// that client still gets what is not a secret. The refusal is logged
+// once.
 func TestSecretsPlaintextLoopbackOnly(t *testing.T) {
 	ns := netnstest.New(t)
 	logs := new(lockedBuffer)
 	e := newEnvWith(t, envOptions{configure: func(c *node.Config) {
 		c.XDSAddr, c.HTTPAddr = "0.0.0.0:0", "0.0.0.0:0"
+		c.InsecureLoopbackSecrets = true
 		c.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	}})
 	if _, errOut, code := e.xdsadmin(secretYAML("edge-cert"), "apply", "-f", "-"); code != 0 {

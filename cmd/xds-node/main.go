@@ -183,8 +183,12 @@ func newFlagSet(cfg *node.Config) (fs *pflag.FlagSet, logLevel, logFormat *strin
 		"LRS: the rows (cluster, service, locality) one node may add to a load window; beyond, its rows are summed into one of its own")
 	fs.DurationVar(&cfg.EtcdStaleAfter, "etcd-stale-after", cfg.EtcdStaleAfter,
 		"not ready after hearing nothing from etcd for this long (the last view is still served)")
-	fs.BoolVar(&cfg.DebugOpen, "debug-open", cfg.DebugOpen,
-		"let /debug/ endpoints answer clients that are not on loopback")
+	fs.BoolVar(&cfg.InsecureLoopbackSecrets, "insecure-loopback-secrets", cfg.InsecureLoopbackSecrets,
+		"without mTLS, send SDS secrets to clients on loopback, unauthenticated (a proxy on this host makes everyone loopback); off: no secrets without mTLS")
+	fs.BoolVar(&cfg.InsecureLoopbackDebug, "insecure-loopback-debug", cfg.InsecureLoopbackDebug,
+		"without mTLS, let /debug/ answer clients on loopback, unauthenticated (a proxy on this host makes everyone loopback); off: no /debug/ without mTLS")
+	fs.BoolVar(&cfg.Pprof, "pprof", cfg.Pprof,
+		"serve Go's profiles at /debug/pprof/ to whom /debug/ answers (admins with mTLS)")
 	fs.StringVar(&cfg.TLSCertFile, "tls-cert-file", cfg.TLSCertFile,
 		"PEM certificate of this replica: the xDS and HTTP ports serve TLS, and relaying to other replicas presents it; reloaded when it changes")
 	fs.StringVar(&cfg.TLSKeyFile, "tls-key-file", cfg.TLSKeyFile, "PEM private key of --tls-cert-file; reloaded when it changes")

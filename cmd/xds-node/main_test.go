@@ -29,9 +29,12 @@ func TestParseFlags(t *testing.T) {
 				if len(cfg.EtcdEndpoints) != 0 || cfg.GroupBy != "cluster" || cfg.ShutdownTimeout != 10*time.Second {
 					t.Errorf("got endpoints %q, group-by %q, shutdown %s; want none, cluster, 10s", cfg.EtcdEndpoints, cfg.GroupBy, cfg.ShutdownTimeout)
 				}
-				if cfg.CatchupTimeout != 5*time.Second || cfg.SotwTrustVersion || cfg.MaxRecvMsgSize != 4<<20 || cfg.DebugOpen {
-					t.Errorf("got catchup %s, trust version %v, max recv %d, debug open %v; want 5s, false, 4194304, false",
-						cfg.CatchupTimeout, cfg.SotwTrustVersion, cfg.MaxRecvMsgSize, cfg.DebugOpen)
+				if cfg.CatchupTimeout != 5*time.Second || cfg.SotwTrustVersion || cfg.MaxRecvMsgSize != 4<<20 || cfg.InsecureLoopbackDebug {
+					t.Errorf("got catchup %s, trust version %v, max recv %d, loopback debug %v; want 5s, false, 4194304, false",
+						cfg.CatchupTimeout, cfg.SotwTrustVersion, cfg.MaxRecvMsgSize, cfg.InsecureLoopbackDebug)
+				}
+				if cfg.InsecureLoopbackSecrets || cfg.Pprof {
+					t.Errorf("got loopback secrets %v, pprof %v; want both off by default, dev mode too", cfg.InsecureLoopbackSecrets, cfg.Pprof)
 				}
 			},
 		},
@@ -112,32 +115,40 @@ func TestParseFlags(t *testing.T) {
 		},
 		{
 			name: "xds flags",
-			args: []string{"--catchup-timeout", "2s", "--sotw-trust-version", "--max-recv-msg-size", "1048576", "--debug-open"},
+			args: []string{"--catchup-timeout", "2s", "--sotw-trust-version", "--max-recv-msg-size", "1048576", "--insecure-loopback-debug",
+				"--insecure-loopback-secrets", "--pprof"},
 			check: func(t *testing.T, cfg node.Config) {
-				if cfg.CatchupTimeout != 2*time.Second || !cfg.SotwTrustVersion || cfg.MaxRecvMsgSize != 1<<20 || !cfg.DebugOpen {
-					t.Errorf("got catchup %s, trust version %v, max recv %d, debug open %v; want 2s, true, 1048576, true",
-						cfg.CatchupTimeout, cfg.SotwTrustVersion, cfg.MaxRecvMsgSize, cfg.DebugOpen)
+				if cfg.CatchupTimeout != 2*time.Second || !cfg.SotwTrustVersion || cfg.MaxRecvMsgSize != 1<<20 || !cfg.InsecureLoopbackDebug {
+					t.Errorf("got catchup %s, trust version %v, max recv %d, loopback debug %v; want 2s, true, 1048576, true",
+						cfg.CatchupTimeout, cfg.SotwTrustVersion, cfg.MaxRecvMsgSize, cfg.InsecureLoopbackDebug)
+				}
+				if !cfg.InsecureLoopbackSecrets || !cfg.Pprof {
+					t.Errorf("got loopback secrets %v, pprof %v; want both on", cfg.InsecureLoopbackSecrets, cfg.Pprof)
 				}
 			},
 		},
 		{
 			name: "xds env",
 			env: map[string]string{"LEGATION_CATCHUP_TIMEOUT": "7s", "LEGATION_SOTW_TRUST_VERSION": "true",
-				"LEGATION_MAX_RECV_MSG_SIZE": "2048", "LEGATION_DEBUG_OPEN": "1"},
+				"LEGATION_MAX_RECV_MSG_SIZE": "2048", "LEGATION_INSECURE_LOOPBACK_DEBUG": "1", "LEGATION_INSECURE_LOOPBACK_SECRETS": "true",
+				"LEGATION_PPROF": "true"},
 			check: func(t *testing.T, cfg node.Config) {
-				if cfg.CatchupTimeout != 7*time.Second || !cfg.SotwTrustVersion || cfg.MaxRecvMsgSize != 2048 || !cfg.DebugOpen {
-					t.Errorf("got catchup %s, trust version %v, max recv %d, debug open %v; want 7s, true, 2048, true",
-						cfg.CatchupTimeout, cfg.SotwTrustVersion, cfg.MaxRecvMsgSize, cfg.DebugOpen)
+				if cfg.CatchupTimeout != 7*time.Second || !cfg.SotwTrustVersion || cfg.MaxRecvMsgSize != 2048 || !cfg.InsecureLoopbackDebug {
+					t.Errorf("got catchup %s, trust version %v, max recv %d, loopback debug %v; want 7s, true, 2048, true",
+						cfg.CatchupTimeout, cfg.SotwTrustVersion, cfg.MaxRecvMsgSize, cfg.InsecureLoopbackDebug)
+				}
+				if !cfg.InsecureLoopbackSecrets || !cfg.Pprof {
+					t.Errorf("got loopback secrets %v, pprof %v; want both on", cfg.InsecureLoopbackSecrets, cfg.Pprof)
 				}
 			},
 		},
 		{
 			name: "a false bool flag wins over env",
-			env:  map[string]string{"LEGATION_SOTW_TRUST_VERSION": "true", "LEGATION_DEBUG_OPEN": "true"},
-			args: []string{"--sotw-trust-version=false", "--debug-open=false"},
+			env:  map[string]string{"LEGATION_SOTW_TRUST_VERSION": "true", "LEGATION_INSECURE_LOOPBACK_DEBUG": "true"},
+			args: []string{"--sotw-trust-version=false", "--insecure-loopback-debug=false"},
 			check: func(t *testing.T, cfg node.Config) {
-				if cfg.SotwTrustVersion || cfg.DebugOpen {
-					t.Errorf("got trust version %v, debug open %v; want false, false", cfg.SotwTrustVersion, cfg.DebugOpen)
+				if cfg.SotwTrustVersion || cfg.InsecureLoopbackDebug {
+					t.Errorf("got trust version %v, loopback debug %v; want false, false", cfg.SotwTrustVersion, cfg.InsecureLoopbackDebug)
 				}
 			},
 		},
@@ -192,7 +203,8 @@ func TestParseFlags(t *testing.T) {
 		{name: "zero max recv msg size", args: []string{"--max-recv-msg-size=0"}, wantErr: "--max-recv-msg-size 0: must be positive"},
 		{name: "bad max recv msg size", args: []string{"--max-recv-msg-size", "4MiB"}, wantErr: "--max-recv-msg-size"},
 		{name: "bad trust version env", env: map[string]string{"LEGATION_SOTW_TRUST_VERSION": "sometimes"}, wantErr: "LEGATION_SOTW_TRUST_VERSION"},
-		{name: "bad debug open env", env: map[string]string{"LEGATION_DEBUG_OPEN": "maybe"}, wantErr: "LEGATION_DEBUG_OPEN"},
+		{name: "bad loopback debug env", env: map[string]string{"LEGATION_INSECURE_LOOPBACK_DEBUG": "maybe"}, wantErr: "LEGATION_INSECURE_LOOPBACK_DEBUG"},
+		{name: "removed --debug-open", args: []string{"--debug-open"}, wantErr: "--debug-open"},
 		{name: "unknown flag", args: []string{"--nope"}, wantErr: "--nope"},
 		{name: "argument", args: []string{"serve"}, wantErr: `"serve"`},
 	}

@@ -58,10 +58,17 @@ type Table interface {
 type Config struct {
 	// MTLS: clients present certificates, verified at the handshake, and
 	// their identities decide what they may claim (Rules). False: clients
-	// are not authenticated: every claim is allowed, secrets go to
-	// loopback clients only, CSDS is open, and relay markers are trusted
-	// only from the addresses of registered replicas (ReplicaAddr).
+	// are not authenticated: every claim is allowed, secrets go to no
+	// one (to loopback clients with InsecureLoopbackSecrets), CSDS is
+	// open, and relay markers are trusted only from the addresses of
+	// registered replicas (ReplicaAddr).
 	MTLS bool
+	// InsecureLoopbackSecrets (xds-node --insecure-loopback-secrets):
+	// without MTLS, secrets go to clients on loopback. Being on loopback
+	// proves nothing about a client: behind a proxy on the same host (a
+	// sidecar, HAProxy, kubectl port-forward) everyone is. False: without
+	// MTLS secrets go to no one. Ignored with MTLS.
+	InsecureLoopbackSecrets bool
 	// Rules returns the current rules and a channel closed once newer
 	// ones replace them. Required with MTLS.
 	Rules func() (Table, <-chan struct{})

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -171,13 +172,34 @@ func TestRelayMarkerTrust(t *testing.T) {
 	}
 }
 
+// TestPlaintextSecretsOff: without mTLS and without
+// --insecure-loopback-secrets, secrets go to no one, loopback clients
+// included, and the refusal names the flag.
+func TestPlaintextSecretsOff(t *testing.T) {
+	g, err := access.New(access.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, ctx := range map[string]context.Context{
+		"loopback": streamCtx(loopback, nil),
+		"remote":   streamCtx(remote, nil),
+		"relayed from loopback by a loopback replica": streamCtx(loopback, nil, "x-legation-relayed", "r", access.LoopbackKey, "1"),
+	} {
+		err := g.Secrets(ctx, "")
+		if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "--insecure-loopback-secrets") {
+			t.Errorf("secrets to a %s client: %v, want PERMISSION_DENIED naming --insecure-loopback-secrets", name, err)
+		}
+	}
+}
+
 // TestPlaintext: without mTLS every claim is allowed, secrets go to
-// loopback clients only (also when relayed from loopback by a loopback
-// replica), and markers are trusted only from a registered replica's
-// address (here 127.0.0.1).
+// loopback clients only with InsecureLoopbackSecrets (also when relayed
+// from loopback by a loopback replica), and markers are trusted only from
+// a registered replica's address (here 127.0.0.1).
 func TestPlaintext(t *testing.T) {
 	g, err := access.New(access.Config{
-		ReplicaAddr: func(ip netip.Addr) bool { return ip == netip.MustParseAddr("127.0.0.1") },
+		InsecureLoopbackSecrets: true,
+		ReplicaAddr:             func(ip netip.Addr) bool { return ip == netip.MustParseAddr("127.0.0.1") },
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -722,6 +722,10 @@ func (c *Cluster) replicaArgs(p *proc) ([]string, error) {
 			return nil, err
 		}
 		args = append(args, sec.replicaArgs(f)...)
+	} else {
+		// Without mTLS /debug/ is off unless asked for; the cluster's own
+		// probes (WaitRevision, WaitRing) read it from this host.
+		args = append(args, "--insecure-loopback-debug")
 	}
 	args = append(args, c.cfg.XDSNodeFlags...)
 	if p.args != nil {

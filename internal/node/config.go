@@ -186,9 +186,24 @@ type Config struct {
 	// client takes no response for that long ends with UNAVAILABLE, and
 	// the snapshots it held are freed. Zero: no bound.
 	SendTimeout time.Duration
-	// DebugOpen (--debug-open) lets /debug/ endpoints answer clients that
-	// are not on loopback. Default false: only 127.0.0.0/8 and ::1.
-	DebugOpen bool
+	// Without mTLS nothing tells who a client is; being on loopback does
+	// not either (behind a sidecar, HAProxy or kubectl port-forward on the
+	// same host every client is on loopback). So without mTLS secrets and
+	// /debug/ are off unless the operator takes that risk by name.
+	//
+	// InsecureLoopbackSecrets (--insecure-loopback-secrets), without
+	// mTLS, sends SDS secrets (gRPC and REST-JSON) to clients on loopback
+	// (127.0.0.0/8, ::1); false: to no one. No effect with mTLS, where
+	// secrets go to the authorized clients (a Warn at start says so).
+	InsecureLoopbackSecrets bool
+	// InsecureLoopbackDebug (--insecure-loopback-debug), without mTLS,
+	// lets /debug/ answer clients on loopback; false: /debug/ answers no
+	// one. No effect with mTLS, where /debug/ answers admins.
+	InsecureLoopbackDebug bool
+	// Pprof (--pprof) serves Go's profiles at /debug/pprof/, to whom
+	// /debug/ answers (admins with mTLS, loopback clients with
+	// InsecureLoopbackDebug without). False: /debug/pprof/ is off (404).
+	Pprof bool
 	// TLSCertFile and TLSKeyFile (--tls-cert-file, --tls-key-file) are
 	// the replica's certificate and key, PEM: with them the xDS and HTTP
 	// ports serve TLS, and replicas relay to each other over mTLS with

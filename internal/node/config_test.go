@@ -33,7 +33,8 @@ func TestValidate(t *testing.T) {
 			c.Join = []string{"node-1:7946", "10.0.0.7", "::1", "[::1]:7946"}
 		}, ""},
 		{"prefix root", func(c *node.Config) { c.EtcdPrefix = "/" }, ""},
-		{"sotw trust version and debug open", func(c *node.Config) { c.SotwTrustVersion, c.DebugOpen = true, true }, ""},
+		{"sotw trust version and loopback debug", func(c *node.Config) { c.SotwTrustVersion, c.InsecureLoopbackDebug = true, true }, ""},
+		{"loopback secrets and pprof", func(c *node.Config) { c.InsecureLoopbackSecrets, c.Pprof = true, true }, ""},
 		{"tiny catchup timeout", func(c *node.Config) { c.CatchupTimeout = time.Millisecond }, ""},
 		{"tiny max recv msg size", func(c *node.Config) { c.MaxRecvMsgSize = 1 }, ""},
 		{"gossip key file in etcd mode", func(c *node.Config) {
@@ -148,9 +149,12 @@ func TestValidate(t *testing.T) {
 
 func TestDefaultConfigXDS(t *testing.T) {
 	cfg := node.DefaultConfig()
-	if cfg.CatchupTimeout != 5*time.Second || cfg.MaxRecvMsgSize != 4<<20 || cfg.SotwTrustVersion || cfg.DebugOpen {
-		t.Errorf("DefaultConfig: catchup %s, max recv %d, trust version %v, debug open %v; want 5s, 4 MiB, false, false",
-			cfg.CatchupTimeout, cfg.MaxRecvMsgSize, cfg.SotwTrustVersion, cfg.DebugOpen)
+	if cfg.CatchupTimeout != 5*time.Second || cfg.MaxRecvMsgSize != 4<<20 || cfg.SotwTrustVersion || cfg.InsecureLoopbackDebug {
+		t.Errorf("DefaultConfig: catchup %s, max recv %d, trust version %v, loopback debug %v; want 5s, 4 MiB, false, false",
+			cfg.CatchupTimeout, cfg.MaxRecvMsgSize, cfg.SotwTrustVersion, cfg.InsecureLoopbackDebug)
+	}
+	if cfg.InsecureLoopbackSecrets || cfg.Pprof {
+		t.Errorf("DefaultConfig: loopback secrets %v, pprof %v; want both off", cfg.InsecureLoopbackSecrets, cfg.Pprof)
 	}
 }
 

@@ -21,39 +21,58 @@ import (
 )
 
 // handleDebug registers the /debug/ endpoints on mux, each answering
-// admins only with mTLS on, else loopback clients only unless DebugOpen. Their JSON is for people and
-// scripts: keep its shape (README, "xds-node").
+// admins only with mTLS on, else loopback clients only and only with
+// InsecureLoopbackDebug; /debug/pprof/ answers only with Pprof besides.
+// Their JSON is for people and scripts: keep its shape (README,
+// "xds-node").
 func (n *Node) handleDebug(mux *http.ServeMux) {
 	mux.Handle("GET /debug/view", n.debugOnly(http.HandlerFunc(n.serveDebugView)))
 	mux.Handle("GET /debug/streams", n.debugOnly(http.HandlerFunc(n.serveDebugStreams)))
 	mux.Handle("GET /debug/cluster", n.debugOnly(http.HandlerFunc(n.serveDebugCluster)))
 	mux.Handle("GET /debug/load", n.debugOnly(http.HandlerFunc(n.serveDebugLoad)))
 	// Go's profiles (go tool pprof http://ADDR/debug/pprof/profile?seconds=20):
-	// a profile must fit in the HTTP write timeout (30s).
-	mux.Handle("GET /debug/pprof/", n.debugOnly(http.HandlerFunc(pprof.Index)))
-	mux.Handle("GET /debug/pprof/cmdline", n.debugOnly(http.HandlerFunc(pprof.Cmdline)))
-	mux.Handle("GET /debug/pprof/profile", n.debugOnly(http.HandlerFunc(pprof.Profile)))
-	mux.Handle("GET /debug/pprof/symbol", n.debugOnly(http.HandlerFunc(pprof.Symbol)))
-	mux.Handle("GET /debug/pprof/trace", n.debugOnly(http.HandlerFunc(pprof.Trace)))
+	// a profile must fit in the HTTP write timeout (30s). They show the
+	// process's memory and command line, so they are off unless asked for.
+	mux.Handle("GET /debug/pprof/", n.pprofOnly(http.HandlerFunc(pprof.Index)))
+	mux.Handle("GET /debug/pprof/cmdline", n.pprofOnly(http.HandlerFunc(pprof.Cmdline)))
+	mux.Handle("GET /debug/pprof/profile", n.pprofOnly(http.HandlerFunc(pprof.Profile)))
+	mux.Handle("GET /debug/pprof/symbol", n.pprofOnly(http.HandlerFunc(pprof.Symbol)))
+	mux.Handle("GET /debug/pprof/trace", n.pprofOnly(http.HandlerFunc(pprof.Trace)))
 }
 
 // debugOnly lets only admins reach h with mTLS on (docs/design.md,
-// "Security"); without, only loopback clients, unless DebugOpen.
+// "Security"). Without mTLS a client cannot be told apart, and being on
+// loopback proves nothing (a proxy on the host makes everyone loopback):
+// h answers no one, unless InsecureLoopbackDebug lets loopback clients
+// in.
 func (n *Node) debugOnly(h http.Handler) http.Handler {
 	if n.guard.MTLS() {
 		return n.guard.AdminHTTP(h)
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !n.cfg.DebugOpen {
-			host, _, err := net.SplitHostPort(r.RemoteAddr)
-			ip := net.ParseIP(host)
-			if err != nil || ip == nil || !ip.IsLoopback() {
-				http.Error(w, "debug endpoints answer loopback clients only (see --debug-open)", http.StatusForbidden)
-				return
-			}
+		if !n.cfg.InsecureLoopbackDebug {
+			http.Error(w, "debug endpoints are off without mTLS: serve mTLS (admins only), or start xds-node with "+
+				"--insecure-loopback-debug to let loopback clients in", http.StatusForbidden)
+			return
+		}
+		host, _, err := net.SplitHostPort(r.RemoteAddr)
+		ip := net.ParseIP(host)
+		if err != nil || ip == nil || !ip.IsLoopback() {
+			http.Error(w, "debug endpoints answer loopback clients only (--insecure-loopback-debug)", http.StatusForbidden)
+			return
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// pprofOnly is debugOnly for Go's profiles, which answer only with Pprof.
+func (n *Node) pprofOnly(h http.Handler) http.Handler {
+	if !n.cfg.Pprof {
+		return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			http.Error(w, "pprof is off: start xds-node with --pprof", http.StatusNotFound)
+		})
+	}
+	return n.debugOnly(h)
 }
 
 // serveDebugLoad answers with the load of the whole cluster, as xdsadmin

@@ -422,26 +422,29 @@ func TestDebugStreams(t *testing.T) {
 	})
 }
 
-// TestDebugLoopbackOnly calls the HTTP handler of replicas (not running,
-// so no etcd) with requests from a loopback and a non-loopback address:
-// /debug/ answers loopback only unless DebugOpen, the rest answers anyone.
+// TestDebugLoopbackOnly calls the HTTP handler of plaintext replicas (not
+// running, so no etcd) with requests from a loopback and a non-loopback
+// address: /debug/ answers no one unless --insecure-loopback-debug, then
+// loopback clients only; /debug/pprof/ is off (404) unless --pprof, and
+// then answers as /debug/ does; the rest answers anyone.
 func TestDebugLoopbackOnly(t *testing.T) {
 	checkLeaks(t)
-	closed := testConfig(t)
-	n, err := node.New(closed)
-	if err != nil {
-		t.Fatal(err)
+	newNode := func(debug, pprof bool) *node.Node {
+		cfg := testConfig(t)
+		cfg.InsecureLoopbackDebug, cfg.Pprof = debug, pprof
+		n, err := node.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { n.Close() })
+		return n
 	}
-	defer n.Close()
-	open := testConfig(t)
-	open.DebugOpen = true
-	no, err := node.New(open)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer no.Close()
+	off, loop, loopPprof, pprofOnly := newNode(false, false), newNode(true, false), newNode(true, true), newNode(false, true)
 
-	const remote = "10.1.2.3:5555"
+	const (
+		local  = "127.0.0.1:5555"
+		remote = "10.1.2.3:5555"
+	)
 	tests := []struct {
 		name       string
 		n          *node.Node
@@ -449,20 +452,23 @@ func TestDebugLoopbackOnly(t *testing.T) {
 		path       string
 		remoteAddr string
 		want       int
+		wantBody   string // in the body of a refusal
 	}{
-		{"streams from loopback", n, http.MethodGet, "/debug/streams", "127.0.0.1:5555", http.StatusOK},
-		{"streams from IPv6 loopback", n, http.MethodGet, "/debug/streams", "[::1]:5555", http.StatusOK},
-		{"streams from afar", n, http.MethodGet, "/debug/streams", remote, http.StatusForbidden},
-		{"view from afar", n, http.MethodGet, "/debug/view", remote, http.StatusForbidden},
-		{"pprof from loopback", n, http.MethodGet, "/debug/pprof/goroutine?debug=1", "127.0.0.1:5555", http.StatusOK},
-		{"pprof from afar", n, http.MethodGet, "/debug/pprof/goroutine?debug=1", remote, http.StatusForbidden},
-		{"CPU profile from afar", n, http.MethodGet, "/debug/pprof/profile?seconds=1", remote, http.StatusForbidden},
-		{"streams from no address", n, http.MethodGet, "/debug/streams", "@", http.StatusForbidden},
-		{"streams from afar, debug open", no, http.MethodGet, "/debug/streams", remote, http.StatusOK},
-		// Not loaded yet: 503, but not refused.
-		{"view from afar, debug open", no, http.MethodGet, "/debug/view", remote, http.StatusServiceUnavailable},
-		{"healthz from afar", n, http.MethodGet, "/healthz", remote, http.StatusOK},
-		{"REST-JSON from afar, not loaded", n, http.MethodPost, "/v3/discovery:clusters", remote, http.StatusServiceUnavailable},
+		{"streams from loopback, debug off", off, http.MethodGet, "/debug/streams", local, http.StatusForbidden, "--insecure-loopback-debug"},
+		{"view from loopback, debug off", off, http.MethodGet, "/debug/view", local, http.StatusForbidden, "--insecure-loopback-debug"},
+		{"pprof from loopback, all off", off, http.MethodGet, "/debug/pprof/goroutine?debug=1", local, http.StatusNotFound, "--pprof"},
+		{"pprof from loopback, pprof on, debug off", pprofOnly, http.MethodGet, "/debug/pprof/goroutine?debug=1", local, http.StatusForbidden, "--insecure-loopback-debug"},
+		{"streams from loopback", loop, http.MethodGet, "/debug/streams", local, http.StatusOK, ""},
+		{"streams from IPv6 loopback", loop, http.MethodGet, "/debug/streams", "[::1]:5555", http.StatusOK, ""},
+		{"streams from afar", loop, http.MethodGet, "/debug/streams", remote, http.StatusForbidden, "loopback clients only"},
+		{"view from afar", loop, http.MethodGet, "/debug/view", remote, http.StatusForbidden, "loopback clients only"},
+		{"streams from no address", loop, http.MethodGet, "/debug/streams", "@", http.StatusForbidden, "loopback clients only"},
+		{"pprof from loopback, pprof off", loop, http.MethodGet, "/debug/pprof/goroutine?debug=1", local, http.StatusNotFound, "--pprof"},
+		{"pprof from loopback", loopPprof, http.MethodGet, "/debug/pprof/goroutine?debug=1", local, http.StatusOK, ""},
+		{"pprof from afar", loopPprof, http.MethodGet, "/debug/pprof/goroutine?debug=1", remote, http.StatusForbidden, "loopback clients only"},
+		{"CPU profile from afar", loopPprof, http.MethodGet, "/debug/pprof/profile?seconds=1", remote, http.StatusForbidden, "loopback clients only"},
+		{"healthz from afar", off, http.MethodGet, "/healthz", remote, http.StatusOK, ""},
+		{"REST-JSON from afar, not loaded", off, http.MethodPost, "/v3/discovery:clusters", remote, http.StatusServiceUnavailable, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -473,8 +479,8 @@ func TestDebugLoopbackOnly(t *testing.T) {
 			if w.Code != tt.want {
 				t.Fatalf("%s %s from %s = %d %q, want %d", tt.method, tt.path, tt.remoteAddr, w.Code, w.Body.String(), tt.want)
 			}
-			if w.Code == http.StatusForbidden && !strings.Contains(w.Body.String(), "--debug-open") {
-				t.Errorf("403 body %q does not say how to open it (--debug-open)", w.Body.String())
+			if !strings.Contains(w.Body.String(), tt.wantBody) {
+				t.Errorf("body %q does not say %q", w.Body.String(), tt.wantBody)
 			}
 		})
 	}
