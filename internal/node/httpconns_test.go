@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"bufio"
+	"crypto/tls"
 	"io"
 	"net"
 	"net/http"
@@ -161,5 +162,46 @@ func TestProbeListener(t *testing.T) {
 		if resp.StatusCode != want {
 			t.Errorf("%s on --probe-addr: %s, want %d", path, resp.Status, want)
 		}
+	}
+}
+
+// TestHTTPIdleConnsClosedOverTLS: with TLS on --http-addr, idle
+// keep-alive connections are seen through the TLS layer and closed to
+// make room, as in plaintext.
+func TestHTTPIdleConnsClosedOverTLS(t *testing.T) {
+	checkLeaks(t)
+	e := newXDSEnv(t)
+	k := newMTLSKit(t)
+	k.grant(t, e)
+	cfg := e.config(t)
+	cfg.Standalone = true
+	cfg.HTTPMaxConns, cfg.HTTPMaxConnsPerIP = 2, 0
+	k.configure(&cfg)
+	r := start(t, cfg)
+	k.waitReady(t, r)
+	for range 2 {
+		c, err := tls.Dial("tcp", r.HTTPAddr(), k.tls(t, ""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	start := time.Now()
+	if code, body := k.get(t, r, "/healthz"); code != http.StatusOK {
+		t.Fatalf("/healthz over TLS with 2 idle connections at --http-max-conns 2: %d %s", code, body)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("/healthz took %s with --http-max-conns taken by idle connections", took)
+	}
+	if got := metricValue(t, cfg.Registerer, "legation_http_idle_conns_closed_total"); got < 1 {
+		t.Errorf("legation_http_idle_conns_closed_total = %v, want at least 1", got)
 	}
 }
