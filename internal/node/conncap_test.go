@@ -63,9 +63,10 @@ func TestMaxConnections(t *testing.T) {
 
 // TestHandshakeTimeout: a connection to --xds-addr that never sends the
 // HTTP/2 preface is closed after --handshake-timeout, not after grpc-go's
-// 120s.
+// 120s, and counted; one through its handshakes is not.
 func TestHandshakeTimeout(t *testing.T) {
-	_, r, _ := limitsEnv(t, func(c *node.Config) { c.HandshakeTimeout = time.Second })
+	_, r, reg := limitsEnv(t, func(c *node.Config) { c.HandshakeTimeout = time.Second })
+	served := dialH2(t, r.XDSAddr()) // through its handshakes: not counted
 	c, err := net.Dial("tcp", r.XDSAddr())
 	if err != nil {
 		t.Fatal(err)
@@ -74,5 +75,13 @@ func TestHandshakeTimeout(t *testing.T) {
 	took, err := closedWithin(t, c, 20*time.Second)
 	if errors.Is(err, os.ErrDeadlineExceeded) || took < 900*time.Millisecond || took > 10*time.Second {
 		t.Fatalf("a silent connection ended after %s (%v), want about 1s (--handshake-timeout)", took.Round(time.Millisecond), err)
+	}
+	served.conn.Close()
+	xdstest.WaitFor(t, "the served connection closed", func() (bool, string) {
+		n := metricValue(t, reg, "legation_node_xds_connections")
+		return n == 0, fmt.Sprint(n)
+	})
+	if got := metricValue(t, reg, "legation_node_xds_handshakes_unfinished_total"); got != 1 {
+		t.Errorf("legation_node_xds_handshakes_unfinished_total = %v, want 1 (the silent connection, not the served one)", got)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/stats"
 )
 
 // drainConnDelay is how long after the drain closed a stream (or refused
@@ -37,6 +38,10 @@ type connTracker struct {
 	max      int
 	refused  prometheus.Counter
 	lastWarn atomic.Int64 // unix nanoseconds of the last warning of a refusal
+	// unfinished counts connections closed before gRPC took them, their
+	// TLS and HTTP/2 handshakes not through (--handshake-timeout).
+	unfinished     prometheus.Counter
+	lastUnfinished atomic.Int64 // unix nanoseconds of the last log of one
 
 	pending chan pendingClose // closeSoon to run; full: the close is left to the server's stop
 
@@ -62,6 +67,9 @@ func newConnTracker(l net.Listener, userTimeout time.Duration, max int, log *slo
 		refused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "legation_node_xds_connections_refused_total",
 			Help: "Connections to --xds-addr closed as soon as accepted: --max-connections were open."}),
+		unfinished: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "legation_node_xds_handshakes_unfinished_total",
+			Help: "Connections to --xds-addr closed before their TLS and HTTP/2 handshakes were through: past --handshake-timeout, or a failed handshake."}),
 	}
 }
 
@@ -75,7 +83,7 @@ func (l *connTracker) register(reg prometheus.Registerer) error {
 		defer l.mu.Unlock()
 		return float64(len(l.conns))
 	})
-	for _, c := range []prometheus.Collector{open, l.refused} {
+	for _, c := range []prometheus.Collector{open, l.refused, l.unfinished} {
 		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("node: register metrics: %w", err)
 		}
@@ -173,16 +181,53 @@ func (l *connTracker) run(ctx context.Context) {
 	}
 }
 
+// TagConn implements stats.Handler: gRPC tags a connection once its TLS
+// and HTTP/2 handshakes are through, which marks it served.
+func (l *connTracker) TagConn(ctx context.Context, info *stats.ConnTagInfo) context.Context {
+	if info.RemoteAddr == nil {
+		return ctx
+	}
+	l.mu.Lock()
+	c := l.conns[info.RemoteAddr.String()]
+	l.mu.Unlock()
+	if c != nil {
+		c.served.Store(true)
+	}
+	return ctx
+}
+
+// HandleConn, TagRPC and HandleRPC implement stats.Handler: nothing to do.
+func (l *connTracker) HandleConn(context.Context, stats.ConnStats) {}
+
+func (l *connTracker) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+
+func (l *connTracker) HandleRPC(context.Context, stats.RPCStats) {}
+
+// closedUnserved counts a connection closed before its handshakes were
+// through, and logs it at most once a minute.
+func (l *connTracker) closedUnserved(c *trackedConn) {
+	l.unfinished.Inc()
+	if now := time.Now().UnixNano(); now-l.lastUnfinished.Load() > int64(time.Minute) {
+		l.lastUnfinished.Store(now)
+		l.log.Info("an xDS connection closed before its TLS and HTTP/2 handshakes were through: past --handshake-timeout, or a failed handshake (logged at most once a minute; legation_node_xds_handshakes_unfinished_total counts them)",
+			"remote", c.key)
+	}
+}
+
 // trackedConn removes itself from its tracker when closed.
 type trackedConn struct {
 	net.Conn
-	l    *connTracker
-	key  string
-	once sync.Once
+	l      *connTracker
+	key    string
+	once   sync.Once
+	served atomic.Bool // gRPC took it: its handshakes were through
 }
 
 func (c *trackedConn) Close() error {
 	c.once.Do(func() {
+		if !c.served.Load() {
+			c.l.closedUnserved(c)
+		}
 		c.l.mu.Lock()
 		if c.l.conns[c.key] == c {
 			delete(c.l.conns, c.key)

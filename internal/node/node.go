@@ -414,6 +414,7 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 		// is bounded by the client's windows, not these.
 		grpc.InitialWindowSize(64<<10), grpc.InitialConnWindowSize(1<<20),
 		grpc.StatsHandler(n.limits.StatsHandler()),
+		grpc.StatsHandler(n.xdsConns), // counts connections closed before their handshakes
 		// One stream interceptor (see streamInterceptor for the order);
 		// the unary ones in the same order.
 		grpc.StreamInterceptor(streamInterceptor(gm, n.limits, n.guard.Admin,
@@ -577,7 +578,7 @@ func (n *Node) buildAccess() error {
 			return fmt.Errorf("node: %w", err)
 		}
 	}
-	gcfg := access.Config{MTLS: cfg.MTLS(), InsecureLoopbackSecrets: cfg.InsecureLoopbackSecrets, Logger: n.log}
+	gcfg := access.Config{MTLS: cfg.MTLS(), Logger: n.log}
 	// In plaintext, relay markers are trusted from the addresses of the
 	// replicas registered in etcd only (the cluster agent is built after
 	// the guard, and streams come after both).
@@ -869,6 +870,19 @@ func (n *Node) Run(ctx context.Context) error {
 	n.relay.Close() // always nil
 	n.log.Info("xds-node stopped")
 	return err
+}
+
+// warnInsecure says once, at start, what is not authenticated
+// (docs/design.md, "Security": never silently insecure).
+func (n *Node) warnInsecure() {
+	switch {
+	case n.tls == nil:
+		n.log.Warn("INSECURE: xDS and HTTP are served over plaintext (no --tls-cert-file): clients are not authenticated, " +
+			"any client may claim any node id and group and read CSDS; secrets are sent to loopback clients only")
+	case !n.cfg.MTLS():
+		n.log.Warn("INSECURE: TLS without client certificates (no --client-ca-file): clients are not authenticated, " +
+			"any client may claim any node id and group and read CSDS; secrets are sent to loopback clients only")
+	}
 }
 
 // startEtcd starts the embedded etcd in dev mode, where the client points;
