@@ -9,8 +9,8 @@
 //     reads, and the authority on who is a replica: each replica follows
 //     it with a watch (registered.go), and a member is on the ring only
 //     if it is registered there with the addresses it gossips. A replica
-//     whose lease is lost is off every ring, its own included, until it
-//     registers again.
+//     whose lease is lost is off its peers' rings until it registers
+//     again.
 //   - memberlist (SWIM gossip) for liveness: a replica that stops answering
 //     probes leaves the alive set within seconds; one that leaves gracefully
 //     leaves it at once. Each member's gossip meta carries its record, so

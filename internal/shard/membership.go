@@ -63,6 +63,7 @@ type Membership struct {
 	buildKick  chan struct{} // cap 1: gossip membership changed
 	metaKick   chan struct{} // cap 1: self's meta changed, broadcast it
 	recordKick chan struct{} // cap 1: self's record changed, write it
+	resyncKick chan struct{} // cap 1: read the registry again and restart its watch
 	joined     chan struct{} // closed after the first join attempt
 
 	cancel context.CancelFunc
@@ -104,6 +105,7 @@ func Start(ctx context.Context, cfg Config) (*Membership, error) {
 		buildKick:    make(chan struct{}, 1),
 		metaKick:     make(chan struct{}, 1),
 		recordKick:   make(chan struct{}, 1),
+		resyncKick:   make(chan struct{}, 1),
 		joined:       make(chan struct{}),
 		self: Member{
 			Name:     cfg.Name,

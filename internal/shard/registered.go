@@ -19,6 +19,13 @@ import (
 // (it has no etcd credentials) is never home to any node. Every replica
 // reads the same registry through a watch, so they compute the same ring
 // from the same inputs: alive in gossip and registered in etcd.
+//
+// A replica cut off from etcd loses its lease, and its peers, which see
+// the registry's delete, drop it; it does not drop itself, since it cannot
+// tell that from etcd being down for everyone, when every replica must
+// keep its ring (each would otherwise drop itself alone, and the rings
+// disagree everywhere). It is not ready meanwhile, which hands its nodes
+// over anyway (ReadyRing), and it hears of its own delete once it is back.
 
 // readRegistry reads the whole registry into m.registered and returns the
 // revision it was read at.
@@ -72,78 +79,109 @@ func (m *Membership) registeredLoop(ctx context.Context, rev int64) {
 			rev = r
 			kick(m.buildKick)
 		}
-		if m.watchRegistry(ctx, rev) {
+		got, resync := m.watchRegistry(ctx, rev)
+		if got {
 			backoff = minBackoff // the watch worked for a while
 		}
 		rev = 0
-		if !sleep(ctx, backoff) {
+		if !resync && !sleep(ctx, backoff) {
 			return
 		}
 	}
 }
 
 // watchRegistry applies the registry's changes after rev until the watch
-// fails or ctx ends; it reports whether any change arrived.
-func (m *Membership) watchRegistry(ctx context.Context, rev int64) bool {
+// fails, a resync is asked for (resync true), or ctx ends; got reports
+// whether any change arrived.
+func (m *Membership) watchRegistry(ctx context.Context, rev int64) (got, resync bool) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	dir := m.cfg.Prefix + membersDir
-	got := false
-	for resp := range m.cfg.Client.Watch(wctx, dir, clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
-		if err := resp.Err(); err != nil {
-			if ctx.Err() == nil {
-				m.log.Debug("shard: registry watch ended; reading the registry again", "err", err)
+	wch := m.cfg.Client.Watch(wctx, m.cfg.Prefix+membersDir, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	for {
+		select {
+		case <-m.resyncKick:
+			return got, true
+		case resp, ok := <-wch:
+			if !ok {
+				return got, false
 			}
-			return got
+			if err := resp.Err(); err != nil {
+				if ctx.Err() == nil {
+					m.log.Debug("shard: registry watch ended; reading the registry again", "err", err)
+				}
+				return got, false
+			}
+			if len(resp.Events) > 0 {
+				got = true
+				m.applyEvents(resp.Events)
+			}
 		}
-		if len(resp.Events) == 0 {
+	}
+}
+
+// applyEvents applies registry changes to m.registered and rebuilds the
+// ring.
+func (m *Membership) applyEvents(events []*clientv3.Event) {
+	dir := m.cfg.Prefix + membersDir
+	selfDeleted := false
+	m.nodesMu.Lock()
+	reg := make(map[string]Member, len(m.registered)+1)
+	for k, v := range m.registered {
+		reg[k] = v
+	}
+	for _, ev := range events {
+		key := string(ev.Kv.Key)
+		name := strings.TrimPrefix(key, dir)
+		if ev.Type == clientv3.EventTypeDelete {
+			delete(reg, name)
+			selfDeleted = selfDeleted || name == m.cfg.Name
 			continue
 		}
-		got = true
-		m.nodesMu.Lock()
-		reg := make(map[string]Member, len(m.registered)+1)
-		for k, v := range m.registered {
-			reg[k] = v
+		if mem, err := decodeRecord(key, name, ev.Kv.Value); err == nil {
+			reg[name] = mem
+		} else {
+			delete(reg, name) // an unreadable record registers no one
 		}
-		for _, ev := range resp.Events {
-			key := string(ev.Kv.Key)
-			name := strings.TrimPrefix(key, dir)
-			if ev.Type == clientv3.EventTypeDelete {
-				delete(reg, name)
-				if name == m.cfg.Name && m.lease.Load() != 0 {
-					// This replica's record went while its lease is held
-					// (deleted by hand, or a lease lost and regranted
-					// meanwhile): write it again, or register again if
-					// the lease is gone too.
-					kick(m.recordKick)
-				}
-				continue
-			}
-			if mem, err := decodeRecord(key, name, ev.Kv.Value); err == nil {
-				reg[name] = mem
-			} else {
-				delete(reg, name) // an unreadable record registers no one
-			}
-		}
-		m.registered = reg
-		m.nodesMu.Unlock()
-		m.setReplicaIPs(reg)
-		kick(m.buildKick)
 	}
-	return got
+	m.registered = reg
+	m.nodesMu.Unlock()
+	m.setReplicaIPs(reg)
+	kick(m.buildKick)
+	if selfDeleted && m.lease.Load() != 0 {
+		// This replica's record went while it holds a lease (deleted by
+		// hand, or a lease lost and granted again meanwhile): write it
+		// again, or register again if the lease is gone too.
+		kick(m.recordKick)
+	}
+}
+
+// checkRegistry compares a registry read (discovery's, every
+// RefreshInterval) with m.registered, and has the registry read again and
+// the watch restarted if they differ by more than a change in flight
+// could explain: a safety net for a watch that missed changes (an etcd
+// restored from a snapshot, whose revisions went back below the
+// watch's). A change in flight costs one read more.
+func (m *Membership) checkRegistry(read []Member) {
+	m.nodesMu.Lock()
+	same := len(read) == len(m.registered)
+	for _, r := range read {
+		if !same {
+			break
+		}
+		have, ok := m.registered[r.Name]
+		same = ok && have.XDSAddr == r.XDSAddr && have.GossipAddr == r.GossipAddr
+	}
+	m.nodesMu.Unlock()
+	if !same {
+		kick(m.resyncKick)
+	}
 }
 
 // admitted reports whether the alive member mem may be on the ring: it is
-// registered with the addresses it gossips, and, for this replica itself,
-// its registration's lease is held (a lease lost is noticed here before
-// the registry's delete arrives, if etcd is unreachable it never does).
-// The caller holds nodesMu.
+// registered with the addresses it gossips. The caller holds nodesMu.
 func (m *Membership) admitted(mem Member) bool {
 	reg, ok := m.registered[mem.Name]
-	if !ok || reg.XDSAddr != mem.XDSAddr || reg.GossipAddr != mem.GossipAddr {
-		return false
-	}
-	return mem.Name != m.cfg.Name || m.lease.Load() != 0
+	return ok && reg.XDSAddr == mem.XDSAddr && reg.GossipAddr == mem.GossipAddr
 }
 
 // setReplicaIPs records the IP addresses of the registered members (the

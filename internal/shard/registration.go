@@ -62,7 +62,6 @@ func (m *Membership) registryLoop(ctx context.Context, ka <-chan *clientv3.Lease
 	lost := func() {
 		ka = nil
 		m.lease.Store(0)
-		kick(m.buildKick) // off its own ring, as it will be off its peers'
 		m.metrics.leaseLost.Inc()
 		backoff = minBackoff
 		register.Reset(backoff)
@@ -120,7 +119,6 @@ func (m *Membership) registryLoop(ctx context.Context, ka <-chan *clientv3.Lease
 				continue
 			}
 			ka = newKA
-			kick(m.buildKick)
 			m.log.Info("shard: registered again")
 		}
 	}
@@ -209,6 +207,7 @@ func (m *Membership) joinRegistered(ctx context.Context, first bool) {
 			m.log.Warn("shard: skipping a malformed registry record", "key", b.Key, "err", b.Err)
 		}
 	}
+	m.checkRegistry(members)
 	m.nodesMu.Lock()
 	var addrs []string
 	for _, mem := range members {
