@@ -388,8 +388,8 @@ func (s *syncBuffer) String() string {
 }
 
 // checkNetworkPolicies checks that NetworkPolicies isolate the replicas'
-// and the bundled etcd's pods and let in, on each port: xDS and HTTP (any
-// source by default), gossip (TCP and UDP) from the replicas only, etcd's
+// and the bundled etcd's pods and let in, on each port: xDS, HTTP and the
+// probes (any source by default), gossip (TCP and UDP) from the replicas only, etcd's
 // client port from the replicas and the auth Job only, its peer port from
 // its members only, its metrics port.
 func checkNetworkPolicies(t *testing.T, r rendered, rep replica) {
@@ -400,6 +400,10 @@ func checkNetworkPolicies(t *testing.T, r rendered, rep replica) {
 	}
 	etcdPods, jobPods := r.statefulSets[0].Spec.Template.Labels, r.jobs[0].Spec.Template.Labels
 	xds, http, gossip := port(t, "--xds-addr", rep.cfg.XDSAddr), port(t, "--http-addr", rep.cfg.HTTPAddr), port(t, "--gossip-addr", rep.cfg.GossipAddr)
+	probe := http // the kubelet's probes: --probe-addr's port, if set
+	if rep.cfg.ProbeAddr != "" {
+		probe = port(t, "--probe-addr", rep.cfg.ProbeAddr)
+	}
 	for _, w := range []struct {
 		what  string
 		pods  map[string]string
@@ -407,6 +411,7 @@ func checkNetworkPolicies(t *testing.T, r rendered, rep replica) {
 		proto corev1.Protocol
 		from  []map[string]string // nil: any source
 	}{
+		{"probes", replicaPods, probe, corev1.ProtocolTCP, nil},
 		{"xDS", replicaPods, xds, corev1.ProtocolTCP, nil},
 		{"HTTP", replicaPods, http, corev1.ProtocolTCP, nil},
 		{"gossip", replicaPods, gossip, corev1.ProtocolTCP, []map[string]string{replicaPods}},

@@ -328,10 +328,18 @@ func checkPortsAndProbes(t *testing.T, r rendered, rep replica) {
 			t.Errorf("xds-node container: no %s port %d (%s)", w.proto, w.port, w.flag)
 		}
 	}
-	httpPort := want[1].port
+	// The probes go to --probe-addr's port, plain HTTP, when it is set;
+	// else to --http-addr's, HTTPS with TLS.
+	httpPort, probeFlag := want[1].port, "--http-addr"
 	scheme := corev1.URISchemeHTTP
 	if rep.cfg.TLSCertFile != "" {
 		scheme = corev1.URISchemeHTTPS
+	}
+	if rep.cfg.ProbeAddr != "" {
+		httpPort, probeFlag, scheme = port(t, "--probe-addr", rep.cfg.ProbeAddr), "--probe-addr", corev1.URISchemeHTTP
+		if _, ok := containerPort(c, intstr.FromInt32(httpPort), corev1.ProtocolTCP); !ok {
+			t.Errorf("xds-node container: no TCP port %d (--probe-addr)", httpPort)
+		}
 	}
 	for _, p := range []struct {
 		kind  string
@@ -345,8 +353,8 @@ func checkPortsAndProbes(t *testing.T, r rendered, rep replica) {
 		g := p.probe.HTTPGet
 		cp, ok := containerPort(c, g.Port, corev1.ProtocolTCP)
 		if g.Path != p.path || !ok || cp.ContainerPort != httpPort || g.Scheme != scheme {
-			t.Errorf("xds-node %s: %s %s on port %s (%d); want %s %s on --http-addr's port %d",
-				p.kind, g.Scheme, g.Path, g.Port.String(), cp.ContainerPort, scheme, p.path, httpPort)
+			t.Errorf("xds-node %s: %s %s on port %s (%d); want %s %s on %s's port %d",
+				p.kind, g.Scheme, g.Path, g.Port.String(), cp.ContainerPort, scheme, p.path, probeFlag, httpPort)
 		}
 	}
 
