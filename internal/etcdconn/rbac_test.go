@@ -189,6 +189,8 @@ func TestRBAC(t *testing.T) {
 	ncfg.XDSAddr, ncfg.HTTPAddr, ncfg.GossipAddr, ncfg.AdvertiseAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1"
 	ncfg.ShutdownTimeout = 0
 	ncfg.LRSInterval = time.Second // load windows written each second
+	// The test reads /debug/view over plaintext HTTP from loopback.
+	ncfg.InsecureLoopbackDebug = true
 	ncfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	n, err := node.New(ncfg)
 	if err != nil {
