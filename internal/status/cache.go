@@ -27,8 +27,9 @@ type cache struct {
 	prefix string
 	log    *slog.Logger
 	m      *csdsMetrics
-	// retry is the pause between failed loads.
-	retry time.Duration
+	// retry is the pause between failed loads; quiet and stall are
+	// watchQuiet and watchStall (tests shorten them).
+	retry, quiet, stall time.Duration
 
 	wantOnce sync.Once
 	want     chan struct{} // closed by the first use
@@ -40,7 +41,8 @@ type cache struct {
 
 func newCache(client *clientv3.Client, prefix string, log *slog.Logger, m *csdsMetrics) *cache {
 	return &cache{
-		client: client, prefix: prefix, log: log, m: m, retry: time.Second,
+		client: client, prefix: prefix, log: log, m: m,
+		retry: time.Second, quiet: watchQuiet, stall: watchStall,
 		want: make(chan struct{}), ready: make(chan struct{}),
 		recs: map[string]NodeStatus{},
 	}
@@ -161,26 +163,56 @@ func (c *cache) load(ctx context.Context) (int64, error) {
 	return rev, nil
 }
 
-// follow applies the watch's events from rev+1 until it fails or ctx
-// ends. Its last revision is what the next load replaces.
+// The watch's liveness: after watchQuiet without word from etcd the
+// cache asks for a progress notification, and after watchStall it gives
+// the watch up and reads everything again (an etcd member that froze
+// keeps a watch open and silent, and the copy would age unseen).
+const (
+	watchQuiet = 5 * time.Second
+	watchStall = 15 * time.Second
+)
+
+// follow applies the watch's events from rev+1 until it fails, stalls or
+// ctx ends.
 func (c *cache) follow(ctx context.Context, rev int64) error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	dir := Dir(c.prefix)
-	for wr := range c.client.Watch(wctx, dir, clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
-		switch {
-		case wr.CompactRevision != 0:
-			return fmt.Errorf("watch compacted at revision %d", wr.CompactRevision)
-		case wr.Err() != nil:
-			return wr.Err()
+	wch := c.client.Watch(wctx, dir, clientv3.WithPrefix(), clientv3.WithRev(rev+1), clientv3.WithProgressNotify())
+	check := time.NewTicker(c.quiet)
+	defer check.Stop()
+	heard := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-check.C:
+			switch quiet := time.Since(heard); {
+			case quiet > c.stall:
+				return fmt.Errorf("watch stalled: nothing from etcd for %s", quiet.Round(time.Second))
+			case quiet >= c.quiet:
+				_ = c.client.RequestProgress(wctx) // an error only delays the answer; the stall check decides
+			}
+		case wr, ok := <-wch:
+			switch {
+			case !ok:
+				return errors.New("watch channel closed")
+			case wr.CompactRevision != 0:
+				return fmt.Errorf("watch compacted at revision %d", wr.CompactRevision)
+			case wr.Err() != nil:
+				return wr.Err()
+			}
+			heard = time.Now()
+			c.apply(dir, wr.Events)
 		}
-		c.apply(dir, wr.Events)
 	}
-	return errors.New("watch channel closed")
 }
 
 // apply folds the events of one watch response into the records.
 func (c *cache) apply(dir string, evs []*clientv3.Event) {
+	if len(evs) == 0 {
+		return // a progress notification
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, ev := range evs {

@@ -38,8 +38,9 @@ func startCSDS(t *testing.T) *csdsEnv {
 	return startCSDSWith(t, func(*status.CSDSConfig) {})
 }
 
-// startCSDSWith starts the server with the config edit makes.
-func startCSDSWith(t *testing.T, edit func(*status.CSDSConfig)) *csdsEnv {
+// startCSDSWith starts the server with the config edit makes, after
+// tune, if any, tuned it.
+func startCSDSWith(t *testing.T, edit func(*status.CSDSConfig), tune ...func(*status.CSDS)) *csdsEnv {
 	t.Helper()
 	e := storetest.Start(t, storetest.Options{})
 	c := e.Client(t)
@@ -64,6 +65,9 @@ func startCSDSWith(t *testing.T, edit func(*status.CSDSConfig)) *csdsEnv {
 	srv, err := status.NewCSDS(cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, f := range tune {
+		f(srv)
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	ran := make(chan error, 1)

@@ -18,7 +18,9 @@ import (
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
 
+	"github.com/legation-io/legation/internal/faultnet"
 	"github.com/legation-io/legation/internal/status"
+	"github.com/legation-io/legation/internal/store/storetest"
 )
 
 // rangeCounter counts the range requests (Get) an etcd client sends.
@@ -182,5 +184,67 @@ func TestCSDSStreamRechecks(t *testing.T) {
 	mu.Unlock()
 	if _, err := st.Recv(); grpcstatus.Code(err) != codes.PermissionDenied {
 		t.Fatalf("after the revocation the stream got %v, want PERMISSION_DENIED", err)
+	}
+}
+
+// TestCSDSCacheStalledWatch: a watch that hears nothing from etcd, not
+// even the progress notification it asks for (etcd frozen behind a
+// blackhole), is given up and the records read again, so that the copy
+// does not age unseen; once etcd answers, what was written meanwhile is
+// served.
+func TestCSDSCacheStalledWatch(t *testing.T) {
+	var (
+		direct *clientv3.Client
+		proxy  *storetest.Proxy
+	)
+	reg := prometheus.NewRegistry()
+	env := startCSDSWith(t, func(cfg *status.CSDSConfig) {
+		direct = cfg.Client
+		proxy = storetest.NewProxy(t, strings.TrimPrefix(direct.Endpoints()[0], "http://"))
+		c, err := clientv3.New(clientv3.Config{Endpoints: []string{proxy.Addr}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		cfg.Client, cfg.Registerer = c, reg
+	}, func(c *status.CSDS) {
+		c.SetWatchTimingForTest(50*time.Millisecond, 300*time.Millisecond, 50*time.Millisecond)
+	})
+	ctx := testCtx(t)
+	if _, err := env.client.FetchClientStatus(ctx, &statusv3.ClientStatusRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	reloads := func() float64 {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "legation_csds_cache_reloads_total" {
+				return mf.GetMetric()[0].GetCounter().GetValue()
+			}
+		}
+		return 0
+	}
+	first := reloads()
+	proxy.Fault.Set(faultnet.Fault{Mode: faultnet.Blackhole})
+	for deadline := time.Now().Add(10 * time.Second); reloads() <= first; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the silent watch was not given up within 10 s")
+		}
+	}
+	if _, err := direct.Put(ctx, status.Key(env.prefix, "meanwhile"), `{"home":"a","types":{}}`); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Restore()
+	matcher := &statusv3.ClientStatusRequest{NodeMatchers: []*matcherv3.NodeMatcher{exact("meanwhile")}}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		resp, err := env.client.FetchClientStatus(ctx, matcher)
+		if err == nil && len(resp.GetConfig()) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the record written while etcd was silent is not served: %v, %v", resp, err)
+		}
 	}
 }
