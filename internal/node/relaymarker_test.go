@@ -145,3 +145,29 @@ func mustStream(t *testing.T, cc *grpc.ClientConn) discoveryv3.AggregatedDiscove
 	}
 	return st
 }
+
+// TestRelayBudgetWired: streams relayed by a registered replica (here
+// from this replica's own address) beyond --max-relayed-streams get
+// RESOURCE_EXHAUSTED naming the flag, counted under its limit.
+func TestRelayBudgetWired(t *testing.T) {
+	_, r, reg := limitsEnv(t, func(c *node.Config) { c.MaxRelayedStreams = 1 })
+	xdstest.WaitFor(t, "the replica has not read the registry", func() (bool, string) {
+		got := metricValue(t, reg, "legation_shard_members_registered")
+		return got == 1, fmt.Sprintf("legation_shard_members_registered = %v", got)
+	})
+	cc := dialFrom(t, r, "127.0.0.1")
+	first := xdstest.NewSotW(t, mustStream(t, cc), func() {})
+	first.Send(cdsRequest("relayed-1"))
+	first.Expect()
+	second := xdstest.NewSotW(t, mustStream(t, cc), func() {})
+	second.Send(cdsRequest("relayed-2"))
+	if err := second.ExpectErr(); grpcstatus.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "--max-relayed-streams") {
+		t.Fatalf("the 2nd relayed stream: %v, want RESOURCE_EXHAUSTED naming --max-relayed-streams", err)
+	}
+	if got := metricValue(t, reg, "legation_limits_hits_total", "limit", "max_relayed_streams"); got != 1 {
+		t.Errorf(`legation_limits_hits_total{limit="max_relayed_streams"} = %v, want 1`, got)
+	}
+	if got := metricValue(t, reg, "legation_admission_relayed_streams"); got != 1 {
+		t.Errorf("legation_admission_relayed_streams = %v, want 1", got)
+	}
+}
