@@ -26,6 +26,7 @@ APT_SHELLCHECK := shellcheck
 APT_IPROUTE    := iproute2
 APT_PODMAN     := podman
 APT_CACERTS    := ca-certificates
+APT_OPENSSL    := openssl
 
 .PHONY: all build run demo test check-proto fmt-check golangci-lint shellcheck unit \
 	fuzz $(FUZZ_RUNS) e2e bench bench-load chaos lint proto tidy manifests setup clean \
@@ -177,7 +178,8 @@ tidy:
 
 # Installs what the tests need from Debian when it is missing: protoc (and
 # the well-known .proto files), haproxy, shellcheck, ip (the network
-# namespaces of internal/netnstest), a C compiler for -race, and (through
+# namespaces of internal/netnstest), openssl (docs/security.md's
+# certificate recipe), a C compiler for -race, and (through
 # image-setup) podman and the CA bundle for image-test.
 setup: image-setup
 	@set -e; need=""; \
@@ -186,6 +188,7 @@ setup: image-setup
 	command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || need="$$need $(APT_HAPROXY)"; \
 	command -v shellcheck >/dev/null 2>&1 || need="$$need $(APT_SHELLCHECK)"; \
 	command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || need="$$need $(APT_IPROUTE)"; \
+	command -v openssl >/dev/null 2>&1 || need="$$need $(APT_OPENSSL)"; \
 	if [ -n "$(RACE)" ] && ! command -v gcc >/dev/null 2>&1; then need="$$need $(APT_CC)"; fi; \
 	if [ -z "$$need" ]; then echo "setup: nothing to install"; exit 0; fi; \
 	sudo=""; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \
