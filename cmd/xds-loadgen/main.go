@@ -234,7 +234,11 @@ func parseFlags(args []string) (loadgen.Config, options, error) {
 	switch opts.target {
 	case "legation":
 		cfg.TargetName = "legation"
-		if err := opts.etcd.Validate(); err != nil {
+		// The password, as xdsadmin takes it: LEGATION_ETCD_PASSWORD or
+		// --etcd-password-file, never the command line.
+		if err := opts.etcd.LoadPassword(os.LookupEnv); err != nil {
+			errs = append(errs, err)
+		} else if err := opts.etcd.Validate(); err != nil {
 			errs = append(errs, err)
 		}
 		if err := resource.ValidateScope(opts.scope); err != nil {

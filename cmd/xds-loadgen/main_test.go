@@ -43,6 +43,9 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"--nack-ratio", "1.5"}, "--nack-ratio 1.5"},
 		{[]string{"--target", "gcp", "--control-url", ""}, "--control-url"},
 		{[]string{"--etcd-endpoints", "ftp://x:1"}, "ftp://x:1"},
+		// The process list would show it.
+		{[]string{"--etcd-username", "u", "--etcd-password", "hunter2"}, "--etcd-password: refused"},
+		{[]string{"--etcd-username", "u", "--etcd-password-file", "/no/such/file"}, "--etcd-password-file /no/such/file: no such file"},
 		{[]string{"extra"}, `unexpected argument "extra"`},
 		{[]string{"--scope", "a/b"}, "--scope"},
 		{[]string{"--cpu-profile", "a", "--cpu-profile-updates", "b"}, "--cpu-profile-updates"},
