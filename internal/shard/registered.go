@@ -214,11 +214,3 @@ func (m *Membership) IsReplicaAddr(ip netip.Addr) bool {
 	_, ok := (*p)[ip.Unmap()]
 	return ok
 }
-
-// Registered returns the number of members registered in etcd under a
-// live lease, as this replica's registry watch last saw them.
-func (m *Membership) Registered() int {
-	m.nodesMu.Lock()
-	defer m.nodesMu.Unlock()
-	return len(m.registered)
-}
