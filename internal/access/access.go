@@ -346,7 +346,7 @@ func (g *Guard) AdminRecheck(ctx context.Context) (recheck <-chan struct{}, err 
 		return nil, err
 	}
 	if !t.Admin(id.Name) {
-		return nil, status.Errorf(codes.PermissionDenied, "identity %q is not granted admin (xdsadmin authz grant %s --admin)", id.Name, id.Name)
+		return nil, status.Errorf(codes.PermissionDenied, "identity %q is not granted admin (xdsadmin authz grant '%s' --admin)", id.Name, id.Name)
 	}
 	return recheck, nil
 }
