@@ -126,14 +126,15 @@ func (x *aliasIndex) resolve(alias string) *store.Entry {
 // own (a group with none sees the default scope's, and shares its index),
 // each built once however many streams ask at once. A newer revision
 // drops the older ones, so it holds at most one revision's indexes, and
-// at most max of them (--max-vhds-groups): a stream needing one more ends
-// with RESOURCE_EXHAUSTED. Its methods may be called concurrently.
+// beside the default scope's at most max of them (--max-vhds-groups): a
+// stream needing one more ends with RESOURCE_EXHAUSTED. Its methods may be called concurrently.
 type aliasIndexes struct {
 	max int // at most this many indexes per revision; 0: no bound
 
-	mu  sync.Mutex // guards rev, m
+	mu  sync.Mutex // guards rev, m, own
 	rev int64
 	m   map[string]*lazyIndex // group ("" for the default scope's) -> index at rev
+	own int                   // entries of m for groups, not the default scope's
 
 	built func() // if set, called once per index built (a metric or a test)
 	full  func() // if set, called once per index refused by max (a metric)
@@ -153,12 +154,12 @@ func (c *aliasIndexes) get(snap *store.Snapshot, group string) (*aliasIndex, err
 	}
 	c.mu.Lock()
 	if snap.Revision > c.rev || c.m == nil {
-		c.rev, c.m = snap.Revision, map[string]*lazyIndex{}
+		c.rev, c.m, c.own = snap.Revision, map[string]*lazyIndex{}, 0
 	}
 	var l *lazyIndex
 	if snap.Revision == c.rev {
 		l = c.m[group]
-		if l == nil && c.max > 0 && len(c.m) >= c.max {
+		if l == nil && group != "" && c.max > 0 && c.own >= c.max {
 			c.mu.Unlock()
 			if c.full != nil {
 				c.full()
@@ -169,6 +170,9 @@ func (c *aliasIndexes) get(snap *store.Snapshot, group string) (*aliasIndex, err
 		if l == nil {
 			l = &lazyIndex{}
 			c.m[group] = l
+			if group != "" {
+				c.own++
+			}
 		}
 	} else {
 		l = &lazyIndex{}
