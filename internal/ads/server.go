@@ -140,7 +140,7 @@ func (s *Server) poll(ctx context.Context, r *discoveryv3.DiscoveryRequest, t *r
 	if presented >= 0 && scope.UnchangedSince(snap, t, group, names, wildcard, presented) {
 		return nil, nil
 	}
-	keysOK := t == resource.Secret || xdsstream.KeysAllowed(ctx, s.core.Config.Authorizer, group)
+	keysOK := t == resource.Secret || snap.InlineKeys == 0 || xdsstream.KeysAllowed(ctx, s.core.Config.Authorizer, group)
 	return &polled{t: t, group: group, names: names, wildcard: wildcard, snap: snap, keysOK: keysOK}, nil
 }
 

@@ -85,6 +85,10 @@ type Snapshot struct {
 	// Malformed counts the keys currently skipped because their values do
 	// not decode.
 	Malformed int
+	// InlineKeys counts the entries carrying an inline private key
+	// (Entry.InlineKey): while it is 0, no client need be asked whether
+	// it may be sent them.
+	InlineKeys int
 	// Seen is when the view received what the snapshot applies: the watch
 	// response (or the start of the load) it was built from.
 	Seen time.Time

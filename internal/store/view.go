@@ -700,10 +700,13 @@ type builder struct {
 	// snapshot's revision) that changed is presented as written at
 	// raiseTo (the reload's revision).
 	raiseTo, raiseUpTo int64
+	// inlineKeys counts the entries carrying an inline private key.
+	inlineKeys int
 }
 
 func newBuilder(prev *Snapshot) *builder {
 	return &builder{
+		inlineKeys:  prev.InlineKeys,
 		prev:        prev,
 		entries:     prev.entries.Txn(),
 		sets:        prev.sets.Txn(),
@@ -721,6 +724,7 @@ func (b *builder) build(v *View) *Snapshot {
 		Reloaded:    b.reloaded,
 		HistoryFrom: b.historyFrom,
 		Malformed:   len(v.malformed),
+		InlineKeys:  b.inlineKeys,
 		Seen:        b.seen,
 		entries:     b.entries.Commit(),
 		sets:        b.sets.Commit(),
@@ -812,7 +816,12 @@ func (b *builder) put(v *View, kv *mvccpb.KeyValue, p string) {
 	if env.GetWrittenAt() != nil {
 		e.WrittenAt = env.GetWrittenAt().AsTime()
 	}
-	b.entries.Insert([]byte(p), e)
+	if old, _ := b.entries.Insert([]byte(p), e); old != nil && old.InlineKey {
+		b.inlineKeys--
+	}
+	if e.InlineKey {
+		b.inlineKeys++
+	}
 	b.tombs.Delete([]byte(p))
 	b.bumpSet(p, e.ModRevision)
 	if !b.initial {
@@ -828,6 +837,9 @@ func (b *builder) remove(v *View, p string, rev int64) {
 	old, ok := b.entries.Delete([]byte(p))
 	if !ok {
 		return // never held (e.g. malformed, or deleted before start)
+	}
+	if old.InlineKey {
+		b.inlineKeys--
 	}
 	b.tomb(v, p, rev)
 	b.bumpSet(p, rev)
