@@ -53,10 +53,14 @@ func (s *Stream[T]) Sendable(e *store.Entry) *store.Entry {
 	return nil
 }
 
-// SendableEntries returns es without the entries Sendable withholds,
-// filtering es in place (the caller's fresh slice).
+// SendableEntries returns es, entries of the stream's snapshot, without
+// the entries Sendable withholds, filtering es in place (the caller's
+// fresh slice).
 func (s *Stream[T]) SendableEntries(es []*store.Entry) []*store.Entry {
-	return WithoutKeys(es, s.keys == keysAllowed || !anyKey(es) || s.KeysAllowed(), s.core.Metrics)
+	if s.Snap.InlineKeys == 0 || s.keys == keysAllowed || !anyKey(es) {
+		return es // the common case: no key stored, or the client may have them
+	}
+	return WithoutKeys(es, s.KeysAllowed(), s.core.Metrics)
 }
 
 // WithoutKeys returns es, or, unless allowed, es without the entries
