@@ -186,10 +186,10 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 	if err := newMetrics(n.reg, n.ready); err != nil {
 		return err
 	}
-	opts := cfg.etcdOptions()
 	if err := n.xdsConns.register(n.reg); err != nil {
 		return err
 	}
+	opts := cfg.etcdOptions()
 	opts.Logger = n.log
 	if cfg.DevMode() {
 		addr, err := devetcd.ResolvePort(cfg.DevEtcdAddr)
