@@ -239,7 +239,13 @@ func (w *Watcher) follow(ctx context.Context) error {
 	sctx := clientv3.WithRequireLeader(metadata.AppendToOutgoingContext(ctx, watchStreamKey, strconv.FormatUint(w.streams, 10)))
 	wctx, cancel := context.WithCancel(sctx)
 	defer cancel()
+	// Watch blocks until its stream is set up, which a frozen member
+	// never answers: past StallTimeout the attempt is given up.
+	giveUp := time.AfterFunc(w.cfg.StallTimeout, cancel)
 	wch := w.cfg.Client.Watch(wctx, Dir(w.cfg.Prefix), clientv3.WithPrefix(), clientv3.WithRev(w.rev+1), clientv3.WithProgressNotify())
+	if !giveUp.Stop() {
+		return errors.New("watch not set up: etcd did not answer")
+	}
 	// The loop wakes when the watch has been quiet for ProgressInterval,
 	// then every retry until etcd answers or StallTimeout passes; never
 	// in between.
@@ -258,8 +264,11 @@ func (w *Watcher) follow(ctx context.Context) error {
 				return fmt.Errorf("watch stalled: nothing from etcd for %s", quiet.Round(time.Millisecond))
 			case quiet > w.cfg.ProgressInterval:
 				// An error only delays the answer; the stall check
-				// decides.
-				_ = w.cfg.Client.RequestProgress(sctx)
+				// decides. Bounded: the watch's stream may be stuck
+				// sending to a frozen member.
+				pctx, cancelProgress := context.WithTimeout(sctx, retry)
+				_ = w.cfg.Client.RequestProgress(pctx)
+				cancelProgress()
 				check.Reset(retry)
 			default:
 				check.Reset(w.cfg.ProgressInterval - quiet + time.Millisecond)

@@ -178,7 +178,13 @@ func (c *cache) follow(ctx context.Context, rev int64) error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	dir := Dir(c.prefix)
+	// Watch blocks until its stream is set up, which a frozen member
+	// never answers: past the stall bound the attempt is given up.
+	giveUp := time.AfterFunc(c.stall, cancel)
 	wch := c.client.Watch(wctx, dir, clientv3.WithPrefix(), clientv3.WithRev(rev+1), clientv3.WithProgressNotify())
+	if !giveUp.Stop() {
+		return errors.New("watch not set up: etcd did not answer")
+	}
 	check := time.NewTicker(c.quiet)
 	defer check.Stop()
 	heard := time.Now()
@@ -191,7 +197,12 @@ func (c *cache) follow(ctx context.Context, rev int64) error {
 			case quiet > c.stall:
 				return fmt.Errorf("watch stalled: nothing from etcd for %s", quiet.Round(time.Second))
 			case quiet >= c.quiet:
-				_ = c.client.RequestProgress(wctx) // an error only delays the answer; the stall check decides
+				// Bounded: the watch's stream may be stuck sending to a
+				// frozen member. An error only delays the answer; the
+				// stall check decides.
+				pctx, cancelProgress := context.WithTimeout(wctx, c.quiet)
+				_ = c.client.RequestProgress(pctx)
+				cancelProgress()
 			}
 		case wr, ok := <-wch:
 			switch {
