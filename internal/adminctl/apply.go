@@ -30,11 +30,9 @@ type applyFlags struct {
 	chunked       bool
 	lockTimeout   time.Duration
 	// checkRefs and strict: see checkReferences.
-	checkRefs bool
-	strict    bool
-	// allowInlineKeys: write resources other than secrets that carry an
-	// inline private key (see refuseInlineKeys).
-	allowInlineKeys bool
+	checkRefs       bool
+	strict          bool
+	allowInlineKeys bool // write inline private keys outside secrets (refuseInlineKeys)
 }
 
 // defaultLockTimeout is how long apply and delete wait for the scope's
@@ -72,15 +70,11 @@ HttpConnectionManager's router filter last, and non-empty names unique per
 type across all the files. An error names the file, the document, the
 resource, the field (its path through typed_config) and the rule.
 
-A private key given inline (inline_bytes or inline_string) anywhere but in a
-secret resource is refused, naming the field: a TlsCertificate's
-private_key, pkcs12, password or private_key_provider in a listener's or a
-cluster's transport_socket, a gRPC client's ssl_credentials. Replicas send
-secrets only to clients allowed them, but a listener or a cluster to every
-client that may see it: put the key in a secret and reference it over SDS,
-or name a file on the client (filename). --allow-inline-keys writes such
-resources anyway; replicas then send them only to clients allowed the
-scope's secrets.
+A private key inline (inline_bytes, inline_string) anywhere but in a secret
+is refused, naming the field (a TlsCertificate's private_key, pkcs12,
+password, private_key_provider; ssl_credentials): reference it over SDS or
+name a file. --allow-inline-keys writes it anyway; replicas then send such
+resources only to clients allowed the scope's secrets.
 
 --prune also deletes the resources of the scope that the files do not name,
 of the types the files hold: "apply -f clusters.yaml --prune" deletes only
