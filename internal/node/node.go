@@ -578,7 +578,7 @@ func (n *Node) buildAccess() error {
 			return fmt.Errorf("node: %w", err)
 		}
 	}
-	gcfg := access.Config{MTLS: cfg.MTLS(), Logger: n.log}
+	gcfg := access.Config{MTLS: cfg.MTLS(), InsecureLoopbackSecrets: cfg.InsecureLoopbackSecrets, Logger: n.log}
 	// In plaintext, relay markers are trusted from the addresses of the
 	// replicas registered in etcd only (the cluster agent is built after
 	// the guard, and streams come after both).
@@ -870,19 +870,6 @@ func (n *Node) Run(ctx context.Context) error {
 	n.relay.Close() // always nil
 	n.log.Info("xds-node stopped")
 	return err
-}
-
-// warnInsecure says once, at start, what is not authenticated
-// (docs/design.md, "Security": never silently insecure).
-func (n *Node) warnInsecure() {
-	switch {
-	case n.tls == nil:
-		n.log.Warn("INSECURE: xDS and HTTP are served over plaintext (no --tls-cert-file): clients are not authenticated, " +
-			"any client may claim any node id and group and read CSDS; secrets are sent to loopback clients only")
-	case !n.cfg.MTLS():
-		n.log.Warn("INSECURE: TLS without client certificates (no --client-ca-file): clients are not authenticated, " +
-			"any client may claim any node id and group and read CSDS; secrets are sent to loopback clients only")
-	}
 }
 
 // startEtcd starts the embedded etcd in dev mode, where the client points;
