@@ -74,15 +74,16 @@ func (s Security) TLSFlags() bool { return s.CACert != "" || s.Cert != "" || s.K
 // IsZero reports whether no flag is set.
 func (s Security) IsZero() bool { return s == Security{} }
 
-// SetFlags names the flags set, as "--etcd-cacert, --etcd-username".
+// SetFlags names the flags set, as "--etcd-cacert, --etcd-username", and
+// the password's variable, LEGATION_ETCD_PASSWORD, when a password is set.
 func (s Security) SetFlags() string {
 	var names []string
 	for _, f := range []struct{ name, v string }{
-		{FlagCACert, s.CACert}, {FlagCert, s.Cert}, {FlagKey, s.Key}, {FlagUsername, s.Username},
-		{FlagPasswordFile, s.PasswordFile}, {PasswordEnv, s.Password},
+		{"--" + FlagCACert, s.CACert}, {"--" + FlagCert, s.Cert}, {"--" + FlagKey, s.Key}, {"--" + FlagUsername, s.Username},
+		{"--" + FlagPasswordFile, s.PasswordFile}, {PasswordEnv, s.Password},
 	} {
 		if f.v != "" {
-			names = append(names, "--"+f.name)
+			names = append(names, f.name)
 		}
 	}
 	return strings.Join(names, ", ")

@@ -108,7 +108,7 @@ func TestValidate(t *testing.T) {
 		}, "--etcd-cert without --etcd-key"},
 		{"etcd password in dev mode", func(c *node.Config) {
 			c.EtcdSecurity = etcdconn.Security{Username: "u", Password: "p"}
-		}, "--etcd-username, --etcd-password: only with --etcd-endpoints"},
+		}, "--etcd-username, LEGATION_ETCD_PASSWORD: only with --etcd-endpoints"},
 		{"endpoint scheme", func(c *node.Config) { c.EtcdEndpoints = []string{"ftp://etcd-1:2379"} }, "--etcd-endpoints"},
 		{"endpoint port zero", func(c *node.Config) { c.EtcdEndpoints = []string{"etcd-1:0"} }, "--etcd-endpoints"},
 		{"advertise bad", func(c *node.Config) { c.AdvertiseAddr = "host:port" }, "--advertise-addr"},
