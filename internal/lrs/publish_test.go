@@ -215,6 +215,20 @@ func TestStream(t *testing.T) {
 			if _, err := st.Recv(); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "node") {
 				t.Errorf("stream without a node: %v, want INVALID_ARGUMENT naming the node", err)
 			}
+
+			st, err = loadv3.NewLoadReportingServiceClient(cc).StreamLoadStats(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := st.Send(&loadv3.LoadStatsRequest{Node: &corev3.Node{Id: strings.Repeat("n", 1025)}}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := st.Recv(); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "--max-node-id-length") {
+				t.Errorf("stream with a 1025-byte node id: %v, want INVALID_ARGUMENT naming --max-node-id-length", err)
+			}
+			if got := xdstest.CounterSum(t, reg, "legation_lrs_rejected_total", "reason", "node_id_length"); got != 1 {
+				t.Errorf(`legation_lrs_rejected_total{reason="node_id_length"} = %v, want 1`, got)
+			}
 		})
 	}
 }

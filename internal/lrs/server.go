@@ -82,6 +82,11 @@ type Config struct {
 	// making up localities cannot fill a window and push the other nodes
 	// into OtherNode. Zero: 200.
 	MaxRowsPerNode int
+	// MaxNodeIDLength (--max-node-id-length) bounds the node id a stream
+	// claims, in bytes: a longer one ends the stream with
+	// INVALID_ARGUMENT, counted ("node_id_length"). Zero: 1024; negative:
+	// no bound (ids are still cut to 256 bytes in rows).
+	MaxNodeIDLength int
 	// Identity, if set, returns the identity of the client of a stream's
 	// context (its certificate's, as the access rules name it; "" without
 	// mTLS): rows are kept per node and identity, so that load is
@@ -104,6 +109,7 @@ func DefaultConfig() Config {
 		MaxClusterLabels: 100,
 		MaxRate:          1e6, // far beyond one proxy's traffic, far below 2^64
 		MaxRowsPerNode:   200, // 100 localities of two clusters, or 200 clusters of one
+		MaxNodeIDLength:  1024,
 	}
 }
 
@@ -134,6 +140,9 @@ func (c *Config) fill() {
 	}
 	if c.MaxRowsPerNode == 0 {
 		c.MaxRowsPerNode = d.MaxRowsPerNode
+	}
+	if c.MaxNodeIDLength == 0 {
+		c.MaxNodeIDLength = d.MaxNodeIDLength
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -244,6 +253,10 @@ func (s *Server) StreamLoadStats(st loadv3.LoadReportingService_StreamLoadStatsS
 	if n.GetId() == "" {
 		s.metrics.rejected.WithLabelValues("no_node").Inc()
 		return status.Error(codes.InvalidArgument, "lrs: the stream's first LoadStatsRequest has no node id")
+	}
+	if max := s.cfg.MaxNodeIDLength; max >= 0 && len(n.GetId()) > max {
+		s.metrics.rejected.WithLabelValues("node_id_length").Inc()
+		return status.Errorf(codes.InvalidArgument, "lrs: node.id: an id of %d bytes is longer than the bound of %d (--max-node-id-length)", len(n.GetId()), max)
 	}
 	group := ""
 	if s.cfg.Group != nil {

@@ -325,20 +325,21 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 		return fmt.Errorf("node: %w", err)
 	}
 	if n.lrs, err = lrs.New(lrs.Config{
-		Client:         n.client,
-		Prefix:         cfg.EtcdPrefix,
-		Replica:        cfg.Name,
-		Interval:       cfg.LRSInterval,
-		Windows:        cfg.LRSWindows,
-		Clusters:       cfg.LRSClusters,
-		MaxRate:        cfg.LRSMaxRate,
-		MaxRowsPerNode: cfg.LRSMaxRowsPerNode,
-		Known:          n.knownCluster,
-		Group:          groupBy,
-		Authorizer:     n.guard,
-		Identity:       func(ctx context.Context) string { return n.guard.Of(ctx).Name },
-		Logger:         n.log,
-		Registerer:     n.reg,
+		Client:          n.client,
+		Prefix:          cfg.EtcdPrefix,
+		Replica:         cfg.Name,
+		Interval:        cfg.LRSInterval,
+		Windows:         cfg.LRSWindows,
+		Clusters:        cfg.LRSClusters,
+		MaxRate:         cfg.LRSMaxRate,
+		MaxRowsPerNode:  cfg.LRSMaxRowsPerNode,
+		MaxNodeIDLength: unbounded(cfg.MaxNodeIDLength),
+		Known:           n.knownCluster,
+		Group:           groupBy,
+		Authorizer:      n.guard,
+		Identity:        func(ctx context.Context) string { return n.guard.Of(ctx).Name },
+		Logger:          n.log,
+		Registerer:      n.reg,
 	}); err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
