@@ -724,7 +724,7 @@ func xdsNodeFlags() *pflag.FlagSet {
 // mode's, --standalone (a replica alone), --etcd-password (refused) and
 // --etcd-password-file (the chart passes LEGATION_ETCD_PASSWORD from a
 // Secret instead).
-var flagsLeftOut = []string{"data-dir", "dev-etcd-addr", "standalone", "etcd-password", "etcd-password-file"}
+var flagsLeftOut = []string{"data-dir", "dev-etcd-addr", "standalone", "etcd-password", "etcd-password-file", flagDebugOpen}
 
 // TestChartCoversFlags checks that every xds-node flag has a value in the
 // chart: one the templates set, a key of values.yaml's config, or one of

@@ -88,6 +88,9 @@ func parseFlags(args []string) (node.Config, error) {
 	if err := applyEnv(fs); err != nil {
 		return cfg, err
 	}
+	if fs.Changed(flagDebugOpen) {
+		return cfg, errDebugOpen
+	}
 	if err := cfg.EtcdSecurity.LoadPassword(os.LookupEnv); err != nil {
 		return cfg, err
 	}
@@ -248,8 +251,19 @@ func newFlagSet(cfg *node.Config) (fs *pflag.FlagSet, logLevel, logFormat *strin
 			"a flag given on the command line wins, and an empty variable is ignored.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
+	// Kept, hidden, only to say what replaced it.
+	fs.Bool(flagDebugOpen, false, "removed: see --insecure-loopback-debug")
+	_ = fs.MarkHidden(flagDebugOpen)
 	return fs, logLevel, logFormat
 }
+
+// flagDebugOpen is a removed flag: it let /debug/ answer any client
+// without mTLS.
+const flagDebugOpen = "debug-open"
+
+// errDebugOpen is parseFlags' error for --debug-open.
+var errDebugOpen = errors.New("--debug-open was removed: nothing is trusted for being on loopback or on the network without mTLS; " +
+	"without mTLS, use --insecure-loopback-debug, which opens /debug/ to loopback clients only (and --pprof Go's profiles); with mTLS, /debug/ answers admins")
 
 // applyEnv sets each flag not given on the command line from its
 // LEGATION_* variable, when that is set and not empty; but

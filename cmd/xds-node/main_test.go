@@ -204,7 +204,8 @@ func TestParseFlags(t *testing.T) {
 		{name: "bad max recv msg size", args: []string{"--max-recv-msg-size", "4MiB"}, wantErr: "--max-recv-msg-size"},
 		{name: "bad trust version env", env: map[string]string{"LEGATION_SOTW_TRUST_VERSION": "sometimes"}, wantErr: "LEGATION_SOTW_TRUST_VERSION"},
 		{name: "bad loopback debug env", env: map[string]string{"LEGATION_INSECURE_LOOPBACK_DEBUG": "maybe"}, wantErr: "LEGATION_INSECURE_LOOPBACK_DEBUG"},
-		{name: "removed --debug-open", args: []string{"--debug-open"}, wantErr: "--debug-open"},
+		{name: "removed --debug-open", args: []string{"--debug-open"}, wantErr: "--debug-open was removed: "},
+		{name: "removed --debug-open by env", env: map[string]string{"LEGATION_DEBUG_OPEN": "true"}, wantErr: "use --insecure-loopback-debug"},
 		{name: "unknown flag", args: []string{"--nope"}, wantErr: "--nope"},
 		{name: "argument", args: []string{"serve"}, wantErr: `"serve"`},
 	}
