@@ -14,7 +14,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -277,7 +276,7 @@ func (ec *etcdCluster) start(t *testing.T) {
 		member := fmt.Sprintf("%s-%d", ec.sts.Name, i)
 		args := ec.rewrite(t, spec, c, member, c.Args)
 		cmd := exec.Command(ec.bin, args...)
-		var logs syncBuffer
+		var logs xdstest.LogBuffer
 		cmd.Stdout, cmd.Stderr = &logs, &logs
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -367,24 +366,6 @@ func (ec *etcdCluster) podOptions(t *testing.T, spec corev1.PodSpec, c *corev1.C
 		t.Fatalf("xds-node: etcd security %v; want a CA and a client certificate", cfg.EtcdSecurity)
 	}
 	return etcdconn.Options{Endpoints: cfg.EtcdEndpoints, Security: cfg.EtcdSecurity}
-}
-
-// syncBuffer is a bytes.Buffer written by a process's two streams.
-type syncBuffer struct {
-	mu sync.Mutex // guards b
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // checkNetworkPolicies checks that NetworkPolicies isolate the replicas'
