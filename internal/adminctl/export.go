@@ -85,7 +85,7 @@ per line, -o yaml: one document per file).`,
 	fl.StringVar(&f.groupBy, "group-by", "cluster", "how the replicas derive a node's group: cluster, id or metadata:KEY (their --group-by)")
 	fl.StringVar(&f.cluster, "cluster", "", "the node's cluster (Node.cluster), for --group-by cluster")
 	fl.StringToStringVar(&f.metadata, "metadata", nil, "the node's metadata as KEY=VALUE strings, for --group-by metadata:KEY")
-	fl.StringVar(&f.dir, "dir", "", "directory to write the files to; must exist (required)")
+	fl.StringVar(&f.dir, "dir", "", "directory to write the files to, made if missing (required)")
 	fl.StringVar(&f.format, "format", string(fsexport.YAML), "file format: yaml, json or pb")
 	fl.BoolVar(&f.watch, "watch", false, "keep the files current as etcd changes, until interrupted")
 	_ = cmd.RegisterFlagCompletionFunc("format", cobra.FixedCompletions([]string{"yaml", "json", "pb"}, cobra.ShellCompDirectiveNoFileComp))
@@ -138,7 +138,7 @@ func (a *app) runExport(ctx context.Context, f exportFlags, deriving bool) error
 	if err != nil {
 		return err
 	}
-	if err := fsexport.CheckDir(f.dir); err != nil {
+	if err := fsexport.MakeDir(f.dir); err != nil {
 		return fmt.Errorf("--dir: %w", err)
 	}
 	x, err := fsexport.New(fsexport.Config{Dir: f.dir, Format: format, Group: group})

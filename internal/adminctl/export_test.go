@@ -253,7 +253,9 @@ func TestExportEquivalence(t *testing.T) {
 	}
 	for _, f := range fsexport.Formats {
 		t.Run(string(f), func(t *testing.T) {
-			dir := t.TempDir()
+			// A directory that does not exist yet, nor its parent:
+			// export makes both.
+			dir := filepath.Join(t.TempDir(), "xds", "edge")
 			out := r.h.mustRun("export", "--node", "envoy-1", "--cluster", "edge", "--dir", dir, "--format", string(f))
 			if !strings.Contains(out, filepath.Join(dir, "cds."+string(f))) {
 				t.Errorf("output does not name cds.%s:\n%s", f, out)
@@ -512,7 +514,7 @@ func TestExportBadInput(t *testing.T) {
 		{"no node", []string{"--dir", "DIR"}, "--node"},
 		{"no dir", []string{"--node", "n"}, "--dir"},
 		{"bad format", []string{"--node", "n", "--dir", "DIR", "--format", "xml"}, `--format: format "xml": want one of yaml, json, pb`},
-		{"missing dir", []string{"--node", "n", "--dir", "/no/such/dir"}, "--dir: stat /no/such/dir: no such file or directory"},
+		{"dir under a file", []string{"--node", "n", "--dir", filepath.Join(notDir, "sub")}, filepath.Join(notDir, "sub") + ": not a directory"},
 		{"dir is a file", []string{"--node", "n", "--dir", notDir}, "is not a directory"},
 		{"group and cluster", []string{"--node", "n", "--dir", "DIR", "--group", "edge", "--cluster", "edge"}, "give one or the other"},
 		{"group and group-by", []string{"--node", "n", "--dir", "DIR", "--group", "edge", "--group-by", "id"}, "give one or the other"},

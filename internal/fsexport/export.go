@@ -22,7 +22,8 @@ import (
 
 // Config configures an Exporter.
 type Config struct {
-	// Dir is the directory the files are written to. It must exist.
+	// Dir is the directory the files are written to. It must exist (see
+	// MakeDir).
 	Dir string
 	// Format is the files' format. Zero: YAML.
 	Format Format
@@ -37,7 +38,7 @@ type Config struct {
 }
 
 // Validate checks the config; it does not look at the directory (see
-// CheckDir).
+// MakeDir).
 func (c *Config) Validate() error {
 	if c.Dir == "" {
 		return errors.New("fsexport: no directory")
@@ -56,10 +57,17 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// CheckDir checks that dir is a directory files can be created in, by
-// creating and removing an empty temporary file.
-func CheckDir(dir string) error {
+// MakeDir makes dir, with its missing parents (mode 0755 before the
+// umask), unless it exists, and checks that it is a directory files can
+// be created in, by creating and removing an empty temporary file.
+func MakeDir(dir string) error {
 	fi, err := os.Stat(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		fi, err = os.Stat(dir)
+	}
 	if err != nil {
 		return err
 	}
