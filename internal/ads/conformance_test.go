@@ -123,6 +123,14 @@ func TestSotWLatestRequest(t *testing.T) {
 
 	// The latest request (only b) rules: a is no longer sent, b is.
 	s.Ack(second, "b")
+	// The stream handles its requests in order: once a stale request
+	// sent after the ACK is counted, the ACK was handled, before the
+	// change below reaches the stream.
+	s.Send(&discoveryv3.DiscoveryRequest{TypeUrl: resource.Endpoint.URL, VersionInfo: first.GetVersionInfo(), ResponseNonce: first.GetNonce(), ResourceNames: []string{"a"}})
+	xdstest.WaitFor(t, "the ACK of b handled", func() (bool, string) {
+		got := gatherValue(t, e, "legation_sotw_stale_nonce_requests_total")
+		return got == 3, "legation_sotw_stale_nonce_requests_total = " + strconv.FormatFloat(got, 'g', -1, 64) + ", want 3"
+	})
 	e.Apply(t, []store.Put{xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("a", 3))})
 	s.ExpectNone()
 	r := e.Apply(t, []store.Put{xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("b", 3))})
