@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/stats"
@@ -91,11 +90,11 @@ type Config struct {
 type Limits struct {
 	cfg     Config
 	log     *slog.Logger
-	limiter *rate.Limiter // nil: no rate
-	open    atomic.Int64  // admitted streams open
+	limiter *bucket      // nil: no rate
+	open    atomic.Int64 // admitted streams open
 	// relay is the relay budget's: its limiter (nil: no rate) and the
 	// relayed streams open.
-	relayLimiter *rate.Limiter
+	relayLimiter *bucket
 	relayOpen    atomic.Int64
 
 	hits   *prometheus.CounterVec
@@ -123,10 +122,10 @@ func New(cfg Config) (*Limits, error) {
 		l.log = slog.New(slog.DiscardHandler)
 	}
 	if cfg.StreamRate > 0 {
-		l.limiter = rate.NewLimiter(rate.Limit(cfg.StreamRate), max(1, cfg.StreamBurst))
+		l.limiter = newBucket(cfg.StreamRate, cfg.StreamBurst)
 	}
 	if cfg.RelayStreamRate > 0 {
-		l.relayLimiter = rate.NewLimiter(rate.Limit(cfg.RelayStreamRate), max(1, cfg.RelayStreamBurst))
+		l.relayLimiter = newBucket(cfg.RelayStreamRate, cfg.RelayStreamBurst)
 	}
 	var err error
 	if l.hits, err = Hits(cfg.Registerer); err != nil {
@@ -272,14 +271,14 @@ func (l *Limits) admit(ctx context.Context) error {
 	if l.limiter == nil {
 		return nil
 	}
-	r := l.limiter.Reserve()
+	r := l.limiter.reserve()
 	d := r.Delay()
 	if d == 0 {
 		return nil
 	}
 	l.waits.Inc()
 	refuse := func() error {
-		r.Cancel()
+		l.limiter.cancel(r)
 		l.open.Add(-1)
 		l.hits.WithLabelValues(LimitStreamRate).Inc()
 		return status.Errorf(codes.ResourceExhausted, "too many new streams: at most %g a second (--stream-rate); back off and retry", l.cfg.StreamRate)
@@ -293,7 +292,7 @@ func (l *Limits) admit(ctx context.Context) error {
 	case <-t.C:
 		return nil
 	case <-ctx.Done():
-		r.Cancel()
+		l.limiter.cancel(r)
 		l.open.Add(-1)
 		return status.FromContextError(ctx.Err()).Err()
 	}
@@ -312,16 +311,16 @@ func (l *Limits) admitRelayed(ctx context.Context) (release func(), err error) {
 		return nil, status.Errorf(codes.ResourceExhausted, "too many relayed streams: at most %d (--max-relayed-streams)", max)
 	}
 	if l.relayLimiter != nil {
-		r := l.relayLimiter.Reserve()
+		r := l.relayLimiter.reserve()
 		if d := r.Delay(); d > 0 {
 			if d > l.cfg.MaxWait {
-				r.Cancel()
+				l.relayLimiter.cancel(r)
 				l.relayOpen.Add(-1)
 				l.hits.WithLabelValues(LimitRelayStreamRate).Inc()
 				return nil, status.Errorf(codes.ResourceExhausted, "too many new relayed streams: at most %g a second (--relay-stream-rate); back off and retry", l.cfg.RelayStreamRate)
 			}
 			if err := wait(ctx, d); err != nil {
-				r.Cancel()
+				l.relayLimiter.cancel(r)
 				l.relayOpen.Add(-1)
 				return nil, err
 			}
