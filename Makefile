@@ -44,7 +44,7 @@ run: build
 
 # The demo of README "Demo": dev mode, two echo backends, examples/ applied
 # and a proxyless gRPC client printing the split between the backends each
-# second, until Ctrl-C (examples/demo/main.go, internal/demo).
+# second, until Ctrl-C (examples/demo/main.go, internal/tools/demo).
 demo: build
 	$(GO) build -o bin/legation-demo ./examples/demo
 	./bin/legation-demo run
@@ -111,7 +111,7 @@ bench-load:
 # random faults for DURATION, heal, and the history check; one line per
 # seed. CHAOS_PARALLEL seeds at once; CHAOS_FLAGS for more (--first-seed,
 # --seed-list, --clients, -v). make test runs one short seed
-# (internal/chaos/runner's TestShortSeed).
+# (internal/tools/chaos/runner's TestShortSeed).
 SEEDS          ?= 1
 DURATION       ?= 5m
 CHAOS_PARALLEL ?= 1
@@ -178,7 +178,7 @@ tidy:
 
 # Installs what the tests need from Debian when it is missing: protoc (and
 # the well-known .proto files), haproxy, shellcheck, ip (the network
-# namespaces of internal/netnstest), openssl (docs/security.md's
+# namespaces of internal/testkit/netnstest), openssl (docs/security.md's
 # certificate recipe), a C compiler for -race, and (through
 # image-setup) podman and the CA bundle for image-test.
 setup: image-setup

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/legation-io/legation/internal/tlsfiles"
+	"github.com/legation-io/legation/internal/security/tlsfiles"
 )
 
 // recipe returns the shell script between the recipe markers of

@@ -39,12 +39,12 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
-	"github.com/legation-io/legation/internal/adminctl"
-	"github.com/legation-io/legation/internal/localcluster"
-	"github.com/legation-io/legation/internal/relay"
-	"github.com/legation-io/legation/internal/shard"
-	nodestatus "github.com/legation-io/legation/internal/status"
-	"github.com/legation-io/legation/internal/xdstest"
+	"github.com/legation-io/legation/internal/admin/adminctl"
+	"github.com/legation-io/legation/internal/tools/localcluster"
+	"github.com/legation-io/legation/internal/cluster/relay"
+	"github.com/legation-io/legation/internal/cluster/shard"
+	nodestatus "github.com/legation-io/legation/internal/cluster/status"
+	"github.com/legation-io/legation/internal/testkit/xdstest"
 )
 
 const (

@@ -1,7 +1,7 @@
 package e2e
 
 // Tests of the whole deployment: real etcd members, xds-node replicas and
-// HAProxy as processes (internal/localcluster), with hundreds of clients
+// HAProxy as processes (internal/tools/localcluster), with hundreds of clients
 // through HAProxy (cluster_clients_test.go). Their sizes are in
 // size_small_test.go (go test ./...) and size_full_test.go (-tags e2e).
 
@@ -18,8 +18,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/legation-io/legation/internal/localcluster"
-	"github.com/legation-io/legation/internal/xdstest"
+	"github.com/legation-io/legation/internal/tools/localcluster"
+	"github.com/legation-io/legation/internal/testkit/xdstest"
 )
 
 // failoverBound is the failover target of docs/design.md: every client of a killed

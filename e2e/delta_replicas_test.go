@@ -13,9 +13,9 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/legation-io/legation/internal/localcluster"
-	"github.com/legation-io/legation/internal/store/storetest"
-	"github.com/legation-io/legation/internal/xdstest"
+	"github.com/legation-io/legation/internal/tools/localcluster"
+	"github.com/legation-io/legation/internal/testkit/storetest"
+	"github.com/legation-io/legation/internal/testkit/xdstest"
 )
 
 const (
@@ -29,7 +29,7 @@ const (
 // changed (promise 4).
 //
 // Replicas r1 and r2 run as real processes of the xds-node binary
-// (internal/localcluster, without HAProxy), standalone: each serves the
+// (internal/tools/localcluster, without HAProxy), standalone: each serves the
 // streams that land on it, as this test is about global versions across
 // replicas, not node affinity. A raw delta ADS client on each subscribes to every cluster
 // (legacy wildcard CDS) and to three named endpoint sets, and ACKs: both

@@ -1,11 +1,11 @@
 // Package e2e holds end-to-end tests of Legation: a real xds-node replica
-// (internal/node) on an embedded etcd, resources written with the xdsadmin
-// CLI (internal/adminctl, run in-process), and real xDS clients that nobody
+// (internal/replica) on an embedded etcd, resources written with the xdsadmin
+// CLI (internal/admin/adminctl, run in-process), and real xDS clients that nobody
 // here wrote (grpc-go's proxyless xDS client) routing RPCs to real gRPC
 // backends through what the replica serves.
 //
 // It also runs the xds-node binary itself, as processes that
-// internal/localcluster owns (what `go run ./deploy/local up` runs):
+// internal/tools/localcluster owns (what `go run ./deploy/local up` runs):
 // TestDeltaAcrossReplicas starts two replica processes on one embedded
 // etcd, with a raw delta client moving from one to the other; and the
 // TestCluster* tests start a whole local cluster: three etcd processes,

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/legation-io/legation/internal/localcluster"
+	"github.com/legation-io/legation/internal/tools/localcluster"
 )
 
 // benchMix is BenchmarkFailover's fleet: with 3 replicas, the busiest

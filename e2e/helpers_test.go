@@ -25,10 +25,10 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/xds" // the xds:/// resolver, its balancers and NewXDSResolverWithConfigForTesting
 
-	"github.com/legation-io/legation/internal/adminctl"
-	"github.com/legation-io/legation/internal/node"
-	"github.com/legation-io/legation/internal/store/storetest"
-	"github.com/legation-io/legation/internal/xdstest"
+	"github.com/legation-io/legation/internal/admin/adminctl"
+	"github.com/legation-io/legation/internal/replica"
+	"github.com/legation-io/legation/internal/testkit/storetest"
+	"github.com/legation-io/legation/internal/testkit/xdstest"
 )
 
 // Two timeouts: a long one for what must happen, a short one for what must
@@ -45,7 +45,7 @@ const (
 // replica on it in etcd mode, and two gRPC backends, A and B.
 type env struct {
 	etcd *storetest.Etcd
-	node *node.Node
+	node *replica.Node
 	a, b *backend
 	// http reaches the node's HTTP server at base (http:// or https://).
 	http *http.Client
@@ -55,7 +55,7 @@ type env struct {
 // envOptions change what newEnvWith starts.
 type envOptions struct {
 	// configure, if set, changes the node's config before it starts.
-	configure func(*node.Config)
+	configure func(*replica.Config)
 	// httpsClient, if set, is the TLS config the test's HTTP client uses
 	// to reach a node serving HTTPS (an admin's certificate, for /debug/).
 	httpsClient *tls.Config
@@ -86,7 +86,7 @@ func newEnvWith(t *testing.T, opts envOptions) *env {
 		e.base = "https://"
 	}
 
-	cfg := node.DefaultConfig()
+	cfg := replica.DefaultConfig()
 	cfg.EtcdEndpoints = []string{e.etcd.Endpoint}
 	cfg.XDSAddr = "127.0.0.1:0"
 	cfg.HTTPAddr = "127.0.0.1:0"
@@ -100,7 +100,7 @@ func newEnvWith(t *testing.T, opts envOptions) *env {
 	if opts.configure != nil {
 		opts.configure(&cfg)
 	}
-	n, err := node.New(cfg)
+	n, err := replica.New(cfg)
 	if err != nil {
 		t.Fatalf("node.New: %v", err)
 	}

@@ -8,9 +8,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 
-	"github.com/legation-io/legation/internal/node"
-	"github.com/legation-io/legation/internal/resource"
-	"github.com/legation-io/legation/internal/xdstest"
+	"github.com/legation-io/legation/internal/replica"
+	"github.com/legation-io/legation/internal/state/resource"
+	"github.com/legation-io/legation/internal/testkit/xdstest"
 )
 
 // TestKeepaliveQuiet: a grpc-go client pinging every 10s (gRPC keepalive,
@@ -24,7 +24,7 @@ import (
 // 15s) ends the stream.
 func TestKeepaliveQuiet(t *testing.T) {
 	run := func(t *testing.T, minTime time.Duration) (ended error) {
-		e := newEnvWith(t, envOptions{configure: func(c *node.Config) { c.KeepaliveMinTime = minTime }})
+		e := newEnvWith(t, envOptions{configure: func(c *replica.Config) { c.KeepaliveMinTime = minTime }})
 		cc := xdstest.Dial(t, e.node.XDSAddr(), grpc.WithKeepaliveParams(keepalive.ClientParameters{
 			Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true,
 		}))

@@ -13,11 +13,11 @@ import (
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 
-	"github.com/legation-io/legation/internal/resource"
-	"github.com/legation-io/legation/internal/xdstest"
+	"github.com/legation-io/legation/internal/state/resource"
+	"github.com/legation-io/legation/internal/testkit/xdstest"
 )
 
-// TestRapidReset100k (make e2e; internal/node's TestRapidReset is the
+// TestRapidReset100k (make e2e; internal/replica's TestRapidReset is the
 // make test size): one connection opening and resetting 100,000 ADS
 // streams leaves the replica up, its RSS less than 100 MiB higher, and
 // another client still pushed to within a second.

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/legation-io/legation/internal/localcluster"
+	"github.com/legation-io/legation/internal/tools/localcluster"
 )
 
 // rollingBound is the acceptance bound of issue 13: after a kill, and

@@ -24,10 +24,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/legation-io/legation/internal/netnstest"
-	"github.com/legation-io/legation/internal/node"
-	"github.com/legation-io/legation/internal/resource"
-	"github.com/legation-io/legation/internal/xdstest"
+	"github.com/legation-io/legation/internal/replica"
+	"github.com/legation-io/legation/internal/state/resource"
+	"github.com/legation-io/legation/internal/testkit/netnstest"
+	"github.com/legation-io/legation/internal/testkit/xdstest"
 )
 
 // secretYAML is an SDS secret named name holding a key pair.
@@ -72,7 +72,7 @@ func TestSecretsByIdentity(t *testing.T) {
 func TestSecretsPlaintextLoopbackOnly(t *testing.T) {
 	ns := netnstest.New(t)
 	logs := new(lockedBuffer)
-	e := newEnvWith(t, envOptions{configure: func(c *node.Config) {
+	e := newEnvWith(t, envOptions{configure: func(c *replica.Config) {
 		c.XDSAddr, c.HTTPAddr = "0.0.0.0:0", "0.0.0.0:0"
 		c.InsecureLoopbackSecrets = true
 		c.Logger = slog.New(slog.NewTextHandler(logs, nil))

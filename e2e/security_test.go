@@ -30,10 +30,10 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/xds"
 
-	"github.com/legation-io/legation/internal/node"
-	"github.com/legation-io/legation/internal/resource"
-	"github.com/legation-io/legation/internal/testcerts"
-	"github.com/legation-io/legation/internal/xdstest"
+	"github.com/legation-io/legation/internal/replica"
+	"github.com/legation-io/legation/internal/state/resource"
+	"github.com/legation-io/legation/internal/testkit/testcerts"
+	"github.com/legation-io/legation/internal/testkit/xdstest"
 )
 
 // The identities of the tests' certificates.
@@ -114,7 +114,7 @@ func newMTLSEnv(t *testing.T, p *pki, leakOK ...goleak.Option) *env {
 	t.Helper()
 	return newEnvWith(t, envOptions{
 		leakOK: leakOK,
-		configure: func(c *node.Config) {
+		configure: func(c *replica.Config) {
 			c.TLSCertFile, c.TLSKeyFile, c.ClientCAFile = p.serverCert, p.serverKey, p.caFile
 		},
 		httpsClient: clientTLS(t, p.admin, p.ca),

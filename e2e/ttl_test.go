@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/legation-io/legation/internal/store"
+	"github.com/legation-io/legation/internal/state/store"
 )
 
 // The cluster and endpoints svc-b, on backend B: where the override sends

@@ -30,9 +30,9 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/legation-io/legation/internal/chaos/faults"
-	"github.com/legation-io/legation/internal/chaos/runner"
-	"github.com/legation-io/legation/internal/localcluster"
+	"github.com/legation-io/legation/internal/tools/chaos/faults"
+	"github.com/legation-io/legation/internal/tools/chaos/runner"
+	"github.com/legation-io/legation/internal/tools/localcluster"
 )
 
 // options are the flags beyond runner.Config's.

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/legation-io/legation/internal/chaos/runner"
+	"github.com/legation-io/legation/internal/tools/chaos/runner"
 )
 
 // TestSeedList: --seeds counts from --first-seed; --seed-list wins and

@@ -24,9 +24,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 
-	"github.com/legation-io/legation/internal/adminctl"
-	"github.com/legation-io/legation/internal/etcdconn"
-	"github.com/legation-io/legation/internal/xdstest"
+	"github.com/legation-io/legation/internal/admin/adminctl"
+	"github.com/legation-io/legation/internal/state/etcdconn"
+	"github.com/legation-io/legation/internal/testkit/xdstest"
 )
 
 const (
@@ -373,7 +373,7 @@ func (ec *etcdCluster) podOptions(t *testing.T, spec corev1.PodSpec, c *corev1.C
 // probes (any source by default), gossip (TCP and UDP) from the replicas only, etcd's
 // client port from the replicas and the auth Job only, its peer port from
 // its members only, its metrics port.
-func checkNetworkPolicies(t *testing.T, r rendered, rep replica) {
+func checkNetworkPolicies(t *testing.T, r rendered, rep chartReplica) {
 	t.Helper()
 	replicaPods := rep.dep.Spec.Template.Labels
 	if len(r.statefulSets) != 1 || len(r.jobs) != 1 {

@@ -24,7 +24,7 @@ import (
 	sigsjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
-	"github.com/legation-io/legation/internal/node"
+	"github.com/legation-io/legation/internal/replica"
 )
 
 // The chart, and how `make manifests` renders it into manifestsFile, with
@@ -184,13 +184,13 @@ func matches(selector, labels map[string]string) bool {
 	return true
 }
 
-// replica is the xds-node Deployment, its container, and the Config its
+// chartReplica is the xds-node Deployment, its container, and the Config its
 // arguments parse to.
-type replica struct {
+type chartReplica struct {
 	dep       *appsv1.Deployment
 	container *corev1.Container
 	args      []string
-	cfg       node.Config
+	cfg       replica.Config
 }
 
 var envRef = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)
@@ -198,9 +198,9 @@ var envRef = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)
 // checkReplica finds the xds-node container and parses its arguments with
 // xds-node's own flag set and checks (parseFlags), after expanding the
 // $(VAR) references Kubernetes expands, from sample downward API values.
-func checkReplica(t *testing.T, r rendered) replica {
+func checkReplica(t *testing.T, r rendered) chartReplica {
 	t.Helper()
-	var rep replica
+	var rep chartReplica
 	for _, d := range r.deployments {
 		for i := range d.Spec.Template.Spec.Containers {
 			if c := &d.Spec.Template.Spec.Containers[i]; c.Name == "xds-node" {
@@ -310,7 +310,7 @@ func containerPort(c *corev1.Container, target intstr.IntOrString, proto corev1.
 // checkPortsAndProbes checks that the container listens where the flags
 // say, that the probes hit /readyz and /healthz on --http-addr's port, and
 // that the Services route to those ports.
-func checkPortsAndProbes(t *testing.T, r rendered, rep replica) {
+func checkPortsAndProbes(t *testing.T, r rendered, rep chartReplica) {
 	t.Helper()
 	c := rep.container
 	want := []struct {
@@ -406,7 +406,7 @@ func checkPortsAndProbes(t *testing.T, r rendered, rep replica) {
 // checkPodSpec checks the replicas' security context, resources,
 // anti-affinity and disruption budget, and that every file flag names a
 // file of a mounted Secret.
-func checkPodSpec(t *testing.T, r rendered, rep replica) {
+func checkPodSpec(t *testing.T, r rendered, rep chartReplica) {
 	t.Helper()
 	spec := rep.dep.Spec.Template.Spec
 	c := rep.container
@@ -474,7 +474,7 @@ func checkPodSpec(t *testing.T, r rendered, rep replica) {
 
 // renderChecked renders the chart with extra helm arguments and runs the
 // checks every rendering passes.
-func renderChecked(t *testing.T, extra ...string) (rendered, replica, []byte) {
+func renderChecked(t *testing.T, extra ...string) (rendered, chartReplica, []byte) {
 	t.Helper()
 	out, err := helmTemplate(t, extra...)
 	if err != nil {
@@ -522,7 +522,7 @@ func TestChartDefault(t *testing.T) {
 
 // checkBundledEtcd checks the bundled etcd StatefulSet and that
 // --etcd-endpoints names its members.
-func checkBundledEtcd(t *testing.T, r rendered, rep replica, members int32) {
+func checkBundledEtcd(t *testing.T, r rendered, rep chartReplica, members int32) {
 	t.Helper()
 	if len(r.statefulSets) != 1 {
 		t.Fatalf("%d StatefulSets; want the bundled etcd's", len(r.statefulSets))
@@ -715,7 +715,7 @@ func TestStrictDecode(t *testing.T) {
 
 // xdsNodeFlags is xds-node's flag set.
 func xdsNodeFlags() *pflag.FlagSet {
-	cfg := node.DefaultConfig()
+	cfg := replica.DefaultConfig()
 	fs, _, _ := newFlagSet(&cfg)
 	return fs
 }

@@ -24,8 +24,8 @@ import (
 	"github.com/spf13/pflag"
 	"go.opentelemetry.io/otel/attribute"
 
-	"github.com/legation-io/legation/internal/etcdconn"
-	"github.com/legation-io/legation/internal/node"
+	"github.com/legation-io/legation/internal/replica"
+	"github.com/legation-io/legation/internal/state/etcdconn"
 	"github.com/legation-io/legation/internal/tracing"
 )
 
@@ -41,7 +41,7 @@ func main() {
 		}
 		os.Exit(2)
 	}
-	cfg.Registerer = node.NewRegistry()
+	cfg.Registerer = replica.NewRegistry()
 	tp, err := tracing.New(context.Background(), tracing.Config{Service: "xds-node",
 		Attributes: []attribute.KeyValue{attribute.String("legation.replica", cfg.Name)}, Logger: cfg.Logger})
 	if err != nil {
@@ -50,7 +50,7 @@ func main() {
 	}
 	cfg.Tracing = tp
 
-	n, err := node.New(cfg)
+	n, err := replica.New(cfg)
 	if err != nil {
 		cfg.Logger.Error("xds-node cannot start", "err", err)
 		os.Exit(1)
@@ -73,8 +73,8 @@ func main() {
 
 // parseFlags turns the command line and LEGATION_* variables into a
 // checked Config with its Logger set. Errors name the flag.
-func parseFlags(args []string) (node.Config, error) {
-	cfg := node.DefaultConfig()
+func parseFlags(args []string) (replica.Config, error) {
+	cfg := replica.DefaultConfig()
 	fs, logLevel, logFormat := newFlagSet(&cfg)
 	if err := fs.Parse(args); err != nil {
 		if !errors.Is(err, pflag.ErrHelp) {
@@ -120,7 +120,7 @@ func parseFlags(args []string) (node.Config, error) {
 // newFlagSet is xds-node's flag set, bound to cfg's fields, with the
 // --log-level and --log-format values it returns beside. The Helm chart's
 // test (chart_test.go) checks the chart's arguments against it.
-func newFlagSet(cfg *node.Config) (fs *pflag.FlagSet, logLevel, logFormat *string) {
+func newFlagSet(cfg *replica.Config) (fs *pflag.FlagSet, logLevel, logFormat *string) {
 	fs = pflag.NewFlagSet("xds-node", pflag.ContinueOnError)
 	fs.SortFlags = false
 	fs.StringSliceVar(&cfg.EtcdEndpoints, "etcd-endpoints", cfg.EtcdEndpoints,

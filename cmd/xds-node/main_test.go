@@ -11,8 +11,8 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/legation-io/legation/internal/etcdconn"
-	"github.com/legation-io/legation/internal/node"
+	"github.com/legation-io/legation/internal/replica"
+	"github.com/legation-io/legation/internal/state/etcdconn"
 )
 
 func TestParseFlags(t *testing.T) {
@@ -20,12 +20,12 @@ func TestParseFlags(t *testing.T) {
 		name    string
 		env     map[string]string
 		args    []string
-		check   func(t *testing.T, cfg node.Config)
+		check   func(t *testing.T, cfg replica.Config)
 		wantErr string // substring; empty: no error
 	}{
 		{
 			name: "defaults are dev mode",
-			check: func(t *testing.T, cfg node.Config) {
+			check: func(t *testing.T, cfg replica.Config) {
 				if len(cfg.EtcdEndpoints) != 0 || cfg.GroupBy != "cluster" || cfg.ShutdownTimeout != 10*time.Second {
 					t.Errorf("got endpoints %q, group-by %q, shutdown %s; want none, cluster, 10s", cfg.EtcdEndpoints, cfg.GroupBy, cfg.ShutdownTimeout)
 				}
@@ -40,7 +40,7 @@ func TestParseFlags(t *testing.T) {
 		},
 		{
 			name: "dev mode listens on loopback only",
-			check: func(t *testing.T, cfg node.Config) {
+			check: func(t *testing.T, cfg replica.Config) {
 				if cfg.XDSAddr != "127.0.0.1:18000" || cfg.HTTPAddr != "127.0.0.1:18001" || cfg.GossipAddr != "127.0.0.1:7946" {
 					t.Errorf("got xds %q, http %q, gossip %q; want them on 127.0.0.1", cfg.XDSAddr, cfg.HTTPAddr, cfg.GossipAddr)
 				}
@@ -50,7 +50,7 @@ func TestParseFlags(t *testing.T) {
 			name: "dev mode address picked by the operator",
 			args: []string{"--xds-addr", ":18000"},
 			env:  map[string]string{"LEGATION_HTTP_ADDR": "0.0.0.0:18001"},
-			check: func(t *testing.T, cfg node.Config) {
+			check: func(t *testing.T, cfg replica.Config) {
 				if cfg.XDSAddr != ":18000" || cfg.HTTPAddr != "0.0.0.0:18001" {
 					t.Errorf("got xds %q, http %q; want :18000, 0.0.0.0:18001", cfg.XDSAddr, cfg.HTTPAddr)
 				}
@@ -59,7 +59,7 @@ func TestParseFlags(t *testing.T) {
 		{
 			name: "etcd mode listens on every interface",
 			args: []string{"--etcd-endpoints", "a:2379"},
-			check: func(t *testing.T, cfg node.Config) {
+			check: func(t *testing.T, cfg replica.Config) {
 				if cfg.XDSAddr != ":18000" || cfg.HTTPAddr != ":18001" {
 					t.Errorf("got xds %q, http %q; want :18000, :18001", cfg.XDSAddr, cfg.HTTPAddr)
 				}
@@ -69,7 +69,7 @@ func TestParseFlags(t *testing.T) {
 			name: "TLS flags",
 			args: []string{"--etcd-endpoints", "a:2379", "--tls-cert-file", "c.pem", "--tls-key-file", "k.pem", "--client-ca-file", "ca.pem",
 				"--replica-identity", "spiffe://x/replica-*, spiffe://x/r", "--authz-default-trust-domain", "x.example"},
-			check: func(t *testing.T, cfg node.Config) {
+			check: func(t *testing.T, cfg replica.Config) {
 				if cfg.TLSCertFile != "c.pem" || cfg.TLSKeyFile != "k.pem" || cfg.ClientCAFile != "ca.pem" || !cfg.MTLS() ||
 					!slices.Equal(cfg.ReplicaIdentities, []string{"spiffe://x/replica-*", "spiffe://x/r"}) || cfg.AuthzDefaultTrustDomain != "x.example" {
 					t.Errorf("got %+v", cfg)
@@ -79,7 +79,7 @@ func TestParseFlags(t *testing.T) {
 		{
 			name: "env sets flags",
 			env:  map[string]string{"LEGATION_ETCD_ENDPOINTS": "a:2379, b:2379", "LEGATION_GROUP_BY": "id", "LEGATION_SHUTDOWN_TIMEOUT": "3s"},
-			check: func(t *testing.T, cfg node.Config) {
+			check: func(t *testing.T, cfg replica.Config) {
 				if !slices.Equal(cfg.EtcdEndpoints, []string{"a:2379", "b:2379"}) || cfg.GroupBy != "id" || cfg.ShutdownTimeout != 3*time.Second {
 					t.Errorf("got endpoints %q, group-by %q, shutdown %s; want [a:2379 b:2379], id, 3s", cfg.EtcdEndpoints, cfg.GroupBy, cfg.ShutdownTimeout)
 				}
@@ -88,7 +88,7 @@ func TestParseFlags(t *testing.T) {
 		{
 			name: "drain period",
 			args: []string{"--drain-period", "30s", "--shutdown-timeout", "5s"},
-			check: func(t *testing.T, cfg node.Config) {
+			check: func(t *testing.T, cfg replica.Config) {
 				if cfg.DrainPeriod != 30*time.Second || cfg.ShutdownTimeout != 5*time.Second {
 					t.Errorf("got drain period %s, shutdown %s; want 30s, 5s", cfg.DrainPeriod, cfg.ShutdownTimeout)
 				}
@@ -98,7 +98,7 @@ func TestParseFlags(t *testing.T) {
 			name: "a flag wins over env",
 			env:  map[string]string{"LEGATION_GROUP_BY": "id", "LEGATION_NAME": "from-env"},
 			args: []string{"--group-by=metadata:team", "--name", "from-flag"},
-			check: func(t *testing.T, cfg node.Config) {
+			check: func(t *testing.T, cfg replica.Config) {
 				if cfg.Name != "from-flag" || cfg.GroupBy != "metadata:team" {
 					t.Errorf("got name %q, group-by %q; want from-flag, metadata:team", cfg.Name, cfg.GroupBy)
 				}
@@ -107,7 +107,7 @@ func TestParseFlags(t *testing.T) {
 		{
 			name: "an empty variable is ignored",
 			env:  map[string]string{"LEGATION_NAME": ""},
-			check: func(t *testing.T, cfg node.Config) {
+			check: func(t *testing.T, cfg replica.Config) {
 				if cfg.Name == "" {
 					t.Error("name empty")
 				}
@@ -117,7 +117,7 @@ func TestParseFlags(t *testing.T) {
 			name: "xds flags",
 			args: []string{"--catchup-timeout", "2s", "--sotw-trust-version", "--max-recv-msg-size", "1048576", "--insecure-loopback-debug",
 				"--insecure-loopback-secrets", "--pprof"},
-			check: func(t *testing.T, cfg node.Config) {
+			check: func(t *testing.T, cfg replica.Config) {
 				if cfg.CatchupTimeout != 2*time.Second || !cfg.SotwTrustVersion || cfg.MaxRecvMsgSize != 1<<20 || !cfg.InsecureLoopbackDebug {
 					t.Errorf("got catchup %s, trust version %v, max recv %d, loopback debug %v; want 2s, true, 1048576, true",
 						cfg.CatchupTimeout, cfg.SotwTrustVersion, cfg.MaxRecvMsgSize, cfg.InsecureLoopbackDebug)
@@ -132,7 +132,7 @@ func TestParseFlags(t *testing.T) {
 			env: map[string]string{"LEGATION_CATCHUP_TIMEOUT": "7s", "LEGATION_SOTW_TRUST_VERSION": "true",
 				"LEGATION_MAX_RECV_MSG_SIZE": "2048", "LEGATION_INSECURE_LOOPBACK_DEBUG": "1", "LEGATION_INSECURE_LOOPBACK_SECRETS": "true",
 				"LEGATION_PPROF": "true"},
-			check: func(t *testing.T, cfg node.Config) {
+			check: func(t *testing.T, cfg replica.Config) {
 				if cfg.CatchupTimeout != 7*time.Second || !cfg.SotwTrustVersion || cfg.MaxRecvMsgSize != 2048 || !cfg.InsecureLoopbackDebug {
 					t.Errorf("got catchup %s, trust version %v, max recv %d, loopback debug %v; want 7s, true, 2048, true",
 						cfg.CatchupTimeout, cfg.SotwTrustVersion, cfg.MaxRecvMsgSize, cfg.InsecureLoopbackDebug)
@@ -146,7 +146,7 @@ func TestParseFlags(t *testing.T) {
 			name: "a false bool flag wins over env",
 			env:  map[string]string{"LEGATION_SOTW_TRUST_VERSION": "true", "LEGATION_INSECURE_LOOPBACK_DEBUG": "true"},
 			args: []string{"--sotw-trust-version=false", "--insecure-loopback-debug=false"},
-			check: func(t *testing.T, cfg node.Config) {
+			check: func(t *testing.T, cfg replica.Config) {
 				if cfg.SotwTrustVersion || cfg.InsecureLoopbackDebug {
 					t.Errorf("got trust version %v, loopback debug %v; want false, false", cfg.SotwTrustVersion, cfg.InsecureLoopbackDebug)
 				}
@@ -157,7 +157,7 @@ func TestParseFlags(t *testing.T) {
 			env:  map[string]string{"LEGATION_ETCD_PASSWORD": "hunter2"},
 			args: []string{"--etcd-endpoints", "https://a:2379,https://b:2379", "--etcd-cacert", "ca.pem",
 				"--etcd-cert", "c.pem", "--etcd-key", "k.pem", "--etcd-username", "replica"},
-			check: func(t *testing.T, cfg node.Config) {
+			check: func(t *testing.T, cfg replica.Config) {
 				want := etcdconn.Security{CACert: "ca.pem", Cert: "c.pem", Key: "k.pem", Username: "replica", Password: "hunter2"}
 				if cfg.EtcdSecurity != want || len(cfg.EtcdEndpoints) != 2 {
 					t.Errorf("got %v %v, want %v with two endpoints", cfg.EtcdEndpoints, cfg.EtcdSecurity, want)
@@ -182,7 +182,7 @@ func TestParseFlags(t *testing.T) {
 		{
 			name: "gossip key file",
 			env:  map[string]string{"LEGATION_ETCD_ENDPOINTS": "a:2379", "LEGATION_GOSSIP_KEY_FILE": "/run/secrets/gossip.keys"},
-			check: func(t *testing.T, cfg node.Config) {
+			check: func(t *testing.T, cfg replica.Config) {
 				if cfg.GossipKeyFile != "/run/secrets/gossip.keys" {
 					t.Errorf("got gossip key file %q, want /run/secrets/gossip.keys", cfg.GossipKeyFile)
 				}

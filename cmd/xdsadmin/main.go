@@ -9,7 +9,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/legation-io/legation/internal/adminctl"
+	"github.com/legation-io/legation/internal/admin/adminctl"
 )
 
 func main() {

@@ -30,9 +30,9 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 	"sigs.k8s.io/yaml"
 
-	"github.com/legation-io/legation/internal/fsexport"
-	"github.com/legation-io/legation/internal/node"
-	"github.com/legation-io/legation/internal/resource" // registers every Envoy type, for the Any fields
+	"github.com/legation-io/legation/internal/admin/fsexport"
+	"github.com/legation-io/legation/internal/replica"
+	"github.com/legation-io/legation/internal/state/resource" // registers every Envoy type, for the Any fields
 )
 
 // The Envoy bootstraps and what each must be. A file added to the
@@ -112,7 +112,7 @@ func decodeBootstrap(file string) (*bootstrapv3.Bootstrap, error) {
 }
 
 func TestEnvoyBootstraps(t *testing.T) {
-	def := node.DefaultConfig()
+	def := replica.DefaultConfig()
 	xdsPort, httpPort := defaultPort(t, def.XDSAddr), defaultPort(t, def.HTTPAddr)
 	for name, want := range bootstraps {
 		if filepath.Ext(name) != ".yaml" {
@@ -255,7 +255,7 @@ func checkCluster(t *testing.T, b *bootstrapv3.Bootstrap, name string, port uint
 			jitter = ka.GetIntervalJitter().GetValue() / 100
 		}
 		shortest := time.Duration(float64(ka.GetInterval().AsDuration()) * (1 - jitter))
-		if minTime := node.DefaultConfig().KeepaliveMinTime; shortest < minTime {
+		if minTime := replica.DefaultConfig().KeepaliveMinTime; shortest < minTime {
 			t.Errorf("cluster %s: keepalive pings as often as every %v; replicas refuse pings faster than %v (--keepalive-min-time)",
 				name, shortest, minTime)
 		}
@@ -341,7 +341,7 @@ func checkFileConfig(t *testing.T, what string, raw json.RawMessage) {
 }
 
 func TestGRPCBootstraps(t *testing.T) {
-	xdsPort := defaultPort(t, node.DefaultConfig().XDSAddr)
+	xdsPort := defaultPort(t, replica.DefaultConfig().XDSAddr)
 	for _, tc := range []struct {
 		file string
 		mtls bool

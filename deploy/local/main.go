@@ -1,5 +1,5 @@
 // Command local runs a whole Legation cluster on one machine, on loopback
-// addresses (internal/localcluster): etcd members, xds-node replicas and
+// addresses (internal/tools/localcluster): etcd members, xds-node replicas and
 // HAProxy in front of them. `up` runs in the foreground and owns those
 // processes as its children until Ctrl-C, SIGTERM or `down`; the other
 // commands, run from another shell, drive it through its control socket.
@@ -31,7 +31,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/legation-io/legation/internal/localcluster"
+	"github.com/legation-io/legation/internal/tools/localcluster"
 )
 
 const usage = `Usage: go run ./deploy/local COMMAND [flags] [NAME]

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/legation-io/legation/internal/localcluster"
+	"github.com/legation-io/legation/internal/tools/localcluster"
 )
 
 // testTimeout bounds what must happen.

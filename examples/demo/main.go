@@ -1,5 +1,5 @@
 // Command legation-demo is the traffic demo of `make demo` (README
-// "Demo"). Its code lives in internal/demo; this only wires flags to it.
+// "Demo"). Its code lives in internal/tools/demo; this only wires flags to it.
 //
 //	legation-demo run       xds-node in dev mode, two echo backends, examples/ applied, the client
 //	legation-demo backend   one echo backend
@@ -17,7 +17,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/legation-io/legation/internal/demo"
+	"github.com/legation-io/legation/internal/tools/demo"
 )
 
 func main() {

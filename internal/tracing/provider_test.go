@@ -9,7 +9,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/legation-io/legation/internal/resource"
+	"github.com/legation-io/legation/internal/state/resource"
 )
 
 func TestEnabled(t *testing.T) {

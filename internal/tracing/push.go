@@ -13,9 +13,9 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/legation-io/legation/internal/resource"
-	"github.com/legation-io/legation/internal/store"
-	"github.com/legation-io/legation/internal/xdsstream"
+	"github.com/legation-io/legation/internal/state/resource"
+	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/xds/xdsstream"
 )
 
 // PushConfig configures a replica's Pushes.

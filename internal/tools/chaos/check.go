@@ -1,0 +1,504 @@
+package chaos
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/legation-io/legation/internal/state/resource"
+	"github.com/legation-io/legation/internal/state/store"
+)
+
+// Violation kinds, one per promise checked.
+const (
+	// VersionBackwards: a response's version is lower than one the client
+	// received before on the stream, or on an earlier stream when it
+	// presented its version on reconnecting.
+	VersionBackwards = "backwards"
+	// HalfApply: a response does not hold the state at its version of
+	// the resources it carries (a SotW full-state response's set differs,
+	// a resource is absent or at another mod revision at that revision).
+	HalfApply = "half-apply"
+	// Resurrected: a response carries a resource that was deleted at or
+	// before its version and not created again since.
+	Resurrected = "resurrected"
+	// Duplicate: a stream received the same (type, version) twice, or
+	// (delta) a resource at the version the stream already holds.
+	Duplicate = "duplicate"
+	// Resent: a delta stream received a resource at the version its
+	// client presented in initial_resource_versions.
+	Resent = "resent"
+	// NotConverged: after the heal, a client's last state of a type is
+	// not etcd's final one.
+	NotConverged = "not-converged"
+	// Malformed: a response's version is not a revision.
+	Malformed = "malformed"
+)
+
+// Options tunes Check.
+type Options struct {
+	// Group returns a client's group (its scope besides "default") from
+	// its node id. Nil: every client sees the default scope only.
+	Group func(client string) string
+	// SotWNewNames allows a SotW response of a named type (EDS, RDS) at a
+	// version the stream already received when it carries a name the
+	// stream had not received at that version: the server answers newly
+	// asked names at once, even at the same version.
+	SotWNewNames bool
+	// InterimCDS allows a SotW CDS response to repeat the stream's last
+	// CDS version (or, as the stream's first, the version the client
+	// presented) when it carries a cluster deleted after that version:
+	// make before break keeps the clusters a change removes in an interim
+	// response, built from a later revision and sent with the previous
+	// version (changes while the hold lasts send further ones). Its set
+	// must hold that version's clusters, and its extra ones must exist
+	// later in the history; its bytes are not compared.
+	InterimCDS bool
+	// Heal, when not zero, is when the faults ended: every client's final
+	// state of each type it received must be etcd's final state
+	// (NotConverged), and Report.Converge is the longest time from Heal
+	// to a client's last response.
+	Heal time.Time
+	// ConvergeWithin, when positive, bounds Report.Converge: a client
+	// whose last response came later after Heal is NotConverged.
+	ConvergeWithin time.Duration
+}
+
+// DocumentedExceptions are the Options of the resends the README
+// documents as intended.
+func DocumentedExceptions() Options {
+	return Options{SotWNewNames: true, InterimCDS: true}
+}
+
+// Violation is one broken promise.
+type Violation struct {
+	Kind   string
+	Client string
+	Stream int64
+	Type   string
+	// Lines are the recording lines of the responses involved, Versions
+	// their versions, in the same order.
+	Lines    []int
+	Versions []string
+	// Revisions are the etcd revisions involved (a deletion, the final
+	// revision).
+	Revisions []int64
+	Detail    string
+}
+
+func (v Violation) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: client %s stream %d type %s:", v.Kind, v.Client, v.Stream, shortType(v.Type))
+	for i, l := range v.Lines {
+		fmt.Fprintf(&b, " line %d (version %s)", l, v.Versions[i])
+	}
+	if len(v.Revisions) > 0 {
+		fmt.Fprintf(&b, " revisions %v", v.Revisions)
+	}
+	b.WriteString(": ")
+	b.WriteString(v.Detail)
+	return b.String()
+}
+
+func shortType(url string) string {
+	if t, ok := resource.ByURL(url); ok {
+		return t.Name
+	}
+	return url
+}
+
+// Report is the outcome of CheckRun.
+type Report struct {
+	// Responses is the number of responses checked; Unknown those of them
+	// at a revision outside the history (their content is not checked).
+	Responses, Unknown int
+	Violations         []Violation
+	// Converge is the longest time from Options.Heal to a client's last
+	// response of a type (0 when every client's last came before).
+	Converge time.Duration
+}
+
+// Check returns the violations of the recorded responses against h.
+func Check(h *History, events []Event, opts Options) []Violation {
+	return CheckRun(h, events, opts).Violations
+}
+
+// held is a resource a client holds: received at ver (SotW: the
+// response's version, so it holds the state at ver; delta: the
+// resource's mod revision).
+type held struct {
+	ver  int64
+	sotw bool
+}
+
+type respRef struct {
+	line    int
+	version string
+	v       int64
+}
+
+type clientState struct {
+	group  string
+	max    map[string]respRef         // per type: the highest version received
+	held   map[string]map[string]held // per type: what the client holds
+	full   map[string]bool            // per type: held is the full set
+	last   map[string]Event           // per type: the last response
+	stream map[int64]*streamState     // open streams
+}
+
+type streamState struct {
+	mode      string
+	line      int // of its start
+	presented map[string]map[string]string
+	last      map[string]respRef                   // per type: the last response
+	versions  map[string]map[int64]int             // per type: responses at each version
+	names     map[string]map[int64]map[string]bool // per type and version: SotW names sent
+	held      map[string]map[string]string         // per type: delta name to version held
+	carried   map[string]map[string]bool           // per type: names received
+	seen      map[string]bool                      // per type: a response was received
+}
+
+// newest is the highest revision among versions (0 for none).
+func newest(versions map[string]string) int64 {
+	var n int64
+	for _, v := range versions {
+		if r, err := strconv.ParseInt(v, 10, 64); err == nil && r > n {
+			n = r
+		}
+	}
+	return n
+}
+
+func newStream(e *Event) *streamState {
+	return &streamState{mode: e.Mode, line: e.Line, presented: e.Presented, last: map[string]respRef{},
+		versions: map[string]map[int64]int{}, names: map[string]map[int64]map[string]bool{},
+		held: map[string]map[string]string{}, carried: map[string]map[string]bool{}, seen: map[string]bool{},
+	}
+}
+
+// CheckRun checks the recorded responses against h and reports.
+func CheckRun(h *History, events []Event, opts Options) Report {
+	c := &checker{h: h, opts: opts, clients: map[string]*clientState{}}
+	for i := range events {
+		c.event(&events[i])
+	}
+	if !opts.Heal.IsZero() {
+		c.converged()
+	}
+	return c.rep
+}
+
+type checker struct {
+	h       *History
+	opts    Options
+	clients map[string]*clientState
+	rep     Report
+}
+
+func (c *checker) client(id string) *clientState {
+	cs := c.clients[id]
+	if cs == nil {
+		cs = &clientState{max: map[string]respRef{}, held: map[string]map[string]held{}, full: map[string]bool{},
+			last: map[string]Event{}, stream: map[int64]*streamState{}}
+		if c.opts.Group != nil {
+			cs.group = c.opts.Group(id)
+		}
+		c.clients[id] = cs
+	}
+	return cs
+}
+
+func (c *checker) add(e *Event, kind string, lines []int, versions []string, revs []int64, format string, a ...any) {
+	c.rep.Violations = append(c.rep.Violations, Violation{Kind: kind, Client: e.Client, Stream: e.Stream, Type: e.Type,
+		Lines: lines, Versions: versions, Revisions: revs, Detail: fmt.Sprintf(format, a...)})
+}
+
+func (c *checker) event(e *Event) {
+	cs := c.client(e.Client)
+	switch e.Kind {
+	case KindStart:
+		cs.stream[e.Stream] = newStream(e)
+		return
+	case KindEnd:
+		delete(cs.stream, e.Stream)
+		return
+	}
+	st := cs.stream[e.Stream]
+	if st == nil { // a recording cut at its start: the stream is new to us
+		st = newStream(e)
+		cs.stream[e.Stream] = st
+	}
+	c.rep.Responses++
+	v, err := strconv.ParseInt(e.Version, 10, 64)
+	if err != nil || v < 0 {
+		c.add(e, Malformed, []int{e.Line}, []string{e.Version}, nil, "the version is not a revision")
+		return
+	}
+	me := respRef{line: e.Line, version: e.Version, v: v}
+	t, known := resource.ByURL(e.Type)
+	fullSotW := e.Mode == ModeSotW && known && t.Wildcard
+
+	// (a) never backwards: on the stream, and across streams when the
+	// client presented what it holds.
+	if prev, ok := st.last[e.Type]; ok && v < prev.v {
+		c.add(e, VersionBackwards, []int{prev.line, e.Line}, []string{prev.version, e.Version}, nil, "the version went down on the stream")
+	} else if !ok && len(st.presented[e.Type]) > 0 {
+		if e.Mode == ModeDelta {
+			// A delta client presents its resources' versions, not the
+			// system_version_info it last saw: the promise is not to go
+			// below the newest of them (another replica may be a few
+			// revisions behind the last one, and catches up that far).
+			if pv := newest(st.presented[e.Type]); v < pv {
+				c.add(e, VersionBackwards, []int{st.line, e.Line}, []string{strconv.FormatInt(pv, 10), e.Version}, nil,
+					"the version went below the newest resource version the client presented in initial_resource_versions")
+			}
+		} else if prev, ok := cs.max[e.Type]; ok && v < prev.v {
+			c.add(e, VersionBackwards, []int{prev.line, e.Line}, []string{prev.version, e.Version}, nil,
+				"the version went down across a reconnect at which the client presented its versions")
+		}
+	}
+
+	// (d) the same (type, version) twice on the stream.
+	if st.versions[e.Type] == nil {
+		st.versions[e.Type] = map[int64]int{}
+		st.names[e.Type] = map[int64]map[string]bool{}
+		st.held[e.Type] = map[string]string{}
+		st.carried[e.Type] = map[string]bool{}
+	}
+	n := st.versions[e.Type][v]
+	interim := false
+	if c.opts.InterimCDS && e.Mode == ModeSotW && known && t == resource.Cluster {
+		prev, ok := st.last[e.Type]
+		interim = ((ok && prev.v == v) || (!ok && st.presented[e.Type][""] == e.Version)) &&
+			c.removesLater(e, cs.group, v)
+	}
+	if e.Mode == ModeSotW && n > 0 {
+		prev := st.last[e.Type]
+		switch {
+		case interim:
+		case c.opts.SotWNewNames && known && !t.Wildcard && hasNew(e.Resources, st.names[e.Type][v]):
+		default:
+			c.add(e, Duplicate, []int{prev.line, e.Line}, []string{prev.version, e.Version}, nil,
+				"the stream received this type at this version %d times", n+1)
+		}
+	}
+	if e.Mode == ModeDelta {
+		var dup []string
+		for _, r := range e.Resources {
+			if hv, ok := st.held[e.Type][r.Name]; ok && hv == r.Version {
+				dup = append(dup, r.Name+"@"+r.Version)
+			}
+		}
+		prev := st.last[e.Type]
+		if len(dup) > 0 {
+			c.add(e, Duplicate, []int{prev.line, e.Line}, []string{prev.version, e.Version}, nil,
+				"resources sent again at the version the stream holds: %s", strings.Join(dup, ", "))
+		} else if n > 0 && len(e.Resources) == 0 && len(e.Removed) == 0 {
+			c.add(e, Duplicate, []int{prev.line, e.Line}, []string{prev.version, e.Version}, nil, "an empty response at a version already sent")
+		}
+		// (e) what the client presented is not resent.
+		var resent []string
+		for _, r := range e.Resources {
+			if pv, ok := st.presented[e.Type][r.Name]; ok && pv == r.Version && !st.carried[e.Type][r.Name] {
+				resent = append(resent, r.Name+"@"+r.Version)
+			}
+		}
+		if len(resent) > 0 {
+			c.add(e, Resent, []int{e.Line}, []string{e.Version}, nil,
+				"resources sent at the version the client presented in initial_resource_versions: %s", strings.Join(resent, ", "))
+		}
+	}
+
+	// (b), (c) the state at the version.
+	if !known {
+		// not a Legation type: nothing to compare with
+	} else if !c.h.Known(v) {
+		c.rep.Unknown++
+	} else {
+		c.content(e, cs, v, t, fullSotW, interim)
+	}
+
+	// Bookkeeping.
+	st.versions[e.Type][v]++
+	if st.names[e.Type][v] == nil {
+		st.names[e.Type][v] = map[string]bool{}
+	}
+	for _, r := range e.Resources {
+		st.names[e.Type][v][r.Name] = true
+		st.held[e.Type][r.Name] = r.Version
+		st.carried[e.Type][r.Name] = true
+	}
+	for _, name := range e.Removed {
+		delete(st.held[e.Type], name)
+	}
+	if prev, ok := cs.max[e.Type]; !ok || v > prev.v {
+		cs.max[e.Type] = me
+	}
+	// What the client holds, for convergence. A stream that presented
+	// nothing for the type starts over with its first response.
+	if (!st.seen[e.Type] && len(st.presented[e.Type]) == 0) || cs.held[e.Type] == nil || fullSotW {
+		cs.held[e.Type] = map[string]held{}
+	}
+	cs.full[e.Type] = known && t.Wildcard
+	for _, r := range e.Resources {
+		hv := held{ver: v, sotw: true}
+		if e.Mode == ModeDelta {
+			rv, _ := strconv.ParseInt(r.Version, 10, 64)
+			hv = held{ver: rv}
+		}
+		cs.held[e.Type][r.Name] = hv
+	}
+	for _, name := range e.Removed {
+		delete(cs.held[e.Type], name)
+	}
+	cs.last[e.Type] = *e
+	st.seen[e.Type] = true
+	st.last[e.Type] = me
+}
+
+// removesLater reports whether a response carries a resource that a
+// node of group stops seeing after revision v: an interim CDS response
+// holds removed clusters back, so it carries one.
+func (c *checker) removesLater(e *Event, group string, v int64) bool {
+	for _, r := range e.Resources {
+		for _, scope := range []string{group, store.DefaultScope} {
+			if scope == "" {
+				continue
+			}
+			for _, hv := range c.h.keys[rkey{e.Type, scope, r.Name}] {
+				if hv.rev > v && hv.deleted {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// hasNew reports whether rs carries a name not in sent.
+func hasNew(rs []Resource, sent map[string]bool) bool {
+	for _, r := range rs {
+		if !sent[r.Name] {
+			return true
+		}
+	}
+	return false
+}
+
+// content checks a response at a known revision v against the state at v.
+func (c *checker) content(e *Event, cs *clientState, v int64, t *resource.Type, fullSotW, interim bool) {
+	bad := func(kind string, revs []int64, format string, a ...any) {
+		c.add(e, kind, []int{e.Line}, []string{e.Version}, append([]int64{v}, revs...), format, a...)
+	}
+	if fullSotW {
+		want := c.h.Set(e.Type, cs.group, v)
+		got := map[string]bool{}
+		var extra, resurrected []string
+		var deletedAt []int64
+		var other []string
+		for _, r := range e.Resources {
+			got[r.Name] = true
+			if _, ok := want[r.Name]; ok {
+				if hv, _ := c.h.visible(e.Type, cs.group, r.Name, v); r.Hash != "" && !interim && r.Hash != hv.hash {
+					other = append(other, r.Name)
+				}
+				continue
+			}
+			if interim && c.h.existedAfter(e.Type, cs.group, r.Name, v, c.h.Last) {
+				continue
+			}
+			if _, d := c.h.Visible(e.Type, cs.group, r.Name, v); d != 0 {
+				resurrected = append(resurrected, r.Name)
+				deletedAt = append(deletedAt, d)
+			} else {
+				extra = append(extra, r.Name)
+			}
+		}
+		var missing []string
+		for _, name := range slices.Sorted(maps.Keys(want)) {
+			if !got[name] {
+				missing = append(missing, name)
+			}
+		}
+		if len(resurrected) > 0 {
+			bad(Resurrected, deletedAt, "carries %s, deleted before revision %d", strings.Join(resurrected, ", "), v)
+		}
+		if len(other) > 0 {
+			bad(HalfApply, nil, "carries %s with other bytes than at revision %d", strings.Join(other, ", "), v)
+		}
+		if len(extra) > 0 || len(missing) > 0 {
+			bad(HalfApply, nil, "the set differs from the state at revision %d: extra [%s], missing [%s]",
+				v, strings.Join(extra, " "), strings.Join(missing, " "))
+		}
+		return
+	}
+	for _, r := range e.Resources {
+		hv, d := c.h.visible(e.Type, cs.group, r.Name, v)
+		mod := hv.mod
+		switch {
+		case r.Hash != "" && hv.hash != "" && r.Hash != hv.hash:
+			bad(HalfApply, []int64{mod}, "carries %s with other bytes than at revision %d (mod revision %d)", r.Name, v, mod)
+		case mod == 0 && d != 0:
+			bad(Resurrected, []int64{d}, "carries %s, deleted at revision %d and not created again by %d", r.Name, d, v)
+		case mod == 0:
+			bad(HalfApply, nil, "carries %s, which does not exist at revision %d", r.Name, v)
+		case e.Mode == ModeDelta && r.Version != strconv.FormatInt(mod, 10):
+			bad(HalfApply, []int64{mod}, "carries %s at version %s; at revision %d it is at %d", r.Name, r.Version, v, mod)
+		}
+	}
+	for _, name := range e.Removed {
+		if mod, _ := c.h.Visible(e.Type, cs.group, name, v); mod != 0 {
+			bad(HalfApply, []int64{mod}, "removes %s, which exists at revision %d (mod revision %d)", name, v, mod)
+		}
+	}
+}
+
+// converged checks every client's final state of each type against
+// etcd's final state.
+func (c *checker) converged() {
+	final := c.h.Last
+	for _, id := range slices.Sorted(maps.Keys(c.clients)) {
+		cs := c.clients[id]
+		for _, typ := range slices.Sorted(maps.Keys(cs.held)) {
+			last := cs.last[typ]
+			if d := last.Time.Sub(c.opts.Heal); d > c.rep.Converge {
+				c.rep.Converge = d
+			}
+			if _, known := resource.ByURL(typ); !known {
+				continue
+			}
+			var wrong []string
+			hs := cs.held[typ]
+			for _, name := range slices.Sorted(maps.Keys(hs)) {
+				hv := hs[name]
+				mod, _ := c.h.Visible(typ, cs.group, name, final)
+				switch {
+				case hv.sotw && mod == 0 && !cs.full[typ]:
+					// A deleted named resource is not pushed on SotW.
+				case hv.sotw && mod != 0 && mod <= hv.ver:
+				case !hv.sotw && mod == hv.ver:
+				default:
+					wrong = append(wrong, fmt.Sprintf("%s held at %d, final %d", name, hv.ver, mod))
+				}
+			}
+			if cs.full[typ] {
+				for _, name := range slices.Sorted(maps.Keys(c.h.Set(typ, cs.group, final))) {
+					if _, ok := hs[name]; !ok {
+						wrong = append(wrong, name+" missing")
+					}
+				}
+			}
+			e := last
+			if len(wrong) > 0 {
+				c.add(&e, NotConverged, []int{last.Line}, []string{last.Version}, []int64{final},
+					"the last state differs from etcd's final state: %s", strings.Join(wrong, "; "))
+			} else if w := c.opts.ConvergeWithin; w > 0 && last.Time.Sub(c.opts.Heal) > w {
+				c.add(&e, NotConverged, []int{last.Line}, []string{last.Version}, []int64{final},
+					"converged %s after the heal, more than %s", last.Time.Sub(c.opts.Heal), w)
+			}
+		}
+	}
+}

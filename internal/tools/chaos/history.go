@@ -1,0 +1,449 @@
+package chaos
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/legation-io/legation/internal/state/resource"
+	"github.com/legation-io/legation/internal/state/store"
+)
+
+// History record kinds.
+const (
+	HistHeader = "header" // first line: the prefix and the start revision
+	HistState  = "state"  // a key present at Rev (the start, or after a gap)
+	HistPut    = "put"
+	HistDelete = "delete"
+	// HistProgress says nothing changed up to Rev.
+	HistProgress = "progress"
+	// HistGap says the watch was compacted: what happened in (From, Rev]
+	// is unknown; the state at Rev follows as state records.
+	HistGap = "gap"
+)
+
+// HistoryRecord is one line of a history file.
+type HistoryRecord struct {
+	Kind   string `json:"kind"`
+	Rev    int64  `json:"rev"`
+	Key    string `json:"key,omitempty"`
+	Value  []byte `json:"value,omitempty"`
+	Mod    int64  `json:"mod,omitempty"`
+	From   int64  `json:"from,omitempty"`
+	Prefix string `json:"prefix,omitempty"`
+}
+
+// HistoryRecorder writes every change under a Legation prefix's
+// resources to a file, from the revision at which Run starts.
+type HistoryRecorder struct {
+	cli    *clientv3.Client
+	prefix string // the resources directory: <prefix>resources/
+	w      io.Writer
+	ready  chan struct{}
+	last   atomic.Int64 // the last revision written
+	gaps   atomic.Int64
+
+	// beforeWatch, when set (by tests), is called with the revision of
+	// each state written, before the watch from it starts.
+	beforeWatch func(rev int64)
+}
+
+// NewHistoryRecorder returns a recorder of prefix (a Legation etcd prefix,
+// as "/legation/") through cli to w. It does no I/O.
+func NewHistoryRecorder(cli *clientv3.Client, prefix string, w io.Writer) (*HistoryRecorder, error) {
+	if cli == nil || w == nil {
+		return nil, errors.New("chaos: history: needs an etcd client and a writer")
+	}
+	if !strings.HasSuffix(prefix, "/") {
+		return nil, fmt.Errorf("chaos: history: prefix %q must end in /", prefix)
+	}
+	return &HistoryRecorder{cli: cli, prefix: prefix + "resources/", w: w, ready: make(chan struct{})}, nil
+}
+
+// Ready is closed once the state at the start revision is written: start
+// the run after it.
+func (h *HistoryRecorder) Ready() <-chan struct{} { return h.ready }
+
+// Last returns the last revision written (an event's, or a progress
+// notification's, which says nothing changed up to it).
+func (h *HistoryRecorder) Last() int64 { return h.last.Load() }
+
+// Gaps returns the number of compactions of the recorder's own watch.
+func (h *HistoryRecorder) Gaps() int64 { return h.gaps.Load() }
+
+// Run records until ctx ends, then flushes; it returns nil then, or the
+// error that stopped it. On a compaction of its watch it writes a gap and
+// the state at the current revision, and watches on from there.
+func (h *HistoryRecorder) Run(ctx context.Context) error {
+	bw := bufio.NewWriterSize(h.w, 256<<10)
+	enc := json.NewEncoder(bw)
+	err := h.run(ctx, enc, bw)
+	if ferr := bw.Flush(); err == nil && ferr != nil {
+		err = fmt.Errorf("chaos: history: %w", ferr)
+	}
+	return err
+}
+
+func (h *HistoryRecorder) run(ctx context.Context, enc *json.Encoder, bw *bufio.Writer) error {
+	rev, err := h.state(ctx, enc, HistoryRecord{Kind: HistHeader, Prefix: h.prefix})
+	if err != nil {
+		return err
+	}
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("chaos: history: %w", err)
+	}
+	close(h.ready)
+	for {
+		if h.beforeWatch != nil {
+			h.beforeWatch(rev)
+		}
+		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		wch := h.cli.Watch(wctx, h.prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1), clientv3.WithProgressNotify())
+		// Progress requests make etcd tell the watch its revision, so the
+		// history reaches revisions written outside the resources.
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			t := time.NewTicker(progressEvery)
+			defer t.Stop()
+			for {
+				select {
+				case <-wctx.Done():
+					return
+				case <-t.C:
+					_ = h.cli.RequestProgress(wctx) // best effort: the next tick asks again
+				}
+			}
+		}()
+		compacted := int64(0)
+		for wr := range wch {
+			if wr.CompactRevision != 0 {
+				compacted = wr.CompactRevision
+				break
+			}
+			if err := wr.Err(); err != nil {
+				continue // the client retries; a fatal error closes wch
+			}
+			for _, e := range wr.Events {
+				r := HistoryRecord{Kind: HistPut, Rev: e.Kv.ModRevision, Key: string(e.Kv.Key), Value: e.Kv.Value, Mod: e.Kv.ModRevision}
+				if e.Type == clientv3.EventTypeDelete {
+					r = HistoryRecord{Kind: HistDelete, Rev: e.Kv.ModRevision, Key: string(e.Kv.Key)}
+				}
+				if err := enc.Encode(&r); err != nil {
+					cancel()
+					<-done
+					return fmt.Errorf("chaos: history: %w", err)
+				}
+			}
+			if wr.Header.Revision > rev {
+				rev = wr.Header.Revision
+				if err := enc.Encode(&HistoryRecord{Kind: HistProgress, Rev: rev}); err != nil {
+					cancel()
+					<-done
+					return fmt.Errorf("chaos: history: %w", err)
+				}
+				h.last.Store(rev)
+			}
+		}
+		cancel()
+		<-done
+		if ctx.Err() != nil {
+			return nil
+		}
+		if compacted == 0 {
+			continue // the watch ended without a cause: watch again
+		}
+		h.gaps.Add(1)
+		rev, err = h.state(ctx, enc, HistoryRecord{Kind: HistGap, From: rev})
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// state writes head (at the current revision) and every key present at
+// it, and returns the revision.
+func (h *HistoryRecorder) state(ctx context.Context, enc *json.Encoder, head HistoryRecord) (int64, error) {
+	resp, err := h.cli.Get(ctx, h.prefix, clientv3.WithPrefix())
+	if err != nil {
+		if ctx.Err() != nil {
+			return 0, nil
+		}
+		return 0, fmt.Errorf("chaos: history: read %s: %w", h.prefix, err)
+	}
+	rev := resp.Header.Revision
+	head.Rev = rev
+	if err := enc.Encode(&head); err != nil {
+		return 0, fmt.Errorf("chaos: history: %w", err)
+	}
+	for _, kv := range resp.Kvs {
+		if err := enc.Encode(&HistoryRecord{Kind: HistState, Rev: rev, Key: string(kv.Key), Value: kv.Value, Mod: kv.ModRevision}); err != nil {
+			return 0, fmt.Errorf("chaos: history: %w", err)
+		}
+	}
+	h.last.Store(rev)
+	return rev, nil
+}
+
+// progressEvery is how often the recorder asks etcd for its watch's
+// progress.
+const progressEvery = 100 * time.Millisecond
+
+// rkey names a resource in the model.
+type rkey struct {
+	typ, scope, name string // typ: the type's URL
+}
+
+// ver is a key's value from Rev on: present at mod revision Mod, or
+// deleted.
+type ver struct {
+	rev, mod int64
+	deleted  bool
+	hash     string // BodyHash of the resource's bytes
+}
+
+// History is etcd's history of a run's resources as the checker reads
+// it: what every key held at every revision in [Start, Last] outside the
+// gaps.
+type History struct {
+	Start, Last int64
+	// Gaps are the revision ranges (From, Rev] that are unknown.
+	Gaps []HistoryRecord
+	keys map[rkey][]ver // each in revision order
+	// byType lists the keys of each type URL.
+	byType map[string][]rkey
+}
+
+// ReadHistory reads a history file; errors name the line.
+func ReadHistory(r io.Reader) (*History, error) {
+	h := &History{keys: map[rkey][]ver{}, byType: map[string][]rkey{}}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 64<<20)
+	line := 0
+	prefix := ""
+	var gapState map[rkey]bool // keys written as state after a gap
+	gapRev := int64(0)
+	endGap := func() {
+		if gapState == nil {
+			return
+		}
+		for k, vs := range h.keys { // keys absent after the gap were deleted in it
+			if !gapState[k] && !vs[len(vs)-1].deleted {
+				h.keys[k] = append(vs, ver{rev: gapRev, deleted: true})
+			}
+		}
+		gapState = nil
+	}
+	for sc.Scan() {
+		line++
+		if len(sc.Bytes()) == 0 {
+			continue
+		}
+		var rec HistoryRecord
+		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
+			return nil, fmt.Errorf("chaos: history line %d: %w", line, err)
+		}
+		if line == 1 {
+			if rec.Kind != HistHeader || rec.Prefix == "" {
+				return nil, fmt.Errorf("chaos: history line 1: want a header with the prefix")
+			}
+			prefix, h.Start, h.Last = rec.Prefix, rec.Rev, rec.Rev
+			continue
+		}
+		if rec.Rev < h.Last && rec.Kind != HistState {
+			return nil, fmt.Errorf("chaos: history line %d: revision %d before %d", line, rec.Rev, h.Last)
+		}
+		if rec.Kind != HistState {
+			endGap()
+		}
+		h.Last = max(h.Last, rec.Rev)
+		switch rec.Kind {
+		case HistGap:
+			h.Gaps = append(h.Gaps, rec)
+			gapState, gapRev = map[rkey]bool{}, rec.Rev
+			continue
+		case HistProgress:
+			continue
+		case HistState, HistPut, HistDelete:
+		default:
+			return nil, fmt.Errorf("chaos: history line %d: kind %q: want state, put, delete, progress or gap", line, rec.Kind)
+		}
+		p, ok := strings.CutPrefix(rec.Key, prefix)
+		if !ok {
+			return nil, fmt.Errorf("chaos: history line %d: key %q is not under %q", line, rec.Key, prefix)
+		}
+		k, hash, err := keyOf(p, rec)
+		if err != nil {
+			return nil, fmt.Errorf("chaos: history line %d: %w", line, err)
+		}
+		if gapState != nil {
+			gapState[k] = true
+		}
+		v := ver{rev: rec.Rev, mod: rec.Mod, deleted: rec.Kind == HistDelete, hash: hash}
+		if rec.Kind == HistState {
+			v.rev = rec.Rev
+		}
+		if _, seen := h.keys[k]; !seen {
+			h.byType[k.typ] = append(h.byType[k.typ], k)
+		}
+		h.keys[k] = append(h.keys[k], v)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("chaos: history line %d: %w", line+1, err)
+	}
+	if line == 0 {
+		return nil, errors.New("chaos: history: empty")
+	}
+	endGap()
+	for _, ks := range h.byType {
+		sort.Slice(ks, func(i, j int) bool { return ks[i].name < ks[j].name })
+	}
+	return h, nil
+}
+
+// ReadHistoryFile reads the history file at path.
+func ReadHistoryFile(path string) (*History, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("chaos: %w", err)
+	}
+	defer f.Close()
+	h, err := ReadHistory(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return h, nil
+}
+
+// keyOf decodes a resource path with the store's key layout and, for a
+// put, its envelope, whose body's bytes it hashes.
+func keyOf(p string, rec HistoryRecord) (rkey, string, error) {
+	if rec.Kind == HistDelete {
+		typ, rest, _ := strings.Cut(p, "/")
+		scope, name, ok := strings.Cut(rest, "/")
+		t, found := resource.ByName(typ)
+		if !ok || !found || name == "" {
+			return rkey{}, "", fmt.Errorf("key %q: not type/scope/name", p)
+		}
+		return rkey{typ: t.URL, scope: scope, name: name}, "", nil
+	}
+	k, env, err := store.DecodeValue(p, rec.Value)
+	if err != nil {
+		return rkey{}, "", err
+	}
+	return rkey{typ: k.Type.URL, scope: k.Scope, name: k.Name}, BodyHash(env.GetBody().GetValue()), nil
+}
+
+// BodyHash is the hash of a resource's bytes that recordings and the
+// history carry (FNV-1a, 64 bits, in hex): the bytes a client receives
+// are the ones stored in etcd.
+func BodyHash(b []byte) string {
+	f := fnv.New64a()
+	f.Write(b)
+	return strconv.FormatUint(f.Sum64(), 16)
+}
+
+// Known reports whether the state at rev is known: within [Start, Last]
+// and outside every gap.
+func (h *History) Known(rev int64) bool {
+	if rev < h.Start || rev > h.Last {
+		return false
+	}
+	for _, g := range h.Gaps {
+		if rev > g.From && rev < g.Rev {
+			return false
+		}
+	}
+	return true
+}
+
+// at returns k's value at rev: its mod revision, or 0 when absent, and
+// the revision of the delete that made it absent (0 when it never was).
+func (h *History) at(k rkey, rev int64) (mod, deletedAt int64) {
+	v, d := h.atVer(k, rev)
+	return v.mod, d
+}
+
+// atVer is at with the value's hash.
+func (h *History) atVer(k rkey, rev int64) (ver, int64) {
+	vs := h.keys[k]
+	i := sort.Search(len(vs), func(i int) bool { return vs[i].rev > rev }) - 1
+	if i < 0 {
+		return ver{}, 0
+	}
+	if vs[i].deleted {
+		return ver{}, vs[i].rev
+	}
+	return vs[i], 0
+}
+
+// Visible returns what a node of group sees of (type URL, name) at rev:
+// the group's resource, else the default scope's; mod 0 when neither
+// exists (deletedAt: when the last of them went).
+func (h *History) Visible(typ, group, name string, rev int64) (mod, deletedAt int64) {
+	v, d := h.visible(typ, group, name, rev)
+	return v.mod, d
+}
+
+// visible is Visible with the value's hash.
+func (h *History) visible(typ, group, name string, rev int64) (v ver, deletedAt int64) {
+	if group != "" {
+		if v, d := h.atVer(rkey{typ, group, name}, rev); v.mod != 0 {
+			return v, 0
+		} else {
+			deletedAt = d
+		}
+	}
+	v, d := h.atVer(rkey{typ, store.DefaultScope, name}, rev)
+	return v, max(d, deletedAt)
+}
+
+// Set returns what a node of group sees of a type at rev: name to mod
+// revision.
+func (h *History) Set(typ, group string, rev int64) map[string]int64 {
+	out := map[string]int64{}
+	for _, k := range h.byType[typ] {
+		if k.scope != store.DefaultScope && k.scope != group {
+			continue
+		}
+		if _, done := out[k.name]; done {
+			continue
+		}
+		if m, _ := h.Visible(typ, group, k.name, rev); m != 0 {
+			out[k.name] = m
+		}
+	}
+	return out
+}
+
+// existedAfter reports whether a node of group sees name at some
+// revision in (from, to].
+func (h *History) existedAfter(typ, group, name string, from, to int64) bool {
+	for _, scope := range []string{group, store.DefaultScope} {
+		if scope == "" {
+			continue
+		}
+		vs := h.keys[rkey{typ, scope, name}]
+		for _, v := range vs {
+			if v.rev > from && v.rev <= to && !v.deleted {
+				return true
+			}
+		}
+		if m, _ := h.at(rkey{typ, scope, name}, from); m != 0 {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,542 @@
+// Package runner runs one seed of the chaos run: a local cluster of 3
+// etcd members and 3 replicas behind fault proxies, the load tool's
+// clients (SotW and delta, resuming as Envoy does, spread over the
+// replicas) recording every response, a steady rate of multi-resource
+// applies, the seed's fault schedule, then heal, a wait for the clients
+// to settle, and the history checker over the recording (README, "Chaos
+// run").
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/legation-io/legation/internal/tools/chaos"
+	"github.com/legation-io/legation/internal/tools/chaos/faults"
+	"github.com/legation-io/legation/internal/tools/loadgen"
+	"github.com/legation-io/legation/internal/tools/localcluster"
+	"github.com/legation-io/legation/internal/state/store"
+)
+
+// Config is one seed's run. DefaultConfig fills all but Seed, Dir and
+// Binaries.
+type Config struct {
+	// Seed draws the fault schedule and the applies.
+	Seed uint64
+	// Duration is how long faults are injected; Every the mean time
+	// between two (faults.Schedule).
+	Duration, Every time.Duration
+	// Kinds, if set, are the only fault kinds drawn. Empty: all.
+	Kinds []faults.Kind
+	// Clients is the simulated Envoys: half SotW, half delta, each on a
+	// connection of its own to one of three fronts (front k prefers
+	// replica k and fails over to the others).
+	Clients int
+	// ApplyEvery is the time between two applies.
+	ApplyEvery time.Duration
+	// Clusters, Endpoints and Listeners size the fixture.
+	Clusters, Endpoints, Listeners int
+	// ConvergeWithin bounds the time from the heal to a client's last
+	// response; Quiet is how long no client may receive anything before
+	// the run ends once healed.
+	ConvergeWithin, Quiet time.Duration
+	// Dir is where the run keeps its cluster's state, the recording and
+	// etcd's history. Its path must be short (the cluster's Unix
+	// sockets live there). Removed after a clean seed unless Keep.
+	Dir  string
+	Keep bool
+	// Binaries are etcd and xds-node (localcluster.Build).
+	Binaries localcluster.Binaries
+	// Env is the processes' environment (localcluster.Config.Env).
+	Env []string
+	// Logger gets the run's lines: faults applied and healed, processes
+	// started and stopped. Nil: discard.
+	Logger *slog.Logger
+}
+
+// DefaultConfig is the run of `make chaos`: 5 minutes, a fault every 4 s
+// on average, 300 clients, an apply every 500 ms.
+func DefaultConfig() Config {
+	return Config{
+		Duration:       5 * time.Minute,
+		Every:          4 * time.Second,
+		Clients:        300,
+		ApplyEvery:     500 * time.Millisecond,
+		Clusters:       20,
+		Endpoints:      3,
+		Listeners:      4,
+		ConvergeWithin: 30 * time.Second,
+		Quiet:          5 * time.Second,
+	}
+}
+
+// Validate checks the fields.
+func (c *Config) Validate() error {
+	var errs []error
+	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	if c.Every <= 0 || c.Duration < c.Every {
+		add("--duration %s, --every %s: want 0 < every <= duration", c.Duration, c.Every)
+	}
+	if c.Clients < 2 {
+		add("--clients %d: want 2 or more (half SotW, half delta)", c.Clients)
+	}
+	if c.ApplyEvery <= 0 {
+		add("--apply-every %s: want more than 0", c.ApplyEvery)
+	}
+	if c.Clusters < 4 || c.Endpoints < 1 || c.Listeners < 0 {
+		add("fixture %d clusters, %d endpoints, %d listeners: want at least 4, 1, 0", c.Clusters, c.Endpoints, c.Listeners)
+	}
+	if c.ConvergeWithin <= 0 || c.Quiet <= 0 {
+		add("--converge-within %s, --quiet %s: want more than 0", c.ConvergeWithin, c.Quiet)
+	}
+	if c.Dir == "" {
+		add("Dir: empty")
+	}
+	if c.Binaries.Etcd == "" || c.Binaries.XDSNode == "" {
+		add("Binaries: etcd and xds-node needed")
+	}
+	return errors.Join(errs...)
+}
+
+// Summary is what one seed's run did and found.
+type Summary struct {
+	Seed uint64 `json:"seed"`
+	// Faults is the schedule's length, FaultsApplied those applied (a
+	// fault on a process still starting after an earlier one fails and
+	// is logged), FaultErrors their errors.
+	Faults        int      `json:"faults"`
+	FaultsApplied int      `json:"faults_applied"`
+	FaultErrors   []string `json:"fault_errors,omitempty"`
+	// Applies are the applies made, ApplyFailures those that failed (etcd
+	// unreachable through a fault, a timeout).
+	Applies       int `json:"applies"`
+	ApplyFailures int `json:"apply_failures"`
+	// Streams is the streams the clients opened, Responses those checked
+	// and Unknown those of them at revisions the history lacks.
+	Streams   int `json:"streams"`
+	Responses int `json:"responses"`
+	Unknown   int `json:"unknown"`
+	// Violations are the checker's findings.
+	Violations []chaos.Violation `json:"violations,omitempty"`
+	// HealTook is how long healing took (every process back and ready);
+	// Converge the time from the start of the heal to the last response
+	// a client needed.
+	HealTook time.Duration `json:"heal_took"`
+	// HealAt is when the heal started: the checker's Options.Heal.
+	HealAt   time.Time     `json:"heal_at"`
+	Converge time.Duration `json:"converge"`
+	// Effects is what each fault class did to the clients (by kind, and
+	// NoFault for the applies made with no fault's window open).
+	Effects map[string]Effect `json:"effects,omitempty"`
+	// Crashes are processes that ended on their own (not a fault's kill)
+	// and replicas whose logs show a panic or a data race.
+	Crashes []string `json:"crashes,omitempty"`
+	// HealError is why the heal failed, if it did.
+	HealError string        `json:"heal_error,omitempty"`
+	Elapsed   time.Duration `json:"elapsed"`
+	// Kept is where the run's files are when they were kept.
+	Kept string `json:"kept,omitempty"`
+}
+
+// OK reports whether the seed passed: no violation, no crash, healed.
+func (s Summary) OK() bool {
+	return len(s.Violations) == 0 && len(s.Crashes) == 0 && s.HealError == ""
+}
+
+// Line is the summary in one line.
+func (s Summary) Line() string {
+	verdict := "ok"
+	if !s.OK() {
+		verdict = "FAIL"
+	}
+	return fmt.Sprintf("seed %d: %d/%d faults applied, %d applies (%d failed), %d streams, %d responses checked (%d at unknown revisions), %d violations, converged %s after heal (heal took %s), %d crashes, %s: %s",
+		s.Seed, s.FaultsApplied, s.Faults, s.Applies, s.ApplyFailures, s.Streams, s.Responses, s.Unknown, len(s.Violations),
+		s.Converge.Round(10*time.Millisecond), s.HealTook.Round(10*time.Millisecond), len(s.Crashes), s.Elapsed.Round(time.Second), verdict)
+}
+
+// Run runs one seed and returns its summary; the error is for a run that
+// could not be made (the cluster did not start, the clients did not
+// sync), not for what the checker found.
+func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
+	if err := cfg.Validate(); err != nil {
+		return Summary{}, err
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	logger = logger.With("seed", cfg.Seed)
+	start := time.Now()
+	sum.Seed = cfg.Seed
+	shape := faults.Shape{EtcdMembers: 3, Replicas: 3, Kinds: cfg.Kinds}
+	sched, err := faults.Schedule(cfg.Seed, cfg.Duration, cfg.Every, shape)
+	if err != nil {
+		return sum, err
+	}
+	sum.Faults = len(sched)
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return sum, fmt.Errorf("chaos: %w", err)
+	}
+	defer func() {
+		sum.Elapsed = time.Since(start)
+		if err == nil && sum.OK() && !cfg.Keep {
+			os.RemoveAll(cfg.Dir)
+			return
+		}
+		sum.Kept = cfg.Dir
+		// What Recheck needs besides the recording and the history.
+		if b, jerr := json.MarshalIndent(sum, "", "  "); jerr == nil {
+			_ = os.WriteFile(filepath.Join(cfg.Dir, summaryFile), b, 0o644)
+		}
+	}()
+
+	ccfg := localcluster.Config{
+		Dir: filepath.Join(cfg.Dir, "cluster"), EtcdMembers: 3, Replicas: 3, EtcdProxies: true, GossipProxies: true,
+		EtcdBin: cfg.Binaries.Etcd, XDSNodeBin: cfg.Binaries.XDSNode, Env: cfg.Env,
+		Timeout: 60 * time.Second, Grace: 25 * time.Second, Logger: logger,
+	}
+	prefix, claim, err := localcluster.PickNet(ccfg)
+	if err != nil {
+		return sum, err
+	}
+	defer claim.Close()
+	ccfg.Net = prefix
+	c, err := localcluster.New(ccfg)
+	if err != nil {
+		return sum, err
+	}
+	defer c.Close()
+	if err := c.Up(ctx); err != nil {
+		return sum, err
+	}
+	if err := c.WaitRing(ctx); err != nil {
+		return sum, err
+	}
+
+	var members []string
+	for _, m := range c.Etcd() {
+		members = append(members, m.ClientAddr)
+	}
+	// Straight to the members, not through a replica's proxies. Keepalive
+	// leaves a frozen member for another.
+	cli, err := clientv3.New(clientv3.Config{Endpoints: members, DialTimeout: 5 * time.Second,
+		DialKeepAliveTime: 2 * time.Second, DialKeepAliveTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return sum, fmt.Errorf("chaos: etcd: %w", err)
+	}
+	defer cli.Close()
+	st, err := store.New(store.Config{Client: cli, Writer: fmt.Sprintf("chaos-seed-%d", cfg.Seed)})
+	if err != nil {
+		return sum, err
+	}
+
+	// etcd's history of the run, from before the fixture.
+	histPath := filepath.Join(cfg.Dir, historyFile)
+	hf, err := os.Create(histPath)
+	if err != nil {
+		return sum, fmt.Errorf("chaos: %w", err)
+	}
+	defer hf.Close()
+	hr, err := chaos.NewHistoryRecorder(cli, st.Prefix(), hf)
+	if err != nil {
+		return sum, err
+	}
+	hctx, hcancel := context.WithCancel(ctx)
+	hdone := make(chan error, 1)
+	go func() { hdone <- hr.Run(hctx) }()
+	stopHistory := sync.OnceValue(func() error { hcancel(); return <-hdone })
+	defer func() { _ = stopHistory() }()
+	select {
+	case <-hr.Ready():
+	case err := <-hdone:
+		return sum, fmt.Errorf("chaos: history: %w", err)
+	case <-ctx.Done():
+		return sum, ctx.Err()
+	}
+
+	fx := loadgen.Fixture{Listeners: cfg.Listeners}
+	for i := range cfg.Clusters {
+		fx.Clusters = append(fx.Clusters, loadgen.ClusterName(i))
+		fx.Endpoints = append(fx.Endpoints, loadgen.Endpoints(i, cfg.Endpoints, 10000))
+	}
+	seeded, err := (&loadgen.StoreTarget{Store: st}).Seed(ctx, fx)
+	if err != nil {
+		return sum, fmt.Errorf("chaos: seed the fixture: %w", err)
+	}
+
+	// Three fronts, front k preferring replica k of the moment.
+	var addrs []string
+	for k := range 3 {
+		f, err := newFront("127.0.0.1:0", func() []string { return liveReplicas(c, k) })
+		if err != nil {
+			return sum, fmt.Errorf("chaos: %w", err)
+		}
+		defer f.Close()
+		addrs = append(addrs, f.Addr())
+	}
+
+	recPath := filepath.Join(cfg.Dir, recordingFile)
+	w, err := chaos.Create(recPath)
+	if err != nil {
+		return sum, err
+	}
+	defer w.Close()
+	rec := &lastRecorder{w: w}
+
+	// The clients: two loadgen runs whose During holds them synced until
+	// the faults are healed and the clients quiet.
+	synced := make(chan struct{}, 2)
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	defer releaseOnce.Do(func() { close(release) })
+	type result struct {
+		res *loadgen.Result
+		err error
+	}
+	results := make(chan result, 2)
+	lctx, lcancel := context.WithCancel(ctx)
+	defer lcancel()
+	for _, delta := range []bool{false, true} {
+		lc := loadgen.DefaultConfig()
+		lc.Target = seededTarget{seeded}
+		lc.TargetName = "legation"
+		lc.XDSAddr = strings.Join(addrs, ",")
+		lc.Delta = delta
+		lc.Streams = cfg.Clients / 2
+		lc.NodePrefix = "chaos-sotw"
+		if delta {
+			lc.Streams = cfg.Clients - cfg.Clients/2
+			lc.NodePrefix = "chaos-delta"
+		}
+		lc.Clusters, lc.Endpoints, lc.Listeners = cfg.Clusters, cfg.Endpoints, cfg.Listeners
+		lc.Updates, lc.Idle = 0, 0
+		lc.SyncTimeout = 2 * time.Minute
+		lc.Resume = true
+		lc.Recorder = rec
+		lc.Seed = cfg.Seed
+		lc.During = func(ctx context.Context) error {
+			synced <- struct{}{}
+			select {
+			case <-release:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		go func() {
+			res, err := loadgen.Run(lctx, lc)
+			results <- result{res, err}
+		}()
+	}
+	for n := 0; n < 2; {
+		select {
+		case <-synced:
+			n++
+		case r := <-results:
+			return sum, fmt.Errorf("chaos: clients: %w", r.err)
+		case <-ctx.Done():
+			return sum, ctx.Err()
+		}
+	}
+	logger.Info("clients synced", "clients", cfg.Clients, "revision", seeded.Version)
+
+	// Faults, with applies all along.
+	actx, acancel := context.WithCancel(ctx)
+	app := newApplier(st, cfg.Seed, cfg.Clusters, cfg.Endpoints, cfg.Listeners)
+	adone := make(chan struct{})
+	go func() { defer close(adone); app.run(actx, cfg.ApplyEvery) }()
+	ex := faults.NewExecutor(c, logger)
+	if err := ex.Run(ctx, sched); err != nil {
+		if ctx.Err() != nil {
+			acancel()
+			<-adone
+			return sum, ctx.Err()
+		}
+		for _, e := range unjoin(err) {
+			sum.FaultErrors = append(sum.FaultErrors, e.Error())
+		}
+	}
+	heal := time.Now()
+	sum.HealAt = heal
+	acancel()
+	<-adone
+	sum.Applies, sum.ApplyFailures = app.applies, app.failed
+	if err := ex.Heal(ctx); err != nil {
+		sum.HealError = err.Error()
+	}
+	healed := time.Now()
+	sum.HealTook = healed.Sub(heal)
+	sum.FaultsApplied = ex.Stats().Applied
+	logger.Info("healed", "took", sum.HealTook, "applies", app.applies, "apply_failures", app.failed)
+
+	// Settle: until no client received anything for Quiet (from the end
+	// of the heal at least), or the bound passed.
+	for limit := heal.Add(cfg.ConvergeWithin + cfg.Quiet); time.Now().Before(limit); {
+		if time.Since(healed) >= cfg.Quiet && time.Since(rec.last()) >= cfg.Quiet {
+			break
+		}
+		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+			return sum, err
+		}
+	}
+	releaseOnce.Do(func() { close(release) })
+	for range 2 {
+		r := <-results
+		if r.err != nil {
+			return sum, fmt.Errorf("chaos: clients: %w", r.err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		return sum, err
+	}
+
+	// The history up to etcd's last revision, then the check.
+	resp, err := cli.Get(ctx, st.Prefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return sum, fmt.Errorf("chaos: etcd: %w", err)
+	}
+	for end := time.Now().Add(time.Minute); hr.Last() < resp.Header.Revision; {
+		if time.Now().After(end) {
+			return sum, fmt.Errorf("chaos: history at %d after a minute, etcd at %d", hr.Last(), resp.Header.Revision)
+		}
+		if err := sleep(ctx, 50*time.Millisecond); err != nil {
+			return sum, err
+		}
+	}
+	if err := stopHistory(); err != nil {
+		return sum, fmt.Errorf("chaos: history: %w", err)
+	}
+	if err := hf.Close(); err != nil {
+		return sum, fmt.Errorf("chaos: history: %w", err)
+	}
+	sum.Crashes = append(c.BadExits(), c.LogProblems()...)
+
+	h, err := chaos.ReadHistoryFile(histPath)
+	if err != nil {
+		return sum, err
+	}
+	events, err := chaos.ReadEventsFile(recPath)
+	if err != nil {
+		return sum, err
+	}
+	sum.check(h, events, cfg.ConvergeWithin)
+	sum.Effects = effects(ex.Log(), app.commits, events, heal)
+	return sum, nil
+}
+
+// The files of a seed's directory.
+const (
+	historyFile   = "history.jsonl"
+	recordingFile = "recording.jsonl"
+	summaryFile   = "summary.json"
+)
+
+// check runs the checker over a seed's history and recording into sum.
+func (sum *Summary) check(h *chaos.History, events []chaos.Event, within time.Duration) {
+	sum.Streams = 0
+	for _, e := range events {
+		if e.Kind == chaos.KindStart {
+			sum.Streams++
+		}
+	}
+	opts := chaos.DocumentedExceptions()
+	opts.Heal = sum.HealAt
+	opts.ConvergeWithin = within
+	rep := chaos.CheckRun(h, events, opts)
+	sum.Responses, sum.Unknown, sum.Violations, sum.Converge = rep.Responses, rep.Unknown, rep.Violations, rep.Converge
+}
+
+// Recheck checks again the files a failed seed kept in dir (after a fix
+// of the checker, say): its summary's heal time, etcd's history and the
+// recording. The summary's other figures are the run's.
+func Recheck(dir string, within time.Duration) (Summary, error) {
+	var sum Summary
+	b, err := os.ReadFile(filepath.Join(dir, summaryFile))
+	if err != nil {
+		return sum, fmt.Errorf("chaos: %w", err)
+	}
+	if err := json.Unmarshal(b, &sum); err != nil {
+		return sum, fmt.Errorf("chaos: %s: %w", filepath.Join(dir, summaryFile), err)
+	}
+	h, err := chaos.ReadHistoryFile(filepath.Join(dir, historyFile))
+	if err != nil {
+		return sum, err
+	}
+	events, err := chaos.ReadEventsFile(filepath.Join(dir, recordingFile))
+	if err != nil {
+		return sum, err
+	}
+	sum.check(h, events, within)
+	sum.Kept = dir
+	return sum, nil
+}
+
+// liveReplicas is the xDS addresses of the cluster's replicas that run,
+// from the kth on: what a load balancer that health-checks would pick
+// from (a frozen replica is left out, as failing its checks).
+func liveReplicas(c *localcluster.Cluster, k int) []string {
+	reps := c.Replicas()
+	var out []string
+	for j := range reps {
+		r := reps[(k+j)%len(reps)]
+		if r.State == localcluster.Running {
+			out = append(out, r.XDSAddr)
+		}
+	}
+	return out
+}
+
+// seededTarget is a fixture already written: the load tool's runs start
+// from it without writing.
+type seededTarget struct{ c loadgen.Commit }
+
+func (t seededTarget) Seed(context.Context, loadgen.Fixture) (loadgen.Commit, error) { return t.c, nil }
+
+func (t seededTarget) SetEndpoints(context.Context, loadgen.EndpointSet) (loadgen.Commit, error) {
+	return loadgen.Commit{}, errors.New("chaos: the clients' runs make no updates")
+}
+
+// lastRecorder records to w and keeps when the last event came.
+type lastRecorder struct {
+	w  *chaos.Writer
+	at atomic.Int64 // unix nanoseconds
+}
+
+func (r *lastRecorder) Record(e *chaos.Event) {
+	r.at.Store(e.Time.UnixNano())
+	r.w.Record(e)
+}
+
+func (r *lastRecorder) last() time.Time { return time.Unix(0, r.at.Load()) }
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// unjoin is the errors of errors.Join's result, or err alone.
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}

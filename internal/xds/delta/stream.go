@@ -1,0 +1,522 @@
+package delta
+
+import (
+	"slices"
+	"sort"
+	"strconv"
+	"time"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/legation-io/legation/internal/state/resource"
+	"github.com/legation-io/legation/internal/state/scope"
+	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/xds/xdsstream"
+)
+
+// stream is one delta stream: the core's stream state, and the delta
+// state of each type. It is owned by the stream's goroutine.
+type stream struct {
+	*xdsstream.Stream[TypeStatus]
+	s     *Server
+	types map[*resource.Type]*typeState
+	// scratch is the names of a push's flush, kept for the next one (at
+	// most 8: a large flush's are let go).
+	scratch []string
+}
+
+// typeState is a stream's delta state for one resource type.
+type typeState struct {
+	t        *resource.Type
+	wildcard bool
+	// names: explicit subscriptions, shared with the streams subscribed
+	// to the same names.
+	names *xdsstream.NameSet
+	have  holding // what the client holds, as far as the server knows
+	// nacked: held names last sent in a response the client NACKed (not
+	// ACKed, for the status); nil when none.
+	nacked map[string]bool
+	// toldAbsent: explicitly subscribed names already listed in
+	// removed_resources because they do not exist.
+	toldAbsent map[string]bool
+	// force: (re)subscribed names, sent even if held at the version.
+	force map[string]bool
+	// dirty: names that may have changed. toldAbsent and force are nil
+	// while empty, dirty is after a flush of many (see reuse): an idle
+	// stream keeps no large map for them.
+	dirty   map[string]bool
+	needAll bool // evaluate every subscribed or held name
+	respond bool // send a response even if empty (a first request)
+
+	// rec: the system_version_info and nonce of the last response, the
+	// last ACK and NACK.
+	rec         xdsstream.Record
+	outstanding bool     // the last response awaits its ACK or NACK
+	inFlight    []string // names of resources in the outstanding response
+	settled     bool     // the last response was ACKed (or none was sent)
+	holdRemoval bool     // CDS/EDS removals wait for LDS/RDS ACKs (make before break)
+}
+
+// Handle takes one request into the stream's state. Responses go out in
+// Flush.
+func (st *stream) Handle(t *resource.Type, r *discoveryv3.DeltaDiscoveryRequest) error {
+	if err := st.checkBounds(t, r); err != nil {
+		return err
+	}
+	ts := st.types[t]
+	first := ts == nil
+	if first {
+		ts = &typeState{t: t, have: newHolding(), settled: true, needAll: true}
+		st.types[t] = ts
+		// Legacy wildcard: a first request of a LDS/CDS-like type that
+		// names nothing.
+		ts.wildcard = t.Wildcard && len(r.GetResourceNamesSubscribe()) == 0
+		var newest int64
+		for n, v := range r.GetInitialResourceVersions() {
+			ts.have.set(n, held{rev: parseRev(v)})
+			if rev, err := strconv.ParseInt(v, 10, 64); err == nil && rev > newest {
+				newest = rev
+			}
+		}
+		if ts.have.len() == 0 {
+			ts.respond = true // the client waits for a first answer
+		}
+		// Promise 3: never answer with older than what the client holds.
+		if err := st.CatchUp(newest); err != nil {
+			return err
+		}
+	}
+	if nonce := r.GetResponseNonce(); nonce != "" {
+		if !ts.outstanding || nonce != ts.rec.Nonce {
+			st.StaleNonce(t, nonce)
+		} else if d := r.GetErrorDetail(); d != nil {
+			st.Nack(t, &ts.rec, d.GetMessage())
+			for _, n := range ts.inFlight {
+				if ts.have.has(n) {
+					ts.nacked = set(ts.nacked, n)
+				}
+			}
+			ts.outstanding, ts.inFlight = false, nil
+			// Nothing is resent: what the client was sent counts as held,
+			// so only a later change of a resource sends it again.
+		} else {
+			st.Ack(t, &ts.rec, ts.rec.Version)
+			for _, n := range ts.inFlight {
+				delete(ts.nacked, n)
+			}
+			if len(ts.nacked) == 0 {
+				ts.nacked = nil
+			}
+			ts.outstanding, ts.inFlight, ts.settled = false, nil, true
+			st.releaseHold()
+		}
+	}
+	if len(r.GetResourceNamesSubscribe()) > 0 || len(r.GetResourceNamesUnsubscribe()) > 0 {
+		if err := st.subscribe(ts, r, first); err != nil {
+			return err
+		}
+	}
+	st.updateStatus(ts)
+	return nil
+}
+
+// subscribe applies the subscription changes of request r, the type's
+// first if first.
+func (st *stream) subscribe(ts *typeState, r *discoveryv3.DeltaDiscoveryRequest, first bool) error {
+	t := ts.t
+	names := ts.names.Clone() // interned again once changed
+	defer func() { ts.names = st.s.names.Intern(names) }()
+	for _, n := range r.GetResourceNamesSubscribe() {
+		if n == "*" {
+			ts.wildcard, ts.needAll = true, true
+			continue
+		}
+		if !names[n] && len(names) >= st.s.core.Config.MaxNames && st.s.core.Config.MaxNames >= 0 {
+			// Subscriptions accumulate over requests: the bound is on the
+			// total, checked before it grows.
+			return st.CheckCount(t, xdsstream.LimitNames, "resource_names_subscribe", len(names)+1)
+		}
+		names[n] = true
+		ts.dirty = set(ts.dirty, n)
+		// Always sent, since the client may have forgotten it, unless the
+		// type's first request presents it in initial_resource_versions:
+		// those say exactly what the client holds (promise 4), and Envoy
+		// resubscribes every name it holds when it reconnects.
+		if _, presented := r.GetInitialResourceVersions()[n]; !first || !presented {
+			ts.force = set(ts.force, n)
+		}
+		delete(ts.toldAbsent, n)
+	}
+	for _, n := range r.GetResourceNamesUnsubscribe() {
+		if n == "*" {
+			ts.wildcard = false
+			var drop []string
+			ts.have.each(func(h string, _ held) {
+				if !names[h] {
+					drop = append(drop, h)
+				}
+			})
+			for _, h := range drop {
+				ts.have.drop(h)
+			}
+			continue
+		}
+		if !names[n] {
+			continue // a phantom unsubscribe
+		}
+		delete(names, n)
+		delete(ts.force, n)
+		delete(ts.toldAbsent, n)
+		if !ts.wildcard {
+			ts.have.drop(n) // the client drops it
+		}
+	}
+	return nil
+}
+
+// checkBounds checks a request against the stream's bounds before any of
+// it is kept: the length of every name, and the size of
+// initial_resource_versions (accumulated subscriptions are checked as they
+// grow, in Handle).
+func (st *stream) checkBounds(t *resource.Type, r *discoveryv3.DeltaDiscoveryRequest) error {
+	if err := st.CheckCount(t, xdsstream.LimitInitialVersion, "initial_resource_versions", len(r.GetInitialResourceVersions())); err != nil {
+		return err
+	}
+	if err := st.CheckNames(t, "resource_names_subscribe", r.GetResourceNamesSubscribe()); err != nil {
+		return err
+	}
+	if err := st.CheckNames(t, "resource_names_unsubscribe", r.GetResourceNamesUnsubscribe()); err != nil {
+		return err
+	}
+	for n := range r.GetInitialResourceVersions() {
+		if err := st.CheckName(t, "initial_resource_versions", n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Changed marks the subscribed or held names a change may concern.
+func (st *stream) Changed(c store.EntryChange) {
+	ts := st.types[c.Type]
+	if ts == nil {
+		return
+	}
+	if ts.wildcard || ts.names.Has(c.Name) || ts.have.has(c.Name) {
+		ts.dirty = set(ts.dirty, c.Name)
+		st.Touch(&ts.rec)
+	}
+	if c.Type == resource.VirtualHost {
+		markAliases(ts, c.Name)
+		if len(ts.dirty) > 0 {
+			st.Touch(&ts.rec)
+		}
+	}
+}
+
+// Flush sends what changed, type by type in make-before-break order, at
+// most one outstanding response per type; then the heartbeats due.
+func (st *stream) Flush() error {
+	for _, t := range resource.All() {
+		ts := st.types[t]
+		if ts == nil || ts.outstanding || (!ts.needAll && !ts.respond && len(ts.dirty) == 0) {
+			continue
+		}
+		if err := st.flushType(ts); err != nil {
+			return err
+		}
+	}
+	// Referrers may settle without an ACK, when their change sends this
+	// client nothing (a default listener its group overrides): held
+	// cluster removals go then, or they would wait for an unrelated ACK.
+	st.releaseHold()
+	for _, t := range []*resource.Type{resource.Cluster, resource.Endpoint} {
+		if ts := st.types[t]; ts != nil && ts.needAll && !ts.outstanding {
+			if err := st.flushType(ts); err != nil {
+				return err
+			}
+		}
+	}
+	return st.heartbeats()
+}
+
+func (st *stream) flushType(ts *typeState) error {
+	// A fresh wildcard subscription gets every visible resource: the same
+	// response for every stream of the group at this revision, shared
+	// under a short key.
+	shareKey := ""
+	if ts.needAll && ts.wildcard && ts.names.Len() == 0 && ts.have.len() == 0 && len(ts.dirty) == 0 {
+		shareKey = "DA\x00" + ts.t.Name + "\x00" + st.Group + "\x00" + strconv.FormatInt(st.Snap.Revision, 10)
+	}
+	var candidates []string
+	if ts.needAll {
+		all := map[string]bool{}
+		for n := range ts.names.All() {
+			all[n] = true
+		}
+		ts.have.each(func(n string, _ held) { all[n] = true })
+		if ts.wildcard {
+			for _, e := range scope.Entries(st.Snap, ts.t, st.Group, nil, true) {
+				all[e.Name] = true
+			}
+		}
+		for n := range ts.dirty {
+			all[n] = true
+		}
+		candidates = sortedKeys(all)
+	} else {
+		// A push: the names it changed, in a slice the stream keeps (no
+		// map, nothing allocated for a push of a few resources).
+		candidates = st.scratch[:0]
+		for n := range ts.dirty {
+			candidates = append(candidates, n)
+		}
+		slices.Sort(candidates)
+		st.scratch = nil
+		if cap(candidates) <= 8 {
+			st.scratch = candidates[:0]
+		}
+	}
+	respond := ts.respond
+	ts.needAll, ts.respond = false, false
+	ts.dirty = reuse(ts.dirty)
+
+	holdRemovals := breaks(ts.t) && st.Fixed == nil && st.referrersPending()
+	var out []item
+	var removed []string
+	var aliases *aliasIndex // built or fetched on the first alias
+	for _, n := range candidates {
+		h, isHeld := ts.have.get(n)
+		if !ts.wildcard && !ts.names.Has(n) {
+			ts.have.drop(n) // held but not subscribed: the client drops it
+			continue
+		}
+		e := st.Sendable(scope.Visible(st.Snap, ts.t, st.Group, n))
+		source := ""
+		alias := ""
+		if e != nil {
+			source = e.Scope
+		} else if ts.t == resource.VirtualHost {
+			// VHDS: n may be an alias "<route configuration>/<host>".
+			if aliases == nil {
+				var err error
+				if aliases, err = st.s.aliases.get(st.Snap, st.Group); err != nil {
+					return err
+				}
+			}
+			if e = st.Sendable(aliases.resolve(n)); e != nil {
+				alias, source = n, e.Scope+"/"+e.Name
+			}
+		}
+		if e == nil {
+			switch {
+			case isHeld && holdRemovals:
+				ts.holdRemoval = true // make before break: later
+			case isHeld:
+				removed = append(removed, n)
+				ts.have.drop(n)
+			case ts.names.Has(n) && !ts.toldAbsent[n]:
+				removed = append(removed, n) // asked for, does not exist
+				ts.toldAbsent = set(ts.toldAbsent, n)
+			}
+			delete(ts.force, n)
+			continue
+		}
+		// A version presented in initial_resource_versions names a
+		// mod_revision, not a key: it is trusted unless another resource
+		// the client may have held shares it (an alias that may have
+		// resolved elsewhere, or a group override deleted since).
+		unconfirmed := h.scope == ""
+		ambiguous := unconfirmed && (alias != "" ||
+			(st.Group != "" && e.Scope == store.DefaultScope && st.Snap.LastChange(ts.t, st.Group) > e.ModRevision))
+		if isHeld && h.rev == e.ModRevision && (unconfirmed || h.scope == source) && !ambiguous && !ts.force[n] {
+			if h.scope == "" {
+				st.s.m.notResent.Inc()
+				h.scope = source
+				ts.have.set(n, h)
+			}
+			continue
+		}
+		delete(ts.force, n)
+		delete(ts.toldAbsent, n)
+		out = append(out, item{Item: xdsstream.Item{Entry: e, Alias: alias}, source: source})
+	}
+	if len(ts.force) == 0 {
+		ts.force = nil
+	}
+	if len(ts.toldAbsent) == 0 {
+		ts.toldAbsent = nil
+	}
+	if !holdRemovals && breaks(ts.t) {
+		ts.holdRemoval = false
+	}
+	if shareKey != "" && st.KeysWithheld() {
+		shareKey += "\x00k" // without the resources carrying keys
+	}
+	if len(out) == 0 && len(removed) == 0 && !respond {
+		ts.rec.Unchanged()
+		st.updateStatus(ts)
+		return nil
+	}
+	return st.send(ts, out, removed, shareKey)
+}
+
+// referrersPending reports whether LDS or RDS have updates to send or a
+// response not yet ACKed (promise 6: clusters go after their referrers
+// are ACKed).
+func (st *stream) referrersPending() bool {
+	for _, t := range []*resource.Type{resource.Listener, resource.Route} {
+		ts := st.types[t]
+		if ts == nil {
+			continue
+		}
+		if ts.needAll || ts.respond || len(ts.dirty) > 0 || !ts.settled {
+			return true
+		}
+	}
+	return false
+}
+
+// breaks reports whether removals of type t wait for the listeners and
+// routes that dropped them (promise 6: clusters and their endpoints).
+func breaks(t *resource.Type) bool { return t == resource.Cluster || t == resource.Endpoint }
+
+// releaseHold marks held cluster and endpoint removals for sending once
+// listeners and routes are settled.
+func (st *stream) releaseHold() {
+	if st.referrersPending() {
+		return
+	}
+	for _, t := range []*resource.Type{resource.Cluster, resource.Endpoint} {
+		if ts := st.types[t]; ts != nil && ts.holdRemoval {
+			ts.needAll = true
+		}
+	}
+}
+
+// item is one resource to send: an entry, the VHDS alias it was asked
+// by, if any, and what held.scope records of it.
+type item struct {
+	xdsstream.Item
+	source string // the scope, or scope/name for an alias
+}
+
+// send sends one response. shareKey, if set, names its content for the
+// shared body cache; otherwise the key is built from the content.
+func (st *stream) send(ts *typeState, out []item, removed []string, shareKey string) error {
+	sysVersion := strconv.FormatInt(st.Snap.Revision, 10)
+	ttls := st.WireTTLs(len(out), func(i int) *store.Entry { return out[i].Entry })
+	if shareKey == "" {
+		var buf [256]byte // on the stack while the key fits
+		key := append(buf[:0], "D\x00"...)
+		key = append(key, ts.t.Name...)
+		key = append(key, 0)
+		key = append(key, sysVersion...)
+		for _, it := range out {
+			key = xdsstream.AppendEntryKey(key, it.Entry)
+			key = append(key, '~')
+			key = append(key, it.Alias...)
+		}
+		key = append(key, "\x00-"...)
+		for _, n := range removed {
+			key = append(key, 0)
+			key = append(key, n...)
+		}
+		shareKey = string(key)
+	}
+	shareKey = xdsstream.TTLKey(shareKey, ttls)
+	build := func() proto.Message {
+		r := &discoveryv3.DeltaDiscoveryResponse{SystemVersionInfo: sysVersion, TypeUrl: ts.t.URL, RemovedResources: removed, ControlPlane: st.s.core.ControlPlane,
+			Resources: make([]*discoveryv3.Resource, 0, len(out))}
+		for i, it := range out {
+			var ttl time.Duration
+			if ttls != nil {
+				ttl = ttls[i]
+			}
+			r.Resources = append(r.Resources, wireResource(it.Item, ttl, true))
+		}
+		return r
+	}
+	if _, err := st.Send(ts.t, &ts.rec, sysVersion, shareKey, build, len(out)); err != nil {
+		return err
+	}
+	ts.outstanding, ts.settled = true, false
+	ts.inFlight = ts.inFlight[:0]
+	for _, it := range out {
+		ts.inFlight = append(ts.inFlight, it.Key())
+	}
+	ts.have.sent(&st.s.held, st.Snap.Revision, shareKey, out, removed)
+	st.RecordTTLs(ts.t, len(out), func(i int) xdsstream.Item { return out[i].Item }, ttls)
+	st.s.m.removalsSent.WithLabelValues(ts.t.Name).Add(float64(len(removed)))
+	st.updateStatus(ts)
+	return nil
+}
+
+// maxStatusResources bounds the per-resource lines of a type's status.
+const maxStatusResources = 100
+
+func (st *stream) updateStatus(ts *typeState) {
+	s := TypeStatus{
+		SystemVersionSent:  ts.rec.Version,
+		SystemVersionAcked: ts.rec.Acked,
+		NackVersion:        ts.rec.Nacked,
+		LastNack:           ts.rec.NackMsg,
+		Wildcard:           ts.wildcard,
+		Subscribed:         ts.names.Len(),
+		Held:               ts.have.len(),
+	}
+	if ts.outstanding {
+		s.Outstanding = ts.rec.Nonce
+	}
+	if ts.have.len() <= maxStatusResources {
+		var inFlight map[string]bool
+		if ts.outstanding {
+			inFlight = make(map[string]bool, len(ts.inFlight))
+			for _, n := range ts.inFlight {
+				inFlight[n] = true
+			}
+		}
+		s.Resources = make(map[string]ResourceStatus, ts.have.len())
+		ts.have.each(func(n string, h held) {
+			var rs ResourceStatus
+			if h.rev > 0 {
+				rs.VersionSent = strconv.FormatInt(h.rev, 10)
+			}
+			if !inFlight[n] && !ts.nacked[n] {
+				rs.VersionAcked = rs.VersionSent
+			}
+			s.Resources[n] = rs
+		})
+	}
+	st.SetStatus(ts.t, s)
+}
+
+// reuse empties m, a map of names, for the next changes: a small one is
+// kept, so that a push allocates no new map, a large one (a first
+// response's) let go.
+func reuse(m map[string]bool) map[string]bool {
+	if len(m) > 8 {
+		return nil
+	}
+	clear(m)
+	return m
+}
+
+// set adds n to m, made if nil, and returns it.
+func set(m map[string]bool, n string) map[string]bool {
+	if m == nil {
+		m = map[string]bool{}
+	}
+	m[n] = true
+	return m
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,196 @@
+package xdsstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/legation-io/legation/internal/state/lease"
+	"github.com/legation-io/legation/internal/replica/quietgc"
+	"github.com/legation-io/legation/internal/state/scope"
+	"github.com/legation-io/legation/internal/state/store"
+)
+
+// Source is what a server reads resources from; *store.View is one. Both
+// methods may be called from many goroutines at once.
+type Source interface {
+	// Snapshot returns the latest snapshot, nil before the first load.
+	Snapshot() *store.Snapshot
+	// WaitRevision blocks until a snapshot at rev or later exists, or ctx
+	// ends.
+	WaitRevision(ctx context.Context, rev int64) (*store.Snapshot, error)
+	// Interest registers what a stream of group, on the transport
+	// connection conn (limits.Conn; nil: unknown), can see, to be woken
+	// only by changes it concerns (store.View.Interest); nil: the
+	// stream advances on every snapshot.
+	Interest(group string, conn any) *store.Interest
+}
+
+var _ Source = (*store.View)(nil)
+
+// Leases is what a server needs of the lease tracker (*lease.Tracker is
+// one). Its methods may be called from many goroutines at once; Expiry may
+// block for one etcd query.
+type Leases interface {
+	// Expiry returns when e's lease expires (a lower bound of etcd's).
+	Expiry(ctx context.Context, e *store.Entry) time.Time
+	// Notice returns the current notice of lease extensions.
+	Notice() *lease.Notice
+	// NextCheck returns when the lease is next checked for an extension.
+	NextCheck(id int64) time.Time
+}
+
+var _ Leases = (*lease.Tracker)(nil)
+
+// Authorizer decides what the client of a stream or poll may claim and
+// see (docs/design.md, "Security"). Its methods may be called from many
+// goroutines at once; ctx is the stream's or the request's, which carries
+// the client's identity.
+type Authorizer interface {
+	// Authorize returns nil if the client of ctx may claim node n, whose
+	// group is group, else the error the stream or poll ends with
+	// (PermissionDenied, or Unavailable while the rules are not loaded).
+	// recheck, when not nil, is closed once the decision may have
+	// changed (the rules changed): the stream then asks again.
+	Authorize(ctx context.Context, n *corev3.Node, group string) (recheck <-chan struct{}, err error)
+	// Secrets returns nil if the client of ctx may be sent the SDS
+	// secrets of group's scope and the default scope, else the error
+	// (PermissionDenied) the stream or poll ends with.
+	Secrets(ctx context.Context, group string) error
+}
+
+// Config is what a SotW or delta server is built from.
+type Config struct {
+	// Source is the view to serve. Required.
+	Source Source
+	// GroupBy derives a node's group; nil: by Node.cluster.
+	GroupBy scope.GroupFunc
+	// CatchupTimeout bounds the wait for the view to reach a version a
+	// client presents; after it the stream (or poll) ends with
+	// UNAVAILABLE so the client retries elsewhere (promise 3). Zero: 5s.
+	CatchupTimeout time.Duration
+	// Leases gives the expiry of TTL'd resources' leases and announces
+	// their extensions (promise 8); nil: no TTL is put on the wire and no
+	// heartbeat is sent, whatever the clients advertise.
+	Leases Leases
+	// Authorizer, if set, checks every node a client claims and every
+	// request for secrets; nil allows every claim and every secret (the
+	// caller decided the clients are trusted).
+	Authorizer Authorizer
+	// FirstRequestTimeout bounds the wait for a stream's first request
+	// (--first-request-timeout): a stream that sends nothing for that
+	// long ends with DEADLINE_EXCEEDED. Zero: 10s; negative: no bound.
+	FirstRequestTimeout time.Duration
+	// MaxNames bounds the names a stream subscribes to per type
+	// (--max-names): SotW resource_names, delta resource_names_subscribe
+	// as they accumulate (VHDS aliases included), and the entries of
+	// delta initial_resource_versions. Beyond it the stream ends with
+	// RESOURCE_EXHAUSTED. Zero: 10,000; negative: no bound.
+	MaxNames int
+	// MaxNameLength bounds the length in bytes of a resource name in a
+	// request (--max-name-length); a longer one ends the stream with
+	// INVALID_ARGUMENT. Zero: 1024; negative: no bound.
+	MaxNameLength int
+	// MaxNodeIDLength bounds the length in bytes of a request's node id
+	// (--max-node-id-length); a longer one ends the stream, or fails the
+	// poll, with INVALID_ARGUMENT. Zero: 1024; negative: no bound.
+	MaxNodeIDLength int
+	// MaxNackMessage bounds the bytes of a NACK's error message that are
+	// stored (status, /debug/streams) and logged (--max-nack-message);
+	// the rest is cut and the cut marked. Zero: 4096; negative: no bound.
+	MaxNackMessage int
+	// NackLogWindow is how long repeats of a NACK (same type, version and
+	// message) are counted instead of logged: the first is logged, the
+	// repeats in one line at the window's end. Zero: 1 minute.
+	NackLogWindow time.Duration
+	// SendTimeout bounds one response's send (--send-timeout): a stream
+	// whose client has not taken it (its flow-control window stays full)
+	// for that long ends with UNAVAILABLE, and with it the snapshots it
+	// holds. Zero: 30s; negative: no bound.
+	SendTimeout time.Duration
+	// Identifier names the replica in every response, as
+	// control_plane.identifier (the replica's --name); empty: responses
+	// carry no control_plane.
+	Identifier string
+	// Logger gets NACKs and stream errors; nil discards.
+	Logger *slog.Logger
+	// Registerer gets the server's metrics; nil registers none.
+	Registerer prometheus.Registerer
+	// Busy, if set, counts the streams handling a request or a newer
+	// snapshot (quietgc: the replica collects garbage when none is).
+	Busy *quietgc.Busy
+	// PushTracer, if set, is told of every response sent and answered
+	// (traces); nil: none is.
+	PushTracer PushTracer
+
+	// PanicOnNode is a test hook, never set in production: a stream whose
+	// first request names this node id panics in its handler's goroutine,
+	// so that tests can show a panic ends that stream alone. Empty: none.
+	PanicOnNode string
+}
+
+// DefaultConfig returns the defaults, without a Source.
+func DefaultConfig() Config {
+	return Config{
+		CatchupTimeout:      5 * time.Second,
+		FirstRequestTimeout: 10 * time.Second, // Envoy sends its first request at once
+		MaxNames:            10000,            // far above one Envoy's EDS clusters per stream
+		MaxNameLength:       1024,             // a VHDS alias is "<route config>/<host>"; a DNS name is at most 253
+		MaxNodeIDLength:     1024,             // Envoy's ids ("sidecar~IP~pod.ns~ns.svc.cluster.local") are a few hundred bytes at most
+		MaxNackMessage:      4096,             // Envoy's rejection messages are a few lines
+		NackLogWindow:       time.Minute,
+		SendTimeout:         30 * time.Second, // a healthy client reads within a few RTTs
+	}
+}
+
+// Validate checks the config.
+func (c *Config) Validate() error {
+	if c.Source == nil {
+		return errors.New("xdsstream: Source is required")
+	}
+	if c.CatchupTimeout < 0 {
+		return fmt.Errorf("xdsstream: CatchupTimeout %s is negative", c.CatchupTimeout)
+	}
+	return nil
+}
+
+// withDefaults fills the zero fields that have a default.
+func (c Config) withDefaults() Config {
+	if c.GroupBy == nil {
+		c.GroupBy, _ = scope.ParseGroupBy("cluster") // cannot fail
+	}
+	d := DefaultConfig()
+	if c.CatchupTimeout == 0 {
+		c.CatchupTimeout = d.CatchupTimeout
+	}
+	if c.FirstRequestTimeout == 0 {
+		c.FirstRequestTimeout = d.FirstRequestTimeout
+	}
+	if c.MaxNames == 0 {
+		c.MaxNames = d.MaxNames
+	}
+	if c.MaxNameLength == 0 {
+		c.MaxNameLength = d.MaxNameLength
+	}
+	if c.MaxNodeIDLength == 0 {
+		c.MaxNodeIDLength = d.MaxNodeIDLength
+	}
+	if c.MaxNackMessage == 0 {
+		c.MaxNackMessage = d.MaxNackMessage
+	}
+	if c.NackLogWindow <= 0 {
+		c.NackLogWindow = d.NackLogWindow
+	}
+	if c.SendTimeout == 0 {
+		c.SendTimeout = d.SendTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}

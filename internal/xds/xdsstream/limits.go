@@ -1,0 +1,160 @@
+package xdsstream
+
+import (
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/legation-io/legation/internal/state/resource"
+)
+
+// The limit label values of Metrics.LimitHits.
+const (
+	LimitFirstRequest   = "first_request"
+	LimitNames          = "names"
+	LimitNameLength     = "name_length"
+	LimitInitialVersion = "initial_resource_versions"
+	LimitNackMessage    = "nack_message"
+	LimitSendTimeout    = "send_timeout"
+	LimitNodeIDLength   = "node_id_length"
+)
+
+// CheckNames returns INVALID_ARGUMENT, naming the bound and its flag, when
+// a name in names (the request's field, for the message) is longer than
+// MaxNameLength.
+func (s *Stream[T]) CheckNames(t *resource.Type, field string, names []string) error {
+	return s.core.CheckNames(t, field, names)
+}
+
+// CheckName is CheckNames of one name.
+func (s *Stream[T]) CheckName(t *resource.Type, field, name string) error {
+	return s.core.checkName(t, field, name)
+}
+
+// CheckCount returns RESOURCE_EXHAUSTED, naming the bound and its flag,
+// when n names of type t (subscribed, or in field) are more than
+// MaxNames. limit is the metric's label.
+func (s *Stream[T]) CheckCount(t *resource.Type, limit, field string, n int) error {
+	return s.core.CheckCount(t, limit, field, n)
+}
+
+// CheckNames is Stream.CheckNames for a poll (REST-JSON, unary Fetch).
+func (c *Core[T]) CheckNames(t *resource.Type, field string, names []string) error {
+	for _, n := range names {
+		if err := c.checkName(t, field, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *Core[T]) checkName(t *resource.Type, field, name string) error {
+	max := c.Config.MaxNameLength
+	if max < 0 || len(name) <= max {
+		return nil
+	}
+	c.Metrics.LimitHits.WithLabelValues(LimitNameLength).Inc()
+	return status.Errorf(codes.InvalidArgument, "%s %s: a name of %d bytes is longer than the bound of %d (--max-name-length)", t.Name, field, len(name), max)
+}
+
+// CheckCount is Stream.CheckCount for a poll, whose names are bounded as
+// a stream's are.
+func (c *Core[T]) CheckCount(t *resource.Type, limit, field string, n int) error {
+	max := c.Config.MaxNames
+	if max < 0 || n <= max {
+		return nil
+	}
+	c.Metrics.LimitHits.WithLabelValues(limit).Inc()
+	return status.Errorf(codes.ResourceExhausted, "%s %s: %d names are more than the bound of %d per type per stream or poll (--max-names)", t.Name, field, n, max)
+}
+
+// CheckNode returns INVALID_ARGUMENT, naming the bound and its flag, when
+// the id of node n is longer than MaxNodeIDLength: ids are kept per
+// stream, logged, and written to the status directory in etcd.
+func (c *Core[T]) CheckNode(n *corev3.Node) error {
+	max := c.Config.MaxNodeIDLength
+	if max < 0 || len(n.GetId()) <= max {
+		return nil
+	}
+	c.Metrics.LimitHits.WithLabelValues(LimitNodeIDLength).Inc()
+	return status.Errorf(codes.InvalidArgument, "node.id: an id of %d bytes is longer than the bound of %d (--max-node-id-length)", len(n.GetId()), max)
+}
+
+// truncate cuts msg to max bytes (negative: no bound) at a rune boundary
+// and marks the cut. It reports whether it cut.
+func truncate(msg string, max int) (string, bool) {
+	if max < 0 || len(msg) <= max {
+		return msg, false
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return msg[:cut] + "... [" + strconv.Itoa(len(msg)-cut) + " more bytes cut by --max-nack-message]", true
+}
+
+// maxNackKeys bounds the NACKs a nackLog tracks in one window; further
+// distinct ones are counted together.
+const maxNackKeys = 1024
+
+// nackLog logs a NACK once per (type, version, message) per window and
+// per server, not once per stream: the first at Warn, the repeats summed
+// up in one line when the window ends. It holds at most maxNackKeys
+// entries, cleared every window. Its methods may be called concurrently.
+type nackLog struct {
+	window time.Duration
+	log    *slog.Logger
+
+	mu      sync.Mutex // guards the fields below
+	repeats map[nackKey]int
+	dropped int         // NACKs not logged: the map was full
+	timer   *time.Timer // ends the window; nil when none is open
+}
+
+type nackKey struct{ typ, version, msg string }
+
+// first reports whether the NACK (t, version, msg) is the first of its
+// window, to be logged; a repeat is counted for the window's summary.
+func (l *nackLog) first(t, version, msg string) bool {
+	k := nackKey{t, version, msg}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.repeats == nil {
+		l.repeats = map[nackKey]int{}
+	}
+	if l.timer == nil {
+		l.timer = time.AfterFunc(l.window, l.flush)
+	}
+	if n, ok := l.repeats[k]; ok {
+		l.repeats[k] = n + 1
+		return false
+	}
+	if len(l.repeats) >= maxNackKeys {
+		l.dropped++
+		return false
+	}
+	l.repeats[k] = 0
+	return true
+}
+
+// flush ends the window: one line per NACK repeated in it.
+func (l *nackLog) flush() {
+	l.mu.Lock()
+	repeats, dropped := l.repeats, l.dropped
+	l.repeats, l.dropped, l.timer = nil, 0, nil
+	l.mu.Unlock()
+	for k, n := range repeats {
+		if n > 0 {
+			l.log.Warn("more clients rejected a response (NACK) with the same message", "count", n, "window", l.window, "type", k.typ, "version", k.version, "error", k.msg)
+		}
+	}
+	if dropped > 0 {
+		l.log.Warn("more NACKs not logged: too many distinct ones in the window", "count", dropped, "window", l.window)
+	}
+}
