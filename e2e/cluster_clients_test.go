@@ -40,11 +40,11 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/legation-io/legation/internal/admin/adminctl"
-	"github.com/legation-io/legation/internal/tools/localcluster"
 	"github.com/legation-io/legation/internal/cluster/relay"
 	"github.com/legation-io/legation/internal/cluster/shard"
 	nodestatus "github.com/legation-io/legation/internal/cluster/status"
 	"github.com/legation-io/legation/internal/testkit/xdstest"
+	"github.com/legation-io/legation/internal/tools/localcluster"
 )
 
 const (

@@ -28,11 +28,11 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/legation-io/legation/internal/security/access"
-	"github.com/legation-io/legation/internal/tools/localcluster"
 	"github.com/legation-io/legation/internal/cluster/relay"
+	"github.com/legation-io/legation/internal/security/access"
 	"github.com/legation-io/legation/internal/testkit/testcerts"
 	"github.com/legation-io/legation/internal/testkit/xdstest"
+	"github.com/legation-io/legation/internal/tools/localcluster"
 )
 
 // pemfileWatcher is the file watcher that grpc-go's "tls" channel

@@ -18,8 +18,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/legation-io/legation/internal/tools/localcluster"
 	"github.com/legation-io/legation/internal/testkit/xdstest"
+	"github.com/legation-io/legation/internal/tools/localcluster"
 )
 
 // failoverBound is the failover target of docs/design.md: every client of a killed

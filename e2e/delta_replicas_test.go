@@ -13,9 +13,9 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/legation-io/legation/internal/tools/localcluster"
 	"github.com/legation-io/legation/internal/testkit/storetest"
 	"github.com/legation-io/legation/internal/testkit/xdstest"
+	"github.com/legation-io/legation/internal/tools/localcluster"
 )
 
 const (

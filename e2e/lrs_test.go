@@ -17,9 +17,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/legation-io/legation/internal/tools/localcluster"
 	"github.com/legation-io/legation/internal/cluster/lrs"
 	"github.com/legation-io/legation/internal/cluster/status"
+	"github.com/legation-io/legation/internal/tools/localcluster"
 )
 
 // lrsInterval is the --lrs-interval of TestClusterLRS: short, so that the

@@ -25,11 +25,11 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/legation-io/legation/internal/tools/chaos"
 	"github.com/legation-io/legation/internal/state/etcdconn"
-	"github.com/legation-io/legation/internal/tools/loadgen"
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/tools/chaos"
+	"github.com/legation-io/legation/internal/tools/loadgen"
 )
 
 // options are the flags beyond loadgen.Config's.

@@ -13,13 +13,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/legation-io/legation/internal/security/authz"
-	"github.com/legation-io/legation/internal/xds/delta"
-	"github.com/legation-io/legation/internal/state/etcdconn"
 	"github.com/legation-io/legation/internal/cluster/lrs"
-	"github.com/legation-io/legation/internal/state/scope"
+	"github.com/legation-io/legation/internal/security/authz"
 	"github.com/legation-io/legation/internal/security/tlsfiles"
+	"github.com/legation-io/legation/internal/state/etcdconn"
+	"github.com/legation-io/legation/internal/state/scope"
 	"github.com/legation-io/legation/internal/tracing"
+	"github.com/legation-io/legation/internal/xds/delta"
 	"github.com/legation-io/legation/internal/xds/xdsstream"
 )
 

@@ -13,8 +13,8 @@ import (
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 
 	"github.com/legation-io/legation/internal/admin/adminctl"
-	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/cluster/status"
+	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/store"
 	"github.com/legation-io/legation/internal/testkit/xdstest"
 )

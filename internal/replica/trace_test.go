@@ -22,8 +22,8 @@ import (
 	"github.com/legation-io/legation/internal/admin/adminctl"
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/store"
-	"github.com/legation-io/legation/internal/tracing"
 	"github.com/legation-io/legation/internal/testkit/xdstest"
+	"github.com/legation-io/legation/internal/tracing"
 )
 
 // otlpReceiver is an OTLP/gRPC trace collector: it keeps every span it

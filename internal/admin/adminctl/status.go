@@ -10,8 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/cluster/status"
+	"github.com/legation-io/legation/internal/state/resource"
 )
 
 func (a *app) statusCommand() *cobra.Command {

@@ -12,9 +12,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/legation-io/legation/internal/xds/grpcapi"
 	"github.com/legation-io/legation/internal/cluster/lrs"
 	"github.com/legation-io/legation/internal/testkit/xdstest"
+	"github.com/legation-io/legation/internal/xds/grpcapi"
 )
 
 // A node's reports count against its own budget per window (MaxRate

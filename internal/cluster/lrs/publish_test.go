@@ -18,10 +18,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/legation-io/legation/internal/xds/grpcapi"
 	"github.com/legation-io/legation/internal/cluster/lrs"
 	"github.com/legation-io/legation/internal/state/store"
 	"github.com/legation-io/legation/internal/testkit/xdstest"
+	"github.com/legation-io/legation/internal/xds/grpcapi"
 )
 
 // run runs s until the test ends.

@@ -25,8 +25,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/legation-io/legation/internal/cluster/relay"
-	"github.com/legation-io/legation/internal/xds/wire"
 	"github.com/legation-io/legation/internal/testkit/xdstest"
+	"github.com/legation-io/legation/internal/xds/wire"
 )
 
 // ignoreNonce compares responses but for their nonces, which are per

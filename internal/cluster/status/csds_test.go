@@ -19,10 +19,10 @@ import (
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/testing/protocmp"
 
-	"github.com/legation-io/legation/internal/xds/grpcapi"
-	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/cluster/status"
+	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/testkit/storetest"
+	"github.com/legation-io/legation/internal/xds/grpcapi"
 )
 
 // csdsEnv is a CSDS server on 127.0.0.1 over an etcd holding the records

@@ -18,9 +18,9 @@ import (
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
 
-	"github.com/legation-io/legation/internal/tools/faultnet"
 	"github.com/legation-io/legation/internal/cluster/status"
 	"github.com/legation-io/legation/internal/testkit/storetest"
+	"github.com/legation-io/legation/internal/tools/faultnet"
 )
 
 // rangeCounter counts the range requests (Get) an etcd client sends.

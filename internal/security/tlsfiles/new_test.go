@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/legation-io/legation/internal/testkit/testcerts"
 	"github.com/legation-io/legation/internal/security/tlsfiles"
+	"github.com/legation-io/legation/internal/testkit/testcerts"
 )
 
 // writeFile writes content to dir/name and returns its path.

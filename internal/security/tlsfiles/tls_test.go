@@ -18,8 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/legation-io/legation/internal/testkit/testcerts"
 	"github.com/legation-io/legation/internal/security/tlsfiles"
+	"github.com/legation-io/legation/internal/testkit/testcerts"
 )
 
 const (

@@ -9,8 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/legation-io/legation/internal/tools/procstat"
 	"github.com/legation-io/legation/internal/replica/quietgc"
+	"github.com/legation-io/legation/internal/tools/procstat"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )

@@ -11,10 +11,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
+	"github.com/legation-io/legation/internal/testkit/xdstest"
 	"github.com/legation-io/legation/internal/xds/delta"
 	"github.com/legation-io/legation/internal/xds/grpcapi"
 	"github.com/legation-io/legation/internal/xds/xdsstream"
-	"github.com/legation-io/legation/internal/testkit/xdstest"
 )
 
 // env is the test kit's env (a real embedded etcd, store and view) with

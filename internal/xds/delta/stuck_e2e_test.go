@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/legation-io/legation/internal/xds/delta"
 	"github.com/legation-io/legation/internal/state/store"
 	"github.com/legation-io/legation/internal/testkit/xdstest"
+	"github.com/legation-io/legation/internal/xds/delta"
 )
 
 // The stuck-client acceptance run (a client that never reads among many,

@@ -10,8 +10,8 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/legation-io/legation/internal/state/lease"
 	"github.com/legation-io/legation/internal/replica/quietgc"
+	"github.com/legation-io/legation/internal/state/lease"
 	"github.com/legation-io/legation/internal/state/scope"
 	"github.com/legation-io/legation/internal/state/store"
 )

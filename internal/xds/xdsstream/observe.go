@@ -8,8 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/legation-io/legation/internal/xds/limits"
 	"github.com/legation-io/legation/internal/state/resource"
+	"github.com/legation-io/legation/internal/xds/limits"
 )
 
 // The histograms every protocol shares, one family each, labelled by

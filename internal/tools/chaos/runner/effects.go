@@ -7,9 +7,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/tools/chaos"
 	"github.com/legation-io/legation/internal/tools/chaos/faults"
-	"github.com/legation-io/legation/internal/state/resource"
 )
 
 // Effect is what one class of fault did to the clients: while a fault of

@@ -24,11 +24,11 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/legation-io/legation/internal/state/store"
 	"github.com/legation-io/legation/internal/tools/chaos"
 	"github.com/legation-io/legation/internal/tools/chaos/faults"
 	"github.com/legation-io/legation/internal/tools/loadgen"
 	"github.com/legation-io/legation/internal/tools/localcluster"
-	"github.com/legation-io/legation/internal/state/store"
 )
 
 // Config is one seed's run. DefaultConfig fills all but Seed, Dir and

@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/tools/chaos"
 	"github.com/legation-io/legation/internal/tools/chaos/faults"
 	"github.com/legation-io/legation/internal/tools/localcluster"
-	"github.com/legation-io/legation/internal/state/resource"
 )
 
 // testWriter sends log lines to the test log.
