@@ -15,7 +15,7 @@ import (
 	"github.com/legation-io/legation/internal/tools/localcluster"
 )
 
-// rollingBound is the acceptance bound of issue 13: after a kill, and
+// rollingBound is the bound of the rolling-restart promise: after a kill, and
 // after the last restart of a rolling restart, every client is back and
 // ACKed within it.
 const rollingBound = 60 * time.Second

@@ -943,7 +943,7 @@ func (n *Node) runParts(ctx context.Context, wg *sync.WaitGroup) {
 // (connTracker): their clients reconnect, through the load balancer that
 // sees /readyz 503, to the other replicas, a few at a time rather than
 // all at once. The HTTP server keeps serving meanwhile, so
-// that health checks see 503. The pacer's jitter may run a little past
+// that health checks see 503. The pacer's jitter may go a little past
 // the period: what is left then is closed at once.
 func (n *Node) drainStreams() {
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.DrainPeriod+n.cfg.DrainPeriod/10)

@@ -13,7 +13,7 @@ import (
 	"github.com/legation-io/legation/internal/testkit/xdstest"
 )
 
-// Issue 13's stuck-client acceptance behind a relay (xdstest.CheckStuck):
+// The stuck-client check behind a relay (xdstest.CheckStuck):
 // every client connects to replica a and is homed on b, so each stream is
 // relayed; the stuck one is cut by a's pipe within a's send timeout, its
 // leg to b ends with it (no stream left on b; TestMain checks for leaked

@@ -22,13 +22,13 @@ import (
 	"github.com/legation-io/legation/internal/state/store"
 )
 
-// The stuck-client scenario of issue 13's acceptance: normal clients and
+// The stuck-client scenario (a promise of docs/design.md): normal clients and
 // one that never reads, endpoint updates applied back to back; the stuck
 // stream must be cut within the send timeout, hold little heap, and leave
 // the others' commit-to-ACK latency as it was.
 
 // StuckSize is the scale of a stuck-client run: stuck_small.go for `go
-// test` (make test), stuck_full.go under the e2e build tag (issue 13's
+// test` (make test), stuck_full.go under the e2e build tag (the full size:
 // 999 normal clients and 2,000 updates).
 type StuckSize struct {
 	// Normal is the number of normal clients (one stream each).

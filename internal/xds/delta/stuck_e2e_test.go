@@ -15,7 +15,7 @@ import (
 // with and without it, compared) is timing-sensitive: it runs in
 // `make e2e` (-tags e2e), at the full size of xdstest's stuck_full.go.
 
-// Issue 13's stuck-client acceptance over delta ADS (xdstest.CheckStuck):
+// The stuck-client check over delta ADS (xdstest.CheckStuck):
 // normal clients and one that never reads through endpoint updates, at
 // xdstest.StuckScale (-tags e2e: 999 clients, 2,000 updates).
 func TestSendTimeoutStuckClientAmongMany(t *testing.T) {

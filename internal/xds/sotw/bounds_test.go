@@ -115,7 +115,7 @@ func TestNackLogsBounded(t *testing.T) {
 	})
 	out := logs.String()
 	t.Logf("%d streams NACKing with %d-byte messages: %d bytes of logs", streams, len(msg), len(out))
-	if len(out) > 64<<10 { // issue 13 asks for under 1 MiB
+	if len(out) > 64<<10 { // the promise is under 1 MiB
 		t.Errorf("%d bytes of logs, want under 64 KiB", len(out))
 	}
 	if lines, _ := logged(out); lines > 5 {

@@ -2,7 +2,7 @@
 
 package sotw_test
 
-// TestNackLogsBounded at issue 13's size (make e2e): 1,000 streams
+// TestNackLogsBounded at full size (make e2e): 1,000 streams
 // NACKing with 4 MiB messages, the test server taking requests of up to
 // 5 MiB.
 const (

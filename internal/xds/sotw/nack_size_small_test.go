@@ -4,7 +4,7 @@ package sotw_test
 
 // TestNackLogsBounded's size in make test: 100 streams NACKing with
 // messages of 1,000 KiB, under the harness's 1 MiB request bound.
-// nack_size_full_test.go has issue 13's size, for make e2e.
+// nack_size_full_test.go has the full size, for make e2e.
 const (
 	nackStreams = 100
 	nackMsgSize = 1000 << 10
