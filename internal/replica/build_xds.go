@@ -47,7 +47,6 @@ func (n *Node) buildXDS() error {
 		Identifier:     cfg.Name,
 		Logger:         n.log,
 		Registerer:     n.reg,
-		PanicOnNode:    cfg.panicOnNode,
 	}
 	cfg.streamBounds(&xcfg)
 	if cfg.GCBetweenPushes {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
 
 	"github.com/legation-io/legation/internal/state/etcdconn"
 	"github.com/legation-io/legation/internal/tracing"
@@ -330,15 +331,16 @@ type Config struct {
 	// readiness probes get through however busy that port is. Empty: no
 	// probe listener (the probes are on --http-addr only).
 	ProbeAddr string
-	// panicOnNode is xdsstream.Config.PanicOnNode, a test hook
-	// (export_test.go).
-	panicOnNode string
 	// shareFloor and shedSettle, when set, replace the constants of the
 	// same names, and fairShare the estimate of the fair share: test
 	// hooks (SetShareForTest).
 	shareFloor int
 	shedSettle time.Duration
 	fairShare  func() (float64, bool)
+	// testStreamInterceptor, when set, is the innermost stream
+	// interceptor, around the handler: a test hook
+	// (SetPanicOnNodeForTest).
+	testStreamInterceptor grpc.StreamServerInterceptor
 
 	// Logger gets the node's logs; nil discards them.
 	Logger *slog.Logger

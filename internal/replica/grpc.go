@@ -99,10 +99,9 @@ func (n *Node) serverOptions(gm *grpcprom.ServerMetrics) []grpc.ServerOption {
 		grpc.InitialWindowSize(64<<10), grpc.InitialConnWindowSize(1<<20),
 		grpc.StatsHandler(n.limits.StatsHandler()),
 		grpc.StatsHandler(n.xdsConns), // counts connections closed before their handshakes
-		// One stream interceptor (see streamInterceptor for the order);
-		// the unary ones in the same order.
-		grpc.StreamInterceptor(streamInterceptor(gm, n.limits, n.guard.Admin,
-			statusv3.ClientStatusDiscoveryService_StreamClientStatus_FullMethodName, n.relay.StreamInterceptor())),
+		// One stream interceptor (see streamInterceptor for the order and
+		// why one); the unary ones in the same order.
+		n.streamInterceptors(gm),
 		grpc.ChainUnaryInterceptor(gm.UnaryServerInterceptor(), n.limits.RecoverUnary(), n.limits.AdmitUnary(),
 			n.guard.AdminUnaryInterceptor(statusv3.ClientStatusDiscoveryService_FetchClientStatus_FullMethodName)))
 	opts = append(opts, cfg.Tracing.ServerOptions()...)
@@ -118,4 +117,16 @@ func xdsClientAuth(mtls bool) tls.ClientAuthType {
 		return tls.RequireAndVerifyClientCert
 	}
 	return tls.NoClientCert
+}
+
+// streamInterceptors is the gRPC server's stream interceptor
+// (streamInterceptor, gm's metrics first, the relay last), with a test's
+// interceptor, if it set one, innermost.
+func (n *Node) streamInterceptors(gm *grpcprom.ServerMetrics) grpc.ServerOption {
+	inner := n.relay.StreamInterceptor()
+	if n.cfg.testStreamInterceptor != nil {
+		inner = then(inner, n.cfg.testStreamInterceptor)
+	}
+	return grpc.StreamInterceptor(streamInterceptor(gm, n.limits, n.guard.Admin,
+		statusv3.ClientStatusDiscoveryService_StreamClientStatus_FullMethodName, inner))
 }

@@ -127,11 +127,6 @@ type Config struct {
 	// PushTracer, if set, is told of every response sent and answered
 	// (traces); nil: none is.
 	PushTracer PushTracer
-
-	// PanicOnNode is a test hook, never set in production: a stream whose
-	// first request names this node id panics in its handler's goroutine,
-	// so that tests can show a panic ends that stream alone. Empty: none.
-	PanicOnNode string
 }
 
 // DefaultConfig returns the defaults, without a Source.

@@ -224,9 +224,6 @@ func handle[R Request, T Reporter](s *Stream[T], rules Rules[R], r R) error {
 	if s.Node == nil {
 		s.setNode(r.GetNode())
 		s.interest = s.core.Config.Source.Interest(s.Group, limits.Conn(s.Ctx))
-		if p := s.core.Config.PanicOnNode; p != "" && s.Node.GetId() == p {
-			panic("xdsstream: PanicOnNode test hook: node " + p)
-		}
 		if err := s.authorize(s.Node, s.Group); err != nil {
 			return err
 		}
