@@ -66,6 +66,8 @@ func (n *Node) buildXDS() error {
 	return n.buildLRS(groupBy)
 }
 
+var _ xdsstream.Busy = (*quietgc.Busy)(nil)
+
 // buildQuietGC makes the collector between pushes, and has the streams of
 // xcfg report to it when they are busy.
 func (n *Node) buildQuietGC(xcfg *xdsstream.Config) error {
