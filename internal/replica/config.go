@@ -296,7 +296,10 @@ type Config struct {
 	// quietgc). While no change comes and no stream is busy it also holds
 	// off the runtime's forced collection every 2 minutes (GOGC off under
 	// a memory limit at the heap's goal, restored at the next change or
-	// collection). False leaves collections to the Go runtime alone.
+	// collection). Experimental, and off by default: it changes the
+	// process-wide GC settings (GOGC and the memory limit) from within
+	// the replica, which logs a line at start when it is on. False, the
+	// default, leaves collections to the Go runtime alone.
 	GCBetweenPushes bool
 	// MaxStreams (--max-streams) bounds the streams admitted and open at
 	// once; beyond it a stream gets RESOURCE_EXHAUSTED. Zero: no bound.
@@ -425,7 +428,7 @@ func (c *Config) limitDefaults() {
 	c.RelayStreamRate = 5000                   // five edges' worth of --stream-rate
 	c.RelayStreamBurst = 5000                  // one second's worth at once
 	c.MaxRelayedStreams = 0                    // no cap
-	c.GCBetweenPushes = true                   // collections out of the fan-outs
+	c.GCBetweenPushes = false                  // experimental: the Go runtime alone collects
 	c.MaxStreamsShare = 0                      // no cap; 1.1 keeps replicas within 10% of their share
 	c.HTTPReadTimeout = 10 * time.Second       // a request's headers and body
 	c.HTTPMaxConns = 1000                      // scrapes, probes, REST pollers

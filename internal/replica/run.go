@@ -91,6 +91,10 @@ func (n *Node) logStart() {
 		n.log.Warn("--rebalance-rate is above --stream-rate: after a membership change the replicas close streams faster than they admit the reconnects, which are refused and back off",
 			"rebalance_rate", n.cfg.RebalanceRate, "stream_rate", n.cfg.StreamRate)
 	}
+	if n.cfg.GCBetweenPushes {
+		n.log.Info("--gc-between-pushes (experimental): collecting garbage between pushes, and while idle holding off " +
+			"the runtime's forced collection by changing the process's GOGC and memory limit")
+	}
 	if n.cluster.Clustered() && n.cfg.GossipKeyFile == "" {
 		n.log.Warn("gossip is unencrypted and unauthenticated (no --gossip-key-file): any host that reaches the gossip port can join the ring, "+
 			"be made the home of Envoy nodes and be relayed their streams, and reads every replica's record; see README, \"Gossip encryption\"",
