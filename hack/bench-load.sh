@@ -37,7 +37,7 @@ PORT_BASE=${PORT_BASE:-28000}
 OUT=${OUT:-bench-load-out}
 ETCD=${ETCD:-external}
 LOADGEN_FLAGS=${LOADGEN_FLAGS:-} # more xds-loadgen flags, e.g. --cpu-profile-updates FILE
-NODE_FLAGS=${NODE_FLAGS:-}       # more xds-node flags, e.g. --gc-between-pushes=false
+NODE_FLAGS=${NODE_FLAGS:-}       # more xds-node flags, e.g. --gc-between-pushes
 read -r -a node_flags <<<"$NODE_FLAGS"
 
 xds_addr=127.0.0.1:$PORT_BASE

@@ -231,7 +231,7 @@ func newFlagSet(cfg *replica.Config) (fs *pflag.FlagSet, logLevel, logFormat *st
 	fs.IntVar(&cfg.MaxRelayedStreams, "max-relayed-streams", cfg.MaxRelayedStreams,
 		"streams relayed here by other replicas open at once; beyond: RESOURCE_EXHAUSTED; 0: no bound")
 	fs.BoolVar(&cfg.GCBetweenPushes, "gc-between-pushes", cfg.GCBetweenPushes,
-		"collect garbage in the quiet after a push (when the heap is past half the way to the next collection), not during the next one, and skip the runtime's forced collection every 2 minutes while quiet; false: leave it to the Go runtime")
+		"experimental, off by default: collect garbage in the quiet after a push (when the heap is past half the way to the next collection), not during the next one, and skip the runtime's forced collection every 2 minutes while quiet, by changing the process-wide GC settings (GOGC, memory limit); false: leave it to the Go runtime")
 	fs.IntVar(&cfg.MaxStreams, "max-streams", cfg.MaxStreams, "streams open at once on this replica; beyond: RESOURCE_EXHAUSTED; 0: no bound")
 	fs.Float64Var(&cfg.MaxStreamsShare, "max-streams-share", cfg.MaxStreamsShare,
 		"cap the streams open at this multiple of the replica's fair share of the cluster's (at least 100; in a cluster only); 0: no cap")

@@ -1,23 +1,14 @@
 package replica
 
 import (
-	"errors"
-	"fmt"
 	"log/slog"
-	"math"
-	"net"
 	"os"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
 
-	"github.com/legation-io/legation/internal/cluster/lrs"
-	"github.com/legation-io/legation/internal/security/authz"
-	"github.com/legation-io/legation/internal/security/tlsfiles"
 	"github.com/legation-io/legation/internal/state/etcdconn"
-	"github.com/legation-io/legation/internal/state/scope"
 	"github.com/legation-io/legation/internal/tracing"
 	"github.com/legation-io/legation/internal/xds/delta"
 	"github.com/legation-io/legation/internal/xds/xdsstream"
@@ -305,7 +296,10 @@ type Config struct {
 	// quietgc). While no change comes and no stream is busy it also holds
 	// off the runtime's forced collection every 2 minutes (GOGC off under
 	// a memory limit at the heap's goal, restored at the next change or
-	// collection). False leaves collections to the Go runtime alone.
+	// collection). Experimental, and off by default: it changes the
+	// process-wide GC settings (GOGC and the memory limit) from within
+	// the replica, which logs a line at start when it is on. False, the
+	// default, leaves collections to the Go runtime alone.
 	GCBetweenPushes bool
 	// MaxStreams (--max-streams) bounds the streams admitted and open at
 	// once; beyond it a stream gets RESOURCE_EXHAUSTED. Zero: no bound.
@@ -340,15 +334,16 @@ type Config struct {
 	// readiness probes get through however busy that port is. Empty: no
 	// probe listener (the probes are on --http-addr only).
 	ProbeAddr string
-	// panicOnNode is xdsstream.Config.PanicOnNode, a test hook
-	// (export_test.go).
-	panicOnNode string
 	// shareFloor and shedSettle, when set, replace the constants of the
 	// same names, and fairShare the estimate of the fair share: test
 	// hooks (SetShareForTest).
 	shareFloor int
 	shedSettle time.Duration
 	fairShare  func() (float64, bool)
+	// testStreamInterceptor, when set, is the innermost stream
+	// interceptor, around the handler: a test hook
+	// (SetPanicOnNodeForTest).
+	testStreamInterceptor grpc.StreamServerInterceptor
 
 	// Logger gets the node's logs; nil discards them.
 	Logger *slog.Logger
@@ -378,7 +373,7 @@ func DefaultConfig() Config {
 		name = "xds-node"
 	}
 	xd := xdsstream.DefaultConfig()
-	return Config{
+	c := Config{
 		EtcdEndpoints:   nil,               // dev mode
 		DataDir:         "./legation-data", // relative to the working directory
 		DevEtcdAddr:     "127.0.0.1:2379",  // xdsadmin's default --etcd-endpoints
@@ -411,39 +406,34 @@ func DefaultConfig() Config {
 		LRSWindows:          6,                // the last minute at 10s
 		LRSMaxRate:          1e6,              // far beyond one proxy's traffic, far below 2^64
 		LRSMaxRowsPerNode:   200,              // 100 localities of two clusters
-
-		// Limits and overload.
-		KeepaliveMinTime:      5 * time.Second,  // Envoy's and gRPC's usual pings are 10s or more
-		KeepaliveTime:         30 * time.Second, // the kernel probes a quiet client after 30s
-		KeepaliveTimeout:      10 * time.Second, // and drops it if it does not answer in 10s
-		PingTime:              2 * time.Hour,    // grpc-go's own default: the kernel finds dead peers
-		MaxConnectionAge:      0,                // connections live as long as their clients
-		MaxConnectionAgeGrace: 30 * time.Second, // once aged, streams get 30s to end
-		MaxConnections:        50000,            // five times the 10,000 clients a replica is measured with (docs/performance.md)
-		HandshakeTimeout:      10 * time.Second, // a TLS handshake takes a few round trips
-		MaxStreamsPerConn:     100,              // Envoy and grpc-go open one ADS stream a connection
-		StreamRate:            1000,             // new streams a second
-		StreamBurst:           1000,             // one second's worth at once
-		MaxStreams:            0,                // no cap
-		RelayStreamRate:       5000,             // five edges' worth of --stream-rate
-		RelayStreamBurst:      5000,             // one second's worth at once
-		MaxRelayedStreams:     0,                // no cap
-		GCBetweenPushes:       true,             // collections out of the fan-outs
-		MaxStreamsShare:       0,                // no cap; 1.1 keeps replicas within 10% of their share
-		HTTPReadTimeout:       10 * time.Second, // a request's headers and body
-		HTTPMaxConns:          1000,             // scrapes, probes, REST pollers
-		MaxCSDSMatchers:       1000,             // a dashboard's page of nodes; patterns match more
-		HTTPMaxConnsPerIP:     100,              // a tenth of --http-max-conns: one client cannot take them all
 	}
+	c.limitDefaults()
+	return c
 }
 
-// unbounded maps a flag's zero, no bound, to package xdsstream's
-// negative.
-func unbounded[N int | time.Duration](v N) N {
-	if v == 0 {
-		return -1
-	}
-	return v
+// limitDefaults sets the defaults of "Limits and overload".
+func (c *Config) limitDefaults() {
+	c.KeepaliveMinTime = 5 * time.Second       // Envoy's and gRPC's usual pings are 10s or more
+	c.KeepaliveTime = 30 * time.Second         // the kernel probes a quiet client after 30s
+	c.KeepaliveTimeout = 10 * time.Second      // and drops it if it does not answer in 10s
+	c.PingTime = 2 * time.Hour                 // grpc-go's own default: the kernel finds dead peers
+	c.MaxConnectionAge = 0                     // connections live as long as their clients
+	c.MaxConnectionAgeGrace = 30 * time.Second // once aged, streams get 30s to end
+	c.MaxConnections = 50000                   // five times the 10,000 clients a replica is measured with (docs/performance.md)
+	c.HandshakeTimeout = 10 * time.Second      // a TLS handshake takes a few round trips
+	c.MaxStreamsPerConn = 100                  // Envoy and grpc-go open one ADS stream a connection
+	c.StreamRate = 1000                        // new streams a second
+	c.StreamBurst = 1000                       // one second's worth at once
+	c.MaxStreams = 0                           // no cap
+	c.RelayStreamRate = 5000                   // five edges' worth of --stream-rate
+	c.RelayStreamBurst = 5000                  // one second's worth at once
+	c.MaxRelayedStreams = 0                    // no cap
+	c.GCBetweenPushes = false                  // experimental: the Go runtime alone collects
+	c.MaxStreamsShare = 0                      // no cap; 1.1 keeps replicas within 10% of their share
+	c.HTTPReadTimeout = 10 * time.Second       // a request's headers and body
+	c.HTTPMaxConns = 1000                      // scrapes, probes, REST pollers
+	c.MaxCSDSMatchers = 1000                   // a dashboard's page of nodes; patterns match more
+	c.HTTPMaxConnsPerIP = 100                  // a tenth of --http-max-conns: one client cannot take them all
 }
 
 // etcdOptions are the etcd client's endpoints and security, as package
@@ -455,292 +445,5 @@ func (c *Config) etcdOptions() etcdconn.Options {
 // DevMode reports whether the config runs an embedded etcd.
 func (c *Config) DevMode() bool { return len(c.EtcdEndpoints) == 0 }
 
-// Validate checks every field and the fields against each other. It
-// reports every problem found, one a line, each naming its flag.
-func (c *Config) Validate() error {
-	var errs []error
-	add := func(err error) {
-		if err != nil {
-			errs = append(errs, err)
-		}
-	}
-	eo := c.etcdOptions()
-	add(eo.Validate())
-	if c.DevMode() && !c.EtcdSecurity.IsZero() {
-		add(fmt.Errorf("%s: only with --etcd-endpoints: dev mode's embedded etcd is plain text without authentication", c.EtcdSecurity.SetFlags()))
-	}
-	if c.DevMode() {
-		if c.DataDir == "" {
-			add(errors.New("--data-dir: empty; dev mode (no --etcd-endpoints) needs a directory for the embedded etcd"))
-		}
-		add(checkListenAddr("--dev-etcd-addr", c.DevEtcdAddr))
-	}
-	if !strings.HasPrefix(c.EtcdPrefix, "/") || !strings.HasSuffix(c.EtcdPrefix, "/") {
-		add(fmt.Errorf("--etcd-prefix %q: must start and end with '/'", c.EtcdPrefix))
-	}
-	add(checkListenAddr("--xds-addr", c.XDSAddr))
-	add(checkListenAddr("--http-addr", c.HTTPAddr))
-	add(checkListenAddr("--gossip-addr", c.GossipAddr))
-	if c.AdvertiseAddr != "" {
-		add(checkHost("--advertise-addr", c.AdvertiseAddr))
-	}
-	for _, j := range c.Join {
-		add(checkHost("--join", j))
-	}
-	if c.GossipKeyFile != "" {
-		switch {
-		case c.DevMode():
-			add(errors.New("--gossip-key-file: set in dev mode (no --etcd-endpoints), where the replica gossips with no one; set --etcd-endpoints, or drop the flag"))
-		case c.Standalone:
-			add(errors.New("--gossip-key-file: set with --standalone, where the replica gossips with no one; drop one of them"))
-		}
-	}
-	if strings.TrimSpace(c.Name) == "" {
-		add(errors.New("--name: empty"))
-	}
-	if _, err := scope.ParseGroupBy(c.GroupBy); err != nil {
-		add(err)
-	}
-	if c.DialTimeout < 0 {
-		add(fmt.Errorf("DialTimeout %s: negative", c.DialTimeout))
-	}
-	if c.ShutdownTimeout < 0 {
-		add(fmt.Errorf("--shutdown-timeout %s: negative", c.ShutdownTimeout))
-	}
-	if c.DrainPeriod < 0 || c.DrainPeriod > maxDrainPeriod {
-		add(fmt.Errorf("--drain-period %s: must be between 0 and %s", c.DrainPeriod, maxDrainPeriod))
-	}
-	if c.CatchupTimeout <= 0 {
-		add(fmt.Errorf("--catchup-timeout %s: must be positive", c.CatchupTimeout))
-	}
-	if c.AuthzStaleAfter < minAuthzStaleAfter {
-		add(fmt.Errorf("--authz-stale-after %s: must be at least %s (the rules' watch hears from etcd every second)", c.AuthzStaleAfter, minAuthzStaleAfter))
-	}
-	if !(c.RebalanceRate > 0) || c.RebalanceRate > 1e6 {
-		add(fmt.Errorf("--rebalance-rate %v: must be positive (streams per second)", c.RebalanceRate))
-	}
-	if !(c.StatusWriteBudget > 0) || c.StatusWriteBudget > 1e6 {
-		add(fmt.Errorf("--status-write-budget %v: must be positive (etcd transactions per second)", c.StatusWriteBudget))
-	}
-	if c.LRSInterval < time.Second || c.LRSInterval > time.Hour {
-		add(fmt.Errorf("--lrs-interval %s: must be from 1s to 1h", c.LRSInterval))
-	}
-	if c.LRSWindows < 1 || c.LRSWindows > 1000 {
-		add(fmt.Errorf("--lrs-windows %d: must be from 1 to 1000", c.LRSWindows))
-	}
-	if !(c.LRSMaxRate >= 1) || math.IsInf(c.LRSMaxRate, 0) {
-		add(fmt.Errorf("--lrs-max-rate %v: must be at least 1 (requests per second a node may report)", c.LRSMaxRate))
-	}
-	if c.LRSMaxRowsPerNode < 1 || c.LRSMaxRowsPerNode > lrs.MaxRows {
-		add(fmt.Errorf("--lrs-max-rows-per-node %d: must be from 1 to %d", c.LRSMaxRowsPerNode, lrs.MaxRows))
-	}
-	for _, cl := range c.LRSClusters {
-		if strings.TrimSpace(cl) == "" {
-			add(errors.New("--lrs-clusters: an empty cluster name"))
-		}
-	}
-	if c.EtcdStaleAfter <= 0 {
-		add(fmt.Errorf("--etcd-stale-after %s: must be positive", c.EtcdStaleAfter))
-	}
-	if c.MaxRecvMsgSize <= 0 {
-		add(fmt.Errorf("--max-recv-msg-size %d: must be positive", c.MaxRecvMsgSize))
-	}
-	if c.FirstRequestTimeout < 0 {
-		add(fmt.Errorf("--first-request-timeout %s: negative", c.FirstRequestTimeout))
-	}
-	if c.MaxNames < 0 {
-		add(fmt.Errorf("--max-names %d: negative", c.MaxNames))
-	}
-	if c.MaxNameLength < 0 {
-		add(fmt.Errorf("--max-name-length %d: negative", c.MaxNameLength))
-	}
-	if c.MaxNodeIDLength < 0 {
-		add(fmt.Errorf("--max-node-id-length %d: negative", c.MaxNodeIDLength))
-	}
-	if c.MaxVHDSGroups < 0 {
-		add(fmt.Errorf("--max-vhds-groups %d: negative", c.MaxVHDSGroups))
-	}
-	if c.MaxNackMessage < 0 {
-		add(fmt.Errorf("--max-nack-message %d: negative", c.MaxNackMessage))
-	}
-	if c.SendTimeout < 0 {
-		add(fmt.Errorf("--send-timeout %s: negative", c.SendTimeout))
-	}
-	add(c.validateLimits())
-	add(c.validateTLS())
-	if c.Gatherer == nil && c.Registerer != nil {
-		if _, ok := c.Registerer.(prometheus.Gatherer); !ok {
-			add(errors.New("the Registerer is not a prometheus.Gatherer: set Gatherer for /metrics"))
-		}
-	}
-	if len(errs) == 0 {
-		// Only when each address parses: two listeners on one port.
-		addrs := [][2]string{{"--xds-addr", c.XDSAddr}, {"--http-addr", c.HTTPAddr}, {"--gossip-addr", c.GossipAddr}}
-		if c.DevMode() {
-			addrs = append(addrs, [2]string{"--dev-etcd-addr", c.DevEtcdAddr})
-		}
-		for i := range addrs {
-			for j := i + 1; j < len(addrs); j++ {
-				if clash(addrs[i][1], addrs[j][1]) {
-					add(fmt.Errorf("%s %q and %s %q: same port", addrs[i][0], addrs[i][1], addrs[j][0], addrs[j][1]))
-				}
-			}
-		}
-	}
-	// The errors name flags and are shown to the user as they are, one a
-	// line.
-	return errors.Join(errs...)
-}
-
-// validateTLS checks the TLS and authorization flags against each other;
-// the files themselves are checked when New loads them.
-func (c *Config) validateTLS() error {
-	var errs []error
-	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
-		errs = append(errs, errors.New("--tls-cert-file and --tls-key-file: give both or neither"))
-	}
-	if c.ClientCAFile != "" && c.TLSCertFile == "" {
-		errs = append(errs, errors.New("--client-ca-file needs --tls-cert-file and --tls-key-file (mTLS is TLS with client certificates)"))
-	}
-	if c.TLSCertFile != "" && c.ClientCAFile == "" && !c.DevMode() && !c.Standalone {
-		errs = append(errs, errors.New("--tls-cert-file in a cluster needs --client-ca-file: replicas relay to each other over mTLS and check each other's certificates with it"))
-	}
-	if c.ClientCAFile == "" {
-		if len(c.ReplicaIdentities) > 0 {
-			errs = append(errs, errors.New("--replica-identity needs mTLS (--client-ca-file)"))
-		}
-		if c.AuthzDefaultTrustDomain != "" {
-			errs = append(errs, errors.New("--authz-default-trust-domain needs mTLS (--client-ca-file)"))
-		}
-	}
-	for _, p := range c.ReplicaIdentities {
-		if _, err := authz.ParsePattern(p); err != nil {
-			errs = append(errs, fmt.Errorf("--replica-identity: %w", err))
-		} else if !strings.HasPrefix(p, tlsfiles.SPIFFEPrefix) {
-			errs = append(errs, fmt.Errorf("--replica-identity %q: replica identities are SPIFFE IDs from URI SANs: "+
-				"the pattern must begin with %q (a DNS SAN or CommonName never names a replica)", p, tlsfiles.SPIFFEPrefix))
-		}
-	}
-	if td := c.AuthzDefaultTrustDomain; td != "" {
-		if err := tlsfiles.ValidateSPIFFE("spiffe://" + td); err != nil || strings.Contains(td, "/") {
-			errs = append(errs, fmt.Errorf("--authz-default-trust-domain %q: want a SPIFFE trust domain such as example.org (lowercase letters, digits, '.', '-', '_')", td))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// validateLimits checks the flags of "Limits and overload".
-func (c *Config) validateLimits() error {
-	var errs []error
-	positive := func(flag string, d time.Duration) {
-		if d <= 0 {
-			errs = append(errs, fmt.Errorf("%s %s: must be positive", flag, d))
-		}
-	}
-	positive("--keepalive-min-time", c.KeepaliveMinTime)
-	seconds := func(flag string, d time.Duration) {
-		if d < time.Second {
-			errs = append(errs, fmt.Errorf("%s %s: below 1s (the kernel's TCP keepalive counts whole seconds)", flag, d))
-		}
-	}
-	seconds("--keepalive-time", c.KeepaliveTime)
-	seconds("--keepalive-timeout", c.KeepaliveTimeout)
-	positive("--ping-time", c.PingTime)
-	positive("--http-read-timeout", c.HTTPReadTimeout)
-	if c.MaxConnectionAge < 0 {
-		errs = append(errs, fmt.Errorf("--max-connection-age %s: negative (0: no age)", c.MaxConnectionAge))
-	}
-	if c.MaxConnectionAgeGrace < 0 {
-		errs = append(errs, fmt.Errorf("--max-connection-age-grace %s: negative", c.MaxConnectionAgeGrace))
-	}
-	nonNegative := func(flag string, v int) {
-		if v < 0 {
-			errs = append(errs, fmt.Errorf("%s %d: negative (0: no bound)", flag, v))
-		}
-	}
-	nonNegative("--max-connections", c.MaxConnections)
-	positive("--handshake-timeout", c.HandshakeTimeout)
-	nonNegative("--max-streams-per-conn", c.MaxStreamsPerConn)
-	nonNegative("--max-streams", c.MaxStreams)
-	nonNegative("--max-relayed-streams", c.MaxRelayedStreams)
-	if !(c.RelayStreamRate >= 0) || c.RelayStreamRate > 1e9 {
-		errs = append(errs, fmt.Errorf("--relay-stream-rate %v: must be 0 (no rate) or positive (streams per second)", c.RelayStreamRate))
-	}
-	if c.RelayStreamRate > 0 && c.RelayStreamBurst < 1 {
-		errs = append(errs, fmt.Errorf("--relay-stream-burst %d: must be at least 1 with --relay-stream-rate", c.RelayStreamBurst))
-	}
-	nonNegative("--http-max-conns", c.HTTPMaxConns)
-	nonNegative("--max-csds-matchers", c.MaxCSDSMatchers)
-	nonNegative("--http-max-conns-per-ip", c.HTTPMaxConnsPerIP)
-	if !(c.StreamRate >= 0) || c.StreamRate > 1e9 {
-		errs = append(errs, fmt.Errorf("--stream-rate %v: must be 0 (no rate) or positive (streams per second)", c.StreamRate))
-	}
-	if c.MaxStreamsShare != 0 && !(c.MaxStreamsShare >= 1 && c.MaxStreamsShare < 1e6) {
-		errs = append(errs, fmt.Errorf("--max-streams-share %v: must be 0 (no cap) or at least 1 (a multiple of the fair share)", c.MaxStreamsShare))
-	}
-	if c.StreamRate > 0 && c.StreamBurst < 1 {
-		errs = append(errs, fmt.Errorf("--stream-burst %d: must be at least 1 with --stream-rate", c.StreamBurst))
-	}
-	return errors.Join(errs...)
-}
-
 // MTLS reports whether clients must present certificates.
 func (c *Config) MTLS() bool { return c.ClientCAFile != "" }
-
-// checkListenAddr checks a host:port to listen on; host may be empty (all
-// interfaces) and port 0 picks a free one.
-func checkListenAddr(flag, addr string) error {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Errorf("%s %q: %w (want host:port, e.g. :18000)", flag, addr, err)
-	}
-	if strings.ContainsAny(host, " \t/") {
-		return fmt.Errorf("%s %q: bad host %q", flag, addr, host)
-	}
-	if _, err := parsePort(port); err != nil {
-		return fmt.Errorf("%s %q: %w", flag, addr, err)
-	}
-	return nil
-}
-
-// checkHost checks a host or host:port another replica dials; the host is
-// required.
-func checkHost(flag, addr string) error {
-	host := addr
-	if h, port, err := net.SplitHostPort(addr); err == nil {
-		if _, err := parsePort(port); err != nil {
-			return fmt.Errorf("%s %q: %w", flag, addr, err)
-		}
-		host = h
-	} else if net.ParseIP(addr) == nil && strings.Contains(addr, ":") {
-		return fmt.Errorf("%s %q: %w", flag, addr, err)
-	}
-	if host == "" || strings.ContainsAny(host, " \t/") {
-		return fmt.Errorf("%s %q: want host or host:port", flag, addr)
-	}
-	return nil
-}
-
-func parsePort(port string) (int, error) {
-	p, err := strconv.Atoi(port)
-	if err != nil || p < 0 || p > 65535 {
-		return 0, fmt.Errorf("bad port %q", port)
-	}
-	return p, nil
-}
-
-// clash reports whether two listen addresses would bind the same port: the
-// same non-zero port on the same host or on all interfaces.
-func clash(a, b string) bool {
-	ha, pa, _ := net.SplitHostPort(a)
-	hb, pb, _ := net.SplitHostPort(b)
-	if pa != pb || pa == "0" {
-		return false
-	}
-	wild := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
-	return ha == hb || wild(ha) || wild(hb)
-}
-
-// maxDrainPeriod bounds --drain-period: longer is surely a typo (10m for
-// 10s), and would hold a stopping replica for that long.
-const maxDrainPeriod = 10 * time.Minute

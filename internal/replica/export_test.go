@@ -3,6 +3,10 @@ package replica
 import (
 	"net/http"
 	"time"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 )
 
 // HTTPHandlerForTest returns the node's HTTP handler, so that tests can
@@ -10,9 +14,41 @@ import (
 // RemoteAddr) without sending traffic anywhere but to the handler.
 func (n *Node) HTTPHandlerForTest() http.Handler { return n.httpSrv.Handler }
 
-// SetPanicOnNodeForTest makes the streams of node id panic in their
-// handler (xdsstream.Config.PanicOnNode).
-func SetPanicOnNodeForTest(cfg *Config, id string) { cfg.panicOnNode = id }
+// SetPanicOnNodeForTest makes the ADS (SotW) streams whose first request
+// names node id panic in their handler's goroutine: a stream interceptor
+// of the test's, innermost (Config.testStreamInterceptor), reads the
+// first request, panics on that node, and replays the request to the
+// handler on any other.
+func SetPanicOnNodeForTest(cfg *Config, id string) {
+	cfg.testStreamInterceptor = func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if info.FullMethod != discoveryv3.AggregatedDiscoveryService_StreamAggregatedResources_FullMethodName {
+			return handler(srv, ss)
+		}
+		first := new(discoveryv3.DiscoveryRequest)
+		if err := ss.RecvMsg(first); err != nil {
+			return handler(srv, ss) // it receives the same error
+		}
+		if first.GetNode().GetId() == id {
+			panic("a test's stream interceptor: node " + id)
+		}
+		return handler(srv, &replayFirst{ServerStream: ss, first: first})
+	}
+}
+
+// replayFirst is a server stream whose first RecvMsg returns first.
+type replayFirst struct {
+	grpc.ServerStream
+	first *discoveryv3.DiscoveryRequest // nil once replayed
+}
+
+func (s *replayFirst) RecvMsg(m any) error {
+	if s.first == nil {
+		return s.ServerStream.RecvMsg(m)
+	}
+	proto.Merge(m.(proto.Message), s.first)
+	s.first = nil
+	return nil
+}
 
 // SetShareForTest sets the share cap's floor, the time shedding waits
 // for the ring to settle (shareFloor, shedSettle) and, if not nil, the

@@ -102,6 +102,9 @@ func exportedMetrics(t *testing.T) map[string]metricInfo {
 		cfg := e.config(t)
 		cfg.Registerer = reg
 		cfg.Gatherer = reg.Registry
+		// The collector between pushes, off by default, registers the
+		// legation_quiet_gc_ metrics.
+		cfg.GCBetweenPushes = true
 		r := start(t, cfg)
 		waitReady(t, r)
 		pushAndAck(t, e, r)

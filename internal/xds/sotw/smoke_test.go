@@ -1,12 +1,12 @@
 package sotw_test
 
 import (
+	"sync/atomic"
 	"testing"
 	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 
-	"github.com/legation-io/legation/internal/replica/quietgc"
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/store"
 	"github.com/legation-io/legation/internal/testkit/xdstest"
@@ -31,11 +31,11 @@ func TestSmokeWildcardCDS(t *testing.T) {
 	}
 }
 
-// TestStreamsCountBusy: a stream counts itself busy (quietgc) while it
+// TestStreamsCountBusy: a stream counts itself busy (Config.Busy) while it
 // handles a request or a push, and not once it is done or has ended,
 // whether the client closed it or the server ended it with an error.
 func TestStreamsCountBusy(t *testing.T) {
-	busy := &quietgc.Busy{}
+	busy := &busyCounter{}
 	e := newEnv(t, func(c *sotw.Config) { c.Busy = busy })
 	e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("a", 1))})
 	settled := func(what string) {
@@ -81,3 +81,21 @@ func TestStreamsCountBusy(t *testing.T) {
 	}
 	settled("after a stream ended in error")
 }
+
+// busyCounter is an xdsstream.Busy that counts the streams busy now and
+// keeps when the last one was done.
+type busyCounter struct {
+	n    atomic.Int64
+	last atomic.Int64 // unix nanoseconds of the last Leave
+}
+
+func (b *busyCounter) Enter() bool { b.n.Add(1); return true }
+
+func (b *busyCounter) Leave() {
+	b.last.Store(time.Now().UnixNano())
+	b.n.Add(-1)
+}
+
+func (b *busyCounter) Count() int64 { return b.n.Load() }
+
+func (b *busyCounter) Last() time.Time { return time.Unix(0, b.last.Load()) }

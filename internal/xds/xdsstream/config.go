@@ -10,7 +10,6 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/legation-io/legation/internal/replica/quietgc"
 	"github.com/legation-io/legation/internal/state/lease"
 	"github.com/legation-io/legation/internal/state/scope"
 	"github.com/legation-io/legation/internal/state/store"
@@ -62,6 +61,19 @@ type Authorizer interface {
 	// secrets of group's scope and the default scope, else the error
 	// (PermissionDenied) the stream or poll ends with.
 	Secrets(ctx context.Context, group string) error
+}
+
+// Busy is told when a stream starts handling something (a request, a
+// newer snapshot) and when it is done, so that a caller can find the
+// quiet moments between pushes (the replica's collector between pushes
+// does). Its methods are called from every stream's loop at once: they
+// must be safe for concurrent use and must not block.
+type Busy interface {
+	// Enter records that a stream started handling something. Leave is
+	// called once it is done, if Enter returned true.
+	Enter() bool
+	// Leave records that a stream that entered is done.
+	Leave()
 }
 
 // Config is what a SotW or delta server is built from.
@@ -121,17 +133,12 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer gets the server's metrics; nil registers none.
 	Registerer prometheus.Registerer
-	// Busy, if set, counts the streams handling a request or a newer
-	// snapshot (quietgc: the replica collects garbage when none is).
-	Busy *quietgc.Busy
+	// Busy, if set, is told when a stream starts and ends handling a
+	// request or a newer snapshot; nil: no one is.
+	Busy Busy
 	// PushTracer, if set, is told of every response sent and answered
 	// (traces); nil: none is.
 	PushTracer PushTracer
-
-	// PanicOnNode is a test hook, never set in production: a stream whose
-	// first request names this node id panics in its handler's goroutine,
-	// so that tests can show a panic ends that stream alone. Empty: none.
-	PanicOnNode string
 }
 
 // DefaultConfig returns the defaults, without a Source.

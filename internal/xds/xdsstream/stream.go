@@ -160,7 +160,7 @@ func Serve[Q any, R interface {
 		}
 		select {
 		case q := <-reqc:
-			busy = c.Config.Busy.Enter()
+			busy = enterBusy(c.Config.Busy)
 			firstc = nil
 			if q.Err != nil {
 				return EndErr(q.Err)
@@ -183,7 +183,7 @@ func Serve[Q any, R interface {
 				}
 			}
 		case <-s.wake():
-			busy = c.Config.Busy.Enter()
+			busy = enterBusy(c.Config.Busy)
 			s.Advance()
 		case <-extended:
 			s.leasesExtended()
@@ -209,6 +209,9 @@ func Serve[Q any, R interface {
 	}
 }
 
+// enterBusy is b.Enter, false for a nil b.
+func enterBusy(b Busy) bool { return b != nil && b.Enter() }
+
 // handle takes one request: its type, the node on the first one (which
 // the client must be allowed to claim), then the protocol's rules at the
 // latest snapshot.
@@ -224,9 +227,6 @@ func handle[R Request, T Reporter](s *Stream[T], rules Rules[R], r R) error {
 	if s.Node == nil {
 		s.setNode(r.GetNode())
 		s.interest = s.core.Config.Source.Interest(s.Group, limits.Conn(s.Ctx))
-		if p := s.core.Config.PanicOnNode; p != "" && s.Node.GetId() == p {
-			panic("xdsstream: PanicOnNode test hook: node " + p)
-		}
 		if err := s.authorize(s.Node, s.Group); err != nil {
 			return err
 		}

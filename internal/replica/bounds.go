@@ -1,0 +1,42 @@
+package replica
+
+import (
+	"time"
+
+	"github.com/legation-io/legation/internal/cluster/relay"
+	"github.com/legation-io/legation/internal/xds/xdsstream"
+)
+
+// The stream bounds, as the flags give them and as the stream core and
+// the relay take them: the replica's zero is no bound, theirs is their
+// default.
+
+// unbounded maps a flag's zero, no bound, to package xdsstream's
+// negative.
+func unbounded[N int | time.Duration](v N) N {
+	if v == 0 {
+		return -1
+	}
+	return v
+}
+
+// streamBounds sets the bounds of the SotW and delta streams in x.
+func (c *Config) streamBounds(x *xdsstream.Config) {
+	x.FirstRequestTimeout = unbounded(c.FirstRequestTimeout)
+	x.MaxNames = unbounded(c.MaxNames)
+	x.MaxNameLength = unbounded(c.MaxNameLength)
+	x.MaxNodeIDLength = unbounded(c.MaxNodeIDLength)
+	x.MaxNackMessage = unbounded(c.MaxNackMessage)
+	x.SendTimeout = unbounded(c.SendTimeout)
+}
+
+// maxVHDSGroups is delta.Config.MaxVHDSGroups.
+func (c *Config) maxVHDSGroups() int { return unbounded(c.MaxVHDSGroups) }
+
+// lrsMaxNodeIDLength is lrs.Config.MaxNodeIDLength.
+func (c *Config) lrsMaxNodeIDLength() int { return unbounded(c.MaxNodeIDLength) }
+
+// relayBounds sets the bounds of the relayed streams in r.
+func (c *Config) relayBounds(r *relay.Config) {
+	r.SendTimeout = unbounded(c.SendTimeout)
+}

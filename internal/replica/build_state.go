@@ -1,0 +1,134 @@
+package replica
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/legation-io/legation/internal/cluster/status"
+	"github.com/legation-io/legation/internal/state/devetcd"
+	"github.com/legation-io/legation/internal/state/lease"
+	"github.com/legation-io/legation/internal/state/resource"
+	"github.com/legation-io/legation/internal/state/scope"
+	"github.com/legation-io/legation/internal/state/store"
+)
+
+// buildState makes the parts that read and write etcd: the client, the
+// view, the lease tracker, the status writer and CSDS.
+func (n *Node) buildState() error {
+	cfg := n.cfg
+	if err := n.newEtcdClient(); err != nil {
+		return err
+	}
+	var err error
+	if n.view, err = store.NewView(store.ViewConfig{
+		Client:     n.client,
+		Prefix:     cfg.EtcdPrefix,
+		Logger:     n.log,
+		Registerer: n.reg,
+	}); err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	if n.leases, err = lease.New(lease.Config{
+		Client:     n.client,
+		Prefix:     cfg.EtcdPrefix,
+		Logger:     n.log,
+		Registerer: n.reg,
+	}); err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	if n.status, err = status.NewWriter(status.Config{
+		Client:           n.client,
+		Prefix:           cfg.EtcdPrefix,
+		Replica:          cfg.Name,
+		Source:           statusSource{n},
+		Generation:       n.statusGeneration,
+		MaxTxnsPerSecond: cfg.StatusWriteBudget,
+		Logger:           n.log,
+		Registerer:       n.reg,
+	}); err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	if n.csds, err = status.NewCSDS(status.CSDSConfig{
+		Client:      n.client,
+		Prefix:      cfg.EtcdPrefix,
+		MaxMatchers: cfg.MaxCSDSMatchers,
+		// A CSDS stream re-checks its client is an admin whenever the
+		// rules change, as xDS streams re-check their node.
+		Authorize:  func(ctx context.Context) (<-chan struct{}, error) { return n.guard.AdminRecheck(ctx) },
+		Logger:     n.log,
+		Registerer: n.reg,
+	}); err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	return nil
+}
+
+// newEtcdClient makes the etcd client, pointed at the embedded etcd in
+// dev mode. It reads the certificate files: a bad one stops the start
+// here.
+func (n *Node) newEtcdClient() error {
+	cfg := n.cfg
+	opts := cfg.etcdOptions()
+	opts.Logger = n.log
+	if cfg.DevMode() {
+		addr, err := devetcd.ResolvePort(cfg.DevEtcdAddr)
+		if err != nil {
+			return fmt.Errorf("node: --dev-etcd-addr: %w", err)
+		}
+		n.devEtcdAddr = addr
+		opts.Endpoints = []string{addr}
+	}
+	ccfg, err := opts.ClientConfig()
+	if err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	ccfg.DialTimeout = cfg.DialTimeout
+	// Keepalive pings find a member that stopped answering (frozen, or
+	// cut off): the client then uses the others.
+	ccfg.DialKeepAliveTime = 2 * time.Second
+	ccfg.DialKeepAliveTimeout = 2 * time.Second
+	ccfg.Logger = zap.NewNop()
+	// clientv3.New does not connect (but with a username, see New): the
+	// first request does, once Run started what answers it, and the view
+	// retries until etcd answers.
+	if n.client, err = clientv3.New(ccfg); err != nil {
+		return fmt.Errorf("node: etcd client for %v: %w", opts.Endpoints, err)
+	}
+	return nil
+}
+
+// knownCluster says whether a node of group sees cluster in the view
+// (its group's scope or the default one): LRS skips the reports of
+// clusters it does not. Before the view is loaded every cluster is.
+func (n *Node) knownCluster(group, cluster string) bool {
+	snap := n.view.Snapshot()
+	if snap == nil {
+		return true
+	}
+	return scope.Visible(snap, resource.Cluster, group, cluster) != nil
+}
+
+// statusSource is the status writer's view of the node's SotW and delta
+// streams.
+type statusSource struct{ n *Node }
+
+func (s statusSource) Stamps(fn func(node string, stream, changes uint64)) {
+	s.n.sotw.Stamps(fn)
+	// The two servers number their streams each from 1: the top bit
+	// keeps a node's SotW and delta streams apart.
+	s.n.delta.Stamps(func(node string, stream, changes uint64) { fn(node, stream|1<<63, changes) })
+}
+
+func (s statusSource) Records(want func(node string) bool) []status.NodeStatus {
+	return status.FromStreams(s.n.cfg.Name, s.n.sotw.SummariesOf(want), s.n.delta.SummariesOf(want))
+}
+
+// statusGeneration changes whenever statusSource's answers may have: the sum
+// of the servers' generations, each only growing.
+func (n *Node) statusGeneration() uint64 {
+	return n.sotw.StatusGeneration() + n.delta.StatusGeneration()
+}

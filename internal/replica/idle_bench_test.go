@@ -1,0 +1,149 @@
+package replica_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"runtime/metrics"
+	"strconv"
+	"testing"
+	"time"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/legation-io/legation/internal/state/resource"
+	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/testkit/xdstest"
+)
+
+// idleClientEnv, set to "ADDR N", makes the test binary the clients of
+// BenchmarkIdleStreams: N ADS streams to ADDR, each on a connection of
+// its own, each answered and ACKed, then left idle until stdin closes.
+const idleClientEnv = "LEGATION_IDLE_STREAMS_CLIENT"
+
+func TestMain(m *testing.M) {
+	if v := os.Getenv(idleClientEnv); v != "" {
+		os.Exit(idleClients(v))
+	}
+	os.Exit(m.Run())
+}
+
+// BenchmarkIdleStreams measures what an idle xDS stream costs a replica:
+// each op is one ADS stream on a connection of its own, answered and
+// ACKed, then left open. The clients run in a process of their own, so
+// that the memory measured is the replica's alone: the stacks its
+// goroutines take (stack-B/stream), the part of them a collection scans
+// (scanned-stack-B/stream), the heap, the goroutines, and how much longer
+// a full collection takes per stream. Run it with -benchtime=Nx.
+func BenchmarkIdleStreams(b *testing.B) {
+	e := newXDSEnv(b)
+	rev := e.Apply(b, []store.Put{xdstest.Put(b, resource.Cluster, store.DefaultScope, xdstest.Cluster("a", 100))})
+	cfg := e.config(b)
+	cfg.StreamRate = 0 // the clients open their streams as fast as they can
+	r := startXDS(b, cfg, rev)
+	before := idleSample()
+	b.ResetTimer()
+	clients := exec.Command(os.Args[0], "-test.run=^$")
+	clients.Env = append(os.Environ(), fmt.Sprintf("%s=%s %d", idleClientEnv, r.XDSAddr(), b.N))
+	clients.Stderr = os.Stderr
+	stdin, err := clients.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	stdout, err := clients.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := clients.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		stdin.Close()
+		clients.Wait() //nolint:errcheck // its errors went to stderr
+	}()
+	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != "open\n" {
+		b.Fatalf("the clients said %q (%v), want open", line, err)
+	}
+	b.StopTimer()
+	after := idleSample()
+	n := float64(b.N)
+	b.ReportMetric(float64(after.stack-before.stack)/n, "stack-B/stream")
+	b.ReportMetric(float64(after.scanStack-before.scanStack)/n, "scanned-stack-B/stream")
+	b.ReportMetric(float64(after.heap-before.heap)/n, "heap-B/stream")
+	b.ReportMetric(float64(after.goroutines-before.goroutines)/n, "goroutines/stream")
+	b.ReportMetric(float64((after.gc-before.gc).Nanoseconds())/n, "gc-ns/stream")
+}
+
+// sample is what idleSample reads of the process.
+type sample struct {
+	stack, scanStack, heap uint64
+	goroutines             int
+	gc                     time.Duration // the fastest of a few full collections
+}
+
+// idleSample collects a few times (which also shrinks the stacks to what
+// their goroutines use) and reads the memory the process holds.
+func idleSample() sample {
+	s := sample{gc: time.Hour}
+	for range 5 {
+		t := time.Now()
+		runtime.GC()
+		s.gc = min(s.gc, time.Since(t))
+	}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	m := []metrics.Sample{{Name: "/gc/scan/stack:bytes"}}
+	metrics.Read(m)
+	s.stack, s.heap, s.scanStack = ms.StackInuse, ms.HeapInuse, m[0].Value.Uint64()
+	s.goroutines = runtime.NumGoroutine()
+	return s
+}
+
+// idleClients is the clients' process of BenchmarkIdleStreams; spec is
+// "ADDR N". It says "open" on stdout once every stream is ACKed, and
+// returns when stdin closes.
+func idleClients(spec string) int {
+	var addr string
+	var n int
+	if _, err := fmt.Sscan(spec, &addr, &n); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	ctx := context.Background()
+	for i := range n {
+		if err := idleStream(ctx, addr, "idle-"+strconv.Itoa(i)); err != nil {
+			fmt.Fprintf(os.Stderr, "stream %d: %v\n", i, err)
+			return 1
+		}
+	}
+	fmt.Println("open")
+	io.Copy(io.Discard, os.Stdin) //nolint:errcheck // until stdin closes
+	return 0
+}
+
+// idleStream opens an ADS stream of node id on a connection of its own,
+// and ACKs its first response. The stream stays open.
+func idleStream(ctx context.Context, addr, id string) error {
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(ctx)
+	if err != nil {
+		return err
+	}
+	if err := st.Send(cdsRequest(id)); err != nil {
+		return err
+	}
+	resp, err := st.Recv()
+	if err != nil {
+		return err
+	}
+	return st.Send(&discoveryv3.DiscoveryRequest{TypeUrl: resource.Cluster.URL, VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce()})
+}
