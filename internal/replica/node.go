@@ -40,7 +40,7 @@ import (
 	"github.com/legation-io/legation/internal/state/lease"
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/scope"
-	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/state/view"
 	"github.com/legation-io/legation/internal/tracing"
 	"github.com/legation-io/legation/internal/xds/delta"
 	"github.com/legation-io/legation/internal/xds/grpcapi"
@@ -69,7 +69,7 @@ type Node struct {
 	// resolved), which client points at; empty unless dev mode.
 	devEtcdAddr string
 	client      *clientv3.Client
-	view        *store.View
+	view        *view.View
 	leases      *lease.Tracker
 	status      *status.Writer
 	csds        *status.CSDS
@@ -216,7 +216,7 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 	if n.client, err = clientv3.New(ccfg); err != nil {
 		return fmt.Errorf("node: etcd client for %v: %w", opts.Endpoints, err)
 	}
-	if n.view, err = store.NewView(store.ViewConfig{
+	if n.view, err = view.New(view.Config{
 		Client:     n.client,
 		Prefix:     cfg.EtcdPrefix,
 		Logger:     n.log,

@@ -1,4 +1,4 @@
-package store
+package view
 
 import (
 	"time"
@@ -7,12 +7,13 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/legation-io/legation/internal/state/resource"
+	"github.com/legation-io/legation/internal/state/store"
 )
 
 // Entry is one resource revision held by a View. It is immutable and shared
 // by every snapshot and stream that holds it: never modify it.
 type Entry struct {
-	Key
+	store.Key
 	// ModRevision is the etcd revision that last wrote the key: the
 	// resource's version in delta xDS.
 	ModRevision    int64
@@ -60,7 +61,7 @@ const (
 // EntryChange is one resource changed in a snapshot, relative to the
 // snapshot before it.
 type EntryChange struct {
-	Key
+	store.Key
 	Kind ChangeKind
 	// Revision is the etcd revision of the change.
 	Revision int64
