@@ -96,9 +96,10 @@ type Snapshot struct {
 	// Committed stamps when the oldest change the snapshot applies was
 	// committed, as well as this replica can tell: etcd keeps no commit
 	// wall time, so it is the earliest written_at of the envelopes the
-	// snapshot puts (the writer's clock, taken by Store.Apply right before
-	// its transaction, the instant the scope's apply marker records too),
-	// never later than Seen (clocks that disagree cannot make it later).
+	// snapshot puts (the writer's clock, taken by store.Store.Apply right
+	// before its transaction, the instant the scope's apply marker records
+	// too), never later than Seen (clocks that disagree cannot make it
+	// later).
 	// When the snapshot only deletes, or its writer (another tool) set no
 	// written_at, it is Seen. Reading the stamp from the envelope the view
 	// decodes anyway costs no etcd read or write and no extra decode; the

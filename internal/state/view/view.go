@@ -119,7 +119,7 @@ func (v *View) WaitRevision(ctx context.Context, rev int64) (*Snapshot, error) {
 		case <-s.done:
 			s = s.next
 		case <-ctx.Done():
-			return nil, fmt.Errorf("store: view at revision %d did not reach %d: %w", s.Revision, rev, ctx.Err())
+			return nil, fmt.Errorf("view: at revision %d, did not reach %d: %w", s.Revision, rev, ctx.Err())
 		case <-time.After(200 * time.Millisecond):
 			asked = false // etcd drops requests while the watch catches up: ask again
 		}
