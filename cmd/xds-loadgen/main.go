@@ -26,6 +26,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/legation-io/legation/internal/state/etcdconn"
+	"github.com/legation-io/legation/internal/state/keyspace"
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/store"
 	"github.com/legation-io/legation/internal/tools/chaos"
@@ -180,7 +181,7 @@ func connect(ctx context.Context, opts options) (*clientv3.Client, *store.Store,
 // the flag.
 func parseFlags(args []string) (loadgen.Config, options, error) {
 	cfg := loadgen.DefaultConfig()
-	opts := options{target: "legation", mode: "sotw", output: "text", etcdPrefix: store.DefaultPrefix, scope: store.DefaultScope, dialTimeout: 5 * time.Second}
+	opts := options{target: "legation", mode: "sotw", output: "text", etcdPrefix: keyspace.DefaultPrefix, scope: store.DefaultScope, dialTimeout: 5 * time.Second}
 	fs := pflag.NewFlagSet("xds-loadgen", pflag.ContinueOnError)
 	fs.SortFlags = false
 	fs.StringVar(&opts.target, "target", opts.target, "legation (writes to etcd) or gcp (writes to bench/gcp's control endpoint)")

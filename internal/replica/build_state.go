@@ -13,7 +13,7 @@ import (
 	"github.com/legation-io/legation/internal/state/lease"
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/scope"
-	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/state/view"
 )
 
 // buildState makes the parts that read and write etcd: the client, the
@@ -24,7 +24,7 @@ func (n *Node) buildState() error {
 		return err
 	}
 	var err error
-	if n.view, err = store.NewView(store.ViewConfig{
+	if n.view, err = view.New(view.Config{
 		Client:     n.client,
 		Prefix:     cfg.EtcdPrefix,
 		Logger:     n.log,

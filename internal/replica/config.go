@@ -377,7 +377,7 @@ func DefaultConfig() Config {
 		EtcdEndpoints:   nil,               // dev mode
 		DataDir:         "./legation-data", // relative to the working directory
 		DevEtcdAddr:     "127.0.0.1:2379",  // xdsadmin's default --etcd-endpoints
-		EtcdPrefix:      "/legation/",      // store.DefaultPrefix
+		EtcdPrefix:      "/legation/",      // keyspace.DefaultPrefix
 		XDSAddr:         ":18000",          // gRPC
 		HTTPAddr:        ":18001",          // health, readiness, metrics, debug
 		GossipAddr:      ":7946",           // memberlist's usual port

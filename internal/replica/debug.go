@@ -15,7 +15,7 @@ import (
 	"github.com/legation-io/legation/internal/cluster/shard"
 	"github.com/legation-io/legation/internal/state/lease"
 	"github.com/legation-io/legation/internal/state/resource"
-	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/state/view"
 	"github.com/legation-io/legation/internal/xds/delta"
 	"github.com/legation-io/legation/internal/xds/sotw"
 )
@@ -158,7 +158,7 @@ func (n *Node) serveDebugView(w http.ResponseWriter, _ *http.Request) {
 			Malformed: s.Malformed, HistoryFrom: s.HistoryFrom, Types: map[string]int{}}
 		for _, t := range resource.All() {
 			c := 0
-			s.Walk(t, "", func(*store.Entry) bool { c++; return true })
+			s.Walk(t, "", func(*view.Entry) bool { c++; return true })
 			if c > 0 {
 				st.Types[t.Name] = c
 			}

@@ -23,7 +23,7 @@ import (
 	"github.com/legation-io/legation/internal/security/authz"
 	"github.com/legation-io/legation/internal/security/tlsfiles"
 	"github.com/legation-io/legation/internal/state/lease"
-	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/state/view"
 	"github.com/legation-io/legation/internal/tracing"
 	"github.com/legation-io/legation/internal/xds/delta"
 	"github.com/legation-io/legation/internal/xds/limits"
@@ -70,7 +70,7 @@ type stateParts struct {
 	// resolved), which client points at; empty unless dev mode.
 	devEtcdAddr string
 	client      *clientv3.Client
-	view        *store.View
+	view        *view.View
 	leases      *lease.Tracker
 	status      *status.Writer
 	csds        *status.CSDS

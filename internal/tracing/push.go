@@ -15,6 +15,7 @@ import (
 
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/state/view"
 	"github.com/legation-io/legation/internal/xds/xdsstream"
 )
 
@@ -130,25 +131,25 @@ func NewPushes(cfg PushConfig) (*Pushes, error) {
 	return &Pushes{cfg: cfg, tracer: cfg.Provider.Tracer(), pending: map[int64]*push{}}, nil
 }
 
-// Snapshots is what Run follows: *store.View is one.
+// Snapshots is what Run follows: *view.View is one.
 type Snapshots interface {
 	Ready() <-chan struct{}
-	Snapshot() *store.Snapshot
+	Snapshot() *view.Snapshot
 }
 
 // Run follows the view's snapshots: each one with changes is a view
 // event, whose revision's markers it reads from etcd. It ends the pushes
 // that are over, and returns when ctx ends, ending those still pending.
-func (p *Pushes) Run(ctx context.Context, view Snapshots) {
+func (p *Pushes) Run(ctx context.Context, src Snapshots) {
 	tick := time.NewTicker(p.cfg.Quiet / 4)
 	defer tick.Stop()
 	defer p.flush(time.Time{})
 	select {
-	case <-view.Ready():
+	case <-src.Ready():
 	case <-ctx.Done():
 		return
 	}
-	snap := view.Snapshot()
+	snap := src.Snapshot()
 	p.mu.Lock()
 	p.handled = snap.Revision
 	for rev := range p.pending {
@@ -184,7 +185,7 @@ func (p *Pushes) Run(ctx context.Context, view Snapshots) {
 
 // viewEvent takes the view's event for snapshot x, then reads the apply
 // markers of its revision.
-func (p *Pushes) viewEvent(ctx context.Context, x *store.Snapshot) {
+func (p *Pushes) viewEvent(ctx context.Context, x *view.Snapshot) {
 	now := time.Now()
 	p.mu.Lock()
 	e := p.get(x.Revision)
@@ -327,10 +328,10 @@ func (p *Pushes) end(e *push) {
 	if viewStart.IsZero() || viewStart.After(e.viewAt) {
 		viewStart = e.viewAt // another host's clock ahead of ours
 	}
-	ctx, view := p.tracer.Start(ctx, "legation.view", trace.WithTimestamp(viewStart),
+	ctx, viewSpan := p.tracer.Start(ctx, "legation.view", trace.WithTimestamp(viewStart),
 		trace.WithAttributes(replica, revision, attribute.Int("legation.changes", e.changes),
 			attribute.StringSlice("legation.scopes", e.scopes)))
-	view.End(trace.WithTimestamp(e.viewAt))
+	viewSpan.End(trace.WithTimestamp(e.viewAt))
 
 	end := e.viewAt
 	if e.lastSend.After(end) {

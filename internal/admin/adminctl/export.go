@@ -16,7 +16,7 @@ import (
 	"github.com/legation-io/legation/internal/admin/fsexport"
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/scope"
-	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/state/view"
 )
 
 type exportFlags struct {
@@ -174,7 +174,7 @@ func (a *app) runExport(ctx context.Context, f exportFlags, deriving bool) error
 
 	// The replicas' own view: one load at one revision, then one watch
 	// from the next, reloading after a compaction.
-	v, err := store.NewView(store.ViewConfig{
+	v, err := view.New(view.Config{
 		Client:        c.client,
 		Prefix:        a.opts.Prefix,
 		HistoryWindow: -1,

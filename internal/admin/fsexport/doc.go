@@ -5,7 +5,7 @@
 // directory, synced, then renamed over the old one, which Envoy sees as a
 // move). It takes its responses from package ads (ads.Response), so a file
 // holds exactly what a SotW stream of the node's group is sent at the
-// same revision, and it follows a store.View to keep the files current,
+// same revision, and it follows a view.View to keep the files current,
 // rewriting only the types whose content changed.
 //
 // It does not run the view, connect to etcd or parse command lines (package

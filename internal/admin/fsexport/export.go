@@ -16,7 +16,7 @@ import (
 
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/scope"
-	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/state/view"
 	"github.com/legation-io/legation/internal/xds/sotw"
 )
 
@@ -125,7 +125,7 @@ func New(cfg Config) (*Exporter, error) {
 
 // Response is what a SotW stream of the exporter's group is answered for
 // type t at snap, subscribed to everything: the file's content.
-func (x *Exporter) Response(snap *store.Snapshot, t *resource.Type) *discoveryv3.DiscoveryResponse {
+func (x *Exporter) Response(snap *view.Snapshot, t *resource.Type) *discoveryv3.DiscoveryResponse {
 	return sotw.Response(snap, t, x.cfg.Group, nil, true)
 }
 
@@ -139,7 +139,7 @@ func (x *Exporter) Response(snap *store.Snapshot, t *resource.Type) *discoveryv3
 // another tool) fails the export with nothing written. Each file is
 // replaced atomically (WriteFile); if writing one fails, those written
 // before it stay, and the next Export rewrites everything.
-func (x *Exporter) Export(snap *store.Snapshot) ([]Written, error) {
+func (x *Exporter) Export(snap *view.Snapshot) ([]Written, error) {
 	var ops []op
 	last := make(map[*resource.Type][]byte, len(x.cfg.Types))
 	lastRes := make(map[*resource.Type]map[string][]byte)
@@ -188,7 +188,7 @@ func (x *Exporter) Export(snap *store.Snapshot) ([]Written, error) {
 
 // culprit names, as ` "NAME" (scope S)`, the first resource of resp that
 // does not encode alone in the export's format, or returns "".
-func (x *Exporter) culprit(snap *store.Snapshot, t *resource.Type, resp *discoveryv3.DiscoveryResponse) string {
+func (x *Exporter) culprit(snap *view.Snapshot, t *resource.Type, resp *discoveryv3.DiscoveryResponse) string {
 	entries := scope.Entries(snap, t, x.cfg.Group, nil, true)
 	for i, a := range resp.GetResources() {
 		one := &discoveryv3.DiscoveryResponse{TypeUrl: resp.GetTypeUrl(), Resources: []*anypb.Any{a}}
@@ -227,7 +227,7 @@ func (o op) do() error {
 // any file of the directory in this format that names no resource (left
 // by an earlier export). It returns the operations and what each
 // resource's file then holds.
-func (x *Exporter) planEach(snap *store.Snapshot, t *resource.Type, resp *discoveryv3.DiscoveryResponse) ([]op, map[string][]byte, error) {
+func (x *Exporter) planEach(snap *view.Snapshot, t *resource.Type, resp *discoveryv3.DiscoveryResponse) ([]op, map[string][]byte, error) {
 	dir := filepath.Join(x.cfg.Dir, ResourceDir(t))
 	// The same entries, in the same order, as resp's resources.
 	entries := scope.Entries(snap, t, x.cfg.Group, nil, true)
@@ -287,22 +287,22 @@ func contentOf(resp *discoveryv3.DiscoveryResponse) ([]byte, error) {
 	return proto.MarshalOptions{Deterministic: true}.Marshal(r)
 }
 
-// Source is the view an Exporter follows (a *store.View).
+// Source is the view an Exporter follows (a *view.View).
 type Source interface {
 	// Ready is closed once the first snapshot is published.
 	Ready() <-chan struct{}
 	// Snapshot returns the latest snapshot.
-	Snapshot() *store.Snapshot
+	Snapshot() *view.Snapshot
 }
 
-var _ Source = (*store.View)(nil)
+var _ Source = (*view.View)(nil)
 
 // Follow exports src's snapshot once it is ready, then again each time
 // src publishes a newer one (several published meanwhile coalesce into
 // the latest), until ctx ends, when it returns nil. written, if not nil,
 // is called after each Export that wrote something, with the snapshot's
 // revision; it runs on Follow's goroutine. A write error ends Follow with
-// that error. Following a store.View, a compaction or a lost watch is the
+// that error. Following a view.View, a compaction or a lost watch is the
 // view's to recover from (it reloads), and revisions never go backwards.
 func (x *Exporter) Follow(ctx context.Context, src Source, written func(rev int64, w []Written)) error {
 	select {

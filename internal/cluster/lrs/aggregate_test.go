@@ -15,7 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/legation-io/legation/internal/cluster/lrs"
-	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/state/keyspace"
 	"github.com/legation-io/legation/internal/testkit/xdstest"
 )
 
@@ -375,7 +375,7 @@ func TestEncodeBounded(t *testing.T) {
 	if len(b) > lrs.MaxWindowBytes {
 		t.Errorf("EncodeBounded: %d bytes, want at most %d", len(b), lrs.MaxWindowBytes)
 	}
-	w, err := lrs.Decode(store.DefaultPrefix, lrs.Key(store.DefaultPrefix, "r1", t0), b)
+	w, err := lrs.Decode(keyspace.DefaultPrefix, lrs.Key(keyspace.DefaultPrefix, "r1", t0), b)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/legation-io/legation/internal/cluster/lrs"
-	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/state/keyspace"
 )
 
 // FuzzAccept feeds Accept load reports as a client might send them: it
@@ -47,7 +47,7 @@ func FuzzAccept(f *testing.F) {
 			if err != nil {
 				t.Fatalf("Encode: %v", err)
 			}
-			back, err := lrs.Decode(store.DefaultPrefix, lrs.Key(store.DefaultPrefix, "r", w.Start), v)
+			back, err := lrs.Decode(keyspace.DefaultPrefix, lrs.Key(keyspace.DefaultPrefix, "r", w.Start), v)
 			if err != nil {
 				t.Fatalf("Decode of an encoded window: %v\n%s", err, v)
 			}
@@ -66,7 +66,7 @@ func FuzzDecodeWindow(f *testing.F) {
 	f.Add([]byte(`{"replica":"a","start":"2026-01-02T03:04:10Z","end":"2026-01-02T03:04:09Z"}`))
 	f.Add([]byte(`null`))
 	f.Fuzz(func(t *testing.T, v []byte) {
-		w, err := lrs.Decode(store.DefaultPrefix, lrs.Key(store.DefaultPrefix, "a", t0), v)
+		w, err := lrs.Decode(keyspace.DefaultPrefix, lrs.Key(keyspace.DefaultPrefix, "a", t0), v)
 		if err != nil {
 			return
 		}

@@ -19,7 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/legation-io/legation/internal/cluster/lrs"
-	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/state/keyspace"
 	"github.com/legation-io/legation/internal/testkit/xdstest"
 	"github.com/legation-io/legation/internal/xds/grpcapi"
 )
@@ -44,7 +44,7 @@ func run(t *testing.T, s *lrs.Server) {
 // last Windows; Read and Summarize answer for both.
 func TestPublishAndRead(t *testing.T) {
 	env := xdstest.NewEnv(t, xdstest.Options{})
-	prefix := store.DefaultPrefix
+	prefix := keyspace.DefaultPrefix
 	servers := map[string]*lrs.Server{}
 	for _, name := range []string{"a", "b"} {
 		s, err := lrs.New(lrs.Config{Client: env.Client, Prefix: prefix, Replica: name, Interval: time.Second, Windows: 2, Registerer: prometheus.NewRegistry()})
@@ -117,7 +117,7 @@ func TestPublishAndRead(t *testing.T) {
 // named; the others are read.
 func TestReadSkipsMalformed(t *testing.T) {
 	env := xdstest.NewEnv(t, xdstest.Options{})
-	prefix := store.DefaultPrefix
+	prefix := keyspace.DefaultPrefix
 	ctx := context.Background()
 	good, err := lrs.Encode(lrs.Window{Replica: "a", Start: t0, End: t0.Add(time.Second), Rows: []lrs.Row{{Cluster: "c", Node: "n", Issued: 1}}})
 	if err != nil {

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+
+	"github.com/legation-io/legation/internal/state/keyspace"
 )
 
 // Window is what one replica's nodes reported during one interval: one
@@ -199,8 +201,8 @@ func cut(s string) string {
 }
 
 // KeyPrefix is the etcd directory of every replica's windows under
-// prefix: "<prefix>load/".
-func KeyPrefix(prefix string) string { return prefix + "load/" }
+// prefix: "<prefix>load/" (keyspace.Load).
+func KeyPrefix(prefix string) string { return keyspace.Load.Prefix(prefix) }
 
 // ReplicaPrefix is the directory of one replica's windows.
 func ReplicaPrefix(prefix, replica string) string { return KeyPrefix(prefix) + replica + "/" }

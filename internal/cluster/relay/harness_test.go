@@ -19,6 +19,7 @@ import (
 	"github.com/legation-io/legation/internal/cluster/relay"
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/state/view"
 	"github.com/legation-io/legation/internal/testkit/xdstest"
 	"github.com/legation-io/legation/internal/xds/delta"
 	"github.com/legation-io/legation/internal/xds/grpcapi"
@@ -45,7 +46,7 @@ type cluster struct {
 type replica struct {
 	name  string
 	addr  string
-	view  *store.View
+	view  *view.View
 	sotw  *sotw.Server
 	delta *delta.Server
 	lrs   *lrs.Server
@@ -72,7 +73,7 @@ func (c *cluster) addReplica(tb testing.TB, name string, opts ...replicaOption) 
 	tb.Helper()
 	r := &replica{name: name, reg: prometheus.NewRegistry()}
 	r.homes.Store(&map[string]string{})
-	r.view = xdstest.StartView(tb, store.ViewConfig{Client: c.Client})
+	r.view = xdstest.StartView(tb, view.Config{Client: c.Client})
 	var err error
 	if r.delta, err = delta.New(delta.Config{Config: xdsstream.Config{Source: r.view, Registerer: r.reg}}); err != nil {
 		tb.Fatal(err)
@@ -154,7 +155,7 @@ func (c *cluster) apply(tb testing.TB, clusters ...*clusterv3.Cluster) int64 {
 	}
 	rev := c.Apply(tb, puts)
 	c.mu.Lock()
-	var views []*store.View
+	var views []*view.View
 	for _, r := range c.replicas {
 		views = append(views, r.view)
 	}

@@ -12,6 +12,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/legation-io/legation/internal/state/keyspace"
 )
 
 // Config configures a Membership. Zero values of optional fields mean the
@@ -108,8 +110,8 @@ type Config struct {
 // XDSAddr and Client are left for the caller.
 func DefaultConfig() Config {
 	return Config{
-		BindAddr:        ":7946",      // memberlist's usual port
-		Prefix:          "/legation/", // xds-node's --etcd-prefix default
+		BindAddr:        ":7946",                // memberlist's usual port
+		Prefix:          keyspace.DefaultPrefix, // xds-node's --etcd-prefix default
 		LeaseTTL:        10 * time.Second,
 		RefreshInterval: 5 * time.Second,
 		VNodes:          DefaultVNodes,

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/legation-io/legation/internal/state/keyspace"
 )
 
 // The registry is the authority on who is a replica: a member gossip says
@@ -30,7 +32,7 @@ import (
 // readRegistry reads the whole registry into m.registered and returns the
 // revision it was read at.
 func (m *Membership) readRegistry(ctx context.Context) (int64, error) {
-	dir := m.cfg.Prefix + membersDir
+	dir := keyspace.Members.Prefix(m.cfg.Prefix)
 	resp, err := m.cfg.Client.Get(ctx, dir, clientv3.WithPrefix())
 	if err != nil {
 		return 0, fmt.Errorf("shard: read registry %s: %w", dir, err)
@@ -96,7 +98,7 @@ func (m *Membership) registeredLoop(ctx context.Context, rev int64) {
 func (m *Membership) watchRegistry(ctx context.Context, rev int64) (got, resync bool) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	wch := m.cfg.Client.Watch(wctx, m.cfg.Prefix+membersDir, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	wch := m.cfg.Client.Watch(wctx, keyspace.Members.Prefix(m.cfg.Prefix), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
 	for {
 		select {
 		case <-m.resyncKick:
@@ -122,7 +124,7 @@ func (m *Membership) watchRegistry(ctx context.Context, rev int64) (got, resync 
 // applyEvents applies registry changes to m.registered and rebuilds the
 // ring.
 func (m *Membership) applyEvents(events []*clientv3.Event) {
-	dir := m.cfg.Prefix + membersDir
+	dir := keyspace.Members.Prefix(m.cfg.Prefix)
 	selfDeleted := false
 	m.nodesMu.Lock()
 	reg := make(map[string]Member, len(m.registered)+1)

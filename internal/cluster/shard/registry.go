@@ -9,14 +9,13 @@ import (
 	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/legation-io/legation/internal/state/keyspace"
 )
 
-// membersDir is the registry's directory under the prefix.
-const membersDir = "members/"
-
 // RegistryKey returns the registry key of the member called name:
-// "<prefix>members/<name>".
-func RegistryKey(prefix, name string) string { return prefix + membersDir + name }
+// "<prefix>members/<name>" (keyspace.Members).
+func RegistryKey(prefix, name string) string { return keyspace.Members.Key(prefix, name) }
 
 // BadRecord is a registry value that could not be read.
 type BadRecord struct {
@@ -28,7 +27,7 @@ type BadRecord struct {
 // name, and the keys whose values could not be read (not JSON, or a name
 // that is not the key's), which are skipped. It reads at one revision.
 func ReadRegistry(ctx context.Context, c *clientv3.Client, prefix string) ([]Member, []BadRecord, error) {
-	dir := prefix + membersDir
+	dir := keyspace.Members.Prefix(prefix)
 	resp, err := c.Get(ctx, dir, clientv3.WithPrefix())
 	if err != nil {
 		return nil, nil, fmt.Errorf("shard: read registry %s: %w", dir, err)

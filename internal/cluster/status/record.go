@@ -11,19 +11,17 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/legation-io/legation/internal/state/keyspace"
 	"github.com/legation-io/legation/internal/xds/xdsstream"
 )
 
-// statusDir is the records' directory under the prefix.
-const statusDir = "status/"
-
 // Dir returns the directory of the status records under prefix:
-// "<prefix>status/".
-func Dir(prefix string) string { return prefix + statusDir }
+// "<prefix>status/" (keyspace.Status).
+func Dir(prefix string) string { return keyspace.Status.Prefix(prefix) }
 
 // Key returns the key of nodeID's record: "<prefix>status/<node id>", the
 // id kept raw (it may hold '/').
-func Key(prefix, nodeID string) string { return prefix + statusDir + nodeID }
+func Key(prefix, nodeID string) string { return keyspace.Status.Key(prefix, nodeID) }
 
 // MaxNackBytes bounds a record's LastNack: a client's error message can be
 // long (a whole proto validation dump), and records must stay small next

@@ -41,7 +41,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/state/view"
 )
 
 // Busy counts the streams handling something (a request, a newer
@@ -95,10 +95,10 @@ func (b *Busy) idleFor(d time.Duration, now time.Time) bool {
 	return b.n.Load() == 0 && now.UnixNano()-b.last.Load() >= int64(d)
 }
 
-// Snapshots is the view a Collector follows (store.View).
+// Snapshots is the view a Collector follows (view.View).
 type Snapshots interface {
 	Ready() <-chan struct{}
-	Snapshot() *store.Snapshot
+	Snapshot() *view.Snapshot
 }
 
 // Config configures a Collector.
@@ -175,15 +175,15 @@ func (c *Collector) Due(h Heap) bool {
 // in waits before it looks again (a change makes it look at once).
 const parkRetry = time.Minute
 
-// Run follows view until ctx ends.
-func (c *Collector) Run(ctx context.Context, view Snapshots) {
+// Run follows src until ctx ends.
+func (c *Collector) Run(ctx context.Context, src Snapshots) {
 	select {
-	case <-view.Ready():
+	case <-src.Ready():
 	case <-ctx.Done():
 		return
 	}
 	defer c.unpark()
-	snap := view.Snapshot()
+	snap := src.Snapshot()
 	var retry <-chan time.Time // set after a failed wait for quiet to park
 	for {
 		if c.cfg.Park && !c.parked && retry == nil {

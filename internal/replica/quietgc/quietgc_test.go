@@ -18,6 +18,7 @@ import (
 
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/state/view"
 	"github.com/legation-io/legation/internal/testkit/storetest"
 )
 
@@ -86,7 +87,7 @@ func TestRunCollectsInTheQuiet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	view, err := store.NewView(store.ViewConfig{Client: client, Registerer: prometheus.NewRegistry(), RetryInterval: 50 * time.Millisecond})
+	vw, err := view.New(view.Config{Client: client, Registerer: prometheus.NewRegistry(), RetryInterval: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +96,7 @@ func TestRunCollectsInTheQuiet(t *testing.T) {
 	defer wg.Wait()
 	defer cancel()
 	wg.Go(func() {
-		if err := view.Run(ctx); err != nil {
+		if err := vw.Run(ctx); err != nil {
 			t.Errorf("view: %v", err)
 		}
 	})
@@ -113,8 +114,8 @@ func TestRunCollectsInTheQuiet(t *testing.T) {
 		return Heap{Live: 100, Goal: 200, InUse: 110}
 	}
 	c.gc = func() { gcs.Add(1) }
-	wg.Go(func() { c.Run(ctx, view) })
-	<-view.Ready()
+	wg.Go(func() { c.Run(ctx, vw) })
+	<-vw.Ready()
 
 	apply := func(i int) { t.Helper(); applyCluster(ctx, t, st, i) }
 	waitGCs := func(want int64, within time.Duration) error {
@@ -179,7 +180,7 @@ func TestRunParks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	view, err := store.NewView(store.ViewConfig{Client: client, Registerer: prometheus.NewRegistry(), RetryInterval: 50 * time.Millisecond})
+	vw, err := view.New(view.Config{Client: client, Registerer: prometheus.NewRegistry(), RetryInterval: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,14 +193,14 @@ func TestRunParks(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		if err := view.Run(ctx); err != nil {
+		if err := vw.Run(ctx); err != nil {
 			t.Errorf("view: %v", err)
 		}
 	})
 	busy := &Busy{}
 	parked := prometheus.NewGauge(prometheus.GaugeOpts{Name: "p", Help: "p"})
 	c := New(Config{Busy: busy, Quiet: 50 * time.Millisecond, Park: true, Parked: parked})
-	wg.Go(func() { c.Run(ctx, view) })
+	wg.Go(func() { c.Run(ctx, vw) })
 	stopped := false
 	stop := func() {
 		if !stopped {

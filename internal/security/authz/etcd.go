@@ -11,24 +11,23 @@ import (
 	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-)
 
-// authzDir is the rules' directory under the prefix. It sits beside
-// "resources/", "leases/", "members/" and "status/", which hold nothing
-// of it; the view watches only "resources/".
-const authzDir = "authz/"
+	"github.com/legation-io/legation/internal/state/keyspace"
+)
 
 // ErrMalformed is matched by the errors about values in etcd that are not
 // valid rules.
 var ErrMalformed = errors.New("authz: malformed rule")
 
-// Dir returns the directory of the rules under prefix: "<prefix>authz/".
-func Dir(prefix string) string { return prefix + authzDir }
+// Dir returns the directory of the rules under prefix: "<prefix>authz/"
+// (keyspace.Authz). It sits beside the resources' directory, which the
+// view watches alone: a rule's change wakes no xDS stream.
+func Dir(prefix string) string { return keyspace.Authz.Prefix(prefix) }
 
 // Key returns the key of identity's rule: "<prefix>authz/" and the
 // identity escaped as a URL path segment (url.PathEscape), so that an
 // identity's '/' never reads as a directory.
-func Key(prefix, identity string) string { return prefix + authzDir + url.PathEscape(identity) }
+func Key(prefix, identity string) string { return keyspace.Authz.Key(prefix, url.PathEscape(identity)) }
 
 // checkPrefix checks an etcd key prefix as the rest of Legation takes it.
 func checkPrefix(prefix string) error {
@@ -42,9 +41,9 @@ func checkPrefix(prefix string) error {
 // an error matching ErrMalformed, when the value is not one JSON rule,
 // when the rule is not valid, or when k is not the rule's own key.
 func Decode(prefix, k string, value []byte) (Rule, error) {
-	esc, ok := strings.CutPrefix(k, prefix+authzDir)
+	esc, ok := keyspace.Authz.Cut(prefix, k)
 	if !ok {
-		return Rule{}, fmt.Errorf("%w: key %q is not under %q", ErrMalformed, k, prefix+authzDir)
+		return Rule{}, fmt.Errorf("%w: key %q is not under %q", ErrMalformed, k, Dir(prefix))
 	}
 	var r Rule
 	dec := json.NewDecoder(bytes.NewReader(value))

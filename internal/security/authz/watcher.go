@@ -16,7 +16,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/state/keyspace"
 )
 
 // WatcherConfig configures a Watcher.
@@ -24,7 +24,7 @@ type WatcherConfig struct {
 	// Client is the etcd client. Required.
 	Client *clientv3.Client
 	// Prefix is the etcd key prefix, starting and ending with '/'. Empty:
-	// store.DefaultPrefix ("/legation/").
+	// keyspace.DefaultPrefix ("/legation/").
 	Prefix string
 	// Logger receives the watcher's logs. Nil: discard.
 	Logger *slog.Logger
@@ -57,9 +57,9 @@ type WatcherConfig struct {
 // must be set.
 func DefaultWatcherConfig() WatcherConfig {
 	return WatcherConfig{
-		Prefix:           store.DefaultPrefix, // "/legation/"
-		ProgressInterval: time.Second,         // as the view asks
-		StallTimeout:     5 * time.Second,     // as the view gives up
+		Prefix:           keyspace.DefaultPrefix, // "/legation/"
+		ProgressInterval: time.Second,            // as the view asks
+		StallTimeout:     5 * time.Second,        // as the view gives up
 		RetryInterval:    time.Second,
 	}
 }

@@ -9,9 +9,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/legation-io/legation/internal/cluster/lrs"
-	"github.com/legation-io/legation/internal/cluster/shard"
-	"github.com/legation-io/legation/internal/cluster/status"
+	"github.com/legation-io/legation/internal/state/keyspace"
 )
 
 // The roles of README "Least privilege in etcd", and etcd's root user and
@@ -29,19 +27,18 @@ type Grant struct {
 	Perm clientv3.PermissionType
 }
 
-// Grants are the permissions of RoleReplica and RoleAdmin on prefix:
-// RoleReplica reads all of prefix and writes the status records, the
-// membership registry and the load windows (LRS); RoleAdmin reads and
-// writes all of prefix.
+// Grants are the permissions of RoleReplica and RoleAdmin on prefix, from
+// the writers of the key layout (keyspace.Dir.Writer): RoleReplica reads
+// all of prefix and writes the directories the replicas write (the status
+// records, the membership registry and the load windows); RoleAdmin reads
+// and writes all of prefix, where the admin tools write the rest.
 func Grants(prefix string) []Grant {
 	read, readWrite := clientv3.PermissionType(clientv3.PermRead), clientv3.PermissionType(clientv3.PermReadWrite)
-	return []Grant{
-		{RoleReplica, prefix, read},
-		{RoleReplica, status.Dir(prefix), readWrite},
-		{RoleReplica, shard.RegistryKey(prefix, ""), readWrite},
-		{RoleReplica, lrs.KeyPrefix(prefix), readWrite},
-		{RoleAdmin, prefix, readWrite},
+	grants := []Grant{{RoleReplica, prefix, read}}
+	for _, d := range keyspace.WrittenBy(keyspace.Replica) {
+		grants = append(grants, Grant{RoleReplica, d.Prefix(prefix), readWrite})
 	}
+	return append(grants, Grant{RoleAdmin, prefix, readWrite})
 }
 
 // Config is what Setup makes.

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/legation-io/legation/internal/state/keyspace"
 )
 
 // TestGrants: the roles of README "Least privilege in etcd", on the
@@ -51,5 +53,31 @@ func TestValidate(t *testing.T) {
 				t.Errorf("Validate: %v; want %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestGrantsCoverLayout: every directory of the key layout is writable by
+// the role of its writer, and the replicas' role writes none of the
+// directories the admin tools write.
+func TestGrantsCoverLayout(t *testing.T) {
+	const prefix = "/p/"
+	role := map[keyspace.Writer]string{keyspace.Admin: RoleAdmin, keyspace.Replica: RoleReplica}
+	rw := clientv3.PermissionType(clientv3.PermReadWrite)
+	writes := func(r string, d keyspace.Dir) bool {
+		for _, g := range Grants(prefix) {
+			if g.Role == r && g.Perm == rw && strings.HasPrefix(d.Prefix(prefix), g.Key) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, d := range keyspace.Dirs() {
+		w := d.Writer()
+		if !writes(role[w], d) {
+			t.Errorf("%s, written by the %s, is not writable by %s", d, w, role[w])
+		}
+		if w != keyspace.Replica && writes(RoleReplica, d) {
+			t.Errorf("%s, written by the %s, is writable by %s", d, w, RoleReplica)
+		}
 	}
 }

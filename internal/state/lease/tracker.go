@@ -25,14 +25,16 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/legation-io/legation/internal/state/keyspace"
 	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/state/view"
 )
 
 // Config configures a Tracker.
 type Config struct {
 	// Client is the etcd client. Required.
 	Client *clientv3.Client
-	// Prefix is the etcd key prefix (store.DefaultPrefix when empty).
+	// Prefix is the etcd key prefix (keyspace.DefaultPrefix when empty).
 	Prefix string
 	// QueryTimeout bounds one TimeToLive query (default 2s).
 	QueryTimeout time.Duration
@@ -45,7 +47,7 @@ type Config struct {
 // DefaultConfig returns a Config with the defaults; Client must be set.
 func DefaultConfig() Config {
 	return Config{
-		Prefix:       store.DefaultPrefix,
+		Prefix:       keyspace.DefaultPrefix,
 		QueryTimeout: 2 * time.Second,
 	}
 }
@@ -162,7 +164,7 @@ func New(cfg Config) (*Tracker, error) {
 		return nil, errors.New("lease: Config.Client is required")
 	}
 	if cfg.Prefix == "" {
-		cfg.Prefix = store.DefaultPrefix
+		cfg.Prefix = keyspace.DefaultPrefix
 	}
 	if cfg.QueryTimeout <= 0 {
 		cfg.QueryTimeout = 2 * time.Second
@@ -205,7 +207,7 @@ func (t *Tracker) notify(ids ...int64) {
 // zero time if e has no lease. The first call for a lease queries etcd
 // (callers for one lease share the query); if that fails, the write's own
 // estimate is used. It blocks at most for the query.
-func (t *Tracker) Expiry(ctx context.Context, e *store.Entry) time.Time {
+func (t *Tracker) Expiry(ctx context.Context, e *view.Entry) time.Time {
 	if e.Lease == 0 {
 		return time.Time{}
 	}

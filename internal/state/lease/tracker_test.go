@@ -14,6 +14,7 @@ import (
 
 	"github.com/legation-io/legation/internal/state/lease"
 	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/state/view"
 	"github.com/legation-io/legation/internal/testkit/storetest"
 	"github.com/legation-io/legation/internal/testkit/xdstest"
 )
@@ -131,8 +132,8 @@ func grant(t *testing.T, c *clientv3.Client, seconds int64) granted {
 
 // entry is what a stream holds of a resource written under g: the envelope's
 // written_at was taken before the lease was granted.
-func (g granted) entry() *store.Entry {
-	return &store.Entry{Lease: g.id, TTL: g.ttl, WrittenAt: g.before}
+func (g granted) entry() *view.Entry {
+	return &view.Entry{Lease: g.id, TTL: g.ttl, WrittenAt: g.before}
 }
 
 // checkBound fails unless exp is a lower bound of etcd's expiry of g, no
@@ -200,7 +201,7 @@ func TestExpiry(t *testing.T) {
 	if got := tr.metric(t, "legation_lease_tracked"); got != 1 {
 		t.Errorf("legation_lease_tracked = %v, want 1", got)
 	}
-	if got := tr.Expiry(ctx, &store.Entry{}); !got.IsZero() {
+	if got := tr.Expiry(ctx, &view.Entry{}); !got.IsZero() {
 		t.Errorf("Expiry of an entry without a lease = %s, want zero", got)
 	}
 
@@ -208,14 +209,14 @@ func TestExpiry(t *testing.T) {
 	sleepUntil(g.after.Add(2 * time.Second))
 	for _, tc := range []struct {
 		name string
-		e    *store.Entry
+		e    *view.Entry
 	}{
 		{"with written_at", g.entry()},
-		{"without written_at", &store.Entry{Lease: g.id, TTL: g.ttl}},
-		{"without written_at or ttl", &store.Entry{Lease: g.id}},
+		{"without written_at", &view.Entry{Lease: g.id, TTL: g.ttl}},
+		{"without written_at or ttl", &view.Entry{Lease: g.id}},
 		// The writer's clock ran a minute ahead: its estimate is beyond
 		// what etcd says is left.
-		{"written_at ahead", &store.Entry{Lease: g.id, TTL: g.ttl, WrittenAt: g.before.Add(time.Minute)}},
+		{"written_at ahead", &view.Entry{Lease: g.id, TTL: g.ttl, WrittenAt: g.before.Add(time.Minute)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tr := newTracker(t, c, "")
@@ -398,7 +399,7 @@ func TestNotExtended(t *testing.T) {
 		t.Errorf("Tracked after a restart: %+v; want gone, no next check", i)
 	}
 	// A lease that never existed is gone too.
-	if got := restarted.Expiry(ctx, &store.Entry{Lease: 0x1234, TTL: 10 * time.Second, WrittenAt: time.Now()}); got.After(time.Now()) {
+	if got := restarted.Expiry(ctx, &view.Entry{Lease: 0x1234, TTL: 10 * time.Second, WrittenAt: time.Now()}); got.After(time.Now()) {
 		t.Errorf("Expiry of an unknown lease: %s from now, want past", time.Until(got))
 	}
 	if i := restarted.info(t, 0x1234); !i.Gone {

@@ -5,11 +5,12 @@ import (
 
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/state/view"
 )
 
 // Visible returns the entry a node of group sees for name: the group's,
 // else the default scope's.
-func Visible(snap *store.Snapshot, t *resource.Type, group, name string) *store.Entry {
+func Visible(snap *view.Snapshot, t *resource.Type, group, name string) *view.Entry {
 	if group != "" {
 		if e, ok := snap.Get(t, group, name); ok {
 			return e
@@ -21,9 +22,9 @@ func Visible(snap *store.Snapshot, t *resource.Type, group, name string) *store.
 
 // Entries returns, sorted by name, what a node of group sees of type
 // t: everything (wildcard) or the named resources that exist.
-func Entries(snap *store.Snapshot, t *resource.Type, group string, names []string, wildcard bool) []*store.Entry {
+func Entries(snap *view.Snapshot, t *resource.Type, group string, names []string, wildcard bool) []*view.Entry {
 	if !wildcard {
-		out := make([]*store.Entry, 0, len(names))
+		out := make([]*view.Entry, 0, len(names))
 		for _, n := range names {
 			if n == "*" {
 				continue
@@ -35,8 +36,8 @@ func Entries(snap *store.Snapshot, t *resource.Type, group string, names []strin
 		SortEntries(out)
 		return dedupe(out)
 	}
-	var out []*store.Entry
-	snap.Walk(t, store.DefaultScope, func(e *store.Entry) bool {
+	var out []*view.Entry
+	snap.Walk(t, store.DefaultScope, func(e *view.Entry) bool {
 		if group != "" {
 			if g, ok := snap.Get(t, group, e.Name); ok {
 				e = g
@@ -46,7 +47,7 @@ func Entries(snap *store.Snapshot, t *resource.Type, group string, names []strin
 		return true
 	})
 	if group != "" {
-		snap.Walk(t, group, func(e *store.Entry) bool {
+		snap.Walk(t, group, func(e *view.Entry) bool {
 			if _, ok := snap.Get(t, store.DefaultScope, e.Name); !ok {
 				out = append(out, e)
 			}
@@ -59,7 +60,7 @@ func Entries(snap *store.Snapshot, t *resource.Type, group string, names []strin
 
 // UnchangedSince reports whether what a node of group would receive for
 // type t (the named resources, or all) is the same as at revision v.
-func UnchangedSince(snap *store.Snapshot, t *resource.Type, group string, names []string, wildcard bool, v int64) bool {
+func UnchangedSince(snap *view.Snapshot, t *resource.Type, group string, names []string, wildcard bool, v int64) bool {
 	if v > snap.Revision || v < snap.HistoryFrom-1 {
 		return false // changes before the view's history are unknown
 	}
@@ -84,11 +85,11 @@ func UnchangedSince(snap *store.Snapshot, t *resource.Type, group string, names 
 }
 
 // SortEntries sorts entries by name.
-func SortEntries(es []*store.Entry) {
+func SortEntries(es []*view.Entry) {
 	sort.Slice(es, func(i, j int) bool { return es[i].Name < es[j].Name })
 }
 
-func dedupe(es []*store.Entry) []*store.Entry {
+func dedupe(es []*view.Entry) []*view.Entry {
 	out := es[:0]
 	for i, e := range es {
 		if i > 0 && es[i-1].Name == e.Name {

@@ -15,35 +15,6 @@ import (
 // DefaultScope is the scope every node sees.
 const DefaultScope = "default"
 
-// DefaultPrefix is the etcd key prefix used when none is configured.
-const DefaultPrefix = "/legation/"
-
-const resourcesDir = "resources/"
-
-// appliesDir holds one apply marker per scope: <prefix>applies/<scope>.
-// Every transaction the store writes to a scope's resources also puts the
-// scope's marker, so that a deletion, which a compare over a directory
-// cannot see, still moves a key the next apply compares. It is outside
-// resources/, so replicas' views never see it.
-const appliesDir = "applies/"
-
-// locksDir holds the apply locks, <prefix>locks/apply/<scope>/<lease>
-// (etcd's concurrency.Mutex keys), and who holds or waits for them,
-// <prefix>locks/holders/<lease, 16 hex digits>.
-const locksDir = "locks/"
-
-// ApplyMarkerKey is the etcd key of scope's apply marker under prefix.
-func ApplyMarkerKey(prefix, scope string) string { return prefix + appliesDir + scope }
-
-// ApplyLockKey is the etcd key prefix of scope's apply lock under prefix
-// (the mutex's keys are under it, after a '/').
-func ApplyLockKey(prefix, scope string) string { return prefix + locksDir + "apply/" + scope }
-
-// LockHolderKey is the etcd key naming the holder of lease id's lock.
-func LockHolderKey(prefix string, id int64) string {
-	return fmt.Sprintf("%s%sholders/%016x", prefix, locksDir, id)
-}
-
 // Key names one resource.
 type Key struct {
 	Type  *resource.Type
@@ -61,8 +32,9 @@ func (k Key) path() string { return k.Type.Name + "/" + k.Scope + "/" + k.Name }
 // decoded.
 var ErrMalformed = errors.New("store: malformed value")
 
-// parsePath parses "type/scope/name".
-func parsePath(p string) (Key, error) {
+// ParsePath parses a key relative to the resources directory,
+// "type/scope/name". Errors wrap ErrMalformed.
+func ParsePath(p string) (Key, error) {
 	typ, rest, ok := strings.Cut(p, "/")
 	if !ok {
 		return Key{}, fmt.Errorf("%w: key %q has no scope", ErrMalformed, p)
@@ -93,7 +65,7 @@ func parsePath(p string) (Key, error) {
 // than withheld: a stricter check in a newer release must not make a
 // replica drop a listener that older replicas serve.
 func DecodeValue(p string, value []byte) (Key, *legationv1.Envelope, error) {
-	k, err := parsePath(p)
+	k, err := ParsePath(p)
 	if err != nil {
 		return Key{}, nil, err
 	}

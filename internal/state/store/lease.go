@@ -7,18 +7,13 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-)
 
-// leasesDir holds one refresh marker per refreshed lease:
-// <prefix>leases/<lease id, 16 hex digits> -> LeaseMarker as JSON, written
-// under the lease itself so that it goes when the lease does. Replicas
-// watch it to heartbeat the lease's resources as soon as it is refreshed.
-const leasesDir = "leases/"
+	"github.com/legation-io/legation/internal/state/keyspace"
+)
 
 // LeaseSeconds is the TTL in whole seconds of the lease an apply with ttl
 // grants: etcd leases count in seconds, so ttl is rounded up.
@@ -38,20 +33,21 @@ type LeaseMarker struct {
 }
 
 // LeasesPrefix is the etcd prefix of the lease refresh markers under
-// prefix.
-func LeasesPrefix(prefix string) string { return prefix + leasesDir }
+// prefix (keyspace.Leases): one per refreshed lease, a LeaseMarker as
+// JSON written under the lease itself so that it goes when the lease
+// does. Replicas watch it to heartbeat the lease's resources as soon as
+// it is refreshed.
+func LeasesPrefix(prefix string) string { return keyspace.Leases.Prefix(prefix) }
 
 // LeaseMarkerKey is the etcd key of lease id's refresh marker.
-func LeaseMarkerKey(prefix string, id int64) string {
-	return fmt.Sprintf("%s%s%016x", prefix, leasesDir, id)
-}
+func LeaseMarkerKey(prefix string, id int64) string { return keyspace.LeaseMarker(prefix, id) }
 
 // ParseLeaseMarker decodes a refresh marker found at etcd key k under
 // prefix.
 func ParseLeaseMarker(prefix, k string, value []byte) (int64, LeaseMarker, error) {
-	hex, ok := strings.CutPrefix(k, prefix+leasesDir)
+	hex, ok := keyspace.Leases.Cut(prefix, k)
 	if !ok {
-		return 0, LeaseMarker{}, fmt.Errorf("%w: lease marker key %q is not under %q", ErrMalformed, k, prefix+leasesDir)
+		return 0, LeaseMarker{}, fmt.Errorf("%w: lease marker key %q is not under %q", ErrMalformed, k, LeasesPrefix(prefix))
 	}
 	id, err := strconv.ParseUint(hex, 16, 64)
 	if err != nil || len(hex) != 16 {

@@ -9,6 +9,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/legation-io/legation/internal/state/keyspace"
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/store"
 	"github.com/legation-io/legation/internal/testkit/storetest"
@@ -248,7 +249,7 @@ func FuzzParseLeaseMarker(f *testing.F) {
 		f.Add(seed.key, []byte(seed.value))
 	}
 	f.Fuzz(func(t *testing.T, key string, value []byte) {
-		id, m, err := store.ParseLeaseMarker(store.DefaultPrefix, key, value)
+		id, m, err := store.ParseLeaseMarker(keyspace.DefaultPrefix, key, value)
 		if err != nil {
 			if !errors.Is(err, store.ErrMalformed) {
 				t.Fatalf("error %v does not wrap ErrMalformed", err)
@@ -261,7 +262,7 @@ func FuzzParseLeaseMarker(f *testing.F) {
 		// A key of 16 hex digits above 7fffffffffffffff parses to a
 		// negative lease, which etcd never grants and no tracker asks
 		// about.
-		if got := store.LeaseMarkerKey(store.DefaultPrefix, id); id >= 0 && !strings.EqualFold(got, key) {
+		if got := store.LeaseMarkerKey(keyspace.DefaultPrefix, id); id >= 0 && !strings.EqualFold(got, key) {
 			t.Errorf("accepted key %q for lease %x, whose marker key is %q", key, id, got)
 		}
 	})

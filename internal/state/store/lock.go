@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
+	"github.com/legation-io/legation/internal/state/keyspace"
 	"github.com/legation-io/legation/internal/state/resource"
 )
 
@@ -23,7 +24,7 @@ const LockSessionTTL = 10
 // before the lock is taken.
 var ErrLockTimeout = errors.New("store: timed out waiting for the scope's apply lock")
 
-// LockHolder is the value of a lock holder's key (LockHolderKey): who
+// LockHolder is the value of a lock holder's key (keyspace.LockHolder): who
 // holds, or waits for, an apply lock.
 type LockHolder struct {
 	By    string    `json:"by,omitempty"`
@@ -79,11 +80,11 @@ func (s *Store) LockScope(ctx context.Context, scope string, wait time.Duration)
 		sess.Close()
 		return nil, fmt.Errorf("store: encode lock holder: %w", err)
 	}
-	if _, err := s.cfg.Client.Put(ctx, LockHolderKey(s.cfg.Prefix, int64(sess.Lease())), string(who), clientv3.WithLease(sess.Lease())); err != nil {
+	if _, err := s.cfg.Client.Put(ctx, keyspace.LockHolder(s.cfg.Prefix, int64(sess.Lease())), string(who), clientv3.WithLease(sess.Lease())); err != nil {
 		sess.Close()
 		return nil, s.wrapErr("lock scope "+scope+": name the holder", err)
 	}
-	mu := concurrency.NewMutex(sess, ApplyLockKey(s.cfg.Prefix, scope))
+	mu := concurrency.NewMutex(sess, keyspace.ApplyLock(s.cfg.Prefix, scope))
 	lctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	if err := mu.Lock(lctx); err != nil {
@@ -101,13 +102,13 @@ func (s *Store) LockScope(ctx context.Context, scope string, wait time.Duration)
 func (s *Store) holderOf(ctx context.Context, scope string) string {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	resp, err := s.cfg.Client.Get(ctx, ApplyLockKey(s.cfg.Prefix, scope)+"/", clientv3.WithFirstCreate()...)
+	resp, err := s.cfg.Client.Get(ctx, keyspace.ApplyLock(s.cfg.Prefix, scope)+"/", clientv3.WithFirstCreate()...)
 	if err != nil || len(resp.Kvs) == 0 {
 		return ""
 	}
 	lease := resp.Kvs[0].Lease
 	out := fmt.Sprintf("lease %016x", lease)
-	h, err := s.cfg.Client.Get(ctx, LockHolderKey(s.cfg.Prefix, lease))
+	h, err := s.cfg.Client.Get(ctx, keyspace.LockHolder(s.cfg.Prefix, lease))
 	if err != nil || len(h.Kvs) == 0 {
 		return out
 	}

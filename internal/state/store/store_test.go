@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/legation-io/legation/internal/state/keyspace"
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/store"
 	"github.com/legation-io/legation/internal/testkit/storetest"
@@ -1355,8 +1356,8 @@ func TestConfig(t *testing.T) {
 			if got != tc.want {
 				t.Errorf("New: %q, want %q", got, tc.want)
 			}
-			if err == nil && s.Prefix() != store.DefaultPrefix {
-				t.Errorf("Prefix() = %q, want %q", s.Prefix(), store.DefaultPrefix)
+			if err == nil && s.Prefix() != keyspace.DefaultPrefix {
+				t.Errorf("Prefix() = %q, want %q", s.Prefix(), keyspace.DefaultPrefix)
 			}
 		})
 	}

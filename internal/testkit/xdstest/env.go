@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/state/view"
 	"github.com/legation-io/legation/internal/testkit/storetest"
 )
 
@@ -34,7 +35,7 @@ const (
 // default prefix.
 type Options struct {
 	// Prefix is the etcd key prefix of the store and the view; "" is
-	// store.DefaultPrefix.
+	// keyspace.DefaultPrefix.
 	Prefix string
 	// MaxTxnOps and MaxRequestBytes are etcd's --max-txn-ops and
 	// --max-request-bytes, which the store is told too; the client may
@@ -53,7 +54,7 @@ type Env struct {
 	Client *clientv3.Client
 	Store  *store.Store
 	// View is running and loaded (Ready) when NewEnv returns.
-	View *store.View
+	View *view.View
 }
 
 // NewEnv starts an Env, stopped when tb ends: the view's goroutine is
@@ -77,15 +78,15 @@ func NewEnv(tb testing.TB, opts Options) *Env {
 	if e.Store, err = store.New(store.Config{Client: e.Client, Prefix: opts.Prefix, MaxTxnOps: opts.MaxTxnOps, MaxRequestBytes: opts.MaxRequestBytes}); err != nil {
 		tb.Fatal(err)
 	}
-	e.View = StartView(tb, store.ViewConfig{Client: e.Client, Prefix: opts.Prefix, Registerer: opts.Registerer})
+	e.View = StartView(tb, view.Config{Client: e.Client, Prefix: opts.Prefix, Registerer: opts.Registerer})
 	return e
 }
 
 // StartView runs a view with cfg until tb ends and returns it once it is
 // loaded; it fails the test if that takes longer than Timeout.
-func StartView(tb testing.TB, cfg store.ViewConfig) *store.View {
+func StartView(tb testing.TB, cfg view.Config) *view.View {
 	tb.Helper()
-	v, err := store.NewView(cfg)
+	v, err := view.New(cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}

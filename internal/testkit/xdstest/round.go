@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/state/view"
 )
 
 // The skeleton the fan-out benchmarks share: a Round of responses the
@@ -97,7 +97,7 @@ func (r *Round) Wait(tb testing.TB, timeout time.Duration, what, want string) {
 // MarkNextChange starts marking the moment the view publishes the first
 // snapshot after s that holds a change: the snapshot that wakes every
 // stream. Read the Mark with WaitMark. If ctx ends first, no Mark comes.
-func MarkNextChange(ctx context.Context, s *store.Snapshot) <-chan Mark {
+func MarkNextChange(ctx context.Context, s *view.Snapshot) <-chan Mark {
 	published := make(chan Mark, 1)
 	go func() {
 		for {

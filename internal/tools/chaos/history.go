@@ -17,6 +17,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/legation-io/legation/internal/state/keyspace"
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/store"
 )
@@ -69,7 +70,7 @@ func NewHistoryRecorder(cli *clientv3.Client, prefix string, w io.Writer) (*Hist
 	if !strings.HasSuffix(prefix, "/") {
 		return nil, fmt.Errorf("chaos: history: prefix %q must end in /", prefix)
 	}
-	return &HistoryRecorder{cli: cli, prefix: prefix + "resources/", w: w, ready: make(chan struct{})}, nil
+	return &HistoryRecorder{cli: cli, prefix: keyspace.Resources.Prefix(prefix), w: w, ready: make(chan struct{})}, nil
 }
 
 // Ready is closed once the state at the start revision is written: start

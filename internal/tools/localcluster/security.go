@@ -20,7 +20,7 @@ import (
 
 	"github.com/legation-io/legation/internal/security/authz"
 	"github.com/legation-io/legation/internal/security/etcdauth"
-	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/state/keyspace"
 	"github.com/legation-io/legation/internal/testkit/testcerts"
 )
 
@@ -275,7 +275,7 @@ func (s *Security) setUpEtcd(ctx context.Context, endpoints []string) error {
 		return fmt.Errorf("localcluster: etcd auth status: %w", err)
 	}
 	if !st.Enabled {
-		if err := AddRoles(ctx, root, store.DefaultPrefix); err != nil {
+		if err := AddRoles(ctx, root, keyspace.DefaultPrefix); err != nil {
 			return err
 		}
 		for _, u := range []struct{ name, role string }{{RoleReplica, RoleReplica}, {RoleAdmin, RoleAdmin}, {etcdRoot, "root"}} {
@@ -300,7 +300,7 @@ func (s *Security) setUpEtcd(ctx context.Context, endpoints []string) error {
 		{Identity: AdminIdentity, Admin: true},
 		{Identity: ClientIdentity, Nodes: []string{"*"}, Groups: []string{"*"}},
 	} {
-		if err := authz.Grant(ctx, admin, store.DefaultPrefix, r); err != nil {
+		if err := authz.Grant(ctx, admin, keyspace.DefaultPrefix, r); err != nil {
 			errs = append(errs, fmt.Errorf("localcluster: authz grant %s: %w", r.Identity, err))
 		}
 	}

@@ -1,4 +1,4 @@
-// Package delta serves incremental (delta) xDS from a store.View: the
+// Package delta serves incremental (delta) xDS from a view.View: the
 // DeltaAggregatedResources method of ADS, the Delta* methods of the
 // per-type services, and VHDS (on-demand virtual hosts). One change sends
 // one resource. State-of-the-world xDS is package ads's.

@@ -6,13 +6,14 @@ import (
 
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/state/view"
 	"github.com/legation-io/legation/internal/xds/xdsstream"
 )
 
 func heldItems(rev int64, names ...string) []item {
 	out := make([]item, len(names))
 	for i, n := range names {
-		e := &store.Entry{Key: store.Key{Type: resource.Cluster, Scope: store.DefaultScope, Name: n}, ModRevision: rev}
+		e := &view.Entry{Key: store.Key{Type: resource.Cluster, Scope: store.DefaultScope, Name: n}, ModRevision: rev}
 		out[i] = item{Item: xdsstream.Item{Entry: e}, source: store.DefaultScope}
 	}
 	return out

@@ -12,6 +12,7 @@ import (
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/scope"
 	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/state/view"
 	"github.com/legation-io/legation/internal/xds/xdsstream"
 )
 
@@ -198,7 +199,7 @@ func (st *stream) checkBounds(t *resource.Type, r *discoveryv3.DeltaDiscoveryReq
 }
 
 // Changed marks the subscribed or held names a change may concern.
-func (st *stream) Changed(c store.EntryChange) {
+func (st *stream) Changed(c view.EntryChange) {
 	ts := st.types[c.Type]
 	if ts == nil {
 		return
@@ -406,7 +407,7 @@ type item struct {
 // shared body cache; otherwise the key is built from the content.
 func (st *stream) send(ts *typeState, out []item, removed []string, shareKey string) error {
 	sysVersion := strconv.FormatInt(st.Snap.Revision, 10)
-	ttls := st.WireTTLs(len(out), func(i int) *store.Entry { return out[i].Entry })
+	ttls := st.WireTTLs(len(out), func(i int) *view.Entry { return out[i].Entry })
 	if shareKey == "" {
 		var buf [256]byte // on the stack while the key fits
 		key := append(buf[:0], "D\x00"...)

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/legation-io/legation/internal/state/resource"
-	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/state/view"
 	"github.com/legation-io/legation/internal/xds/xdsstream"
 )
 
@@ -62,7 +62,7 @@ func (st *stream) heartbeats() error {
 // and new TTL, without its body.
 func (st *stream) sendHeartbeat(t *resource.Type, due []xdsstream.TTLHeld) error {
 	ts := st.types[t]
-	ttls := st.WireTTLs(len(due), func(i int) *store.Entry { return due[i].Entry })
+	ttls := st.WireTTLs(len(due), func(i int) *view.Entry { return due[i].Entry })
 	sysVersion := ts.rec.Version
 	var key strings.Builder
 	key.WriteString("DH\x00" + t.Name + "\x00" + sysVersion)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/scope"
-	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/state/view"
 )
 
 // VHDS (on-demand virtual hosts): a client subscribes to
@@ -37,15 +37,15 @@ type aliasIndex struct {
 // virtual hosts; each map keeps the first virtual host (in name order) of
 // a domain, the one matchDomain's strict comparison keeps.
 type rcIndex struct {
-	exact  map[string]*store.Entry // domain
-	suffix map[string]*store.Entry // "*.example.com" under ".example.com"
-	prefix map[string]*store.Entry // "www.example.*" under "www.example."
-	any    *store.Entry            // the first "*"
+	exact  map[string]*view.Entry // domain
+	suffix map[string]*view.Entry // "*.example.com" under ".example.com"
+	prefix map[string]*view.Entry // "www.example.*" under "www.example."
+	any    *view.Entry            // the first "*"
 }
 
 // buildAliasIndex decodes every virtual host visible to group in snap
 // once.
-func buildAliasIndex(snap *store.Snapshot, group string) *aliasIndex {
+func buildAliasIndex(snap *view.Snapshot, group string) *aliasIndex {
 	x := &aliasIndex{rcs: map[string]*rcIndex{}}
 	for _, e := range scope.Entries(snap, resource.VirtualHost, group, nil, true) {
 		rc, _, ok := strings.Cut(e.Name, "/")
@@ -58,7 +58,7 @@ func buildAliasIndex(snap *store.Snapshot, group string) *aliasIndex {
 		}
 		r := x.rcs[rc]
 		if r == nil {
-			r = &rcIndex{exact: map[string]*store.Entry{}, suffix: map[string]*store.Entry{}, prefix: map[string]*store.Entry{}}
+			r = &rcIndex{exact: map[string]*view.Entry{}, suffix: map[string]*view.Entry{}, prefix: map[string]*view.Entry{}}
 			x.rcs[rc] = r
 		}
 		for _, d := range m.(*routev3.VirtualHost).GetDomains() {
@@ -84,7 +84,7 @@ func buildAliasIndex(snap *store.Snapshot, group string) *aliasIndex {
 	return x
 }
 
-func first(m map[string]*store.Entry, k string, e *store.Entry) {
+func first(m map[string]*view.Entry, k string, e *view.Entry) {
 	if _, ok := m[k]; !ok {
 		m[k] = e
 	}
@@ -93,7 +93,7 @@ func first(m map[string]*store.Entry, k string, e *store.Entry) {
 // resolve returns the virtual host an alias names, nil if none matches:
 // what matchDomain ranks best over every domain of the alias's route
 // configuration.
-func (x *aliasIndex) resolve(alias string) *store.Entry {
+func (x *aliasIndex) resolve(alias string) *view.Entry {
 	rc, host, ok := strings.Cut(alias, "/")
 	if !ok || rc == "" || host == "" {
 		return nil
@@ -148,7 +148,7 @@ type lazyIndex struct {
 // get returns the alias index of snap for group, building it the first
 // time. A snapshot older than the latest asked for gets an index of its
 // own, not kept: the caller should keep it for the rest of its flush.
-func (c *aliasIndexes) get(snap *store.Snapshot, group string) (*aliasIndex, error) {
+func (c *aliasIndexes) get(snap *view.Snapshot, group string) (*aliasIndex, error) {
 	if group != "" && !hasOwn(snap, resource.VirtualHost, group) {
 		group = "" // it sees the default scope's virtual hosts alone
 	}
@@ -188,9 +188,9 @@ func (c *aliasIndexes) get(snap *store.Snapshot, group string) (*aliasIndex, err
 }
 
 // hasOwn reports whether scope holds a resource of type t.
-func hasOwn(snap *store.Snapshot, t *resource.Type, scope string) bool {
+func hasOwn(snap *view.Snapshot, t *resource.Type, scope string) bool {
 	found := false
-	snap.Walk(t, scope, func(*store.Entry) bool {
+	snap.Walk(t, scope, func(*view.Entry) bool {
 		found = true
 		return false
 	})
@@ -200,13 +200,13 @@ func hasOwn(snap *store.Snapshot, t *resource.Type, scope string) bool {
 // resolveAlias returns the virtual host an alias names, nil if none
 // matches, decoding every virtual host of the group: the reference
 // aliasIndex.resolve must agree with (tests only use it now).
-func resolveAlias(snap *store.Snapshot, group, alias string) *store.Entry {
+func resolveAlias(snap *view.Snapshot, group, alias string) *view.Entry {
 	rc, host, ok := strings.Cut(alias, "/")
 	if !ok || rc == "" || host == "" {
 		return nil
 	}
 	host = strings.ToLower(host)
-	var best *store.Entry
+	var best *view.Entry
 	bestRank, bestLen := 0, -1
 	for _, e := range scope.Entries(snap, resource.VirtualHost, group, nil, true) {
 		if !strings.HasPrefix(e.Name, rc+"/") {

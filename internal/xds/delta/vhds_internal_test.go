@@ -11,6 +11,7 @@ import (
 
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/state/view"
 	"github.com/legation-io/legation/internal/testkit/xdstest"
 )
 
@@ -86,7 +87,7 @@ func TestAliasIndexMatchesScan(t *testing.T) {
 	}
 }
 
-func entryName(e *store.Entry) string {
+func entryName(e *view.Entry) string {
 	if e == nil {
 		return "nothing"
 	}
@@ -115,7 +116,7 @@ func TestAliasIndexesShared(t *testing.T) {
 	builds := 0
 	c := aliasIndexes{built: func() { builds++ }}
 	steps := []struct {
-		snap  *store.Snapshot
+		snap  *view.Snapshot
 		group string
 		want  int // builds so far
 	}{

@@ -1,4 +1,4 @@
-// Package sotw serves state-of-the-world (SotW) xDS from a store.View: the
+// Package sotw serves state-of-the-world (SotW) xDS from a view.View: the
 // Aggregated Discovery Service (StreamAggregatedResources), the per-type
 // SotW services (CDS, EDS, LDS, RDS, SRDS, SDS, RTDS, ECDS) with their
 // unary Fetch methods, and REST-JSON polling over HTTP. Delta

@@ -1,17 +1,17 @@
 package sotw
 
 import (
-	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/state/view"
 	"github.com/legation-io/legation/internal/xds/xdsstream"
 )
 
 // sentSet is a set of entries a client holds, by name. Reached through
 // sentSets, it is shared by every stream that was sent the same responses
 // (from the same set), and never changes.
-type sentSet struct{ m map[string]*store.Entry }
+type sentSet struct{ m map[string]*view.Entry }
 
 // noneSent is the empty set every type starts from.
-var noneSent = &sentSet{m: map[string]*store.Entry{}}
+var noneSent = &sentSet{m: map[string]*view.Entry{}}
 
 // holding is what a client holds of one type, as far as the server knows:
 // a shared base set and the stream's own changes to it (own; a nil entry
@@ -19,13 +19,13 @@ var noneSent = &sentSet{m: map[string]*store.Entry{}}
 // what they hold, and a push of one resource costs one entry of own.
 type holding struct {
 	base *sentSet
-	own  map[string]*store.Entry // nil until the first change of the stream's own
-	n    int                     // names held
+	own  map[string]*view.Entry // nil until the first change of the stream's own
+	n    int                    // names held
 }
 
 func newHolding() holding { return holding{base: noneSent} }
 
-func (h *holding) get(n string) *store.Entry {
+func (h *holding) get(n string) *view.Entry {
 	if e, ok := h.own[n]; ok {
 		return e
 	}
@@ -34,12 +34,12 @@ func (h *holding) get(n string) *store.Entry {
 
 func (h *holding) len() int { return h.n }
 
-func (h *holding) set(e *store.Entry) {
+func (h *holding) set(e *view.Entry) {
 	if h.get(e.Name) == nil {
 		h.n++
 	}
 	if h.own == nil {
-		h.own = map[string]*store.Entry{}
+		h.own = map[string]*view.Entry{}
 	}
 	h.own[e.Name] = e
 }
@@ -54,13 +54,13 @@ func (h *holding) drop(n string) {
 		return
 	}
 	if h.own == nil {
-		h.own = map[string]*store.Entry{}
+		h.own = map[string]*view.Entry{}
 	}
 	h.own[n] = nil
 }
 
 // each calls f for every entry held.
-func (h *holding) each(f func(e *store.Entry)) {
+func (h *holding) each(f func(e *view.Entry)) {
 	for n, e := range h.base.m {
 		if _, mine := h.own[n]; !mine {
 			f(e)
@@ -76,7 +76,7 @@ func (h *holding) each(f func(e *store.Entry)) {
 // replace records a full-state response sent: entries replace what the
 // client held. key names the response's body (at revision rev) exactly;
 // "" for a body of the stream's own, which is not shared.
-func (h *holding) replace(sets *sentSets, rev int64, key string, entries []*store.Entry) {
+func (h *holding) replace(sets *sentSets, rev int64, key string, entries []*view.Entry) {
 	if key == "" {
 		h.base, h.own = build(noneSent, entries), nil
 	} else {
@@ -90,7 +90,7 @@ func (h *holding) replace(sets *sentSets, rev int64, key string, entries []*stor
 // set that follows its base when the response replaces much of it (a
 // first response); otherwise (a push of a few resources) the entries go
 // to own, at the cost of the entries alone.
-func (h *holding) merge(sets *sentSets, rev int64, key string, entries []*store.Entry) {
+func (h *holding) merge(sets *sentSets, rev int64, key string, entries []*view.Entry) {
 	if key != "" && len(h.own) == 0 && 4*len(entries) >= len(h.base.m) {
 		h.base = sets.next(rev, h.base, key, entries)
 		h.own = nil
@@ -103,11 +103,11 @@ func (h *holding) merge(sets *sentSets, rev int64, key string, entries []*store.
 }
 
 // build returns from with entries added (entries alone if from is nil).
-func build(from *sentSet, entries []*store.Entry) *sentSet {
+func build(from *sentSet, entries []*view.Entry) *sentSet {
 	if from == nil {
 		from = noneSent
 	}
-	s := &sentSet{m: make(map[string]*store.Entry, len(from.m)+len(entries))}
+	s := &sentSet{m: make(map[string]*view.Entry, len(from.m)+len(entries))}
 	for n, e := range from.m {
 		s.m[n] = e
 	}
@@ -123,6 +123,6 @@ type sentSets struct{ xdsstream.SharedSets[sentSet] }
 // next returns the shared set that from (nil: none, for a full-state
 // response) becomes with entries, sent at revision rev in the response
 // whose body key is key.
-func (c *sentSets) next(rev int64, from *sentSet, key string, entries []*store.Entry) *sentSet {
+func (c *sentSets) next(rev int64, from *sentSet, key string, entries []*view.Entry) *sentSet {
 	return c.Next(rev, from, key, func() *sentSet { return build(from, entries) })
 }

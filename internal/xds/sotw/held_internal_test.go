@@ -6,12 +6,13 @@ import (
 
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/state/view"
 )
 
-func sentEntries(rev int64, names ...string) []*store.Entry {
-	out := make([]*store.Entry, len(names))
+func sentEntries(rev int64, names ...string) []*view.Entry {
+	out := make([]*view.Entry, len(names))
 	for i, n := range names {
-		out[i] = &store.Entry{Key: store.Key{Type: resource.Endpoint, Scope: store.DefaultScope, Name: n}, ModRevision: rev}
+		out[i] = &view.Entry{Key: store.Key{Type: resource.Endpoint, Scope: store.DefaultScope, Name: n}, ModRevision: rev}
 	}
 	return out
 }
@@ -42,7 +43,7 @@ func TestHoldingShared(t *testing.T) {
 		t.Error("a drop is not the stream's own")
 	}
 	n := 0
-	a.each(func(*store.Entry) { n++ })
+	a.each(func(*view.Entry) { n++ })
 	if n != 7 {
 		t.Errorf("each yields %d entries, want 7", n)
 	}

@@ -8,16 +8,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/state/view"
 	"github.com/legation-io/legation/internal/testkit/xdstest"
 	"github.com/legation-io/legation/internal/xds/sotw"
 )
 
 // everySnapshot is the view without interests: every stream advances on
 // every snapshot, as all did before streams kept an interest.
-type everySnapshot struct{ *store.View }
+type everySnapshot struct{ *view.View }
 
-func (everySnapshot) Interest(string, any) *store.Interest { return nil }
+func (everySnapshot) Interest(string, any) *view.Interest { return nil }
 
 // BenchmarkIdleCPU measures what idle streams cost (docs/design.md:
 // "10,000 connected streams, no change: at most 5 ms of server CPU per
@@ -49,7 +49,7 @@ func BenchmarkIdleCPU(b *testing.B) {
 			b.Run(fmt.Sprintf("streams=%d/wake=%s", n, mode), func(b *testing.B) {
 				var opts []envOption
 				if every {
-					opts = append(opts, func(c *sotw.Config) { c.Source = everySnapshot{c.Source.(*store.View)} })
+					opts = append(opts, func(c *sotw.Config) { c.Source = everySnapshot{c.Source.(*view.View)} })
 				}
 				e := newEnv(b, opts...)
 				f := &fanout{e: e, n: n, names: fanoutSeed(b, e)}

@@ -14,7 +14,7 @@ import (
 	"github.com/legation-io/legation/internal/state/lease"
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/scope"
-	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/state/view"
 	"github.com/legation-io/legation/internal/xds/xdsstream"
 )
 
@@ -96,7 +96,7 @@ type polled struct {
 	group    string
 	names    []string
 	wildcard bool
-	snap     *store.Snapshot
+	snap     *view.Snapshot
 	// keysOK: the client may be sent resources carrying an inline
 	// private key (those it may be sent secrets of the scope).
 	keysOK bool
@@ -174,12 +174,12 @@ func (p *polled) response(cp *corev3.ControlPlane, m *xdsstream.Metrics) *discov
 // what xdsadmin export writes; a stream sends the same resources at the
 // same version, those of EDS/RDS-like types only as they change. The
 // response shares the stored bodies: never modify them.
-func Response(snap *store.Snapshot, t *resource.Type, group string, names []string, wildcard bool) *discoveryv3.DiscoveryResponse {
+func Response(snap *view.Snapshot, t *resource.Type, group string, names []string, wildcard bool) *discoveryv3.DiscoveryResponse {
 	return responseOf(snap, t, scope.Entries(snap, t, group, names, wildcard))
 }
 
 // responseOf is the response carrying entries, of type t, at snap.
-func responseOf(snap *store.Snapshot, t *resource.Type, entries []*store.Entry) *discoveryv3.DiscoveryResponse {
+func responseOf(snap *view.Snapshot, t *resource.Type, entries []*view.Entry) *discoveryv3.DiscoveryResponse {
 	resp := &discoveryv3.DiscoveryResponse{VersionInfo: version(snap.Revision), TypeUrl: t.URL, Resources: make([]*anypb.Any, 0, len(entries))}
 	for _, e := range entries {
 		resp.Resources = append(resp.Resources, e.Body)

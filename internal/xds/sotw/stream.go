@@ -10,7 +10,7 @@ import (
 
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/scope"
-	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/state/view"
 	"github.com/legation-io/legation/internal/xds/xdsstream"
 )
 
@@ -156,7 +156,7 @@ func (st *stream) setNames(ts *typeState, names []string, answer bool) {
 	}
 	if !wildcard {
 		var drop []string
-		ts.sent.each(func(e *store.Entry) {
+		ts.sent.each(func(e *view.Entry) {
 			if !next.Has(e.Name) {
 				drop = append(drop, e.Name)
 			}
@@ -177,7 +177,7 @@ func (st *stream) setNames(ts *typeState, names []string, answer bool) {
 }
 
 // Changed marks the subscribed names a change may concern.
-func (st *stream) Changed(c store.EntryChange) {
+func (st *stream) Changed(c view.EntryChange) {
 	ts := st.types[c.Type]
 	if ts != nil && (ts.wildcard || ts.names.Has(c.Name)) {
 		ts.dirty = mark(ts.dirty, c.Name)
@@ -221,12 +221,12 @@ func (st *stream) flushFullState(ts *typeState) error {
 	}
 	version := version(st.Snap.Revision)
 	if ts.t == resource.Cluster && st.Fixed == nil {
-		var removed []*store.Entry
+		var removed []*view.Entry
 		now := make(map[string]bool, len(entries))
 		for _, e := range entries {
 			now[e.Name] = true
 		}
-		ts.sent.each(func(e *store.Entry) {
+		ts.sent.each(func(e *view.Entry) {
 			if !now[e.Name] {
 				removed = append(removed, e)
 			}
@@ -294,7 +294,7 @@ func (st *stream) flushNamed(ts *typeState) error {
 	force := ts.forceSend
 	ts.needAll, ts.forceSend = false, false
 	ts.dirty = reuse(ts.dirty)
-	var out []*store.Entry
+	var out []*view.Entry
 	var seen map[string]bool // a wildcard's names may repeat the subscribed ones
 	if !isDirty {
 		seen = make(map[string]bool, len(candidates))
@@ -327,8 +327,8 @@ func (st *stream) flushNamed(ts *typeState) error {
 // send encodes (or takes from the shared cache) and sends one response.
 // For a client that reads TTLs, TTL'd resources go wrapped in a
 // discovery.v3.Resource with the time their lease has left (promise 8).
-func (st *stream) send(ts *typeState, entries []*store.Entry, ver string, shareable bool) error {
-	ttls := st.WireTTLs(len(entries), func(i int) *store.Entry { return entries[i] })
+func (st *stream) send(ts *typeState, entries []*view.Entry, ver string, shareable bool) error {
+	ttls := st.WireTTLs(len(entries), func(i int) *view.Entry { return entries[i] })
 	build := func() proto.Message {
 		r := &discoveryv3.DiscoveryResponse{VersionInfo: ver, TypeUrl: ts.t.URL, Resources: make([]*anypb.Any, 0, len(entries)),
 			ControlPlane: st.s.core.ControlPlane}
@@ -400,7 +400,7 @@ func sameList(a, b []string) bool {
 	return len(a) > 0 && len(a) == len(b) && &a[0] == &b[0]
 }
 
-func sameEntries(entries []*store.Entry, sent *holding) bool {
+func sameEntries(entries []*view.Entry, sent *holding) bool {
 	if len(entries) != sent.len() {
 		return false
 	}

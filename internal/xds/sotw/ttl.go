@@ -13,7 +13,7 @@ import (
 
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/scope"
-	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/state/view"
 	"github.com/legation-io/legation/internal/xds/xdsstream"
 )
 
@@ -35,7 +35,7 @@ var resourceURL = "type.googleapis.com/" + string((&discoveryv3.Resource{}).Prot
 
 // wrapTTL wraps e in a discovery.v3.Resource with ttl; without its body
 // for a heartbeat.
-func wrapTTL(e *store.Entry, ver string, ttl time.Duration, body bool) *anypb.Any {
+func wrapTTL(e *view.Entry, ver string, ttl time.Duration, body bool) *anypb.Any {
 	r := &discoveryv3.Resource{Name: e.Name, Version: ver, Ttl: durationpb.New(ttl)}
 	if body {
 		r.Resource = e.Body
@@ -69,8 +69,8 @@ func (st *stream) heartbeats() error {
 		}
 		// The whole set again, with fresh TTLs: a body-less resource
 		// would take it out of the client's full state.
-		entries := make([]*store.Entry, 0, ts.sent.len())
-		ts.sent.each(func(e *store.Entry) { entries = append(entries, e) })
+		entries := make([]*view.Entry, 0, ts.sent.len())
+		ts.sent.each(func(e *view.Entry) { entries = append(entries, e) })
 		scope.SortEntries(entries)
 		return st.send(ts, entries, ts.rec.Version, false)
 	})
@@ -78,7 +78,7 @@ func (st *stream) heartbeats() error {
 
 // sendHeartbeat sends the body-less heartbeat of a named type.
 func (st *stream) sendHeartbeat(ts *typeState, due []xdsstream.TTLHeld) error {
-	ttls := st.WireTTLs(len(due), func(i int) *store.Entry { return due[i].Entry })
+	ttls := st.WireTTLs(len(due), func(i int) *view.Entry { return due[i].Entry })
 	ver := ts.rec.Version
 	build := func() proto.Message {
 		r := &discoveryv3.DiscoveryResponse{VersionInfo: ver, TypeUrl: ts.t.URL, Resources: make([]*anypb.Any, len(due)),

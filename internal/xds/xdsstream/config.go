@@ -12,32 +12,32 @@ import (
 
 	"github.com/legation-io/legation/internal/state/lease"
 	"github.com/legation-io/legation/internal/state/scope"
-	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/state/view"
 )
 
-// Source is what a server reads resources from; *store.View is one. Both
+// Source is what a server reads resources from; *view.View is one. Both
 // methods may be called from many goroutines at once.
 type Source interface {
 	// Snapshot returns the latest snapshot, nil before the first load.
-	Snapshot() *store.Snapshot
+	Snapshot() *view.Snapshot
 	// WaitRevision blocks until a snapshot at rev or later exists, or ctx
 	// ends.
-	WaitRevision(ctx context.Context, rev int64) (*store.Snapshot, error)
+	WaitRevision(ctx context.Context, rev int64) (*view.Snapshot, error)
 	// Interest registers what a stream of group, on the transport
 	// connection conn (limits.Conn; nil: unknown), can see, to be woken
-	// only by changes it concerns (store.View.Interest); nil: the
+	// only by changes it concerns (view.View.Interest); nil: the
 	// stream advances on every snapshot.
-	Interest(group string, conn any) *store.Interest
+	Interest(group string, conn any) *view.Interest
 }
 
-var _ Source = (*store.View)(nil)
+var _ Source = (*view.View)(nil)
 
 // Leases is what a server needs of the lease tracker (*lease.Tracker is
 // one). Its methods may be called from many goroutines at once; Expiry may
 // block for one etcd query.
 type Leases interface {
 	// Expiry returns when e's lease expires (a lower bound of etcd's).
-	Expiry(ctx context.Context, e *store.Entry) time.Time
+	Expiry(ctx context.Context, e *view.Entry) time.Time
 	// Notice returns the current notice of lease extensions.
 	Notice() *lease.Notice
 	// NextCheck returns when the lease is next checked for an extension.

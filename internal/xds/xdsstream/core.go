@@ -8,7 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/state/view"
 	"github.com/legation-io/legation/internal/xds/wire"
 )
 
@@ -81,7 +81,7 @@ func NewCore[T Reporter](p Protocol, cfg Config) (*Core[T], error) {
 var ErrNotReady = status.Error(codes.Unavailable, "not ready: the view has not loaded etcd's state yet")
 
 // Snapshot returns the view's latest snapshot, or ErrNotReady.
-func (c *Core[T]) Snapshot() (*store.Snapshot, error) {
+func (c *Core[T]) Snapshot() (*view.Snapshot, error) {
 	snap := c.Config.Source.Snapshot()
 	if snap == nil {
 		return nil, ErrNotReady
@@ -93,7 +93,7 @@ func (c *Core[T]) Snapshot() (*store.Snapshot, error) {
 // to reach rev, a version the client presents (promise 3). If the view
 // does not get there in time it returns UNAVAILABLE, so the client retries
 // elsewhere.
-func (c *Core[T]) CatchUp(ctx context.Context, rev int64) (*store.Snapshot, error) {
+func (c *Core[T]) CatchUp(ctx context.Context, rev int64) (*view.Snapshot, error) {
 	snap, err := c.Snapshot()
 	if err != nil || rev <= snap.Revision {
 		return snap, err

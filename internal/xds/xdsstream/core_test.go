@@ -12,7 +12,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/legation-io/legation/internal/state/resource"
-	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/state/view"
 )
 
 // fakeTypeStatus is a protocol's per-type status for the tests.
@@ -25,9 +25,9 @@ func (f fakeTypeStatus) Summary() TypeSummary {
 // source is a Source with no snapshot: the core is used without a view.
 type source struct{}
 
-func (source) Snapshot() *store.Snapshot            { return nil }
-func (source) Interest(string, any) *store.Interest { return nil }
-func (source) WaitRevision(context.Context, int64) (*store.Snapshot, error) {
+func (source) Snapshot() *view.Snapshot            { return nil }
+func (source) Interest(string, any) *view.Interest { return nil }
+func (source) WaitRevision(context.Context, int64) (*view.Snapshot, error) {
 	return nil, context.DeadlineExceeded
 }
 
@@ -113,7 +113,7 @@ func TestStatusSummary(t *testing.T) {
 }
 
 func TestItemKey(t *testing.T) {
-	e := &store.Entry{}
+	e := &view.Entry{}
 	e.Name = "rc/vh"
 	if got := (Item{Entry: e}).Key(); got != "rc/vh" {
 		t.Errorf("Key without alias = %q", got)

@@ -3,11 +3,11 @@ package xdsstream
 import (
 	"context"
 
-	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/state/view"
 )
 
 // A resource other than an SDS secret that carries an inline private key
-// (store.Entry.InlineKey, found once per revision by the view) goes only
+// (view.Entry.InlineKey, found once per revision by the view) goes only
 // to clients the Authorizer allows the scope's secrets: to any other
 // client it does not exist, as a resource of a scope it cannot see does
 // not. The decision is asked once per stream, on the first resource that
@@ -45,7 +45,7 @@ func KeysAllowed(ctx context.Context, a Authorizer, group string) bool {
 
 // Sendable returns e, or nil when it carries an inline private key the
 // client may not be sent: then, to the client, it does not exist.
-func (s *Stream[T]) Sendable(e *store.Entry) *store.Entry {
+func (s *Stream[T]) Sendable(e *view.Entry) *view.Entry {
 	if e == nil || !e.InlineKey || s.KeysAllowed() {
 		return e
 	}
@@ -56,7 +56,7 @@ func (s *Stream[T]) Sendable(e *store.Entry) *store.Entry {
 // SendableEntries returns es, entries of the stream's snapshot, without
 // the entries Sendable withholds, filtering es in place (the caller's
 // fresh slice).
-func (s *Stream[T]) SendableEntries(es []*store.Entry) []*store.Entry {
+func (s *Stream[T]) SendableEntries(es []*view.Entry) []*view.Entry {
 	if s.Snap.InlineKeys == 0 || s.keys == keysAllowed || !anyKey(es) {
 		return es // the common case: no key stored, or the client may have them
 	}
@@ -65,7 +65,7 @@ func (s *Stream[T]) SendableEntries(es []*store.Entry) []*store.Entry {
 
 // WithoutKeys returns es, or, unless allowed, es without the entries
 // carrying an inline private key, filtered in place and counted in m.
-func WithoutKeys(es []*store.Entry, allowed bool, m *Metrics) []*store.Entry {
+func WithoutKeys(es []*view.Entry, allowed bool, m *Metrics) []*view.Entry {
 	if allowed || !anyKey(es) {
 		return es
 	}
@@ -81,7 +81,7 @@ func WithoutKeys(es []*store.Entry, allowed bool, m *Metrics) []*store.Entry {
 	return out
 }
 
-func anyKey(es []*store.Entry) bool {
+func anyKey(es []*view.Entry) bool {
 	for _, e := range es {
 		if e.InlineKey {
 			return true

@@ -4,7 +4,7 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/state/view"
 )
 
 // SharedSets shares what streams hold among the streams in the same
@@ -60,7 +60,7 @@ func (c *SharedSets[S]) Next(rev int64, from *S, key string, build func() *S) *S
 // "\x00<scope>/<name>@<mod revision>". A push builds one key per stream;
 // appending the parts to one buffer costs one allocation for the key, not
 // one per part.
-func AppendEntryKey(b []byte, e *store.Entry) []byte {
+func AppendEntryKey(b []byte, e *view.Entry) []byte {
 	b = append(b, 0)
 	b = append(b, e.Scope...)
 	b = append(b, '/')

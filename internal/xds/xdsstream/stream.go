@@ -15,6 +15,7 @@ import (
 	"github.com/legation-io/legation/internal/state/lease"
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/state/view"
 	"github.com/legation-io/legation/internal/xds/limits"
 	"github.com/legation-io/legation/internal/xds/wire"
 )
@@ -36,7 +37,7 @@ type Rules[R Request] interface {
 	// Changed is told of each change of a newer snapshot that the
 	// stream's node can see (its scope is the default one or the node's
 	// group), in revision order, before Stream.Snap moves on.
-	Changed(c store.EntryChange)
+	Changed(c view.EntryChange)
 	// Flush sends what is due, after every request handled and every move
 	// to a newer snapshot. An error ends the stream.
 	Flush() error
@@ -65,14 +66,14 @@ type Stream[T Reporter] struct {
 	Node  *corev3.Node
 	Group string
 	// Snap is the snapshot the stream's state is at.
-	Snap *store.Snapshot
+	Snap *view.Snapshot
 	// TTLOn: the client reads TTLs on the wire and leases are tracked
 	// (promise 8). Otherwise TTL'd resources go out plain and are never
 	// heartbeated.
 	TTLOn bool
 
 	// changed and holds are the Rules' Changed and Holds.
-	changed func(store.EntryChange)
+	changed func(view.EntryChange)
 	holds   func(t *resource.Type, key string, h TTLHeld) bool
 	nonces  uint64
 	// recheck is closed when the Authorizer's decision on the stream's
@@ -82,7 +83,7 @@ type Stream[T Reporter] struct {
 	// (its group's scope or the default one, a type it asked for); made
 	// with the first request, which names the node. Nil before, and with
 	// a Source that keeps none: then every snapshot wakes the stream.
-	interest *store.Interest
+	interest *view.Interest
 	// sender sends the stream's responses, each bounded by SendTimeout;
 	// made by the first send.
 	sender *Sender
@@ -507,7 +508,7 @@ type Record struct {
 }
 
 // stamp is a snapshot's revision, and when the view received it and its
-// oldest change was committed (store.Snapshot's Seen and Committed), in
+// oldest change was committed (view.Snapshot's Seen and Committed), in
 // unix nanoseconds.
 type stamp struct {
 	rev, seen, committed int64

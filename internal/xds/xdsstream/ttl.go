@@ -8,7 +8,7 @@ import (
 
 	"github.com/legation-io/legation/internal/state/lease"
 	"github.com/legation-io/legation/internal/state/resource"
-	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/state/view"
 )
 
 // Promise 8: a client that reads TTLs gets, with each TTL'd resource, the
@@ -21,7 +21,7 @@ import (
 // Item is one resource in a response: its entry, and the VHDS alias it
 // was asked by, if any.
 type Item struct {
-	Entry *store.Entry
+	Entry *view.Entry
 	Alias string
 }
 
@@ -52,7 +52,7 @@ type ttlSet struct {
 
 // WireTTLs returns the TTL to send with each of n entries (entry(i) is
 // the i-th), nil when none is TTL'd or the client does not read TTLs.
-func (s *Stream[T]) WireTTLs(n int, entry func(i int) *store.Entry) []time.Duration {
+func (s *Stream[T]) WireTTLs(n int, entry func(i int) *view.Entry) []time.Duration {
 	if !s.TTLOn {
 		return nil
 	}

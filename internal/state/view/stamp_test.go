@@ -1,4 +1,4 @@
-package store_test
+package view_test
 
 import (
 	"context"
@@ -10,13 +10,14 @@ import (
 
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/state/view"
 	"github.com/legation-io/legation/internal/testkit/storetest"
 	legationv1 "github.com/legation-io/legation/proto/legation/v1"
 )
 
 // snapshotAt returns the snapshot of v at exactly rev, following the
 // chain from s.
-func snapshotAt(t *testing.T, s *store.Snapshot, rev int64) *store.Snapshot {
+func snapshotAt(t *testing.T, s *view.Snapshot, rev int64) *view.Snapshot {
 	t.Helper()
 	for ; s != nil; s = s.Next() {
 		if s.Revision == rev {

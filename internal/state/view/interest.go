@@ -1,4 +1,4 @@
-package store
+package view
 
 import (
 	"sync"
@@ -6,48 +6,50 @@ import (
 	"time"
 
 	"github.com/legation-io/legation/internal/state/resource"
+	"github.com/legation-io/legation/internal/state/store"
 )
 
-// defaultCatchUpEvery is ViewConfig.CatchUpEvery's default: how often,
-// at most, the view wakes the streams that saw none of the changes
-// published since they last advanced: a stream
-// holds the snapshot it advanced to, and through it every snapshot
-// published since (each links to the next), so one that is never woken
-// (its scope and types never change, others' do) would hold them all.
-// Woken, it advances and lets them go. Only changes publish a catch-up:
+// defaultCatchUpEvery is Config.CatchUpEvery's default: how often, at
+// most, the view wakes the readers that saw none of the changes published
+// since they last advanced: a reader holds the snapshot it advanced to,
+// and through it every snapshot published since (each links to the
+// next), so one that is never woken (its scope and types never change,
+// others' do) would hold them all. Woken, it advances and lets them go. Only changes publish a catch-up:
 // with none, nothing is retained and nothing wakes.
 const defaultCatchUpEvery = 10 * time.Second
 
-// An Interest is what a reader of the view (an xDS stream) can see: the
-// DefaultScope and one group's scope, and the resource types it holds or
-// asks for. The view signals Wake when a snapshot it publishes changes a
-// resource of one of those types in one of those scopes, and no more
-// often than that (but for a catch-up every catchUpEvery while changes
-// elsewhere go on, ViewConfig.CatchUpEvery): a reader that nothing concerns is never woken, so
-// idle streams cost no CPU whatever the revisions etcd goes through.
+// An Interest is what a reader of the view (an xDS stream, say) can see:
+// store.DefaultScope and one group's scope, and the resource types it
+// holds or asks for. The view signals Wake when a snapshot it publishes
+// changes a resource of one of those types in one of those scopes, and no
+// more often than that (but for a catch-up every Config.CatchUpEvery
+// while changes elsewhere go on): a reader that nothing concerns is never
+// woken, so idle readers cost no CPU whatever the revisions etcd goes
+// through.
 //
 // Its methods may be called from any goroutine.
 type Interest struct {
 	reg   *interests
 	scope string
-	conn  any
+	batch any
 	types atomic.Uint64 // bit resource.Type.Order set for each type
 	at    atomic.Int64  // revision of the snapshot the reader advanced to
 	wake  chan struct{} // one signal pending at most
 }
 
 // Interest registers an interest in the changes of scope (and of
-// DefaultScope) with the view, for no type until Add. Close it when done.
+// store.DefaultScope) with the view, for no type until Add. Close it when
+// done.
 //
-// conn names the reader's transport connection (any comparable value;
-// nil for none). A change wakes the interests of one connection one
-// after the other, so that their readers run back to back and their
-// responses leave together: the connection's writer, woken by the first,
-// runs after the rest have queued theirs and sends them in one write,
-// where waking them in no order would cost a write (and a wakeup of the
-// writer and of the client) for nearly every stream.
-func (v *View) Interest(scope string, conn any) *Interest {
-	i := &Interest{reg: &v.interests, scope: scope, conn: conn, wake: make(chan struct{}, 1)}
+// batch is a batching key: any comparable value, nil for none. Readers
+// whose interests share a key are signalled back to back when a change
+// concerns them, never interleaved with others'. Readers that hand their
+// output to one shared writer pass that writer's key: they then run
+// together, and the writer, woken by the first, finds the rest queued and
+// handles them at once, where signalling them in no order would wake it
+// (and whatever it writes to) for nearly every reader.
+func (v *View) Interest(scope string, batch any) *Interest {
+	i := &Interest{reg: &v.interests, scope: scope, batch: batch, wake: make(chan struct{}, 1)}
 	if s := v.cur.Load(); s != nil {
 		i.at.Store(s.Revision)
 	}
@@ -83,12 +85,12 @@ func (i *Interest) signal() {
 	}
 }
 
-// interests is a view's registry of Interests, by scope, then by
-// connection.
+// interests is a view's registry of Interests, by scope, then by batching
+// key.
 type interests struct {
 	mu        sync.RWMutex // guards byScope
 	byScope   map[string]map[any]map[*Interest]struct{}
-	every     time.Duration // ViewConfig.CatchUpEvery
+	every     time.Duration // Config.CatchUpEvery
 	lastSweep time.Time     // owned by the view's Run goroutine
 
 	wakes, catchUps atomic.Int64 // signals sent, for the metrics
@@ -100,15 +102,15 @@ func (r *interests) add(i *Interest) {
 	if r.byScope == nil {
 		r.byScope = map[string]map[any]map[*Interest]struct{}{}
 	}
-	conns := r.byScope[i.scope]
-	if conns == nil {
-		conns = map[any]map[*Interest]struct{}{}
-		r.byScope[i.scope] = conns
+	batches := r.byScope[i.scope]
+	if batches == nil {
+		batches = map[any]map[*Interest]struct{}{}
+		r.byScope[i.scope] = batches
 	}
-	set := conns[i.conn]
+	set := batches[i.batch]
 	if set == nil {
 		set = map[*Interest]struct{}{}
-		conns[i.conn] = set
+		batches[i.batch] = set
 	}
 	set[i] = struct{}{}
 }
@@ -116,13 +118,13 @@ func (r *interests) add(i *Interest) {
 func (r *interests) remove(i *Interest) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	conns := r.byScope[i.scope]
-	set := conns[i.conn]
+	batches := r.byScope[i.scope]
+	set := batches[i.batch]
 	delete(set, i)
 	if len(set) == 0 {
-		delete(conns, i.conn)
+		delete(batches, i.batch)
 	}
-	if len(conns) == 0 {
+	if len(batches) == 0 {
 		delete(r.byScope, i.scope)
 	}
 }
@@ -150,13 +152,13 @@ func (r *interests) notify(s *Snapshot, now time.Time) {
 
 // visit calls fn, in the order notify signals them, for the interests
 // s's changes concern and, if sweep, for those left behind (catchUp):
-// scope by scope, and in a scope connection by connection.
+// scope by scope, and in a scope batch by batch.
 func (r *interests) visit(s *Snapshot, sweep bool, fn func(i *Interest, catchUp bool)) {
-	var all uint64 // types changed in DefaultScope: every interest sees them
+	var all uint64 // types changed in store.DefaultScope: every interest sees them
 	scoped := map[string]uint64{}
 	for _, c := range s.Changes {
 		bit := uint64(1) << c.Type.Order
-		if c.Scope == DefaultScope {
+		if c.Scope == store.DefaultScope {
 			all |= bit
 		} else {
 			scoped[c.Scope] |= bit
@@ -177,9 +179,9 @@ func (r *interests) visit(s *Snapshot, sweep bool, fn func(i *Interest, catchUp 
 		}
 		return
 	}
-	for scope, conns := range r.byScope {
+	for scope, batches := range r.byScope {
 		bits := all | scoped[scope]
-		for _, set := range conns {
+		for _, set := range batches {
 			for i := range set {
 				switch {
 				case i.types.Load()&bits != 0:

@@ -1,4 +1,4 @@
-package store_test
+package view_test
 
 import (
 	"context"
@@ -11,11 +11,12 @@ import (
 
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/state/view"
 	"github.com/legation-io/legation/internal/testkit/storetest"
 )
 
 // woken reports whether i was signalled within d.
-func woken(i *store.Interest, d time.Duration) bool {
+func woken(i *view.Interest, d time.Duration) bool {
 	select {
 	case <-i.Wake():
 		return true
@@ -30,7 +31,7 @@ func woken(i *store.Interest, d time.Duration) bool {
 // change no resource (etcd writes outside the resources, progress).
 func TestInterestWakes(t *testing.T) {
 	env := newViewEnv(t, storetest.Options{})
-	v := env.startView(t, env.client, func(c *store.ViewConfig) { c.CatchUpEvery = time.Hour })
+	v := env.startView(t, env.client, func(c *view.Config) { c.CatchUpEvery = time.Hour })
 	i := v.Interest("g1", nil)
 	defer i.Close()
 	i.Add(resource.Cluster)
@@ -90,7 +91,7 @@ func TestInterestWakes(t *testing.T) {
 func TestInterestCatchUp(t *testing.T) {
 	env := newViewEnv(t, storetest.Options{})
 	const every = 500 * time.Millisecond
-	v := env.startView(t, env.client, func(c *store.ViewConfig) { c.CatchUpEvery = every })
+	v := env.startView(t, env.client, func(c *view.Config) { c.CatchUpEvery = every })
 	i := v.Interest("g1", nil)
 	defer i.Close()
 	i.Add(resource.Cluster)

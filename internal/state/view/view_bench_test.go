@@ -1,4 +1,4 @@
-package store
+package view
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/legation-io/legation/internal/state/keyspace"
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/testkit/storetest"
 	legationv1 "github.com/legation-io/legation/proto/legation/v1"
@@ -41,7 +42,7 @@ func benchName(i int) string { return fmt.Sprintf("cluster-%06d", i) }
 // benchLoadedView returns a view holding n clusters at revision n, loaded
 // without etcd.
 func benchLoadedView(tb testing.TB, n int) *View {
-	v, err := NewView(ViewConfig{Client: &clientv3.Client{}})
+	v, err := New(Config{Client: &clientv3.Client{}})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -141,7 +142,7 @@ func BenchmarkViewLoadFromEtcd(b *testing.B) {
 	for i := 0; i < n; i += 10_000 {
 		ops := make([]clientv3.Op, 0, 10_000)
 		for j := i; j < i+10_000; j++ {
-			ops = append(ops, clientv3.OpPut(DefaultPrefix+resourcesDir+"cluster/default/"+benchName(j), string(benchValue(b, benchName(j), 1))))
+			ops = append(ops, clientv3.OpPut(keyspace.Resources.Key(keyspace.DefaultPrefix, "cluster/default/"+benchName(j)), string(benchValue(b, benchName(j), 1))))
 		}
 		if _, err := c.Txn(ctx).Then(ops...).Commit(); err != nil {
 			b.Fatal(err)
@@ -149,7 +150,7 @@ func BenchmarkViewLoadFromEtcd(b *testing.B) {
 	}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		v, err := NewView(ViewConfig{Client: c})
+		v, err := New(Config{Client: c})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package store
+package view
 
 import (
 	"time"
@@ -7,12 +7,13 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/legation-io/legation/internal/state/resource"
+	"github.com/legation-io/legation/internal/state/store"
 )
 
 // Entry is one resource revision held by a View. It is immutable and shared
 // by every snapshot and stream that holds it: never modify it.
 type Entry struct {
-	Key
+	store.Key
 	// ModRevision is the etcd revision that last wrote the key: the
 	// resource's version in delta xDS.
 	ModRevision    int64
@@ -60,7 +61,7 @@ const (
 // EntryChange is one resource changed in a snapshot, relative to the
 // snapshot before it.
 type EntryChange struct {
-	Key
+	store.Key
 	Kind ChangeKind
 	// Revision is the etcd revision of the change.
 	Revision int64
@@ -95,9 +96,10 @@ type Snapshot struct {
 	// Committed stamps when the oldest change the snapshot applies was
 	// committed, as well as this replica can tell: etcd keeps no commit
 	// wall time, so it is the earliest written_at of the envelopes the
-	// snapshot puts (the writer's clock, taken by Store.Apply right before
-	// its transaction, the instant the scope's apply marker records too),
-	// never later than Seen (clocks that disagree cannot make it later).
+	// snapshot puts (the writer's clock, taken by store.Store.Apply right
+	// before its transaction, the instant the scope's apply marker records
+	// too), never later than Seen (clocks that disagree cannot make it
+	// later).
 	// When the snapshot only deletes, or its writer (another tool) set no
 	// written_at, it is Seen. Reading the stamp from the envelope the view
 	// decodes anyway costs no etcd read or write and no extra decode; the

@@ -1,4 +1,4 @@
-package store
+package view
 
 import (
 	"time"
@@ -6,7 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-type viewMetrics struct {
+type metrics struct {
 	revision   prometheus.Gauge
 	resources  prometheus.Gauge
 	events     prometheus.Counter
@@ -20,8 +20,8 @@ type viewMetrics struct {
 	resetHeld  prometheus.Gauge
 }
 
-func newViewMetrics(reg prometheus.Registerer, in *interests, heard func() time.Time) *viewMetrics {
-	m := &viewMetrics{
+func newMetrics(reg prometheus.Registerer, in *interests, heard func() time.Time) *metrics {
+	m := &metrics{
 		revision: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "legation_view_revision", Help: "The etcd revision of the view's latest snapshot."}),
 		resources: prometheus.NewGauge(prometheus.GaugeOpts{

@@ -1,4 +1,4 @@
-package store_test
+package view_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/state/view"
 	"github.com/legation-io/legation/internal/testkit/storetest"
 )
 
@@ -69,13 +70,13 @@ func newViewEnv(t *testing.T, opts storetest.Options) *viewEnv {
 
 // startView runs a view on client until the test ends and waits for it to
 // be ready.
-func (env *viewEnv) startView(t *testing.T, client *clientv3.Client, tweak func(*store.ViewConfig)) *store.View {
+func (env *viewEnv) startView(t *testing.T, client *clientv3.Client, tweak func(*view.Config)) *view.View {
 	t.Helper()
-	cfg := store.ViewConfig{Client: client, Registerer: env.reg, RetryInterval: 50 * time.Millisecond}
+	cfg := view.Config{Client: client, Registerer: env.reg, RetryInterval: 50 * time.Millisecond}
 	if tweak != nil {
 		tweak(&cfg)
 	}
-	v, err := store.NewView(cfg)
+	v, err := view.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +98,7 @@ func (env *viewEnv) startView(t *testing.T, client *clientv3.Client, tweak func(
 	return v
 }
 
-func waitRev(t *testing.T, v *store.View, rev int64) *store.Snapshot {
+func waitRev(t *testing.T, v *view.View, rev int64) *view.Snapshot {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), viewTestTimeout)
 	defer cancel()
@@ -108,9 +109,9 @@ func waitRev(t *testing.T, v *store.View, rev int64) *store.Snapshot {
 	return s
 }
 
-func count(s *store.Snapshot, t *resource.Type, scope string) int {
+func count(s *view.Snapshot, t *resource.Type, scope string) int {
 	n := 0
-	s.Walk(t, scope, func(*store.Entry) bool { n++; return true })
+	s.Walk(t, scope, func(*view.Entry) bool { n++; return true })
 	return n
 }
 
@@ -184,7 +185,7 @@ func TestViewRevisionsAndChanges(t *testing.T) {
 	if a, _ := s1.Get(resource.Cluster, "default", "a"); a.ModRevision != r1 {
 		t.Fatal("an old snapshot changed")
 	}
-	var changes []store.EntryChange
+	var changes []view.EntryChange
 	for s := s1.Next(); s != nil; s = s.Next() {
 		changes = append(changes, s.Changes...)
 	}
@@ -353,7 +354,7 @@ func TestViewHistoryAtStart(t *testing.T) {
 // (HistoryWindow < 0), HistoryRead is closed once the view is loaded.
 func TestViewHistoryReadWithoutWindow(t *testing.T) {
 	env := newViewEnv(t, storetest.Options{})
-	v := env.startView(t, env.client, func(c *store.ViewConfig) { c.HistoryWindow = -1 })
+	v := env.startView(t, env.client, func(c *view.Config) { c.HistoryWindow = -1 })
 	select {
 	case <-v.HistoryRead():
 	case <-time.After(viewTestTimeout):
@@ -369,7 +370,7 @@ func TestViewLoads10k(t *testing.T) {
 		puts = append(puts, vCluster(t, fmt.Sprintf("g%d", i%10), fmt.Sprintf("cluster-%05d", i), 1))
 	}
 	rev := vApply(t, env.store, puts, nil)
-	v := env.startView(t, env.client, func(c *store.ViewConfig) { c.PageSize = 500 })
+	v := env.startView(t, env.client, func(c *view.Config) { c.PageSize = 500 })
 	s := v.Snapshot()
 	if s.Revision < rev || s.Len() != 10000 {
 		t.Fatalf("loaded %d resources at %d, want 10000 at >= %d", s.Len(), s.Revision, rev)
@@ -398,7 +399,7 @@ func TestViewWaitRevisionTimesOut(t *testing.T) {
 // still keeps LastHeard fresh.
 func TestViewIdleWakesRarely(t *testing.T) {
 	env := newViewEnv(t, storetest.Options{})
-	v := env.startView(t, env.client, func(c *store.ViewConfig) {
+	v := env.startView(t, env.client, func(c *view.Config) {
 		c.ProgressInterval = 500 * time.Millisecond
 		c.StallTimeout = 3 * time.Second
 	})

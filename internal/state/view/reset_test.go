@@ -1,4 +1,4 @@
-package store_test
+package view_test
 
 import (
 	"testing"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/state/view"
 	"github.com/legation-io/legation/internal/testkit/storetest"
 )
 
@@ -30,10 +31,10 @@ func newResetEnv(t *testing.T) *resetEnv {
 	return &resetEnv{etcd: e, store: s, reg: prometheus.NewRegistry()}
 }
 
-func (env *resetEnv) startView(t *testing.T) *store.View {
+func (env *resetEnv) startView(t *testing.T) *view.View {
 	t.Helper()
 	venv := &viewEnv{reg: env.reg}
-	return venv.startView(t, env.etcd.Client(t), func(c *store.ViewConfig) {
+	return venv.startView(t, env.etcd.Client(t), func(c *view.Config) {
 		c.ProgressInterval = 200 * time.Millisecond
 		c.StallTimeout = time.Second
 	})
@@ -41,7 +42,7 @@ func (env *resetEnv) startView(t *testing.T) *store.View {
 
 // connectMS is the connect timeout, in ms, of the cluster the view holds
 // under name; -1 if it holds none.
-func connectMS(t *testing.T, s *store.Snapshot, name string) int64 {
+func connectMS(t *testing.T, s *view.Snapshot, name string) int64 {
 	t.Helper()
 	e, ok := s.Get(resource.Cluster, "default", name)
 	if !ok {
@@ -57,16 +58,16 @@ func connectMS(t *testing.T, s *store.Snapshot, name string) int64 {
 // neverBackwards fails the test if a snapshot from first on has a revision
 // below the one before it, or a resource a ModRevision below the one it
 // had before with other content.
-func neverBackwards(t *testing.T, first *store.Snapshot) {
+func neverBackwards(t *testing.T, first *view.Snapshot) {
 	t.Helper()
-	held := map[string]*store.Entry{}
+	held := map[string]*view.Entry{}
 	prev := int64(0)
 	for s := first; s != nil; s = s.Next() {
 		if s.Revision < prev {
 			t.Errorf("snapshot revision went back: %d after %d", s.Revision, prev)
 		}
 		prev = s.Revision
-		s.Walk(resource.Cluster, "default", func(e *store.Entry) bool {
+		s.Walk(resource.Cluster, "default", func(e *view.Entry) bool {
 			if old, ok := held[e.Name]; ok && e.ModRevision <= old.ModRevision && !proto.Equal(old.Body, e.Body) {
 				t.Errorf("%s: version %d after %d with other content", e.Name, e.ModRevision, old.ModRevision)
 			}
