@@ -11,18 +11,11 @@ import (
 	"time"
 
 	"github.com/legation-io/legation/internal/state/resource"
+	"github.com/legation-io/legation/internal/testkit/testbase"
 	"github.com/legation-io/legation/internal/tools/chaos"
 	"github.com/legation-io/legation/internal/tools/chaos/faults"
 	"github.com/legation-io/legation/internal/tools/localcluster"
 )
-
-// testWriter sends log lines to the test log.
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimSuffix(string(p), "\n"))
-	return len(p), nil
-}
 
 // TestShortSeed is make test's chaos run: the first regression seed, 30 s
 // of faults every 2.5 s on average on 3 etcd members and 3 replicas, 60
@@ -37,7 +30,7 @@ func TestShortSeed(t *testing.T) {
 	}
 	cfg.Dir = shortTempDir(t)
 	cfg.Binaries = bins
-	cfg.Logger = slog.New(slog.NewTextHandler(testWriter{t}, nil))
+	cfg.Logger = slog.New(slog.NewTextHandler(testbase.LogWriter(t), nil))
 	cfg.Keep = true // for Recheck below; shortTempDir removes them
 	sum := runSeed(t, cfg)
 	if sum.FaultsApplied < sum.Faults/2 || sum.Applies < 50 || sum.Responses < cfg.Clients*20 || sum.Streams <= cfg.Clients {
