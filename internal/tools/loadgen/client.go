@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
-	"github.com/legation-io/legation/internal/tools/chaos"
+	"github.com/legation-io/legation/internal/tools/chaos/record"
 )
 
 // The type URLs a client subscribes to.
@@ -251,8 +251,8 @@ func (c *client) sotw(ctx context.Context) (got bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	rec := c.recordStart(chaos.ModeSotW, c.presentedSotW())
-	defer func() { c.recordEnd(rec, chaos.ModeSotW, err) }()
+	rec := c.recordStart(record.ModeSotW, c.presentedSotW())
+	defer func() { c.recordEnd(rec, record.ModeSotW, err) }()
 	var cdsVersion, edsVersion, ldsVersion, rdsVersion string
 	var edsNames, rdsNames []string
 	askLDS := len(c.f.routes) > 0
@@ -425,8 +425,8 @@ func (c *client) delta(ctx context.Context) (got bool, err error) {
 		return false, err
 	}
 	presented := c.presentedDelta()
-	rec := c.recordStart(chaos.ModeDelta, presented)
-	defer func() { c.recordEnd(rec, chaos.ModeDelta, err) }()
+	rec := c.recordStart(record.ModeDelta, presented)
+	defer func() { c.recordEnd(rec, record.ModeDelta, err) }()
 	first, askLDS := c.deltaFirstRequests(presented)
 	for _, r := range first {
 		if err := st.Send(r); err != nil {

@@ -16,7 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
-	"github.com/legation-io/legation/internal/tools/chaos"
+	"github.com/legation-io/legation/internal/tools/chaos/record"
 )
 
 // The references: what the client read with the full proto runtime
@@ -64,34 +64,34 @@ func leanListenerRoutes(b []byte) ([]string, error) {
 
 // refSotWRecord and refDeltaRecord are the resources a recorded response
 // carried, as record.go read them from the proto runtime's messages.
-func refSotWRecord(resp *discoveryv3.DiscoveryResponse) []chaos.Resource {
-	var rs []chaos.Resource
+func refSotWRecord(resp *discoveryv3.DiscoveryResponse) []record.Resource {
+	var rs []record.Resource
 	for _, a := range resp.GetResources() {
-		rs = append(rs, chaos.Resource{Name: claName(a.GetValue()), Version: resp.GetVersionInfo(), Hash: chaos.BodyHash(a.GetValue())})
+		rs = append(rs, record.Resource{Name: claName(a.GetValue()), Version: resp.GetVersionInfo(), Hash: record.BodyHash(a.GetValue())})
 	}
 	return rs
 }
 
-func refDeltaRecord(resp *discoveryv3.DeltaDiscoveryResponse) []chaos.Resource {
-	var rs []chaos.Resource
+func refDeltaRecord(resp *discoveryv3.DeltaDiscoveryResponse) []record.Resource {
+	var rs []record.Resource
 	for _, r := range resp.GetResources() {
-		rs = append(rs, chaos.Resource{Name: r.GetName(), Version: r.GetVersion(), Hash: chaos.BodyHash(r.GetResource().GetValue())})
+		rs = append(rs, record.Resource{Name: r.GetName(), Version: r.GetVersion(), Hash: record.BodyHash(r.GetResource().GetValue())})
 	}
 	return rs
 }
 
-func leanSotWRecord(r *sotwResponse) []chaos.Resource {
-	var rs []chaos.Resource
+func leanSotWRecord(r *sotwResponse) []record.Resource {
+	var rs []record.Resource
 	for _, b := range r.bodies {
-		rs = append(rs, chaos.Resource{Name: claName(b), Version: r.versionInfo, Hash: chaos.BodyHash(b)})
+		rs = append(rs, record.Resource{Name: claName(b), Version: r.versionInfo, Hash: record.BodyHash(b)})
 	}
 	return rs
 }
 
-func leanDeltaRecord(r *deltaResponse) []chaos.Resource {
-	var rs []chaos.Resource
+func leanDeltaRecord(r *deltaResponse) []record.Resource {
+	var rs []record.Resource
 	for _, x := range r.resources {
-		rs = append(rs, chaos.Resource{Name: string(x.name), Version: string(x.version), Hash: chaos.BodyHash(x.body)})
+		rs = append(rs, record.Resource{Name: string(x.name), Version: string(x.version), Hash: record.BodyHash(x.body)})
 	}
 	return rs
 }

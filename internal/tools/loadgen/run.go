@@ -9,10 +9,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/legation-io/legation/internal/replica/quietgc"
-	"github.com/legation-io/legation/internal/tools/procstat"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/legation-io/legation/internal/replica/quietgc"
+	"github.com/legation-io/legation/internal/tools/procstat"
 )
 
 // goal is what the clients are waited for: an EDS version, and for the

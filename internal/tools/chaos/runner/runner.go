@@ -27,6 +27,7 @@ import (
 	"github.com/legation-io/legation/internal/state/store"
 	"github.com/legation-io/legation/internal/tools/chaos"
 	"github.com/legation-io/legation/internal/tools/chaos/faults"
+	"github.com/legation-io/legation/internal/tools/chaos/record"
 	"github.com/legation-io/legation/internal/tools/loadgen"
 	"github.com/legation-io/legation/internal/tools/localcluster"
 )
@@ -289,7 +290,7 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 	}
 
 	recPath := filepath.Join(cfg.Dir, recordingFile)
-	w, err := chaos.Create(recPath)
+	w, err := record.Create(recPath)
 	if err != nil {
 		return sum, err
 	}
@@ -428,7 +429,7 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 	if err != nil {
 		return sum, err
 	}
-	events, err := chaos.ReadEventsFile(recPath)
+	events, err := record.ReadEventsFile(recPath)
 	if err != nil {
 		return sum, err
 	}
@@ -445,10 +446,10 @@ const (
 )
 
 // check runs the checker over a seed's history and recording into sum.
-func (sum *Summary) check(h *chaos.History, events []chaos.Event, within time.Duration) {
+func (sum *Summary) check(h *chaos.History, events []record.Event, within time.Duration) {
 	sum.Streams = 0
 	for _, e := range events {
-		if e.Kind == chaos.KindStart {
+		if e.Kind == record.KindStart {
 			sum.Streams++
 		}
 	}
@@ -475,7 +476,7 @@ func Recheck(dir string, within time.Duration) (Summary, error) {
 	if err != nil {
 		return sum, err
 	}
-	events, err := chaos.ReadEventsFile(filepath.Join(dir, recordingFile))
+	events, err := record.ReadEventsFile(filepath.Join(dir, recordingFile))
 	if err != nil {
 		return sum, err
 	}
@@ -511,11 +512,11 @@ func (t seededTarget) SetEndpoints(context.Context, loadgen.EndpointSet) (loadge
 
 // lastRecorder records to w and keeps when the last event came.
 type lastRecorder struct {
-	w  *chaos.Writer
+	w  *record.Writer
 	at atomic.Int64 // unix nanoseconds
 }
 
-func (r *lastRecorder) Record(e *chaos.Event) {
+func (r *lastRecorder) Record(e *record.Event) {
 	r.at.Store(e.Time.UnixNano())
 	r.w.Record(e)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/legation-io/legation/internal/testkit/testbase"
 	"github.com/legation-io/legation/internal/tools/chaos"
 	"github.com/legation-io/legation/internal/tools/chaos/faults"
+	"github.com/legation-io/legation/internal/tools/chaos/record"
 	"github.com/legation-io/legation/internal/tools/localcluster"
 )
 
@@ -154,14 +155,14 @@ func TestEffects(t *testing.T) {
 	log := []faults.Applied{{Fault: faults.Fault{Kind: faults.KillReplica, Target: "replica-1"}, AppliedAt: at(1000), HealedAt: at(3000)}}
 	commits := []commit{{rev: 10, at: at(500)}, {rev: 20, at: at(2000)}}
 	eds, cds := resource.Endpoint.URL, resource.Cluster.URL
-	events := []chaos.Event{
-		{Kind: chaos.KindResponse, Time: at(600), Client: "a", Stream: 1, Type: eds, Version: "10"},
-		{Kind: chaos.KindResponse, Time: at(650), Client: "b", Stream: 1, Type: eds, Version: "10"},
-		{Kind: chaos.KindResponse, Time: at(2100), Client: "a", Stream: 1, Type: cds, Version: "20"}, // not endpoints
-		{Kind: chaos.KindEnd, Time: at(2200), Client: "a", Stream: 1, Error: "EOF"},
-		{Kind: chaos.KindResponse, Time: at(2500), Client: "a", Stream: 2, Type: eds, Version: "21"},
-		{Kind: chaos.KindResponse, Time: at(3500), Client: "b", Stream: 1, Type: eds, Version: "20"},
-		{Kind: chaos.KindEnd, Time: at(9000), Client: "b", Stream: 1, Error: "rpc error: code = Canceled desc = context canceled"},
+	events := []record.Event{
+		{Kind: record.KindResponse, Time: at(600), Client: "a", Stream: 1, Type: eds, Version: "10"},
+		{Kind: record.KindResponse, Time: at(650), Client: "b", Stream: 1, Type: eds, Version: "10"},
+		{Kind: record.KindResponse, Time: at(2100), Client: "a", Stream: 1, Type: cds, Version: "20"}, // not endpoints
+		{Kind: record.KindEnd, Time: at(2200), Client: "a", Stream: 1, Error: "EOF"},
+		{Kind: record.KindResponse, Time: at(2500), Client: "a", Stream: 2, Type: eds, Version: "21"},
+		{Kind: record.KindResponse, Time: at(3500), Client: "b", Stream: 1, Type: eds, Version: "20"},
+		{Kind: record.KindEnd, Time: at(9000), Client: "b", Stream: 1, Error: "rpc error: code = Canceled desc = context canceled"},
 	}
 	got := effects(log, commits, events, at(8000))
 	want := map[string]Effect{
