@@ -25,10 +25,10 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/testkit/fixture"
 	legationv1 "github.com/legation-io/legation/proto/legation/v1"
 )
 
@@ -85,15 +85,13 @@ func pushStreamsFor(clusters int) int {
 
 func pushClusterName(i int) string { return fmt.Sprintf("cluster-%06d", i) }
 
-// pushCluster is the scenario's cluster: an EDS cluster with no
-// eds_cluster_config, as the push benchmarks were first measured with
-// (Cluster adds one, which would change the bytes measured).
+// pushCluster is the scenario's cluster: fixture.Cluster without its
+// eds_cluster_config, the shape the push benchmarks' figures are measured
+// with (the config would change the bytes measured).
 func pushCluster(name string, ms int64) *clusterv3.Cluster {
-	return &clusterv3.Cluster{
-		Name:                 name,
-		ConnectTimeout:       durationpb.New(time.Duration(ms) * time.Millisecond),
-		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
-	}
+	c := fixture.Cluster(name, time.Duration(ms)*time.Millisecond)
+	c.EdsClusterConfig = nil
+	return c
 }
 
 // PushOptions are the Options of a push benchmark's Env: etcd's limits

@@ -25,6 +25,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/testkit/fixture"
 	"github.com/legation-io/legation/internal/tools/chaos"
 	"github.com/legation-io/legation/internal/tools/chaos/faults"
 	"github.com/legation-io/legation/internal/tools/chaos/record"
@@ -268,11 +269,7 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 		return sum, ctx.Err()
 	}
 
-	fx := loadgen.Fixture{Listeners: cfg.Listeners}
-	for i := range cfg.Clusters {
-		fx.Clusters = append(fx.Clusters, loadgen.ClusterName(i))
-		fx.Endpoints = append(fx.Endpoints, loadgen.Endpoints(i, cfg.Endpoints, 10000))
-	}
+	fx := fixture.NewSet(cfg.Clusters, cfg.Endpoints, cfg.Listeners, 10000)
 	seeded, err := (&loadgen.StoreTarget{Store: st}).Seed(ctx, fx)
 	if err != nil {
 		return sum, fmt.Errorf("chaos: seed the fixture: %w", err)
@@ -504,9 +501,9 @@ func liveReplicas(c *localcluster.Cluster, k int) []string {
 // from it without writing.
 type seededTarget struct{ c loadgen.Commit }
 
-func (t seededTarget) Seed(context.Context, loadgen.Fixture) (loadgen.Commit, error) { return t.c, nil }
+func (t seededTarget) Seed(context.Context, fixture.Set) (loadgen.Commit, error) { return t.c, nil }
 
-func (t seededTarget) SetEndpoints(context.Context, loadgen.EndpointSet) (loadgen.Commit, error) {
+func (t seededTarget) SetEndpoints(context.Context, fixture.EndpointSet) (loadgen.Commit, error) {
 	return loadgen.Commit{}, errors.New("chaos: the clients' runs make no updates")
 }
 
