@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -85,7 +84,7 @@ func New(cfg Config) (*Cluster, error) {
 	}
 	c := &Cluster{cfg: cfg, log: cfg.Logger, done: make(chan struct{}), http: plainHTTP}
 	if c.log == nil {
-		c.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+		c.log = slog.New(slog.DiscardHandler)
 	}
 	for i := 1; i <= cfg.EtcdMembers; i++ {
 		c.etcd = append(c.etcd, c.newProc(kindEtcd, i))
