@@ -7,7 +7,6 @@ package e2e
 // them, and the log says why once.
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -16,7 +15,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -27,6 +25,7 @@ import (
 	"github.com/legation-io/legation/internal/replica"
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/testkit/netnstest"
+	"github.com/legation-io/legation/internal/testkit/testbase"
 	"github.com/legation-io/legation/internal/testkit/xdstest"
 )
 
@@ -71,7 +70,7 @@ func TestSecretsByIdentity(t *testing.T) {
 // once.
 func TestSecretsPlaintextLoopbackOnly(t *testing.T) {
 	ns := netnstest.New(t)
-	logs := new(lockedBuffer)
+	logs := new(testbase.LockedBuffer)
 	e := newEnvWith(t, envOptions{configure: func(c *replica.Config) {
 		c.XDSAddr, c.HTTPAddr = "0.0.0.0:0", "0.0.0.0:0"
 		c.InsecureLoopbackSecrets = true
@@ -137,22 +136,4 @@ func port(t *testing.T, hostport string) string {
 		t.Fatal(err)
 	}
 	return p
-}
-
-// lockedBuffer is a bytes.Buffer a logger may write from many goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

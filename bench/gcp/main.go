@@ -61,14 +61,14 @@ type oneSnapshot struct{}
 
 func (oneSnapshot) ID(*corev3.Node) string { return "all" }
 
-// endpointSet is xds-loadgen's loadgen.EndpointSet.
+// endpointSet is xds-loadgen's fixture.EndpointSet (internal/testkit/fixture).
 type endpointSet struct {
 	Cluster   string   `json:"cluster"`
 	Addresses []string `json:"addresses"`
 	Port      uint32   `json:"port"`
 }
 
-// seedRequest is xds-loadgen's loadgen.Fixture.
+// seedRequest is xds-loadgen's fixture.Set (internal/testkit/fixture).
 type seedRequest struct {
 	Clusters  []string      `json:"clusters"`
 	Endpoints []endpointSet `json:"endpoints"`
@@ -159,7 +159,7 @@ func (s *state) publish() (int64, error) {
 	return v, nil
 }
 
-// listener and route are xds-loadgen's loadgen.ListenerResource and
+// listener and route are xds-loadgen's fixture.ListenerResource and
 // RouteResource.
 func listener(i int) (*listenerv3.Listener, error) {
 	ads := &corev3.ConfigSource{ConfigSourceSpecifier: &corev3.ConfigSource_Ads{Ads: &corev3.AggregatedConfigSource{}}, ResourceApiVersion: corev3.ApiVersion_V3}

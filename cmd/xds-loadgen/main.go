@@ -29,7 +29,7 @@ import (
 	"github.com/legation-io/legation/internal/state/keyspace"
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/store"
-	"github.com/legation-io/legation/internal/tools/chaos"
+	"github.com/legation-io/legation/internal/tools/chaos/record"
 	"github.com/legation-io/legation/internal/tools/loadgen"
 )
 
@@ -115,7 +115,7 @@ func run(ctx context.Context, cfg loadgen.Config, opts options) (err error) {
 		defer pprof.StopCPUProfile()
 	}
 	if opts.record != "" {
-		w, err := chaos.Create(opts.record)
+		w, err := record.Create(opts.record)
 		if err != nil {
 			return fmt.Errorf("--record: %w", err)
 		}

@@ -26,6 +26,7 @@ import (
 
 	"github.com/legation-io/legation/internal/admin/adminctl"
 	"github.com/legation-io/legation/internal/state/etcdconn"
+	"github.com/legation-io/legation/internal/testkit/testbase"
 	"github.com/legation-io/legation/internal/testkit/xdstest"
 )
 
@@ -276,7 +277,7 @@ func (ec *etcdCluster) start(t *testing.T) {
 		member := fmt.Sprintf("%s-%d", ec.sts.Name, i)
 		args := ec.rewrite(t, spec, c, member, c.Args)
 		cmd := exec.Command(ec.bin, args...)
-		var logs xdstest.LogBuffer
+		var logs testbase.LockedBuffer
 		cmd.Stdout, cmd.Stderr = &logs, &logs
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)

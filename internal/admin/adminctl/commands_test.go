@@ -14,6 +14,7 @@ import (
 
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/testkit/storetest"
+	"github.com/legation-io/legation/internal/testkit/testbase"
 )
 
 // examplesCreated is the output of applying examples/ to an empty scope,
@@ -47,7 +48,7 @@ func watchLines(t *testing.T, h *harness, n int, during func(), args ...string) 
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	out, errOut := &syncBuffer{}, &syncBuffer{}
+	out, errOut := &testbase.LockedBuffer{}, &testbase.LockedBuffer{}
 	done := make(chan int, 1)
 	full := append([]string{"--etcd-endpoints", h.env.etcd.Endpoint, "--etcd-prefix", h.prefix, "watch", "-o", "json"}, args...)
 	go func() {
@@ -359,7 +360,7 @@ changed  endpoint  default  backend-a  (mod_revision %[1]d -> %[2]d)
 		h := e.newHarness(t)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		out, errOut := &syncBuffer{}, &syncBuffer{}
+		out, errOut := &testbase.LockedBuffer{}, &testbase.LockedBuffer{}
 		done := make(chan int, 1)
 		go func() {
 			done <- run(ctx, []string{"--etcd-endpoints", e.etcd.Endpoint, "--etcd-prefix", h.prefix, "watch"},

@@ -24,6 +24,7 @@ import (
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/store"
 	"github.com/legation-io/legation/internal/testkit/storetest"
+	"github.com/legation-io/legation/internal/testkit/testbase"
 	"github.com/legation-io/legation/internal/testkit/xdstest"
 	"github.com/legation-io/legation/internal/xds/grpcapi"
 	"github.com/legation-io/legation/internal/xds/sotw"
@@ -359,7 +360,7 @@ func TestExportWatch(t *testing.T) {
 	writeFileAt(t, filepath.Join(dir, "eds", "README"), "mine")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out, errOut syncBuffer
+	var out, errOut testbase.LockedBuffer
 	done := make(chan int, 1)
 	go func() {
 		args := []string{"--etcd-endpoints", r.Etcd.Endpoint, "--etcd-prefix", exportPrefix,
@@ -592,7 +593,7 @@ func TestExportWatchCompaction(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out, errOut syncBuffer
+	var out, errOut testbase.LockedBuffer
 	done := make(chan int, 1)
 	go func() {
 		args := []string{"--etcd-endpoints", proxy.Addr, "--etcd-prefix", exportPrefix,

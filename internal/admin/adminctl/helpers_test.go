@@ -213,24 +213,6 @@ func readExample(t *testing.T, name string) string {
 	return string(b)
 }
 
-// syncBuffer is a bytes.Buffer safe for one writer and one reader.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // clusterYAML is a valid EDS cluster document.
 func clusterYAML(name, timeout string) string {
 	return fmt.Sprintf(`"@type": type.googleapis.com/envoy.config.cluster.v3.Cluster

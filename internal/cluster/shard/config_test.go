@@ -8,6 +8,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/legation-io/legation/internal/cluster/shard"
+	"github.com/legation-io/legation/internal/testkit/testbase"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -88,7 +89,7 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func TestStartRejectsBadConfig(t *testing.T) {
-	_, err := shard.Start(testCtx(t), shard.Config{Name: "a"})
+	_, err := shard.Start(testbase.Context(t), shard.Config{Name: "a"})
 	if err == nil || !strings.Contains(err.Error(), "XDSAddr is required") {
 		t.Fatalf("Start with no XDSAddr = %v, want the Validate error", err)
 	}

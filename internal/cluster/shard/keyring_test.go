@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/legation-io/legation/internal/cluster/shard"
+	"github.com/legation-io/legation/internal/testkit/testbase"
 )
 
 // newKey returns a random key of n bytes.
@@ -128,7 +129,7 @@ func TestStartBadKeyFile(t *testing.T) {
 	} {
 		cfg := c.config("a")
 		cfg.GossipKeyFile = tt.file
-		m, err := shard.Start(testCtx(t), cfg)
+		m, err := shard.Start(testbase.Context(t), cfg)
 		if err == nil {
 			m.Close()
 			t.Fatalf("Start with key file %s: no error", tt.file)

@@ -1,7 +1,6 @@
 package shard_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net"
@@ -16,49 +15,18 @@ import (
 
 	"github.com/legation-io/legation/internal/cluster/shard"
 	"github.com/legation-io/legation/internal/testkit/storetest"
+	"github.com/legation-io/legation/internal/testkit/testbase"
 )
 
 const (
 	// shardTestTimeout bounds what must happen; shardTestShortTimeout is
 	// how long to watch for what must not.
-	shardTestTimeout      = 20 * time.Second
+	shardTestTimeout      = testbase.Timeout
 	shardTestShortTimeout = 300 * time.Millisecond
 
 	testPrefix   = "/legation/"
 	testLeaseTTL = 2 * time.Second
 )
-
-func testCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), shardTestTimeout)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-// testLogs collects the logs of a test's memberships and prints them if
-// the test fails. Writes after the test ends (memberlist's goroutines wind
-// down asynchronously) go to the buffer only.
-type testLogs struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *testLogs) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func newTestLogger(t *testing.T) *slog.Logger {
-	l := &testLogs{}
-	t.Cleanup(func() {
-		if t.Failed() {
-			l.mu.Lock()
-			t.Logf("logs:\n%s", l.buf.String())
-			l.mu.Unlock()
-		}
-	})
-	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
 
 // cluster is the etcd and the memberships of one test.
 type cluster struct {
@@ -68,7 +36,7 @@ type cluster struct {
 }
 
 func newCluster(t *testing.T) *cluster {
-	return &cluster{t: t, etcd: storetest.Start(t, storetest.Options{}), log: newTestLogger(t)}
+	return &cluster{t: t, etcd: storetest.Start(t, storetest.Options{}), log: testbase.Logger(t)}
 }
 
 func (c *cluster) config(name string) shard.Config {
@@ -87,7 +55,7 @@ func (c *cluster) config(name string) shard.Config {
 // start starts a membership, closed when the test ends.
 func (c *cluster) start(cfg shard.Config) *shard.Membership {
 	c.t.Helper()
-	m, err := shard.Start(testCtx(c.t), cfg)
+	m, err := shard.Start(testbase.Context(c.t), cfg)
 	if err != nil {
 		c.t.Fatalf("Start %s: %v", cfg.Name, err)
 	}
@@ -103,7 +71,7 @@ func (c *cluster) startAll(names ...string) []*shard.Membership {
 	var wg sync.WaitGroup
 	for i, n := range names {
 		cfg := c.config(n)
-		wg.Go(func() { ms[i], errs[i] = shard.Start(testCtx(c.t), cfg) })
+		wg.Go(func() { ms[i], errs[i] = shard.Start(testbase.Context(c.t), cfg) })
 	}
 	wg.Wait()
 	for i, m := range ms {
@@ -157,7 +125,7 @@ func ringIs(ms []*shard.Membership, want ...string) func() bool {
 
 func registered(t *testing.T, c *clientv3.Client) []string {
 	t.Helper()
-	ms, err := shard.ListRegistry(testCtx(t), c, testPrefix)
+	ms, err := shard.ListRegistry(testbase.Context(t), c, testPrefix)
 	if err != nil {
 		t.Fatalf("ListRegistry: %v", err)
 	}
@@ -201,7 +169,7 @@ func TestDiscoveryThroughRegistry(t *testing.T) {
 		}
 	}
 
-	reg, err := shard.ListRegistry(testCtx(t), c.etcd.Client(t), testPrefix)
+	reg, err := shard.ListRegistry(testbase.Context(t), c.etcd.Client(t), testPrefix)
 	if err != nil {
 		t.Fatalf("ListRegistry: %v", err)
 	}
@@ -310,7 +278,7 @@ func TestReadiness(t *testing.T) {
 	}
 	client := c.etcd.Client(t)
 	waitFor(t, shardTestTimeout, "the registry does not say xds-1 is not ready", func() bool {
-		reg, err := shard.ListRegistry(testCtx(t), client, testPrefix)
+		reg, err := shard.ListRegistry(testbase.Context(t), client, testPrefix)
 		return err == nil && len(reg) == 3 && reg[0].Ready && !reg[1].Ready && reg[2].Ready
 	})
 
@@ -388,7 +356,7 @@ func TestReregistersAfterLeaseLoss(t *testing.T) {
 	c := newCluster(t)
 	a := c.start(c.config("a"))
 	client := c.etcd.Client(t)
-	ctx := testCtx(t)
+	ctx := testbase.Context(t)
 	key := shard.RegistryKey(testPrefix, "a")
 	resp, err := client.Get(ctx, key)
 	if err != nil || len(resp.Kvs) != 1 {
@@ -449,7 +417,7 @@ func TestMetrics(t *testing.T) {
 	// A second membership on the same registry fails to start, cleanly.
 	dup := c.config("c")
 	dup.Registerer = reg
-	if m, err := shard.Start(testCtx(t), dup); err == nil {
+	if m, err := shard.Start(testbase.Context(t), dup); err == nil {
 		m.Close()
 		t.Errorf("Start with the metrics already registered: no error")
 	}
@@ -488,7 +456,7 @@ func TestRegistryWriteBudget(t *testing.T) {
 	c := newCluster(t)
 	a := c.start(c.config("a"))
 	client := c.etcd.Client(t)
-	ctx := testCtx(t)
+	ctx := testbase.Context(t)
 	key := shard.RegistryKey(testPrefix, "a")
 	before, err := client.Get(ctx, key)
 	if err != nil || len(before.Kvs) != 1 {

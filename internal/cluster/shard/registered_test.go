@@ -17,6 +17,7 @@ import (
 
 	"github.com/legation-io/legation/internal/cluster/shard"
 	"github.com/legation-io/legation/internal/testkit/storetest"
+	"github.com/legation-io/legation/internal/testkit/testbase"
 )
 
 // TestUnregisteredGossiperNeverOwnsANode: a process that gossips with the
@@ -75,7 +76,7 @@ func TestRegisteredElsewhereIsNotEnough(t *testing.T) {
 	a := c.startKeyed("a", "")
 	// "x" is registered by hand at the addresses of nobody.
 	client := c.etcd.Client(t)
-	ctx := testCtx(t)
+	ctx := testbase.Context(t)
 	rec := `{"name":"x","xds_addr":"127.0.0.1:1","gossip_addr":"127.0.0.1:2","started":"2026-01-01T00:00:00Z","ready":true}`
 	if _, err := client.Put(ctx, shard.RegistryKey(testPrefix, "x"), rec); err != nil {
 		t.Fatal(err)
@@ -141,7 +142,7 @@ func TestDeletedRecordIsWrittenAgain(t *testing.T) {
 	waitFor(t, shardTestTimeout, "a and b do not form a ring", ringIs(ms, "a", "b"))
 	client := c.etcd.Client(t)
 	changes := ms[1].Changed()
-	if _, err := client.Delete(testCtx(t), shard.RegistryKey(testPrefix, "a")); err != nil {
+	if _, err := client.Delete(testbase.Context(t), shard.RegistryKey(testPrefix, "a")); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -233,19 +234,19 @@ func TestClearGossipClusterLogsError(t *testing.T) {
 // registry, would have it read again).
 func TestRegistryResyncAfterRestore(t *testing.T) {
 	e := storetest.StartRestartable(t)
-	c := &cluster{t: t, etcd: e.Etcd, log: newTestLogger(t)}
+	c := &cluster{t: t, etcd: e.Etcd, log: testbase.Logger(t)}
 	e.Save(t, "empty")
 	a := c.start(c.fastConfig("a"))
 	// Move the revision well past what the snapshot will have.
 	client := e.Client(t)
 	for i := range 50 {
-		if _, err := client.Put(testCtx(t), "/elsewhere", fmt.Sprint(i)); err != nil {
+		if _, err := client.Put(testbase.Context(t), "/elsewhere", fmt.Sprint(i)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	e.Restore(t, "empty", 0)
 	waitFor(t, shardTestTimeout, "a did not register again in the restored etcd", func() bool {
-		reg, err := shard.ListRegistry(testCtx(t), client, testPrefix)
+		reg, err := shard.ListRegistry(testbase.Context(t), client, testPrefix)
 		return err == nil && len(reg) == 1
 	})
 	b := c.start(c.fastConfig("b"))

@@ -8,6 +8,7 @@ import (
 
 	"github.com/legation-io/legation/internal/cluster/shard"
 	"github.com/legation-io/legation/internal/testkit/storetest"
+	"github.com/legation-io/legation/internal/testkit/testbase"
 )
 
 func TestRegistryKey(t *testing.T) {
@@ -19,7 +20,7 @@ func TestRegistryKey(t *testing.T) {
 func TestListRegistry(t *testing.T) {
 	etcd := storetest.Start(t, storetest.Options{})
 	client := etcd.Client(t)
-	ctx := testCtx(t)
+	ctx := testbase.Context(t)
 	started := time.Date(2026, 5, 6, 7, 8, 9, 0, time.UTC)
 	put := func(key, value string) {
 		t.Helper()
@@ -62,7 +63,7 @@ func TestListRegistry(t *testing.T) {
 	}
 
 	// A membership starts and discovers peers despite the garbage.
-	c := &cluster{t: t, etcd: etcd, log: newTestLogger(t)}
+	c := &cluster{t: t, etcd: etcd, log: testbase.Logger(t)}
 	m := c.start(c.config("xds-2"))
 	if got := m.Ring().Len(); got != 1 {
 		t.Errorf("ring with unreachable registered peers: %v, want xds-2 alone", names(m.Ring().Members()))

@@ -10,6 +10,7 @@ import (
 
 	"github.com/legation-io/legation/internal/cluster/status"
 	"github.com/legation-io/legation/internal/testkit/storetest"
+	"github.com/legation-io/legation/internal/testkit/testbase"
 )
 
 // TestWriteBudget drives 10,000 nodes served by 3 replicas through 100
@@ -46,7 +47,7 @@ func TestWriteBudget(t *testing.T) {
 		}
 	}
 
-	start, err := c.Get(testCtx(t), "/budget-none")
+	start, err := c.Get(testbase.Context(t), "/budget-none")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +69,7 @@ func TestWriteBudget(t *testing.T) {
 	want := fmt.Sprint(pushes)
 	eventually(t, "every record at the last push", func() bool {
 		time.Sleep(200 * time.Millisecond) // each poll reads 10,000 records
-		resp, err := c.Get(testCtx(t), status.Dir(prefix), clientv3.WithPrefix())
+		resp, err := c.Get(testbase.Context(t), status.Dir(prefix), clientv3.WithPrefix())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -87,7 +88,7 @@ func TestWriteBudget(t *testing.T) {
 		return true
 	})
 	elapsed := time.Since(began).Seconds()
-	end, err := c.Get(testCtx(t), "/budget-none")
+	end, err := c.Get(testbase.Context(t), "/budget-none")
 	if err != nil {
 		t.Fatal(err)
 	}

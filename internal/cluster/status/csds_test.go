@@ -22,6 +22,7 @@ import (
 	"github.com/legation-io/legation/internal/cluster/status"
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/testkit/storetest"
+	"github.com/legation-io/legation/internal/testkit/testbase"
 	"github.com/legation-io/legation/internal/xds/grpcapi"
 )
 
@@ -56,11 +57,11 @@ func startCSDSWith(t *testing.T, edit func(*status.CSDSConfig), tune ...func(*st
 	wb := startWriter(t, c, prefix, "b", nil)
 	wb.src.set(node("envoy-2", "5"), node("grpc/client-1", "5"))
 	wb.sync()
-	if _, err := c.Put(testCtx(t), status.Key(prefix, "broken"), "{"); err != nil {
+	if _, err := c.Put(testbase.Context(t), status.Key(prefix, "broken"), "{"); err != nil {
 		t.Fatal(err)
 	}
 
-	cfg := status.CSDSConfig{Client: c, Prefix: prefix, Logger: newTestLogger(t)}
+	cfg := status.CSDSConfig{Client: c, Prefix: prefix, Logger: testbase.Logger(t)}
 	edit(&cfg)
 	srv, err := status.NewCSDS(cfg)
 	if err != nil {
@@ -146,7 +147,7 @@ func TestCSDSFetch(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req := &statusv3.ClientStatusRequest{NodeMatchers: tc.matchers, Node: &corev3.Node{Id: "istioctl"}}
-			resp, err := env.client.FetchClientStatus(testCtx(t), req)
+			resp, err := env.client.FetchClientStatus(testbase.Context(t), req)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -157,7 +158,7 @@ func TestCSDSFetch(t *testing.T) {
 	}
 
 	t.Run("bad regex", func(t *testing.T) {
-		_, err := env.client.FetchClientStatus(testCtx(t), &statusv3.ClientStatusRequest{NodeMatchers: []*matcherv3.NodeMatcher{regex("a(")}})
+		_, err := env.client.FetchClientStatus(testbase.Context(t), &statusv3.ClientStatusRequest{NodeMatchers: []*matcherv3.NodeMatcher{regex("a(")}})
 		if grpcstatus.Code(err) != codes.InvalidArgument {
 			t.Fatalf("err = %v, want InvalidArgument", err)
 		}
@@ -166,7 +167,7 @@ func TestCSDSFetch(t *testing.T) {
 
 func TestCSDSConfig(t *testing.T) {
 	env := startCSDS(t)
-	resp, err := env.client.FetchClientStatus(testCtx(t), &statusv3.ClientStatusRequest{NodeMatchers: []*matcherv3.NodeMatcher{exact("envoy-nacked")}})
+	resp, err := env.client.FetchClientStatus(testbase.Context(t), &statusv3.ClientStatusRequest{NodeMatchers: []*matcherv3.NodeMatcher{exact("envoy-nacked")}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +190,7 @@ func TestCSDSConfig(t *testing.T) {
 
 func TestCSDSStream(t *testing.T) {
 	env := startCSDS(t)
-	stream, err := env.client.StreamClientStatus(testCtx(t))
+	stream, err := env.client.StreamClientStatus(testbase.Context(t))
 	if err != nil {
 		t.Fatal(err)
 	}

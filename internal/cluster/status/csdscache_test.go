@@ -20,6 +20,7 @@ import (
 
 	"github.com/legation-io/legation/internal/cluster/status"
 	"github.com/legation-io/legation/internal/testkit/storetest"
+	"github.com/legation-io/legation/internal/testkit/testbase"
 	"github.com/legation-io/legation/internal/tools/faultnet"
 )
 
@@ -57,7 +58,7 @@ func countingClient(t *testing.T, cfg *status.CSDSConfig) *rangeCounter {
 func TestCSDSReadsFromCache(t *testing.T) {
 	var rc *rangeCounter
 	env := startCSDSWith(t, func(cfg *status.CSDSConfig) { rc = countingClient(t, cfg) })
-	ctx := testCtx(t)
+	ctx := testbase.Context(t)
 	all := func() []string {
 		t.Helper()
 		resp, err := env.client.FetchClientStatus(ctx, &statusv3.ClientStatusRequest{})
@@ -113,7 +114,7 @@ func TestCSDSMaxMatchers(t *testing.T) {
 		}
 		return out
 	}
-	ctx := testCtx(t)
+	ctx := testbase.Context(t)
 	if _, err := env.client.FetchClientStatus(ctx, &statusv3.ClientStatusRequest{NodeMatchers: matchers(1000)}); err != nil {
 		t.Fatalf("1000 matchers: %v", err)
 	}
@@ -155,7 +156,7 @@ func TestCSDSStreamRechecks(t *testing.T) {
 			return changed, nil
 		}
 	})
-	ctx, cancel := context.WithCancel(testCtx(t))
+	ctx, cancel := context.WithCancel(testbase.Context(t))
 	defer cancel()
 	st, err := env.client.StreamClientStatus(ctx)
 	if err != nil {
@@ -210,7 +211,7 @@ func TestCSDSCacheStalledWatch(t *testing.T) {
 	}, func(c *status.CSDS) {
 		c.SetWatchTimingForTest(50*time.Millisecond, 300*time.Millisecond, 50*time.Millisecond)
 	})
-	ctx := testCtx(t)
+	ctx := testbase.Context(t)
 	if _, err := env.client.FetchClientStatus(ctx, &statusv3.ClientStatusRequest{}); err != nil {
 		t.Fatal(err)
 	}

@@ -1,9 +1,7 @@
 package status_test
 
 import (
-	"bytes"
 	"context"
-	"log/slog"
 	"slices"
 	"sync"
 	"testing"
@@ -13,45 +11,12 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/legation-io/legation/internal/cluster/status"
+	"github.com/legation-io/legation/internal/testkit/testbase"
 )
 
-const (
-	// statusTestTimeout bounds what must happen.
-	statusTestTimeout = 20 * time.Second
-	// testLeaseTTL is the shortest lease etcd grants with its default
-	// election timeout.
-	testLeaseTTL = 2 * time.Second
-)
-
-func testCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), statusTestTimeout)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-// testLogs collects a test's logs and prints them if it fails.
-type testLogs struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *testLogs) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func newTestLogger(t *testing.T) *slog.Logger {
-	l := &testLogs{}
-	t.Cleanup(func() {
-		if t.Failed() {
-			l.mu.Lock()
-			t.Logf("logs:\n%s", l.buf.String())
-			l.mu.Unlock()
-		}
-	})
-	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
+// testLeaseTTL is the shortest lease etcd grants with its default
+// election timeout.
+const testLeaseTTL = 2 * time.Second
 
 // source is what a Writer reads: set by the test, read by the writer.
 type source struct {
@@ -96,7 +61,7 @@ func startWriter(t *testing.T, c *clientv3.Client, prefix, replica string, mod f
 	cfg.Interval = time.Hour
 	cfg.ResyncInterval = time.Hour
 	cfg.LeaseTTL = testLeaseTTL
-	cfg.Logger = newTestLogger(t).With("writer", replica)
+	cfg.Logger = testbase.Logger(t).With("writer", replica)
 	cfg.Registerer = reg
 	if mod != nil {
 		mod(&cfg)
@@ -120,7 +85,7 @@ func startWriter(t *testing.T, c *clientv3.Client, prefix, replica string, mod f
 // sync makes the writer write now, and fails the test if it cannot.
 func (r *running) sync() {
 	r.t.Helper()
-	if err := r.w.Sync(testCtx(r.t)); err != nil {
+	if err := r.w.Sync(testbase.Context(r.t)); err != nil {
 		r.t.Fatalf("Sync: %v", err)
 	}
 }
@@ -134,7 +99,7 @@ func (r *running) halt() error {
 	case err := <-r.done:
 		r.done <- err // for the cleanup
 		return err
-	case <-time.After(statusTestTimeout):
+	case <-time.After(testbase.Timeout):
 		r.t.Fatal("Run did not return after its context ended")
 		return nil
 	}
@@ -171,7 +136,7 @@ type stored struct {
 // leases.
 func readStored(t *testing.T, c *clientv3.Client, prefix string) map[string]stored {
 	t.Helper()
-	resp, err := c.Get(testCtx(t), status.Dir(prefix), clientv3.WithPrefix())
+	resp, err := c.Get(testbase.Context(t), status.Dir(prefix), clientv3.WithPrefix())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +156,7 @@ func readStored(t *testing.T, c *clientv3.Client, prefix string) map[string]stor
 // timeout.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(statusTestTimeout)
+	deadline := time.Now().Add(testbase.Timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)

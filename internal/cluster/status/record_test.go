@@ -10,6 +10,7 @@ import (
 
 	"github.com/legation-io/legation/internal/cluster/status"
 	"github.com/legation-io/legation/internal/testkit/storetest"
+	"github.com/legation-io/legation/internal/testkit/testbase"
 	"github.com/legation-io/legation/internal/xds/xdsstream"
 )
 
@@ -77,7 +78,7 @@ func TestRead(t *testing.T) {
 	w := startWriter(t, c, prefix, "a", nil)
 	w.src.set(node("b", "1"), node("a", "1"), node("ns/pod", "1"))
 	w.sync()
-	ctx := testCtx(t)
+	ctx := testbase.Context(t)
 	// Written by another tool: not JSON, another node's record, no home.
 	for k, v := range map[string]string{
 		"garbage":  "{not json",
@@ -142,7 +143,7 @@ func TestReadPages(t *testing.T) {
 	}
 	w.src.set(recs...)
 	w.sync()
-	got, bad, err := status.Read(testCtx(t), c, prefix)
+	got, bad, err := status.Read(testbase.Context(t), c, prefix)
 	if err != nil || len(bad) != 0 {
 		t.Fatalf("Read: %v, bad %v", err, bad)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/legation-io/legation/internal/cluster/status"
 	"github.com/legation-io/legation/internal/testkit/storetest"
+	"github.com/legation-io/legation/internal/testkit/testbase"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -186,7 +187,7 @@ func TestWriter(t *testing.T) {
 		if got := readStored(t, c, prefix); len(got) != 0 {
 			t.Fatalf("records after a graceful stop: %v", got)
 		}
-		if err := w.w.Sync(testCtx(t)); err == nil {
+		if err := w.w.Sync(testbase.Context(t)); err == nil {
 			t.Error("Sync on a stopped writer succeeded")
 		}
 	})
@@ -245,7 +246,7 @@ func TestWriter(t *testing.T) {
 		w.src.set(node("a", "1"), node("b", "1"))
 		eventually(t, "the records", func() bool { return len(readStored(t, c, prefix)) == 2 })
 		old := readStored(t, c, prefix)["a"].lease
-		if _, err := c.Revoke(testCtx(t), clientv3.LeaseID(old)); err != nil {
+		if _, err := c.Revoke(testbase.Context(t), clientv3.LeaseID(old)); err != nil {
 			t.Fatal(err)
 		}
 		eventually(t, "the records under a new lease", func() bool {
@@ -262,7 +263,7 @@ func TestWriter(t *testing.T) {
 		w := startWriter(t, c, prefix, "a", nil)
 		w.src.set(node("../resources/cluster/default/x", "1"), node("", "1"))
 		w.sync()
-		resp, err := c.Get(testCtx(t), prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		resp, err := c.Get(testbase.Context(t), prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -468,7 +469,7 @@ func TestWriterCheckReadsOnlyWhenChanged(t *testing.T) {
 		}
 		reads = w.w.FullReads()
 	}
-	ctx := testCtx(t)
+	ctx := testbase.Context(t)
 	step("a record deleted", func() {
 		if _, err := c.Delete(ctx, status.Dir(prefix)+"n1"); err != nil {
 			t.Fatal(err)

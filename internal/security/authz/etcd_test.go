@@ -13,11 +13,12 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/legation-io/legation/internal/testkit/storetest"
+	"github.com/legation-io/legation/internal/testkit/testbase"
 )
 
 const (
 	// defaultTestTimeout bounds what must happen.
-	defaultTestTimeout = 20 * time.Second
+	defaultTestTimeout = testbase.Timeout
 	// revocationTimeout bounds how long a revocation may take to reach a
 	// watcher: the promise is "a second or two".
 	revocationTimeout = 2 * time.Second
@@ -34,12 +35,6 @@ func newPrefix() string {
 	defer prefixSeq.Unlock()
 	prefixSeq.n++
 	return fmt.Sprintf("/test%d/", prefixSeq.n)
-}
-
-func testContext(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
-	t.Cleanup(cancel)
-	return ctx
 }
 
 func TestKey(t *testing.T) {
@@ -91,7 +86,7 @@ func TestDecode(t *testing.T) {
 func TestGrantListRevoke(t *testing.T) {
 	e := storetest.Start(t, storetest.Options{})
 	c := e.Client(t)
-	ctx := testContext(t)
+	ctx := testbase.Context(t)
 	prefix := newPrefix()
 
 	for _, r := range testRules() {

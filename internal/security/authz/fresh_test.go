@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/legation-io/legation/internal/testkit/storetest"
+	"github.com/legation-io/legation/internal/testkit/testbase"
 )
 
 // TestWatcherStale: a watcher cut off from etcd for longer than
@@ -18,7 +19,7 @@ import (
 func TestWatcherStale(t *testing.T) {
 	e := storetest.Start(t, storetest.Options{})
 	c := e.Client(t)
-	ctx := testContext(t)
+	ctx := testbase.Context(t)
 	prefix := newPrefix()
 	if err := Grant(ctx, c, prefix, Rule{Identity: edgeID, Nodes: []string{"edge-*"}}); err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/legation-io/legation/internal/testkit/storetest"
+	"github.com/legation-io/legation/internal/testkit/testbase"
 )
 
 // TestMigrate: rules stored with untyped identities are rewritten to the
@@ -16,7 +17,7 @@ import (
 func TestMigrate(t *testing.T) {
 	e := storetest.Start(t, storetest.Options{})
 	c := e.Client(t)
-	ctx := testContext(t)
+	ctx := testbase.Context(t)
 	prefix := newPrefix()
 	if err := Grant(ctx, c, prefix, Rule{Identity: edgeID, Nodes: []string{"edge-*"}}); err != nil {
 		t.Fatal(err)

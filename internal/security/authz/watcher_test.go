@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/legation-io/legation/internal/testkit/storetest"
+	"github.com/legation-io/legation/internal/testkit/testbase"
 )
 
 // warnings records the Warn logs of a watcher that name a key.
@@ -148,7 +149,7 @@ func (tw *testWatcher) waitFor(t *testing.T, timeout time.Duration, what string,
 func TestWatcher(t *testing.T) {
 	e := storetest.Start(t, storetest.Options{})
 	c := e.Client(t)
-	ctx := testContext(t)
+	ctx := testbase.Context(t)
 	prefix := newPrefix()
 	if err := Grant(ctx, c, prefix, Rule{Identity: edgeID, Nodes: []string{"edge-*"}}); err != nil {
 		t.Fatal(err)
@@ -214,7 +215,7 @@ func TestWatcher(t *testing.T) {
 func TestWatcherMalformed(t *testing.T) {
 	e := storetest.Start(t, storetest.Options{})
 	c := e.Client(t)
-	ctx := testContext(t)
+	ctx := testbase.Context(t)
 	prefix := newPrefix()
 	dir := Dir(prefix)
 	if err := Grant(ctx, c, prefix, Rule{Identity: edgeID, Nodes: []string{"edge-*"}}); err != nil {
@@ -290,7 +291,7 @@ func TestWatcherMalformed(t *testing.T) {
 func TestWatcherReloadsAfterCompaction(t *testing.T) {
 	e := storetest.Start(t, storetest.Options{})
 	c := e.Client(t)
-	ctx := testContext(t)
+	ctx := testbase.Context(t)
 	prefix := newPrefix()
 	for _, r := range testRules() {
 		if err := Grant(ctx, c, prefix, r); err != nil {

@@ -2,13 +2,11 @@ package tlsfiles_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -19,6 +17,7 @@ import (
 	"time"
 
 	"github.com/legation-io/legation/internal/security/tlsfiles"
+	"github.com/legation-io/legation/internal/testkit/testbase"
 	"github.com/legation-io/legation/internal/testkit/testcerts"
 )
 
@@ -383,39 +382,6 @@ func writeAtomic(t testing.TB, path string, content []byte) {
 	}
 }
 
-// logBuffer is a slog destination tests can read while Run logs.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// count is how many lines hold every one of subs.
-func (b *logBuffer) count(subs ...string) int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	n := 0
-	for line := range strings.Lines(b.buf.String()) {
-		all := true
-		for _, s := range subs {
-			all = all && strings.Contains(line, s)
-		}
-		if all {
-			n++
-		}
-	}
-	return n
-}
-
-func (b *logBuffer) logger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
 // TestRotation rotates everything to a new CA: the server's certificate
 // and client CA file, the client's certificate and CA file. New
 // handshakes use the new material, at once and on both sides, and a
@@ -443,8 +409,8 @@ func TestRotation(t *testing.T) {
 		CAFile:   writeFile(t, live, "client-ca.pem", ca1.CertPEM),
 		Interval: testInterval,
 	}
-	var logs logBuffer
-	srvCfg.Logger = logs.logger()
+	var logs testbase.LockedBuffer
+	srvCfg.Logger = testbase.LoggerTo(&logs)
 	srv, cli := mustNew(t, srvCfg), mustNew(t, cliCfg)
 	run(t, srv)
 	run(t, cli)
@@ -491,11 +457,11 @@ func TestRotation(t *testing.T) {
 		t.Errorf("dial with the old CA's client certificate = %v, want the server to refuse it", err)
 	}
 	old.echo(t, "still here")
-	if got := logs.count("level=INFO", "loaded a new certificate and key", "identity="+serverID, "not_after="); got != 1 {
-		t.Errorf("%d Info lines for the new certificate, want 1; logs:\n%s", got, logs.buf.String())
+	if got := logs.Count("level=INFO", "loaded a new certificate and key", "identity="+serverID, "not_after="); got != 1 {
+		t.Errorf("%d Info lines for the new certificate, want 1; logs:\n%s", got, logs.String())
 	}
-	if got := logs.count("level=WARN"); got != 0 {
-		t.Errorf("%d Warn lines, want 0; logs:\n%s", got, logs.buf.String())
+	if got := logs.Count("level=WARN"); got != 0 {
+		t.Errorf("%d Warn lines, want 0; logs:\n%s", got, logs.String())
 	}
 }
 
@@ -508,13 +474,13 @@ func TestHalfWrittenPair(t *testing.T) {
 	c2 := mustIssue(t, ca, dir, "two", testcerts.Loopback(testcerts.Options{URIs: []string{serverID}}))
 	cli := mustIssue(t, ca, dir, "client", testcerts.Options{URIs: []string{clientID}})
 	live := t.TempDir()
-	var logs logBuffer
+	var logs testbase.LockedBuffer
 	cfg := tlsfiles.Config{
 		CertFile: writeFile(t, live, "cert.pem", c1.CertPEM),
 		KeyFile:  writeFile(t, live, "key.pem", c1.KeyPEM),
 		CAFile:   ca.CertFile,
 		Interval: testInterval,
-		Logger:   logs.logger(),
+		Logger:   testbase.LoggerTo(&logs),
 		Flag:     "--tls",
 	}
 	srv := mustNew(t, cfg)
@@ -526,14 +492,14 @@ func TestHalfWrittenPair(t *testing.T) {
 	never(t, "the new certificate was loaded without its key", func() bool { return !srv.Certificate().Equal(c1.Cert) })
 	mustDial(t, s.addr, cliTLS).echo(t, "old pair")
 	waitFor(t, "a Warn about the mismatch", func() bool {
-		return logs.count("level=WARN", "--tls-key-file "+cfg.KeyFile+": the private key does not match") == 1
+		return logs.Count("level=WARN", "--tls-key-file "+cfg.KeyFile+": the private key does not match") == 1
 	})
 
 	writeFile(t, live, "key.pem", c2.KeyPEM)
 	waitFor(t, "the new pair", func() bool { return srv.Certificate().Equal(c2.Cert) })
 	mustDial(t, s.addr, cliTLS).echo(t, "new pair")
-	if got := logs.count("level=WARN"); got != 1 {
-		t.Errorf("%d Warn lines, want 1; logs:\n%s", got, logs.buf.String())
+	if got := logs.Count("level=WARN"); got != 1 {
+		t.Errorf("%d Warn lines, want 1; logs:\n%s", got, logs.String())
 	}
 }
 
@@ -549,13 +515,13 @@ func TestBadRewrite(t *testing.T) {
 		URIs: []string{serverID}, NotBefore: time.Now().Add(-48 * time.Hour), NotAfter: time.Now().Add(-24 * time.Hour),
 	}))
 	live := t.TempDir()
-	var logs logBuffer
+	var logs testbase.LockedBuffer
 	cfg := tlsfiles.Config{
 		CertFile: writeFile(t, live, "cert.pem", srvCert.CertPEM),
 		KeyFile:  writeFile(t, live, "key.pem", srvCert.KeyPEM),
 		CAFile:   writeFile(t, live, "ca.pem", ca.CertPEM),
 		Interval: testInterval,
-		Logger:   logs.logger(),
+		Logger:   testbase.LoggerTo(&logs),
 		Flag:     "--tls",
 	}
 	srv := mustNew(t, cfg)
@@ -563,7 +529,7 @@ func TestBadRewrite(t *testing.T) {
 	s := serve(t, srv.ServerConfig(tls.RequireAndVerifyClientCert))
 	cliTLS := mustNew(t, filesConfig(cliCert, ca)).ClientConfig(nil)
 	warns := func(subs ...string) func() int {
-		return func() int { return logs.count(append([]string{"level=WARN"}, subs...)...) }
+		return func() int { return logs.Count(append([]string{"level=WARN"}, subs...)...) }
 	}
 
 	for _, step := range []struct {
@@ -599,7 +565,7 @@ func TestBadRewrite(t *testing.T) {
 	bundle := append(slices.Clip(ca.CertPEM), mustCA(t, dir, "b").CertPEM...)
 	writeAtomic(t, cfg.CAFile, bundle)
 	waitFor(t, "the CA bundle loaded", func() bool {
-		return logs.count("level=INFO", "loaded new CA certificates", "certificates=2") == 1
+		return logs.Count("level=INFO", "loaded new CA certificates", "certificates=2") == 1
 	})
 	mustDial(t, s.addr, cliTLS).echo(t, "served")
 }

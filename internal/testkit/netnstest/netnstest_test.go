@@ -25,11 +25,13 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/peer"
+
+	"github.com/legation-io/legation/internal/testkit/testbase"
 )
 
 const (
 	// defaultTestTimeout bounds what must happen.
-	defaultTestTimeout = 20 * time.Second
+	defaultTestTimeout = testbase.Timeout
 	// defaultTestShortTimeout is how long a test waits for what must not
 	// happen.
 	defaultTestShortTimeout = 300 * time.Millisecond
@@ -61,13 +63,6 @@ func TestMain(m *testing.M) {
 	}
 }
 
-func testContext(t *testing.T) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // listen listens on TCP at ip, port 0, until the test ends.
 func listen(t *testing.T, ip netip.Addr) net.Listener {
 	t.Helper()
@@ -83,7 +78,7 @@ func listen(t *testing.T, ip netip.Addr) net.Listener {
 // the remote address the server saw.
 func exchange(t *testing.T, ns *NS, ln net.Listener) netip.AddrPort {
 	t.Helper()
-	ctx := testContext(t)
+	ctx := testbase.Context(t)
 	c, err := ns.DialContext(ctx, "tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
@@ -144,7 +139,7 @@ func TestRootLoopbackUnreachable(t *testing.T) {
 	ns := New(t)
 	ln := listen(t, netip.MustParseAddr("127.0.0.1"))
 
-	c, err := ns.DialContext(testContext(t), "tcp", ln.Addr().String())
+	c, err := ns.DialContext(testbase.Context(t), "tcp", ln.Addr().String())
 	if err == nil {
 		c.Close()
 		t.Fatalf("dial %s from the namespace succeeded: it reached the root namespace's loopback", ln.Addr())
@@ -171,7 +166,7 @@ func TestHTTPClient(t *testing.T) {
 	srv.Start()
 	defer srv.Close()
 
-	req, err := http.NewRequestWithContext(testContext(t), http.MethodGet, srv.URL, nil)
+	req, err := http.NewRequestWithContext(testbase.Context(t), http.MethodGet, srv.URL, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +223,7 @@ func TestGRPCDialer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cc.Close()
-	resp, err := healthpb.NewHealthClient(cc).Check(testContext(t), &healthpb.HealthCheckRequest{})
+	resp, err := healthpb.NewHealthClient(cc).Check(testbase.Context(t), &healthpb.HealthCheckRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +247,7 @@ func TestGRPCDialer(t *testing.T) {
 func TestUnplug(t *testing.T) {
 	ns := New(t)
 	ln := listen(t, ns.HostIP())
-	c, err := ns.DialContext(testContext(t), "tcp", ln.Addr().String())
+	c, err := ns.DialContext(testbase.Context(t), "tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,7 +275,7 @@ func TestUnplug(t *testing.T) {
 	if err := roundTrip(); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("after Unplug the client read %q, %v; want nothing until the deadline", buf, err)
 	}
-	ctx, cancel := context.WithTimeout(testContext(t), 500*time.Millisecond)
+	ctx, cancel := context.WithTimeout(testbase.Context(t), 500*time.Millisecond)
 	defer cancel()
 	if c2, err := ns.DialContext(ctx, "tcp", ln.Addr().String()); err == nil {
 		c2.Close()
@@ -290,7 +285,7 @@ func TestUnplug(t *testing.T) {
 
 func TestDialContextRejects(t *testing.T) {
 	ns := New(t)
-	ctx := testContext(t)
+	ctx := testbase.Context(t)
 	for _, tc := range []struct{ network, addr string }{
 		{"tcp", "localhost:80"},             // a name: resolved outside
 		{"tcp", net.JoinHostPort("", "80")}, // no host
@@ -380,7 +375,7 @@ func TestCleanupRemoves(t *testing.T) {
 		}
 		// A connection still open when the cleanup runs.
 		ln := listen(t, ns.HostIP())
-		c, err := ns.DialContext(testContext(t), "tcp", ln.Addr().String())
+		c, err := ns.DialContext(testbase.Context(t), "tcp", ln.Addr().String())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -400,7 +395,7 @@ func TestCleanupRemoves(t *testing.T) {
 	} else if use != "" {
 		t.Errorf("%s still in use after cleanup: %s", ns.prefix, use)
 	}
-	if _, err := ns.DialContext(testContext(t), "tcp", netip.AddrPortFrom(ns.HostIP(), 80).String()); err == nil {
+	if _, err := ns.DialContext(testbase.Context(t), "tcp", netip.AddrPortFrom(ns.HostIP(), 80).String()); err == nil {
 		t.Errorf("DialContext after cleanup succeeded")
 	}
 }
@@ -433,7 +428,7 @@ func TestNoThreadStaysInside(t *testing.T) {
 			s.Close()
 		}
 	}()
-	ctx := testContext(t)
+	ctx := testbase.Context(t)
 	var wg sync.WaitGroup
 	for range 20 {
 		wg.Go(func() {
@@ -487,7 +482,7 @@ func threadsOutside(t *testing.T, root string) []string {
 func TestDialOnMainThread(t *testing.T) {
 	ns := New(t)
 	ln := listen(t, ns.HostIP())
-	ctx := testContext(t)
+	ctx := testbase.Context(t)
 	var (
 		onMain              bool
 		before, after       string

@@ -2,6 +2,7 @@ package xdstest
 
 import (
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/legation-io/legation/internal/tools/procstat"
@@ -139,4 +140,56 @@ func GoroutinesByOwner(owner OwnerFunc) map[Owner]int {
 		out[owner(r.Stack())]++
 	}
 	return out
+}
+
+// pushOwnerOf tells by its functions whose code an allocation's stack is.
+// etcd's code anywhere makes it etcd's. Otherwise a frame of the server
+// packages anywhere makes it the server's, even when the allocating
+// function is the store's (a snapshot lookup the server makes); the view
+// applying the change runs in its own goroutine, so its stacks hold no
+// server frame. grpc-go's transports are told apart by side, not by
+// whose they are: the per-push etcd write crosses etcd's gRPC server
+// transport (its header decoding, a few hundred bytes per push, counts as
+// the server's: under 10 B per stream) and the benchmark's etcd client
+// transport (counted as the clients', which are not reported).
+func pushOwnerOf(stack []uintptr) Owner {
+	server, client := false, false
+	frames := runtime.CallersFrames(stack)
+	for more := true; more; {
+		var fr runtime.Frame
+		fr, more = frames.Next()
+		fn := fr.Function
+		switch {
+		case strings.HasPrefix(fn, "go.etcd.io/"):
+			return OwnedByOther
+		case strings.HasPrefix(fn, "github.com/legation-io/legation/internal/xds/delta."),
+			strings.HasPrefix(fn, "github.com/legation-io/legation/internal/xds/sotw."),
+			strings.HasPrefix(fn, "github.com/legation-io/legation/internal/xds/xdsstream."),
+			strings.HasPrefix(fn, "github.com/legation-io/legation/internal/xds/wire."),
+			strings.HasPrefix(fn, "github.com/legation-io/legation/internal/state/scope."),
+			strings.Contains(fn, "grpc/internal/transport.(*http2Server)"),
+			strings.Contains(fn, "grpc/internal/transport.NewServerTransport"),
+			strings.HasPrefix(fn, "google.golang.org/grpc.(*Server)"),
+			strings.HasPrefix(fn, "google.golang.org/grpc.(*serverStream)"):
+			server = true
+		case memoryClient(fn),
+			strings.HasPrefix(fn, "github.com/legation-io/legation/internal/testkit/xdstest.(*pushFixture)"),
+			strings.HasPrefix(fn, "github.com/legation-io/legation/internal/testkit/xdstest.pushCodec"),
+			strings.HasPrefix(fn, "github.com/legation-io/legation/internal/testkit/xdstest.(*pushMsg)"),
+			strings.Contains(fn, "grpc/internal/transport.(*http2Client)"),
+			strings.Contains(fn, "grpc/internal/transport.NewHTTP2Client"),
+			strings.Contains(fn, "grpc/internal/transport.newHTTP2Client"),
+			strings.HasPrefix(fn, "google.golang.org/grpc.(*clientStream)"),
+			strings.HasPrefix(fn, "google.golang.org/grpc.newClientStream"),
+			strings.HasPrefix(fn, "google.golang.org/grpc.(*csAttempt)"):
+			client = true
+		}
+	}
+	switch {
+	case server:
+		return OwnedByServer
+	case client:
+		return OwnedByClient
+	}
+	return OwnedByOther
 }

@@ -1,7 +1,8 @@
 // Package xdstest is the one test kit of Legation's xDS tests: the two
 // test timeouts, a test environment (a real embedded etcd, a store and a
 // running view on it), fixtures (listeners, routes, clusters, endpoints,
-// runtime layers and the store.Puts that write them), raw SotW and delta
+// runtime layers and the store.Puts that write them, built by
+// internal/testkit/fixture and failing the test on error), raw SotW and delta
 // ADS client streams that send exactly what a test says and receive with a
 // timeout, the decoded body of a replica's /debug/streams, and the
 // measuring tools and push scenario the fan-out benchmarks share.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/testkit/fixture"
 )
 
 // The memory scenario of the performance target "memory per connected
@@ -52,6 +53,19 @@ type MemoryServer struct {
 
 func memoryName(i int) string { return fmt.Sprintf("mem-%03d", i) }
 
+// memoryPuts writes the scenario's 200 clusters, each with its 20
+// endpoints.
+func memoryPuts(tb testing.TB) []store.Put {
+	puts := make([]store.Put, 0, 2*memoryResources)
+	for i := range memoryResources {
+		name := memoryName(i)
+		puts = append(puts,
+			Put(tb, resource.Cluster, store.DefaultScope, Cluster(name, 1000)),
+			Put(tb, resource.Endpoint, store.DefaultScope, Endpoints(name, fixture.Ports(10000, memoryEndpoints)...)))
+	}
+	return puts
+}
+
 // BenchmarkStreamMemory reports the memory each idle stream of the memory
 // scenario costs, for 1000 and 10,000 streams: the streams open (100 per
 // connection), receive the 200 clusters and 200 endpoint sets and ACK
@@ -70,17 +84,10 @@ func memoryName(i int) string { return fmt.Sprintf("mem-%03d", i) }
 // process's, clients included.
 func BenchmarkStreamMemory(b *testing.B, s MemoryServer) {
 	names := make([]string, memoryResources)
-	puts := make([]store.Put, 0, 2*memoryResources)
 	for i := range names {
 		names[i] = memoryName(i)
-		puts = append(puts, Put(b, resource.Cluster, store.DefaultScope, Cluster(names[i], 1000)))
-		ports := make([]uint32, memoryEndpoints)
-		for j := range ports {
-			ports[j] = 10000 + uint32(j)
-		}
-		puts = append(puts, Put(b, resource.Endpoint, store.DefaultScope, Endpoints(names[i], ports...)))
 	}
-	s.Env.Apply(b, puts)
+	s.Env.Apply(b, memoryPuts(b))
 	for _, n := range []int{1000, 10000} {
 		b.Run(fmt.Sprintf("streams=%d", n), func(b *testing.B) {
 			var heap, stack, goroutines, serverHeap, serverObjs, serverG float64

@@ -1,32 +1,17 @@
 package xdstest
 
 import (
-	"bytes"
-	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/legation-io/legation/internal/testkit/testbase"
 )
 
-// LogBuffer is an io.Writer for a test's logger: many goroutines write to
-// it, the test reads it. Its methods may be called concurrently.
-type LogBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *LogBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *LogBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+// LogBuffer is a goroutine-safe buffer for a test's logs:
+// testbase.LockedBuffer.
+type LogBuffer = testbase.LockedBuffer
 
 // CounterSum returns the sum of the samples of counter name on reg whose
 // labels include each pair of labels (name, value, name, value...); 0

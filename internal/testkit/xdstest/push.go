@@ -2,14 +2,10 @@ package xdstest
 
 import (
 	"context"
-	"encoding/binary"
-	"errors"
 	"fmt"
-	"io"
 	"runtime"
 	"runtime/debug"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -20,15 +16,11 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/encoding"
-	grpcproto "google.golang.org/grpc/encoding/proto"
-	"google.golang.org/grpc/mem"
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/testkit/fixture"
 	legationv1 "github.com/legation-io/legation/proto/legation/v1"
 )
 
@@ -85,15 +77,13 @@ func pushStreamsFor(clusters int) int {
 
 func pushClusterName(i int) string { return fmt.Sprintf("cluster-%06d", i) }
 
-// pushCluster is the scenario's cluster: an EDS cluster with no
-// eds_cluster_config, as the push benchmarks were first measured with
-// (Cluster adds one, which would change the bytes measured).
+// pushCluster is the scenario's cluster: fixture.Cluster without its
+// eds_cluster_config, the shape the push benchmarks' figures are measured
+// with (the config would change the bytes measured).
 func pushCluster(name string, ms int64) *clusterv3.Cluster {
-	return &clusterv3.Cluster{
-		Name:                 name,
-		ConnectTimeout:       durationpb.New(time.Duration(ms) * time.Millisecond),
-		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
-	}
+	c := fixture.Cluster(name, time.Duration(ms)*time.Millisecond)
+	c.EdsClusterConfig = nil
+	return c
 }
 
 // PushOptions are the Options of a push benchmark's Env: etcd's limits
@@ -489,198 +479,4 @@ func (f *pushFixture) push(b *testing.B) (start, end Mark, name string, rev int6
 	end = MarkNow()
 	start = WaitMark(b, published, pushTimeout)
 	return start, end, name, rev
-}
-
-// pushOwnerOf tells by its functions whose code an allocation's stack is.
-// etcd's code anywhere makes it etcd's. Otherwise a frame of the server
-// packages anywhere makes it the server's, even when the allocating
-// function is the store's (a snapshot lookup the server makes); the view
-// applying the change runs in its own goroutine, so its stacks hold no
-// server frame. grpc-go's transports are told apart by side, not by
-// whose they are: the per-push etcd write crosses etcd's gRPC server
-// transport (its header decoding, a few hundred bytes per push, counts as
-// the server's: under 10 B per stream) and the benchmark's etcd client
-// transport (counted as the clients', which are not reported).
-func pushOwnerOf(stack []uintptr) Owner {
-	server, client := false, false
-	frames := runtime.CallersFrames(stack)
-	for more := true; more; {
-		var fr runtime.Frame
-		fr, more = frames.Next()
-		fn := fr.Function
-		switch {
-		case strings.HasPrefix(fn, "go.etcd.io/"):
-			return OwnedByOther
-		case strings.HasPrefix(fn, "github.com/legation-io/legation/internal/xds/delta."),
-			strings.HasPrefix(fn, "github.com/legation-io/legation/internal/xds/sotw."),
-			strings.HasPrefix(fn, "github.com/legation-io/legation/internal/xds/xdsstream."),
-			strings.HasPrefix(fn, "github.com/legation-io/legation/internal/xds/wire."),
-			strings.HasPrefix(fn, "github.com/legation-io/legation/internal/state/scope."),
-			strings.Contains(fn, "grpc/internal/transport.(*http2Server)"),
-			strings.Contains(fn, "grpc/internal/transport.NewServerTransport"),
-			strings.HasPrefix(fn, "google.golang.org/grpc.(*Server)"),
-			strings.HasPrefix(fn, "google.golang.org/grpc.(*serverStream)"):
-			server = true
-		case memoryClient(fn),
-			strings.HasPrefix(fn, "github.com/legation-io/legation/internal/testkit/xdstest.(*pushFixture)"),
-			strings.HasPrefix(fn, "github.com/legation-io/legation/internal/testkit/xdstest.pushCodec"),
-			strings.HasPrefix(fn, "github.com/legation-io/legation/internal/testkit/xdstest.(*pushMsg)"),
-			strings.Contains(fn, "grpc/internal/transport.(*http2Client)"),
-			strings.Contains(fn, "grpc/internal/transport.NewHTTP2Client"),
-			strings.Contains(fn, "grpc/internal/transport.newHTTP2Client"),
-			strings.HasPrefix(fn, "google.golang.org/grpc.(*clientStream)"),
-			strings.HasPrefix(fn, "google.golang.org/grpc.newClientStream"),
-			strings.HasPrefix(fn, "google.golang.org/grpc.(*csAttempt)"):
-			client = true
-		}
-	}
-	switch {
-	case server:
-		return OwnedByServer
-	case client:
-		return OwnedByClient
-	}
-	return OwnedByOther
-}
-
-// pushMsg receives one DiscoveryResponse or DeltaDiscoveryResponse
-// through pushCodec, which reads only what the benchmark checks.
-type pushMsg struct {
-	delta bool // a DeltaDiscoveryResponse
-
-	// Set by each Unmarshal.
-	size      int // message bytes
-	resources int
-	removed   int    // removed_resources (delta)
-	version   []byte // version_info, or system_version_info in delta
-	nonce     []byte
-	name      []byte // the first resource's name (delta)
-
-	r       mem.Reader // reused: no allocation per message
-	scratch []byte     // the first resource (delta), read to find its name
-}
-
-// pushCodec is the clients' codec: requests go through the standard
-// proto codec; a pushMsg is scanned field by field straight from gRPC's
-// receive buffers, never copied whole (an initial response at 100,000
-// clusters is 13 MB), which allocates nothing.
-type pushCodec struct{}
-
-var pushProtoCodec = encoding.GetCodecV2(grpcproto.Name)
-
-func (pushCodec) Name() string { return grpcproto.Name }
-
-func (pushCodec) Marshal(v any) (mem.BufferSlice, error) { return pushProtoCodec.Marshal(v) }
-
-func (pushCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	m, ok := v.(*pushMsg)
-	if !ok {
-		return pushProtoCodec.Unmarshal(data, v)
-	}
-	m.size = data.Len()
-	m.r.Reset(data)
-	defer m.r.Close()
-	return m.scan()
-}
-
-// The fields read, the same numbers in both responses except removals.
-const (
-	pushFieldVersion   = 1 // version_info, system_version_info
-	pushFieldResources = 2
-	pushFieldNonce     = 5
-	pushFieldRemoved   = 6 // delta's removed_resources (SotW's control_plane)
-	pushFieldResName   = 3 // Resource.name (delta)
-)
-
-// scan reads the top-level fields of an encoded response from m.r.
-func (m *pushMsg) scan() error {
-	m.resources, m.removed = 0, 0
-	m.version, m.nonce, m.name = m.version[:0], m.nonce[:0], m.name[:0]
-	for m.r.Remaining() > 0 {
-		tag, err := binary.ReadUvarint(&m.r)
-		if err != nil {
-			return err
-		}
-		num, typ := protowire.Number(tag>>3), protowire.Type(tag&7)
-		switch typ {
-		case protowire.VarintType:
-			if _, err := binary.ReadUvarint(&m.r); err != nil {
-				return err
-			}
-			continue
-		case protowire.Fixed32Type:
-			_, err = m.r.Discard(4)
-		case protowire.Fixed64Type:
-			_, err = m.r.Discard(8)
-		case protowire.BytesType:
-			err = m.field(num)
-		default:
-			err = fmt.Errorf("unexpected wire type %d", typ)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	if len(m.nonce) == 0 {
-		return errors.New("a response without a nonce")
-	}
-	return nil
-}
-
-// field reads one length-delimited field.
-func (m *pushMsg) field(num protowire.Number) error {
-	l, err := binary.ReadUvarint(&m.r)
-	if err != nil {
-		return err
-	}
-	n := int(l)
-	switch {
-	case num == pushFieldVersion:
-		m.version, err = m.read(m.version, n)
-		return err
-	case num == pushFieldNonce:
-		m.nonce, err = m.read(m.nonce, n)
-		return err
-	case num == pushFieldResources:
-		m.resources++
-		if m.delta && m.resources == 1 {
-			if m.scratch, err = m.read(m.scratch[:0], n); err != nil {
-				return err
-			}
-			m.name = append(m.name, pushResourceName(m.scratch)...)
-			return nil
-		}
-	case num == pushFieldRemoved && m.delta:
-		m.removed++
-	}
-	_, err = m.r.Discard(n)
-	return err
-}
-
-// read appends the next n bytes of m.r to dst.
-func (m *pushMsg) read(dst []byte, n int) ([]byte, error) {
-	k := len(dst)
-	dst = append(dst, make([]byte, n)...) // no allocation once dst has grown
-	_, err := io.ReadFull(&m.r, dst[k:])
-	return dst, err
-}
-
-// pushResourceName returns the name of an encoded delta Resource.
-func pushResourceName(b []byte) []byte {
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return nil
-		}
-		b = b[n:]
-		if typ == protowire.BytesType && num == pushFieldResName {
-			v, _ := protowire.ConsumeBytes(b)
-			return v
-		}
-		if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
-			return nil
-		}
-		b = b[n:]
-	}
-	return nil
 }

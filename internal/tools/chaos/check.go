@@ -10,6 +10,7 @@ import (
 
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/tools/chaos/record"
 )
 
 // Violation kinds, one per promise checked.
@@ -122,7 +123,7 @@ type Report struct {
 }
 
 // Check returns the violations of the recorded responses against h.
-func Check(h *History, events []Event, opts Options) []Violation {
+func Check(h *History, events []record.Event, opts Options) []Violation {
 	return CheckRun(h, events, opts).Violations
 }
 
@@ -145,7 +146,7 @@ type clientState struct {
 	max    map[string]respRef         // per type: the highest version received
 	held   map[string]map[string]held // per type: what the client holds
 	full   map[string]bool            // per type: held is the full set
-	last   map[string]Event           // per type: the last response
+	last   map[string]record.Event    // per type: the last response
 	stream map[int64]*streamState     // open streams
 }
 
@@ -172,7 +173,7 @@ func newest(versions map[string]string) int64 {
 	return n
 }
 
-func newStream(e *Event) *streamState {
+func newStream(e *record.Event) *streamState {
 	return &streamState{mode: e.Mode, line: e.Line, presented: e.Presented, last: map[string]respRef{},
 		versions: map[string]map[int64]int{}, names: map[string]map[int64]map[string]bool{},
 		held: map[string]map[string]string{}, carried: map[string]map[string]bool{}, seen: map[string]bool{},
@@ -180,7 +181,7 @@ func newStream(e *Event) *streamState {
 }
 
 // CheckRun checks the recorded responses against h and reports.
-func CheckRun(h *History, events []Event, opts Options) Report {
+func CheckRun(h *History, events []record.Event, opts Options) Report {
 	c := &checker{h: h, opts: opts, clients: map[string]*clientState{}}
 	for i := range events {
 		c.event(&events[i])
@@ -202,7 +203,7 @@ func (c *checker) client(id string) *clientState {
 	cs := c.clients[id]
 	if cs == nil {
 		cs = &clientState{max: map[string]respRef{}, held: map[string]map[string]held{}, full: map[string]bool{},
-			last: map[string]Event{}, stream: map[int64]*streamState{}}
+			last: map[string]record.Event{}, stream: map[int64]*streamState{}}
 		if c.opts.Group != nil {
 			cs.group = c.opts.Group(id)
 		}
@@ -211,18 +212,18 @@ func (c *checker) client(id string) *clientState {
 	return cs
 }
 
-func (c *checker) add(e *Event, kind string, lines []int, versions []string, revs []int64, format string, a ...any) {
+func (c *checker) add(e *record.Event, kind string, lines []int, versions []string, revs []int64, format string, a ...any) {
 	c.rep.Violations = append(c.rep.Violations, Violation{Kind: kind, Client: e.Client, Stream: e.Stream, Type: e.Type,
 		Lines: lines, Versions: versions, Revisions: revs, Detail: fmt.Sprintf(format, a...)})
 }
 
-func (c *checker) event(e *Event) {
+func (c *checker) event(e *record.Event) {
 	cs := c.client(e.Client)
 	switch e.Kind {
-	case KindStart:
+	case record.KindStart:
 		cs.stream[e.Stream] = newStream(e)
 		return
-	case KindEnd:
+	case record.KindEnd:
 		delete(cs.stream, e.Stream)
 		return
 	}
@@ -239,14 +240,14 @@ func (c *checker) event(e *Event) {
 	}
 	me := respRef{line: e.Line, version: e.Version, v: v}
 	t, known := resource.ByURL(e.Type)
-	fullSotW := e.Mode == ModeSotW && known && t.Wildcard
+	fullSotW := e.Mode == record.ModeSotW && known && t.Wildcard
 
 	// (a) never backwards: on the stream, and across streams when the
 	// client presented what it holds.
 	if prev, ok := st.last[e.Type]; ok && v < prev.v {
 		c.add(e, VersionBackwards, []int{prev.line, e.Line}, []string{prev.version, e.Version}, nil, "the version went down on the stream")
 	} else if !ok && len(st.presented[e.Type]) > 0 {
-		if e.Mode == ModeDelta {
+		if e.Mode == record.ModeDelta {
 			// A delta client presents its resources' versions, not the
 			// system_version_info it last saw: the promise is not to go
 			// below the newest of them (another replica may be a few
@@ -270,12 +271,12 @@ func (c *checker) event(e *Event) {
 	}
 	n := st.versions[e.Type][v]
 	interim := false
-	if c.opts.InterimCDS && e.Mode == ModeSotW && known && t == resource.Cluster {
+	if c.opts.InterimCDS && e.Mode == record.ModeSotW && known && t == resource.Cluster {
 		prev, ok := st.last[e.Type]
 		interim = ((ok && prev.v == v) || (!ok && st.presented[e.Type][""] == e.Version)) &&
 			c.removesLater(e, cs.group, v)
 	}
-	if e.Mode == ModeSotW && n > 0 {
+	if e.Mode == record.ModeSotW && n > 0 {
 		prev := st.last[e.Type]
 		switch {
 		case interim:
@@ -285,7 +286,7 @@ func (c *checker) event(e *Event) {
 				"the stream received this type at this version %d times", n+1)
 		}
 	}
-	if e.Mode == ModeDelta {
+	if e.Mode == record.ModeDelta {
 		var dup []string
 		for _, r := range e.Resources {
 			if hv, ok := st.held[e.Type][r.Name]; ok && hv == r.Version {
@@ -345,7 +346,7 @@ func (c *checker) event(e *Event) {
 	cs.full[e.Type] = known && t.Wildcard
 	for _, r := range e.Resources {
 		hv := held{ver: v, sotw: true}
-		if e.Mode == ModeDelta {
+		if e.Mode == record.ModeDelta {
 			rv, _ := strconv.ParseInt(r.Version, 10, 64)
 			hv = held{ver: rv}
 		}
@@ -362,7 +363,7 @@ func (c *checker) event(e *Event) {
 // removesLater reports whether a response carries a resource that a
 // node of group stops seeing after revision v: an interim CDS response
 // holds removed clusters back, so it carries one.
-func (c *checker) removesLater(e *Event, group string, v int64) bool {
+func (c *checker) removesLater(e *record.Event, group string, v int64) bool {
 	for _, r := range e.Resources {
 		for _, scope := range []string{group, store.DefaultScope} {
 			if scope == "" {
@@ -379,7 +380,7 @@ func (c *checker) removesLater(e *Event, group string, v int64) bool {
 }
 
 // hasNew reports whether rs carries a name not in sent.
-func hasNew(rs []Resource, sent map[string]bool) bool {
+func hasNew(rs []record.Resource, sent map[string]bool) bool {
 	for _, r := range rs {
 		if !sent[r.Name] {
 			return true
@@ -389,7 +390,7 @@ func hasNew(rs []Resource, sent map[string]bool) bool {
 }
 
 // content checks a response at a known revision v against the state at v.
-func (c *checker) content(e *Event, cs *clientState, v int64, t *resource.Type, fullSotW, interim bool) {
+func (c *checker) content(e *record.Event, cs *clientState, v int64, t *resource.Type, fullSotW, interim bool) {
 	bad := func(kind string, revs []int64, format string, a ...any) {
 		c.add(e, kind, []int{e.Line}, []string{e.Version}, append([]int64{v}, revs...), format, a...)
 	}
@@ -445,7 +446,7 @@ func (c *checker) content(e *Event, cs *clientState, v int64, t *resource.Type, 
 			bad(Resurrected, []int64{d}, "carries %s, deleted at revision %d and not created again by %d", r.Name, d, v)
 		case mod == 0:
 			bad(HalfApply, nil, "carries %s, which does not exist at revision %d", r.Name, v)
-		case e.Mode == ModeDelta && r.Version != strconv.FormatInt(mod, 10):
+		case e.Mode == record.ModeDelta && r.Version != strconv.FormatInt(mod, 10):
 			bad(HalfApply, []int64{mod}, "carries %s at version %s; at revision %d it is at %d", r.Name, r.Version, v, mod)
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/legation-io/legation/internal/state/resource"
+	"github.com/legation-io/legation/internal/tools/chaos/record"
 	legationv1 "github.com/legation-io/legation/proto/legation/v1"
 )
 
@@ -98,15 +99,15 @@ func testHistory(t *testing.T) *History {
 var base = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // rec builds a recording; each step is one event.
-type rec struct{ es []Event }
+type rec struct{ es []record.Event }
 
 func (r *rec) start(client string, stream int64, mode string, presented map[string]map[string]string) *rec {
-	r.es = append(r.es, Event{Kind: KindStart, Client: client, Stream: stream, Mode: mode, Presented: presented})
+	r.es = append(r.es, record.Event{Kind: record.KindStart, Client: client, Stream: stream, Mode: mode, Presented: presented})
 	return r
 }
 
 func (r *rec) end(client string, stream int64, mode string) *rec {
-	r.es = append(r.es, Event{Kind: KindEnd, Client: client, Stream: stream, Mode: mode})
+	r.es = append(r.es, record.Event{Kind: record.KindEnd, Client: client, Stream: stream, Mode: mode})
 	return r
 }
 
@@ -114,7 +115,7 @@ func (r *rec) end(client string, stream int64, mode string) *rec {
 // (delta) or -name (delta, removed); a suffix #N gives it the bytes it
 // has at revision N.
 func (r *rec) resp(client string, stream int64, mode, typ, version string, items ...string) *rec {
-	e := Event{Kind: KindResponse, Client: client, Stream: stream, Mode: mode, Type: typ, Version: version, Nonce: "n"}
+	e := record.Event{Kind: record.KindResponse, Client: client, Stream: stream, Mode: mode, Type: typ, Version: version, Nonce: "n"}
 	for _, it := range items {
 		if name, ok := strings.CutPrefix(it, "-"); ok {
 			e.Removed = append(e.Removed, name)
@@ -125,11 +126,11 @@ func (r *rec) resp(client string, stream int64, mode, typ, version string, items
 		if !ok {
 			v = version
 		}
-		r := Resource{Name: name, Version: v}
+		r := record.Resource{Name: name, Version: v}
 		if hashed {
 			rev, _ := strconv.ParseInt(at, 10, 64)
 			typName := map[string]string{cds: "cluster", eds: "endpoint"}[typ]
-			r.Hash = BodyHash(body(typName, name, rev).GetValue())
+			r.Hash = record.BodyHash(body(typName, name, rev).GetValue())
 		}
 		e.Resources = append(e.Resources, r)
 	}
@@ -137,12 +138,12 @@ func (r *rec) resp(client string, stream int64, mode, typ, version string, items
 	return r
 }
 
-// events writes the recording through Writer and reads it back, so that
+// events writes the recording through record.Writer and reads it back, so that
 // lines and times are as in a file.
-func (r *rec) events(t *testing.T) []Event {
+func (r *rec) events(t *testing.T) []record.Event {
 	t.Helper()
 	var b bytes.Buffer
-	w := NewWriter(nopCloser{&b})
+	w := record.NewWriter(nopCloser{&b})
 	for i := range r.es {
 		e := r.es[i]
 		e.Time = base.Add(time.Duration(i) * time.Second)
@@ -151,7 +152,7 @@ func (r *rec) events(t *testing.T) []Event {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	es, err := ReadEvents(&b)
+	es, err := record.ReadEvents(&b)
 	if err != nil {
 		t.Fatalf("ReadEvents: %v", err)
 	}
@@ -170,28 +171,28 @@ func (nopCloser) Close() error { return nil }
 // client of group g.
 func good() *rec {
 	r := &rec{}
-	r.start("s1", 1, ModeSotW, nil).
-		resp("s1", 1, ModeSotW, cds, "2", "a", "b").
-		resp("s1", 1, ModeSotW, eds, "2", "a", "b").
-		resp("s1", 1, ModeSotW, eds, "3", "a#3").
-		resp("s1", 1, ModeSotW, cds, "4", "a#2").
-		resp("s1", 1, ModeSotW, eds, "5", "a").
-		end("s1", 1, ModeSotW).
-		start("s1", 2, ModeSotW, nil).
-		resp("s1", 2, ModeSotW, cds, "5", "a").
-		resp("s1", 2, ModeSotW, eds, "5", "a")
-	r.start("d1", 1, ModeDelta, nil).
-		resp("d1", 1, ModeDelta, cds, "2", "a@2", "b@2").
-		resp("d1", 1, ModeDelta, eds, "2", "a@2", "b@2").
-		resp("d1", 1, ModeDelta, eds, "3", "a@3").
-		resp("d1", 1, ModeDelta, cds, "4", "-b").
-		resp("d1", 1, ModeDelta, eds, "4", "-b").
-		end("d1", 1, ModeDelta).
-		start("d1", 2, ModeDelta, map[string]map[string]string{cds: {"a": "2"}, eds: {"a": "3"}}).
-		resp("d1", 2, ModeDelta, eds, "5", "a@5#5")
-	r.start("g-1", 1, ModeSotW, nil).
-		resp("g-1", 1, ModeSotW, cds, "3", "a", "b", "c").
-		resp("g-1", 1, ModeSotW, cds, "6", "a", "c")
+	r.start("s1", 1, record.ModeSotW, nil).
+		resp("s1", 1, record.ModeSotW, cds, "2", "a", "b").
+		resp("s1", 1, record.ModeSotW, eds, "2", "a", "b").
+		resp("s1", 1, record.ModeSotW, eds, "3", "a#3").
+		resp("s1", 1, record.ModeSotW, cds, "4", "a#2").
+		resp("s1", 1, record.ModeSotW, eds, "5", "a").
+		end("s1", 1, record.ModeSotW).
+		start("s1", 2, record.ModeSotW, nil).
+		resp("s1", 2, record.ModeSotW, cds, "5", "a").
+		resp("s1", 2, record.ModeSotW, eds, "5", "a")
+	r.start("d1", 1, record.ModeDelta, nil).
+		resp("d1", 1, record.ModeDelta, cds, "2", "a@2", "b@2").
+		resp("d1", 1, record.ModeDelta, eds, "2", "a@2", "b@2").
+		resp("d1", 1, record.ModeDelta, eds, "3", "a@3").
+		resp("d1", 1, record.ModeDelta, cds, "4", "-b").
+		resp("d1", 1, record.ModeDelta, eds, "4", "-b").
+		end("d1", 1, record.ModeDelta).
+		start("d1", 2, record.ModeDelta, map[string]map[string]string{cds: {"a": "2"}, eds: {"a": "3"}}).
+		resp("d1", 2, record.ModeDelta, eds, "5", "a@5#5")
+	r.start("g-1", 1, record.ModeSotW, nil).
+		resp("g-1", 1, record.ModeSotW, cds, "3", "a", "b", "c").
+		resp("g-1", 1, record.ModeSotW, cds, "6", "a", "c")
 	return r
 }
 
@@ -219,71 +220,71 @@ func TestCheckCatchesEachKind(t *testing.T) {
 		want []string // kinds, in order
 	}{
 		{"good", good(), heal, nil},
-		{"backwards on a stream", (&rec{}).start("s1", 1, ModeSotW, nil).
-			resp("s1", 1, ModeSotW, eds, "3", "a").
-			resp("s1", 1, ModeSotW, eds, "2", "a", "b"), documented, []string{VersionBackwards}},
-		{"backwards across a reconnect", (&rec{}).start("d1", 1, ModeDelta, nil).
-			resp("d1", 1, ModeDelta, eds, "5", "a@5").
-			end("d1", 1, ModeDelta).
-			start("d1", 2, ModeDelta, map[string]map[string]string{eds: {"a": "5"}}).
-			resp("d1", 2, ModeDelta, eds, "3", "a@3"), documented, []string{VersionBackwards}},
-		{"delta reconnect below its last system version, not below what it presents", (&rec{}).start("d2", 1, ModeDelta, nil).
-			resp("d2", 1, ModeDelta, eds, "2", "a@2", "b@2").
-			resp("d2", 1, ModeDelta, eds, "4", "-b").
-			end("d2", 1, ModeDelta).
-			start("d2", 2, ModeDelta, map[string]map[string]string{eds: {"a": "2"}}).
-			resp("d2", 2, ModeDelta, eds, "3", "a@3"), documented, nil},
-		{"half an apply (SotW set)", (&rec{}).start("s1", 1, ModeSotW, nil).
-			resp("s1", 1, ModeSotW, cds, "2", "a"), documented, []string{HalfApply}},
-		{"half an apply (delta version)", (&rec{}).start("d1", 1, ModeDelta, nil).
-			resp("d1", 1, ModeDelta, eds, "3", "a@2", "b@2"), documented, []string{HalfApply}},
-		{"half an apply (SotW old bytes)", (&rec{}).start("s1", 1, ModeSotW, nil).
-			resp("s1", 1, ModeSotW, eds, "3", "a#2"), documented, []string{HalfApply}},
-		{"half an apply (SotW set, old bytes)", (&rec{}).start("g-1", 1, ModeSotW, nil).
-			resp("g-1", 1, ModeSotW, cds, "3", "a#2", "b#2", "c#2"), documented, []string{HalfApply}},
-		{"a deleted resource comes back", (&rec{}).start("s1", 1, ModeSotW, nil).
-			resp("s1", 1, ModeSotW, eds, "5", "b"), documented, []string{Resurrected}},
-		{"the same version twice", (&rec{}).start("s1", 1, ModeSotW, nil).
-			resp("s1", 1, ModeSotW, eds, "2", "a", "b").
-			resp("s1", 1, ModeSotW, eds, "2", "a", "b"), documented, []string{Duplicate}},
-		{"new names at the same version, not allowed", (&rec{}).start("s1", 1, ModeSotW, nil).
-			resp("s1", 1, ModeSotW, eds, "2", "a").
-			resp("s1", 1, ModeSotW, eds, "2", "b"), Options{}, []string{Duplicate}},
-		{"new names at the same version, documented", (&rec{}).start("s1", 1, ModeSotW, nil).
-			resp("s1", 1, ModeSotW, eds, "2", "a").
-			resp("s1", 1, ModeSotW, eds, "2", "b"), documented, nil},
-		{"interim CDS, documented", (&rec{}).start("s1", 1, ModeSotW, nil).
-			resp("s1", 1, ModeSotW, cds, "2", "a", "b").
-			resp("s1", 1, ModeSotW, cds, "2", "a", "b").
-			resp("s1", 1, ModeSotW, cds, "4", "a"), documented, nil},
-		{"interims, then a set too big", (&rec{}).start("g-1", 1, ModeSotW, nil).
-			resp("g-1", 1, ModeSotW, cds, "2", "a#2", "b#2").
-			resp("g-1", 1, ModeSotW, cds, "2", "a#2", "b#2", "c#3").
-			resp("g-1", 1, ModeSotW, cds, "2", "a#2", "b#2", "c#3", "x"), documented, []string{HalfApply}},
-		{"a repeat that removes nothing is no interim", (&rec{}).start("s1", 1, ModeSotW, nil).
-			resp("s1", 1, ModeSotW, cds, "4", "a").
-			resp("s1", 1, ModeSotW, cds, "4", "a"), documented, []string{Duplicate}},
+		{"backwards on a stream", (&rec{}).start("s1", 1, record.ModeSotW, nil).
+			resp("s1", 1, record.ModeSotW, eds, "3", "a").
+			resp("s1", 1, record.ModeSotW, eds, "2", "a", "b"), documented, []string{VersionBackwards}},
+		{"backwards across a reconnect", (&rec{}).start("d1", 1, record.ModeDelta, nil).
+			resp("d1", 1, record.ModeDelta, eds, "5", "a@5").
+			end("d1", 1, record.ModeDelta).
+			start("d1", 2, record.ModeDelta, map[string]map[string]string{eds: {"a": "5"}}).
+			resp("d1", 2, record.ModeDelta, eds, "3", "a@3"), documented, []string{VersionBackwards}},
+		{"delta reconnect below its last system version, not below what it presents", (&rec{}).start("d2", 1, record.ModeDelta, nil).
+			resp("d2", 1, record.ModeDelta, eds, "2", "a@2", "b@2").
+			resp("d2", 1, record.ModeDelta, eds, "4", "-b").
+			end("d2", 1, record.ModeDelta).
+			start("d2", 2, record.ModeDelta, map[string]map[string]string{eds: {"a": "2"}}).
+			resp("d2", 2, record.ModeDelta, eds, "3", "a@3"), documented, nil},
+		{"half an apply (SotW set)", (&rec{}).start("s1", 1, record.ModeSotW, nil).
+			resp("s1", 1, record.ModeSotW, cds, "2", "a"), documented, []string{HalfApply}},
+		{"half an apply (delta version)", (&rec{}).start("d1", 1, record.ModeDelta, nil).
+			resp("d1", 1, record.ModeDelta, eds, "3", "a@2", "b@2"), documented, []string{HalfApply}},
+		{"half an apply (SotW old bytes)", (&rec{}).start("s1", 1, record.ModeSotW, nil).
+			resp("s1", 1, record.ModeSotW, eds, "3", "a#2"), documented, []string{HalfApply}},
+		{"half an apply (SotW set, old bytes)", (&rec{}).start("g-1", 1, record.ModeSotW, nil).
+			resp("g-1", 1, record.ModeSotW, cds, "3", "a#2", "b#2", "c#2"), documented, []string{HalfApply}},
+		{"a deleted resource comes back", (&rec{}).start("s1", 1, record.ModeSotW, nil).
+			resp("s1", 1, record.ModeSotW, eds, "5", "b"), documented, []string{Resurrected}},
+		{"the same version twice", (&rec{}).start("s1", 1, record.ModeSotW, nil).
+			resp("s1", 1, record.ModeSotW, eds, "2", "a", "b").
+			resp("s1", 1, record.ModeSotW, eds, "2", "a", "b"), documented, []string{Duplicate}},
+		{"new names at the same version, not allowed", (&rec{}).start("s1", 1, record.ModeSotW, nil).
+			resp("s1", 1, record.ModeSotW, eds, "2", "a").
+			resp("s1", 1, record.ModeSotW, eds, "2", "b"), Options{}, []string{Duplicate}},
+		{"new names at the same version, documented", (&rec{}).start("s1", 1, record.ModeSotW, nil).
+			resp("s1", 1, record.ModeSotW, eds, "2", "a").
+			resp("s1", 1, record.ModeSotW, eds, "2", "b"), documented, nil},
+		{"interim CDS, documented", (&rec{}).start("s1", 1, record.ModeSotW, nil).
+			resp("s1", 1, record.ModeSotW, cds, "2", "a", "b").
+			resp("s1", 1, record.ModeSotW, cds, "2", "a", "b").
+			resp("s1", 1, record.ModeSotW, cds, "4", "a"), documented, nil},
+		{"interims, then a set too big", (&rec{}).start("g-1", 1, record.ModeSotW, nil).
+			resp("g-1", 1, record.ModeSotW, cds, "2", "a#2", "b#2").
+			resp("g-1", 1, record.ModeSotW, cds, "2", "a#2", "b#2", "c#3").
+			resp("g-1", 1, record.ModeSotW, cds, "2", "a#2", "b#2", "c#3", "x"), documented, []string{HalfApply}},
+		{"a repeat that removes nothing is no interim", (&rec{}).start("s1", 1, record.ModeSotW, nil).
+			resp("s1", 1, record.ModeSotW, cds, "4", "a").
+			resp("s1", 1, record.ModeSotW, cds, "4", "a"), documented, []string{Duplicate}},
 		{"interim CDS first on a resumed stream, documented", (&rec{}).
-			start("g-1", 1, ModeSotW, map[string]map[string]string{cds: {"": "2"}}).
-			resp("g-1", 1, ModeSotW, cds, "2", "a#2", "b#2", "c#3").
-			resp("g-1", 1, ModeSotW, cds, "4", "a#2", "c#3"), Options{InterimCDS: true, Group: group}, nil},
-		{"interim CDS, not allowed", (&rec{}).start("s1", 1, ModeSotW, nil).
-			resp("s1", 1, ModeSotW, cds, "2", "a", "b").
-			resp("s1", 1, ModeSotW, cds, "2", "a", "b").
-			resp("s1", 1, ModeSotW, cds, "4", "a"), Options{}, []string{Duplicate}},
-		{"delta resource resent on a stream", (&rec{}).start("d1", 1, ModeDelta, nil).
-			resp("d1", 1, ModeDelta, eds, "3", "a@3").
-			resp("d1", 1, ModeDelta, eds, "4", "a@3", "-b"), documented, []string{Duplicate}},
-		{"a presented version resent", (&rec{}).start("d1", 1, ModeDelta, map[string]map[string]string{eds: {"a": "3"}}).
-			resp("d1", 1, ModeDelta, eds, "3", "a@3"), documented, []string{Resent}},
-		{"not converged", (&rec{}).start("s1", 1, ModeSotW, nil).
-			resp("s1", 1, ModeSotW, cds, "4", "a").
-			resp("s1", 1, ModeSotW, eds, "3", "a"), heal, []string{NotConverged}},
-		{"converged too late", (&rec{}).start("s1", 1, ModeSotW, nil).
-			resp("s1", 1, ModeSotW, cds, "5", "a"), func() Options { o := heal; o.ConvergeWithin = 500 * time.Millisecond; return o }(),
+			start("g-1", 1, record.ModeSotW, map[string]map[string]string{cds: {"": "2"}}).
+			resp("g-1", 1, record.ModeSotW, cds, "2", "a#2", "b#2", "c#3").
+			resp("g-1", 1, record.ModeSotW, cds, "4", "a#2", "c#3"), Options{InterimCDS: true, Group: group}, nil},
+		{"interim CDS, not allowed", (&rec{}).start("s1", 1, record.ModeSotW, nil).
+			resp("s1", 1, record.ModeSotW, cds, "2", "a", "b").
+			resp("s1", 1, record.ModeSotW, cds, "2", "a", "b").
+			resp("s1", 1, record.ModeSotW, cds, "4", "a"), Options{}, []string{Duplicate}},
+		{"delta resource resent on a stream", (&rec{}).start("d1", 1, record.ModeDelta, nil).
+			resp("d1", 1, record.ModeDelta, eds, "3", "a@3").
+			resp("d1", 1, record.ModeDelta, eds, "4", "a@3", "-b"), documented, []string{Duplicate}},
+		{"a presented version resent", (&rec{}).start("d1", 1, record.ModeDelta, map[string]map[string]string{eds: {"a": "3"}}).
+			resp("d1", 1, record.ModeDelta, eds, "3", "a@3"), documented, []string{Resent}},
+		{"not converged", (&rec{}).start("s1", 1, record.ModeSotW, nil).
+			resp("s1", 1, record.ModeSotW, cds, "4", "a").
+			resp("s1", 1, record.ModeSotW, eds, "3", "a"), heal, []string{NotConverged}},
+		{"converged too late", (&rec{}).start("s1", 1, record.ModeSotW, nil).
+			resp("s1", 1, record.ModeSotW, cds, "5", "a"), func() Options { o := heal; o.ConvergeWithin = 500 * time.Millisecond; return o }(),
 			[]string{NotConverged}},
-		{"a version that is no revision", (&rec{}).start("s1", 1, ModeSotW, nil).
-			resp("s1", 1, ModeSotW, cds, "abc", "a"), documented, []string{Malformed}},
+		{"a version that is no revision", (&rec{}).start("s1", 1, record.ModeSotW, nil).
+			resp("s1", 1, record.ModeSotW, cds, "abc", "a"), documented, []string{Malformed}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rep := CheckRun(h, tc.r.events(t), tc.opts)
@@ -306,7 +307,7 @@ func TestCheckCatchesEachKind(t *testing.T) {
 // stream, the responses' lines and versions and the revisions.
 func TestViolationNamesWhatIsInvolved(t *testing.T) {
 	h := testHistory(t)
-	r := (&rec{}).start("s1", 7, ModeSotW, nil).resp("s1", 7, ModeSotW, eds, "5", "b")
+	r := (&rec{}).start("s1", 7, record.ModeSotW, nil).resp("s1", 7, record.ModeSotW, eds, "5", "b")
 	vs := Check(h, r.events(t), DocumentedExceptions())
 	if len(vs) != 1 {
 		t.Fatalf("violations %v, want 1", vs)
@@ -322,7 +323,7 @@ func TestViolationNamesWhatIsInvolved(t *testing.T) {
 // TestReadErrorsNameTheLine checks that bad lines are reported with their
 // line number.
 func TestReadErrorsNameTheLine(t *testing.T) {
-	_, err := ReadEvents(strings.NewReader(`{"kind":"start","client":"a","stream":1,"mode":"sotw"}` + "\n" + `{"kind":"response","client":"a","stream":1,"mode":"sotw"}` + "\n"))
+	_, err := record.ReadEvents(strings.NewReader(`{"kind":"start","client":"a","stream":1,"mode":"sotw"}` + "\n" + `{"kind":"response","client":"a","stream":1,"mode":"sotw"}` + "\n"))
 	if err == nil || !strings.Contains(err.Error(), "line 2") || !strings.Contains(err.Error(), "no type") {
 		t.Errorf("ReadEvents: %v, want an error naming line 2 and the missing type", err)
 	}
@@ -360,10 +361,10 @@ func TestGapInHistory(t *testing.T) {
 	if h.Known(5) || !h.Known(2) || !h.Known(9) || len(h.Gaps) != 1 {
 		t.Errorf("known 2, 5, 9: %v %v %v, gaps %d; want true false true, 1", h.Known(2), h.Known(5), h.Known(9), len(h.Gaps))
 	}
-	r := (&rec{}).start("d1", 1, ModeDelta, nil).
-		resp("d1", 1, ModeDelta, cds, "2", "a@2").
-		resp("d1", 1, ModeDelta, cds, "5", "a@5").
-		resp("d1", 1, ModeDelta, cds, "10", "a@7", "b@2")
+	r := (&rec{}).start("d1", 1, record.ModeDelta, nil).
+		resp("d1", 1, record.ModeDelta, cds, "2", "a@2").
+		resp("d1", 1, record.ModeDelta, cds, "5", "a@5").
+		resp("d1", 1, record.ModeDelta, cds, "10", "a@7", "b@2")
 	rep := CheckRun(h, r.events(t), DocumentedExceptions())
 	if rep.Unknown != 1 || len(rep.Violations) != 1 || rep.Violations[0].Kind != Resurrected {
 		t.Errorf("unknown %d, violations %v; want 1 unknown and one resurrected", rep.Unknown, rep.Violations)

@@ -6,11 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"os"
 	"sort"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -20,6 +18,7 @@ import (
 	"github.com/legation-io/legation/internal/state/keyspace"
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/tools/chaos/record"
 )
 
 // History record kinds.
@@ -212,7 +211,7 @@ type rkey struct {
 type ver struct {
 	rev, mod int64
 	deleted  bool
-	hash     string // BodyHash of the resource's bytes
+	hash     string // record.BodyHash of the resource's bytes
 }
 
 // History is etcd's history of a run's resources as the checker reads
@@ -344,16 +343,7 @@ func keyOf(p string, rec HistoryRecord) (rkey, string, error) {
 	if err != nil {
 		return rkey{}, "", err
 	}
-	return rkey{typ: k.Type.URL, scope: k.Scope, name: k.Name}, BodyHash(env.GetBody().GetValue()), nil
-}
-
-// BodyHash is the hash of a resource's bytes that recordings and the
-// history carry (FNV-1a, 64 bits, in hex): the bytes a client receives
-// are the ones stored in etcd.
-func BodyHash(b []byte) string {
-	f := fnv.New64a()
-	f.Write(b)
-	return strconv.FormatUint(f.Sum64(), 16)
+	return rkey{typ: k.Type.URL, scope: k.Scope, name: k.Name}, record.BodyHash(env.GetBody().GetValue()), nil
 }
 
 // Known reports whether the state at rev is known: within [Start, Last]

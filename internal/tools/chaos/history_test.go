@@ -1,9 +1,8 @@
 package chaos
 
 import (
-	"bytes"
 	"context"
-	"sync"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,20 +10,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/legation-io/legation/internal/state/devetcd"
+	"github.com/legation-io/legation/internal/testkit/testbase"
 	"github.com/legation-io/legation/internal/testkit/xdstest"
 )
-
-// syncBuffer is a bytes.Buffer safe for a writer and a reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
 
 // TestHistoryRecorderThroughCompaction records a real etcd whose history
 // is compacted before the recorder's watch starts: the recorder writes a
@@ -63,7 +51,7 @@ func TestHistoryRecorderThroughCompaction(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var buf syncBuffer
+	var buf testbase.LockedBuffer
 	h, err := NewHistoryRecorder(cli, "/legation/", &buf)
 	if err != nil {
 		t.Fatal(err)
@@ -96,9 +84,9 @@ func TestHistoryRecorderThroughCompaction(t *testing.T) {
 		t.Fatalf("Run: %v", err)
 	}
 
-	hist, err := ReadHistory(&buf.b)
+	hist, err := ReadHistory(strings.NewReader(buf.String()))
 	if err != nil {
-		t.Fatalf("ReadHistory: %v\n%s", err, buf.b.String())
+		t.Fatalf("ReadHistory: %v\n%s", err, buf.String())
 	}
 	if len(hist.Gaps) != 1 || hist.Gaps[0].Rev < compacted || hist.Known(compacted-1) {
 		t.Fatalf("gaps %+v, known before the compaction %v; want one gap up to at least %d", hist.Gaps, hist.Known(compacted-1), compacted)

@@ -19,6 +19,7 @@ import (
 	"github.com/legation-io/legation/internal/testkit/replicatest"
 	"github.com/legation-io/legation/internal/testkit/xdstest"
 	"github.com/legation-io/legation/internal/tools/chaos"
+	"github.com/legation-io/legation/internal/tools/chaos/record"
 	"github.com/legation-io/legation/internal/tools/loadgen"
 )
 
@@ -100,7 +101,7 @@ func (p *cutProxy) cut() {
 // to a real replica, recording what they receive and etcd's history, with
 // a few updates and cuts of every connection (clients resuming with
 // resume), and checks the recording.
-func recordedRun(t *testing.T, resume bool, cuts int) (chaos.Report, []chaos.Event, *chaos.History, *chaos.HistoryRecorder) {
+func recordedRun(t *testing.T, resume bool, cuts int) (chaos.Report, []record.Event, *chaos.History, *chaos.HistoryRecorder) {
 	n, cli, prefix := startReplica(t)
 	proxy := newCutProxy(t, n.XDSAddr())
 	st, err := store.New(store.Config{Client: cli, Prefix: prefix, Writer: "chaos-test"})
@@ -132,7 +133,7 @@ func recordedRun(t *testing.T, resume bool, cuts int) (chaos.Report, []chaos.Eve
 	}
 
 	recPath := filepath.Join(dir, "recording.jsonl")
-	w, err := chaos.Create(recPath)
+	w, err := record.Create(recPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +209,7 @@ func recordedRun(t *testing.T, resume bool, cuts int) (chaos.Report, []chaos.Eve
 	if err != nil {
 		t.Fatal(err)
 	}
-	events, err := chaos.ReadEventsFile(recPath)
+	events, err := record.ReadEventsFile(recPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,9 +234,9 @@ func recordedRun(t *testing.T, resume bool, cuts int) (chaos.Report, []chaos.Eve
 
 // streams counts the stream starts of a recording, and those that
 // presented versions.
-func streams(events []chaos.Event) (starts, presented int) {
+func streams(events []record.Event) (starts, presented int) {
 	for _, e := range events {
-		if e.Kind == chaos.KindStart {
+		if e.Kind == record.KindStart {
 			starts++
 			if len(e.Presented) > 0 {
 				presented++

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+
+	"github.com/legation-io/legation/internal/testkit/fixture"
 )
 
 // TestDeltaResumeKeepsSubscriptions: a resuming delta client's first
@@ -18,11 +20,11 @@ func TestDeltaResumeKeepsSubscriptions(t *testing.T) {
 	cfg.Resume = true
 	f := &fleet{cfg: cfg, index: map[string]int{}, routeIndex: map[string]int{}}
 	for i := range 3 {
-		f.names = append(f.names, ClusterName(i))
+		f.names = append(f.names, fixture.ClusterName(i))
 		f.index[f.names[i]] = i
 	}
 	for i := range 2 {
-		f.routes = append(f.routes, RouteName(i))
+		f.routes = append(f.routes, fixture.RouteName(i))
 		f.routeIndex[f.routes[i]] = i
 	}
 	c := newClient(f, 0, nil)
@@ -32,17 +34,17 @@ func TestDeltaResumeKeepsSubscriptions(t *testing.T) {
 		return deltaResource{name: []byte(name), version: []byte(version)}
 	}
 	for _, r := range []*deltaResponse{
-		{typeURL: cdsURL, resources: []deltaResource{res(ClusterName(0), "5"), res(ClusterName(1), "5")}},
-		{typeURL: edsURL, resources: []deltaResource{res(ClusterName(0), "5"), res(ClusterName(1), "6")}},
-		{typeURL: ldsURL, resources: []deltaResource{res(ListenerName(0), "5")}},
-		{typeURL: rdsURL, resources: []deltaResource{res(RouteName(0), "7"), res(RouteName(1), "5")}},
+		{typeURL: cdsURL, resources: []deltaResource{res(fixture.ClusterName(0), "5"), res(fixture.ClusterName(1), "5")}},
+		{typeURL: edsURL, resources: []deltaResource{res(fixture.ClusterName(0), "5"), res(fixture.ClusterName(1), "6")}},
+		{typeURL: ldsURL, resources: []deltaResource{res(fixture.ListenerName(0), "5")}},
+		{typeURL: rdsURL, resources: []deltaResource{res(fixture.RouteName(0), "7"), res(fixture.RouteName(1), "5")}},
 	} {
 		c.holdDelta(r)
 	}
 	addSubscribed(c.subscribed, []int{0, 1}, f.names)
 	addSubscribed(c.rdsSubscribed, []int{0, 1}, f.routes)
 
-	want := map[string][]string{edsURL: {ClusterName(0), ClusterName(1)}, rdsURL: {RouteName(0), RouteName(1)}}
+	want := map[string][]string{edsURL: {fixture.ClusterName(0), fixture.ClusterName(1)}, rdsURL: {fixture.RouteName(0), fixture.RouteName(1)}}
 	// Three streams in a row, each ending after its first request was
 	// sent, then one that sends them all: every one asks for the same.
 	for stream := 1; stream <= 4; stream++ {
@@ -94,7 +96,7 @@ func TestResumePresentsWhatWasApplied(t *testing.T) {
 	if err := benchDelta(d, &deltaState{}, &deltaResponse{}, deltaWire(t, cdsURL, 6), dfail); err == nil {
 		t.Fatal("onDelta: no error from a failed send")
 	}
-	if got := d.presentedDelta()[cdsURL][ClusterName(7)]; got != "6" {
-		t.Errorf("delta presents %s at %q after its stream ended on the EDS subscription, want 6", ClusterName(7), got)
+	if got := d.presentedDelta()[cdsURL][fixture.ClusterName(7)]; got != "6" {
+		t.Errorf("delta presents %s at %q after its stream ended on the EDS subscription, want 6", fixture.ClusterName(7), got)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/legation-io/legation/internal/testkit/fixture"
 )
 
 // The benchmark fixture: as make bench-load's, 200 EDS clusters of 20
@@ -23,9 +25,9 @@ func benchFleet(tb testing.TB) *client {
 	tb.Helper()
 	f := &fleet{index: map[string]int{}, routeIndex: map[string]int{}, errors: map[string]int{}}
 	for i := range benchClusters {
-		f.names = append(f.names, ClusterName(i))
+		f.names = append(f.names, fixture.ClusterName(i))
 		f.index[f.names[i]] = i
-		f.routes = append(f.routes, RouteName(i))
+		f.routes = append(f.routes, fixture.RouteName(i))
 		f.routeIndex[f.routes[i]] = i
 	}
 	c := newClient(f, 0, nil)
@@ -41,11 +43,11 @@ func fixtureBodies(tb testing.TB, typ string) []proto.Message {
 	for i := range benchClusters {
 		switch typ {
 		case cdsURL:
-			out = append(out, ClusterResource(ClusterName(i)))
+			out = append(out, fixture.ClusterResource(fixture.ClusterName(i)))
 		case edsURL:
-			out = append(out, Endpoints(i, benchEndpoints, 8080).LoadAssignment())
+			out = append(out, fixture.Endpoints(i, benchEndpoints, 8080).LoadAssignment())
 		case ldsURL:
-			l, err := ListenerResource(i)
+			l, err := fixture.ListenerResource(i)
 			if err != nil {
 				tb.Fatal(err)
 			}
@@ -83,9 +85,9 @@ func deltaWire(tb testing.TB, typ string, version int) []byte {
 		if err != nil {
 			tb.Fatal(err)
 		}
-		name := ClusterName(i)
+		name := fixture.ClusterName(i)
 		if typ == ldsURL {
-			name = ListenerName(i)
+			name = fixture.ListenerName(i)
 		}
 		resp.Resources = append(resp.Resources, &discoveryv3.Resource{Name: name, Version: strconv.Itoa(version), Resource: a})
 	}

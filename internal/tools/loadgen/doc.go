@@ -15,5 +15,7 @@
 //
 // It owns the clients, the scenario and the result (Result, its JSON
 // schema and its text summary). It does not own a server: the caller
-// starts the replica or the go-control-plane server it measures.
+// starts the replica or the go-control-plane server it measures, nor the
+// fixture it seeds (fixture.Set, from internal/testkit/fixture, which the
+// tests and benchmarks build theirs with too).
 package loadgen

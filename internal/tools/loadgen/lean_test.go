@@ -16,7 +16,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
-	"github.com/legation-io/legation/internal/tools/chaos"
+	"github.com/legation-io/legation/internal/testkit/fixture"
+	"github.com/legation-io/legation/internal/tools/chaos/record"
 )
 
 // The references: what the client read with the full proto runtime
@@ -64,34 +65,34 @@ func leanListenerRoutes(b []byte) ([]string, error) {
 
 // refSotWRecord and refDeltaRecord are the resources a recorded response
 // carried, as record.go read them from the proto runtime's messages.
-func refSotWRecord(resp *discoveryv3.DiscoveryResponse) []chaos.Resource {
-	var rs []chaos.Resource
+func refSotWRecord(resp *discoveryv3.DiscoveryResponse) []record.Resource {
+	var rs []record.Resource
 	for _, a := range resp.GetResources() {
-		rs = append(rs, chaos.Resource{Name: claName(a.GetValue()), Version: resp.GetVersionInfo(), Hash: chaos.BodyHash(a.GetValue())})
+		rs = append(rs, record.Resource{Name: claName(a.GetValue()), Version: resp.GetVersionInfo(), Hash: record.BodyHash(a.GetValue())})
 	}
 	return rs
 }
 
-func refDeltaRecord(resp *discoveryv3.DeltaDiscoveryResponse) []chaos.Resource {
-	var rs []chaos.Resource
+func refDeltaRecord(resp *discoveryv3.DeltaDiscoveryResponse) []record.Resource {
+	var rs []record.Resource
 	for _, r := range resp.GetResources() {
-		rs = append(rs, chaos.Resource{Name: r.GetName(), Version: r.GetVersion(), Hash: chaos.BodyHash(r.GetResource().GetValue())})
+		rs = append(rs, record.Resource{Name: r.GetName(), Version: r.GetVersion(), Hash: record.BodyHash(r.GetResource().GetValue())})
 	}
 	return rs
 }
 
-func leanSotWRecord(r *sotwResponse) []chaos.Resource {
-	var rs []chaos.Resource
+func leanSotWRecord(r *sotwResponse) []record.Resource {
+	var rs []record.Resource
 	for _, b := range r.bodies {
-		rs = append(rs, chaos.Resource{Name: claName(b), Version: r.versionInfo, Hash: chaos.BodyHash(b)})
+		rs = append(rs, record.Resource{Name: claName(b), Version: r.versionInfo, Hash: record.BodyHash(b)})
 	}
 	return rs
 }
 
-func leanDeltaRecord(r *deltaResponse) []chaos.Resource {
-	var rs []chaos.Resource
+func leanDeltaRecord(r *deltaResponse) []record.Resource {
+	var rs []record.Resource
 	for _, x := range r.resources {
-		rs = append(rs, chaos.Resource{Name: string(x.name), Version: string(x.version), Hash: chaos.BodyHash(x.body)})
+		rs = append(rs, record.Resource{Name: string(x.name), Version: string(x.version), Hash: record.BodyHash(x.body)})
 	}
 	return rs
 }
@@ -166,10 +167,10 @@ func leanSeeds(tb testing.TB) [][]byte {
 		}
 		return b
 	}
-	cluster := enc(ClusterResource(ClusterName(1)))
+	cluster := enc(fixture.ClusterResource(fixture.ClusterName(1)))
 	plain := enc(&clusterv3.Cluster{Name: "plain", ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STRICT_DNS}})
 	svc := enc(&clusterv3.Cluster{EdsClusterConfig: &clusterv3.Cluster_EdsClusterConfig{ServiceName: "other"}})
-	l, err := ListenerResource(2)
+	l, err := fixture.ListenerResource(2)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -188,12 +189,12 @@ func leanSeeds(tb testing.TB) [][]byte {
 		{Filters: []*listenerv3.Filter{{Name: "a", ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: hcmAny}}}},
 		{Filters: []*listenerv3.Filter{{Name: "b", ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: inline}}}},
 	}})
-	cla := enc(Endpoints(3, 4, 8080).LoadAssignment())
+	cla := enc(fixture.Endpoints(3, 4, 8080).LoadAssignment())
 	sotw := enc(&discoveryv3.DiscoveryResponse{VersionInfo: "7", TypeUrl: edsURL, Nonce: "n7",
-		Resources: []*anypb.Any{{TypeUrl: edsURL, Value: cla}, {TypeUrl: edsURL, Value: enc(Endpoints(4, 2, 8080).LoadAssignment())}}})
+		Resources: []*anypb.Any{{TypeUrl: edsURL, Value: cla}, {TypeUrl: edsURL, Value: enc(fixture.Endpoints(4, 2, 8080).LoadAssignment())}}})
 	delta := enc(&discoveryv3.DeltaDiscoveryResponse{SystemVersionInfo: "8", TypeUrl: cdsURL, Nonce: "n8",
-		Resources:        []*discoveryv3.Resource{{Name: ClusterName(1), Version: "8", Resource: &anypb.Any{TypeUrl: cdsURL, Value: cluster}, Aliases: []string{"x"}}},
-		RemovedResources: []string{ClusterName(2)}})
+		Resources:        []*discoveryv3.Resource{{Name: fixture.ClusterName(1), Version: "8", Resource: &anypb.Any{TypeUrl: cdsURL, Value: cluster}, Aliases: []string{"x"}}},
+		RemovedResources: []string{fixture.ClusterName(2)}})
 	// A delta response whose one resource carries its resource twice:
 	// the two merge, the second value wins.
 	twice := slices.Concat(
@@ -204,7 +205,7 @@ func leanSeeds(tb testing.TB) [][]byte {
 		merged,
 		cluster, plain, svc, slices.Concat(cluster, svc), slices.Concat(svc, plain),
 		listener, twoFilters, slices.Concat(listener, twoFilters),
-		cla, slices.Concat(cla, enc(Endpoints(5, 1, 80).LoadAssignment())),
+		cla, slices.Concat(cla, enc(fixture.Endpoints(5, 1, 80).LoadAssignment())),
 		sotw, slices.Concat(sotw, sotw), delta, slices.Concat(delta, delta),
 		{}, {0x0a, 0x02, 0xff, 0xfe}, {0x1a, 0x80},
 	}
@@ -319,7 +320,7 @@ func TestClientCountsAndHolds(t *testing.T) {
 	if d.heldN.Load() != benchClusters || d.edsVersion.Load() != 9 {
 		t.Errorf("delta: holding %d at version %d, want %d at 9", d.heldN.Load(), d.edsVersion.Load(), benchClusters)
 	}
-	if got := d.deltaVersions[edsURL][ClusterName(7)]; got != "9" {
-		t.Errorf("delta: holds %s at %q, want 9", ClusterName(7), got)
+	if got := d.deltaVersions[edsURL][fixture.ClusterName(7)]; got != "9" {
+		t.Errorf("delta: holds %s at %q, want 9", fixture.ClusterName(7), got)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/legation-io/legation/internal/replica"
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/testkit/fixture"
 	"github.com/legation-io/legation/internal/testkit/replicatest"
 	"github.com/legation-io/legation/internal/testkit/xdstest"
 	"github.com/legation-io/legation/internal/tools/loadgen"
@@ -202,12 +203,7 @@ func TestSeedKeepsOtherResources(t *testing.T) {
 	tg := &loadgen.StoreTarget{Store: r.store}
 	seed := func(n, listeners int) {
 		t.Helper()
-		fx := loadgen.Fixture{Listeners: listeners}
-		for i := range n {
-			fx.Clusters = append(fx.Clusters, loadgen.ClusterName(i))
-			fx.Endpoints = append(fx.Endpoints, loadgen.Endpoints(i, 2, 10000))
-		}
-		if _, err := tg.Seed(ctx, fx); err != nil {
+		if _, err := tg.Seed(ctx, fixture.NewSet(n, 2, listeners, 10000)); err != nil {
 			t.Fatalf("Seed(%d, %d): %v", n, listeners, err)
 		}
 	}

@@ -4,7 +4,7 @@ import (
 	"maps"
 	"time"
 
-	"github.com/legation-io/legation/internal/tools/chaos"
+	"github.com/legation-io/legation/internal/tools/chaos/record"
 )
 
 // Recorder receives what the clients see: each stream's start and end and
@@ -13,10 +13,10 @@ import (
 // client's receive path, so it must not block for long (a slow recorder
 // delays the client's ACKs). It may keep e: nothing changes it after.
 type Recorder interface {
-	Record(e *chaos.Event)
+	Record(e *record.Event)
 }
 
-var _ Recorder = (*chaos.Writer)(nil)
+var _ Recorder = (*record.Writer)(nil)
 
 // recordStart records the start of the client's next stream and returns
 // its number; 0 when nothing is recorded. presented is what the stream's
@@ -27,7 +27,7 @@ func (c *client) recordStart(mode string, presented map[string]map[string]string
 		return 0
 	}
 	c.streams++
-	r.Record(&chaos.Event{Kind: chaos.KindStart, Time: time.Now(), Client: c.node.GetId(), Stream: c.streams, Mode: mode, Presented: presented})
+	r.Record(&record.Event{Kind: record.KindStart, Time: time.Now(), Client: c.node.GetId(), Stream: c.streams, Mode: mode, Presented: presented})
 	return c.streams
 }
 
@@ -36,7 +36,7 @@ func (c *client) recordEnd(n int64, mode string, err error) {
 	if n == 0 {
 		return
 	}
-	e := &chaos.Event{Kind: chaos.KindEnd, Time: time.Now(), Client: c.node.GetId(), Stream: n, Mode: mode}
+	e := &record.Event{Kind: record.KindEnd, Time: time.Now(), Client: c.node.GetId(), Stream: n, Mode: mode}
 	if err != nil {
 		e.Error = err.Error()
 	}
@@ -50,12 +50,12 @@ func (c *client) recordSotW(n int64, resp *sotwResponse) {
 	if n == 0 {
 		return
 	}
-	rs := make([]chaos.Resource, len(resp.bodies))
+	rs := make([]record.Resource, len(resp.bodies))
 	for i, b := range resp.bodies {
-		rs[i] = chaos.Resource{Name: claName(b), Version: resp.versionInfo, Hash: chaos.BodyHash(b)}
+		rs[i] = record.Resource{Name: claName(b), Version: resp.versionInfo, Hash: record.BodyHash(b)}
 	}
-	c.f.cfg.Recorder.Record(&chaos.Event{Kind: chaos.KindResponse, Time: time.Now(), Client: c.node.GetId(), Stream: n,
-		Mode: chaos.ModeSotW, Type: resp.typeURL, Version: resp.versionInfo, Nonce: resp.nonce, Resources: rs})
+	c.f.cfg.Recorder.Record(&record.Event{Kind: record.KindResponse, Time: time.Now(), Client: c.node.GetId(), Stream: n,
+		Mode: record.ModeSotW, Type: resp.typeURL, Version: resp.versionInfo, Nonce: resp.nonce, Resources: rs})
 }
 
 // recordDelta records a delta response received on stream n.
@@ -63,17 +63,17 @@ func (c *client) recordDelta(n int64, resp *deltaResponse) {
 	if n == 0 {
 		return
 	}
-	rs := make([]chaos.Resource, len(resp.resources))
+	rs := make([]record.Resource, len(resp.resources))
 	for i, r := range resp.resources {
-		rs[i] = chaos.Resource{Name: string(r.name), Version: string(r.version), Hash: chaos.BodyHash(r.body)}
+		rs[i] = record.Resource{Name: string(r.name), Version: string(r.version), Hash: record.BodyHash(r.body)}
 	}
-	c.f.cfg.Recorder.Record(&chaos.Event{Kind: chaos.KindResponse, Time: time.Now(), Client: c.node.GetId(), Stream: n,
-		Mode: chaos.ModeDelta, Type: resp.typeURL, Version: resp.systemVersionInfo, Nonce: resp.nonce,
+	c.f.cfg.Recorder.Record(&record.Event{Kind: record.KindResponse, Time: time.Now(), Client: c.node.GetId(), Stream: n,
+		Mode: record.ModeDelta, Type: resp.typeURL, Version: resp.systemVersionInfo, Nonce: resp.nonce,
 		Resources: rs, Removed: resp.removed})
 }
 
 // presentedSotW returns the versions a resuming SotW client presents per
-// type URL, under the name "" (chaos.Event.Presented); nil without
+// type URL, under the name "" (record.Event.Presented); nil without
 // Config.Resume or before anything was ACKed.
 func (c *client) presentedSotW() map[string]map[string]string {
 	var out map[string]map[string]string

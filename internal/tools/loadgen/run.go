@@ -9,10 +9,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/legation-io/legation/internal/replica/quietgc"
-	"github.com/legation-io/legation/internal/tools/procstat"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/legation-io/legation/internal/replica/quietgc"
+	"github.com/legation-io/legation/internal/testkit/fixture"
+	"github.com/legation-io/legation/internal/tools/procstat"
 )
 
 // goal is what the clients are waited for: an EDS version, and for the
@@ -140,14 +142,13 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	f := &fleet{cfg: cfg, index: make(map[string]int, cfg.Clusters), routeIndex: make(map[string]int, cfg.Listeners), errors: map[string]int{}}
 	for i := range cfg.Listeners {
-		f.routes = append(f.routes, RouteName(i))
+		f.routes = append(f.routes, fixture.RouteName(i))
 		f.routeIndex[f.routes[i]] = i
 	}
-	sets := make([]EndpointSet, cfg.Clusters)
-	for i := range cfg.Clusters {
-		f.names = append(f.names, ClusterName(i))
-		f.index[f.names[i]] = i
-		sets[i] = Endpoints(i, cfg.Endpoints, seedPort)
+	fx := fixture.NewSet(cfg.Clusters, cfg.Endpoints, cfg.Listeners, seedPort)
+	for i, name := range fx.Clusters {
+		f.names = append(f.names, name)
+		f.index[name] = i
 	}
 	hc := &http.Client{Timeout: 10 * time.Second}
 	scrape := func() (*ServerSample, error) {
@@ -186,7 +187,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	setPhase := func(p string) { phase.Store(&p) }
 	setPhase("seed")
 
-	seed, err := cfg.Target.Seed(ctx, Fixture{Clusters: f.names, Endpoints: sets, Listeners: cfg.Listeners})
+	seed, err := cfg.Target.Seed(ctx, fx)
 	if err != nil {
 		return nil, fmt.Errorf("seed the fixture: %w", err)
 	}
@@ -317,7 +318,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		next = time.Now().Add(cfg.Interval)
 		setPhase(fmt.Sprintf("update %d/%d", k+1, cfg.Updates))
 		i := k % cfg.Clusters
-		set := Endpoints(i, cfg.Endpoints, seedPort+1+uint32(k))
+		set := fixture.Endpoints(i, cfg.Endpoints, seedPort+1+uint32(k))
 		b0, r0 := f.sums()
 		c, err := cfg.Target.SetEndpoints(ctx, set)
 		if err != nil {

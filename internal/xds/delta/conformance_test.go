@@ -95,336 +95,336 @@ func typeStatus(s delta.StreamStatus, typ *resource.Type) *delta.TypeStatus {
 	return &delta.TypeStatus{}
 }
 
-// Legacy wildcard: the first request of a LDS/CDS-like type with no names
-// subscribes to everything; of another type it subscribes to nothing.
-func TestDeltaLegacyWildcard(t *testing.T) {
+// dreq is a delta request, as the scripts send them.
+type dreq = discoveryv3.DeltaDiscoveryRequest
+
+// Subscriptions: wildcards, names, absent names, deletions and scopes,
+// each case one rule of xds-protocol.rst's "Incremental xDS".
+func TestDeltaSubscriptions(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	r1 := e.Apply(t, []store.Put{
-		xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("a", 1)),
-		xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("b", 1)),
-		xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("a", 1)),
+	runScripts(t, []script{
+		// The first request of a LDS/CDS-like type with no names
+		// subscribes to everything; of another type it subscribes to
+		// nothing.
+		{name: "legacy wildcard", steps: []step{
+			apply(cds("a", 1), cds("b", 1), eds("a", 1)),
+			open((*env).deltaADS),
+			send(&dreq{Node: &corev3.Node{Id: "n1"}, TypeUrl: resource.Cluster.URL}),
+			expect(resource.Cluster, "legacy wildcard CDS", vers{"a": 1, "b": 1}), ack(),
+			send(&dreq{TypeUrl: resource.Endpoint.URL}),
+			expect(resource.Endpoint, "EDS with no names is not a wildcard", nil), ack(),
+			apply(cds("c", 1), eds("a", 2)),
+			expect(resource.Cluster, "a new cluster", vers{"c": 2}), ack(),
+			none(), // the endpoints are not subscribed
+		}},
+		// Explicit "*" subscribes to everything, on any type;
+		// unsubscribing "*" stops it. Here on the per-type DeltaEndpoints
+		// service.
+		{name: "explicit wildcard until unsubscribed", steps: []step{
+			apply(eds("a", 1), eds("b", 1)),
+			open((*env).deltaEDS),
+			send(&dreq{Node: &corev3.Node{Id: "n1"}, ResourceNamesSubscribe: []string{"*"}}),
+			expect(resource.Endpoint, "*", vers{"a": 1, "b": 1}), ack(),
+			apply(eds("c", 1)),
+			expect(resource.Endpoint, "a new resource under *", vers{"c": 2}), ack(),
+			send(&dreq{ResourceNamesUnsubscribe: []string{"*"}}),
+			none(),
+			apply(eds("a", 2)),
+			none(), // no longer subscribed
+		}},
+		// "*" and explicit names together; an explicit name that does not
+		// exist is removed; unsubscribing an explicit name that the
+		// wildcard also covers keeps it.
+		{name: "wildcard plus names", steps: []step{
+			apply(cds("a", 1), cds("b", 1)),
+			open((*env).deltaADS),
+			send(&dreq{Node: &corev3.Node{Id: "n1"}, TypeUrl: resource.Cluster.URL, ResourceNamesSubscribe: []string{"*", "a", "x"}}),
+			expect(resource.Cluster, "* + a + x", vers{"a": 1, "b": 1}, "x"), ack(),
+			send(&dreq{TypeUrl: resource.Cluster.URL, ResourceNamesUnsubscribe: []string{"a"}}),
+			none(),
+			apply(cds("a", 2)),
+			expect(resource.Cluster, "a under * after unsubscribing the name a", vers{"a": 2}), ack(),
+			apply(cds("x", 1)),
+			expect(resource.Cluster, "x created", vers{"x": 3}),
+		}},
+		// Named subscriptions may be added and removed at any time; each
+		// subscribe is answered with the new names only, an unsubscribe
+		// with nothing, and an unsubscribed resource's changes are not
+		// sent.
+		{name: "named subscribe and unsubscribe", steps: []step{
+			apply(eds("a", 1), eds("b", 1), eds("c", 1)),
+			open((*env).deltaADS),
+			send(&dreq{Node: &corev3.Node{Id: "n1"}, TypeUrl: resource.Endpoint.URL, ResourceNamesSubscribe: []string{"a"}}),
+			expect(resource.Endpoint, "subscribe a", vers{"a": 1}), ack(),
+			send(&dreq{TypeUrl: resource.Endpoint.URL, ResourceNamesSubscribe: []string{"b"}}),
+			expect(resource.Endpoint, "subscribe b", vers{"b": 1}), ack(),
+			send(&dreq{TypeUrl: resource.Endpoint.URL, ResourceNamesUnsubscribe: []string{"a"}}),
+			none(),
+			apply(eds("a", 2), eds("b", 2), eds("c", 2)),
+			expect(resource.Endpoint, "a, b, c changed; only b subscribed", vers{"b": 2}), ack(),
+			none(),
+			// Subscribing again sends the current version.
+			send(&dreq{TypeUrl: resource.Endpoint.URL, ResourceNamesSubscribe: []string{"a"}}),
+			expect(resource.Endpoint, "subscribe a again", vers{"a": 2}),
+		}},
+		// Unsubscribing names that were never subscribed is ignored, on a
+		// named and on a wildcard subscription.
+		{name: "phantom unsubscribes ignored", steps: []step{
+			apply(cds("a", 1), eds("a", 1), eds("b", 1)),
+			open((*env).deltaADS),
+			send(&dreq{Node: &corev3.Node{Id: "n1"}, TypeUrl: resource.Cluster.URL}),
+			expect(resource.Cluster, "CDS", vers{"a": 1}), ack(),
+			send(&dreq{TypeUrl: resource.Endpoint.URL, ResourceNamesSubscribe: []string{"a"}}),
+			expect(resource.Endpoint, "EDS", vers{"a": 1}), ack(),
+			send(&dreq{TypeUrl: resource.Endpoint.URL, ResourceNamesUnsubscribe: []string{"b", "never"}}),
+			send(&dreq{TypeUrl: resource.Cluster.URL, ResourceNamesUnsubscribe: []string{"a", "never"}}),
+			none(),
+			apply(cds("a", 2), eds("a", 2), eds("b", 2)),
+			expect(resource.Cluster, "CDS after phantom unsubscribes", vers{"a": 2}), ack(),
+			expect(resource.Endpoint, "EDS after phantom unsubscribes", vers{"a": 2}), ack(),
+			none(),
+		}},
+		// A name asked for that does not exist is listed in
+		// removed_resources, once; created later it is sent; asked again
+		// it is listed again.
+		{name: "absent name listed as removed", steps: []step{
+			apply(eds("a", 1)),
+			open((*env).deltaADS),
+			send(&dreq{Node: &corev3.Node{Id: "n1"}, TypeUrl: resource.Endpoint.URL, ResourceNamesSubscribe: []string{"a", "nope"}}),
+			expect(resource.Endpoint, "a and nope", vers{"a": 1}, "nope"), ack(),
+			apply(cds("nope", 1)), // another type
+			none(),
+			send(&dreq{TypeUrl: resource.Endpoint.URL, ResourceNamesSubscribe: []string{"nope"}}),
+			expect(resource.Endpoint, "nope asked again", nil, "nope"), ack(),
+			apply(eds("nope", 1)),
+			expect(resource.Endpoint, "nope created", vers{"nope": 3}), ack(),
+			applyDel(nil, xdstest.Key(resource.Endpoint, "nope")),
+			expect(resource.Endpoint, "nope deleted", nil, "nope"), ack(),
+			none(),
+		}},
+		// A deletion is sent as removed_resources, here on the per-type
+		// DeltaClusters service.
+		{name: "deletion sent as removed", steps: []step{
+			apply(cds("a", 1), cds("b", 1)),
+			open((*env).deltaCDS),
+			send(&dreq{Node: &corev3.Node{Id: "n1"}}), // no type_url: the service's
+			expect(resource.Cluster, "CDS", vers{"a": 1, "b": 1}), ack(),
+			applyDel(nil, xdstest.Key(resource.Cluster, "a")),
+			expect(resource.Cluster, "a deleted", nil, "a"),
+			check(func(r *scriptRun) {
+				if r.last.GetSystemVersionInfo() != v(r.rev(2)) {
+					r.t.Fatalf("system_version_info %q, want %d", r.last.GetSystemVersionInfo(), r.rev(2))
+				}
+			}),
+			ack(),
+			none(),
+			check(func(r *scriptRun) {
+				st := streamStatus(r.t, r.e, "n1", func(delta.StreamStatus) bool { return true })
+				if st.Protocol != "delta-cluster" {
+					r.t.Errorf("protocol %q, want delta-cluster", st.Protocol)
+				}
+			}),
+		}},
+		// A node sees its group's resource over the default one; the
+		// default's changes are then not sent; when the override
+		// disappears the default is sent in its place. Another group's
+		// resources are never sent.
+		{name: "group scope overrides the default", steps: []step{
+			apply(cds("a", 1), cds("b", 1)),
+			apply(cdsIn("g1", "a", 2)),
+			open((*env).deltaADS),
+			send(&dreq{Node: &corev3.Node{Id: "n1", Cluster: "g1"}, TypeUrl: resource.Cluster.URL}),
+			expect(resource.Cluster, "override", vers{"a": 2, "b": 1}),
+			check(func(r *scriptRun) {
+				if got := connectTimeoutOf(r.t, r.last, "a"); got != 2 {
+					r.t.Fatalf("a is the default's (%dms), want g1's", got)
+				}
+			}),
+			ack(),
+			apply(cds("a", 3)),
+			none(), // overridden
+			apply(cdsIn("g2", "b", 9), cdsIn("g2", "z", 9)),
+			none(), // another group
+			applyDel(nil, xdstest.ScopedKey(resource.Cluster, "g1", "a")),
+			expect(resource.Cluster, "override deleted", vers{"a": 3}),
+			check(func(r *scriptRun) {
+				if got := connectTimeoutOf(r.t, r.last, "a"); got != 3 {
+					r.t.Fatalf("a is %dms, want the default's 3ms", got)
+				}
+			}),
+			ack(),
+			apply(cdsIn("g1", "c", 5)),
+			expect(resource.Cluster, "group-only resource", vers{"c": 6}), ack(),
+			applyDel(nil, xdstest.ScopedKey(resource.Cluster, "g1", "c")),
+			expect(resource.Cluster, "group-only resource deleted", nil, "c"),
+		}},
 	})
-	s := e.deltaADS(t)
-	s.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n1"}, TypeUrl: resource.Cluster.URL})
-	resp := s.ExpectType(resource.Cluster)
-	checkResp(t, "legacy wildcard CDS", resp, map[string]string{"a": v(r1), "b": v(r1)})
-	s.Ack(resp)
-	s.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Endpoint.URL})
-	resp = s.ExpectType(resource.Endpoint)
-	checkResp(t, "EDS with no names is not a wildcard", resp, nil)
-	s.Ack(resp)
-	r2 := e.Apply(t, []store.Put{
-		xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("c", 1)),
-		xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("a", 2)),
-	})
-	resp = s.ExpectType(resource.Cluster)
-	checkResp(t, "a new cluster", resp, map[string]string{"c": v(r2)})
-	s.Ack(resp)
-	s.ExpectNone() // the endpoints are not subscribed
 }
 
-// Explicit "*" subscribes to everything, on any type; unsubscribing "*"
-// stops it. Here on the per-type DeltaEndpoints service.
-func TestDeltaExplicitWildcard(t *testing.T) {
+// Resuming: what a new stream presents in initial_resource_versions
+// decides what it is sent (promises 3 and 4), and an explicit subscribe is
+// always answered.
+func TestDeltaResume(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	r1 := e.Apply(t, []store.Put{
-		xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("a", 1)),
-		xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("b", 1)),
+	runScripts(t, []script{
+		// initial_resource_versions are honoured, for wildcard and for
+		// named subscriptions: what the client holds at the current
+		// version is not resent, what changed is sent, what is gone is
+		// removed.
+		{name: "reconnect honours initial versions", steps: []step{
+			apply(cds("a", 1), cds("b", 1), cds("c", 1), eds("a", 1), eds("b", 1), eds("c", 1)),
+			apply(cds("b", 2), eds("b", 2)),
+			applyDel(nil, xdstest.Key(resource.Cluster, "c"), xdstest.Key(resource.Endpoint, "c")),
+			open((*env).deltaADS),
+			send(&dreq{Node: &corev3.Node{Id: "n1"}, TypeUrl: resource.Cluster.URL,
+				InitialResourceVersions: map[string]string{"a": "@1", "b": "@1", "c": "@1", "d": "@1"}}),
+			expect(resource.Cluster, "CDS reconnect", vers{"b": 2}, "c", "d"), ack(),
+			// Envoy resubscribes every name it wants on a new stream,
+			// presenting what it holds: only what changed is sent.
+			send(&dreq{TypeUrl: resource.Endpoint.URL, ResourceNamesSubscribe: []string{"a", "b", "c"},
+				InitialResourceVersions: map[string]string{"a": "@1", "b": "@1", "c": "@1"}}),
+			expect(resource.Endpoint, "EDS reconnect", vers{"b": 2}, "c"), ack(),
+			none(),
+			// Holding everything at the current version: nothing at all
+			// is sent.
+			open((*env).deltaCDS),
+			send(&dreq{Node: &corev3.Node{Id: "n2"}, InitialResourceVersions: map[string]string{"a": "@1", "b": "@2"}}),
+			none(),
+			apply(cds("a", 4)),
+			expect(resource.Cluster, "a change after a silent reconnect", vers{"a": 4}),
+			on(1),
+			expectAny(resource.Cluster), // the first stream too
+		}},
+		// A name the client explicitly (re)subscribes is always sent, even
+		// if the server thinks the client holds it at the current version
+		// (Envoy can forget resources).
+		{name: "explicit subscribe always resends", steps: []step{
+			apply(cds("a", 1), cds("b", 1), eds("a", 1)),
+			open((*env).deltaADS),
+			send(&dreq{Node: &corev3.Node{Id: "n1"}, TypeUrl: resource.Cluster.URL}),
+			expect(resource.Cluster, "CDS", vers{"a": 1, "b": 1}), ack(),
+			send(&dreq{TypeUrl: resource.Cluster.URL, ResourceNamesSubscribe: []string{"a"}}),
+			expect(resource.Cluster, "a subscribed while held", vers{"a": 1}), ack(),
+			send(&dreq{TypeUrl: resource.Endpoint.URL, ResourceNamesSubscribe: []string{"a"}}),
+			expect(resource.Endpoint, "EDS a", vers{"a": 1}), ack(),
+			send(&dreq{TypeUrl: resource.Endpoint.URL, ResourceNamesSubscribe: []string{"a"}}),
+			expect(resource.Endpoint, "EDS a again", vers{"a": 1}), ack(),
+			none(),
+			// On a new stream, a name subscribed without being presented
+			// in initial_resource_versions is sent.
+			open((*env).deltaADS),
+			send(&dreq{Node: &corev3.Node{Id: "n2"}, TypeUrl: resource.Cluster.URL,
+				ResourceNamesSubscribe: []string{"a", "b"}, InitialResourceVersions: map[string]string{"a": "@1"}}),
+			expect(resource.Cluster, "b not presented", vers{"b": 1}),
+		}},
 	})
-	s := e.deltaEDS(t)
-	s.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n1"}, ResourceNamesSubscribe: []string{"*"}})
-	resp := s.ExpectType(resource.Endpoint)
-	checkResp(t, "*", resp, map[string]string{"a": v(r1), "b": v(r1)})
-	s.Ack(resp)
-	r2 := e.Apply(t, []store.Put{xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("c", 1))})
-	resp = s.ExpectType(resource.Endpoint)
-	checkResp(t, "a new resource under *", resp, map[string]string{"c": v(r2)})
-	s.Ack(resp)
-	s.Send(&discoveryv3.DeltaDiscoveryRequest{ResourceNamesUnsubscribe: []string{"*"}})
-	s.ExpectNone()
-	e.Apply(t, []store.Put{xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("a", 2))})
-	s.ExpectNone() // no longer subscribed
 }
 
-// Wildcard plus names: "*" and explicit names together; an explicit name
-// that does not exist is removed; unsubscribing an explicit name that the
-// wildcard also covers keeps it.
-func TestDeltaWildcardPlusNames(t *testing.T) {
+// ACKs and NACKs: what is sent after each, per type.
+func TestDeltaAckNack(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	r1 := e.Apply(t, []store.Put{
-		xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("a", 1)),
-		xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("b", 1)),
+	runScripts(t, []script{
+		// A NACK never causes a resend loop: nothing more is sent for the
+		// type until what the stream would receive of it changes; a
+		// change elsewhere in etcd does not count (promise 7).
+		{name: "NACK never loops", steps: []step{
+			apply(cds("a", 1), cds("b", 1)),
+			open((*env).deltaADS),
+			send(&dreq{Node: &corev3.Node{Id: "n1", Cluster: "g1"}, TypeUrl: resource.Cluster.URL}),
+			expect(resource.Cluster, "CDS", vers{"a": 1, "b": 1}),
+			nack("bad cluster"),
+			none(),
+			apply(eds("a", 1), cdsIn("g2", "a", 7), lds(store.DefaultScope, "l", "l")),
+			none(),
+			// The client sends the NACK again (as Envoy may, e.g. with a
+			// new subscription of another type): still nothing.
+			nack("bad cluster"),
+			none(),
+			apply(cdsIn("g1", "a", 3)),
+			expect(resource.Cluster, "a change after the NACK", vers{"a": 3}),
+			nack("bad again"),
+			none(),
+			apply(cds("b", 4)),
+			expect(resource.Cluster, "another change after the NACK", vers{"b": 4}), ack(),
+			none(),
+		}},
+		// At most one outstanding response per type per stream; changes
+		// made while one is un-ACKed coalesce into one response with the
+		// latest versions. Another type is not held back, and a stale
+		// nonce is not an ACK.
+		{name: "one outstanding response per type, changes coalesced", steps: []step{
+			apply(cds("a", 1), cds("b", 1), eds("a", 1)),
+			open((*env).deltaADS),
+			send(&dreq{Node: &corev3.Node{Id: "n1"}, TypeUrl: resource.Cluster.URL}),
+			expect(resource.Cluster, "CDS", vers{"a": 1, "b": 1}), save("first"),
+			apply(cds("a", 2)),
+			apply(cds("b", 3)),
+			apply(cds("a", 4), cds("c", 4)),
+			none(),
+			send(&dreq{TypeUrl: resource.Cluster.URL, ResponseNonce: "stale"}),
+			none(),
+			send(&dreq{TypeUrl: resource.Endpoint.URL, ResourceNamesSubscribe: []string{"a"}}),
+			expect(resource.Endpoint, "EDS", vers{"a": 1}), // EDS is not held back by CDS
+			ack(),
+			ackOf("first"),
+			expect(resource.Cluster, "coalesced", vers{"a": 4, "b": 3, "c": 4}),
+			check(func(r *scriptRun) {
+				if r.last.GetSystemVersionInfo() != v(r.rev(4)) {
+					r.t.Errorf("system_version_info %q, want %d", r.last.GetSystemVersionInfo(), r.rev(4))
+				}
+			}),
+			ack(),
+			none(),
+		}},
 	})
-	s := e.deltaADS(t)
-	s.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n1"}, TypeUrl: resource.Cluster.URL,
-		ResourceNamesSubscribe: []string{"*", "a", "x"}})
-	resp := s.ExpectType(resource.Cluster)
-	checkResp(t, "* + a + x", resp, map[string]string{"a": v(r1), "b": v(r1)}, "x")
-	s.Ack(resp)
-	s.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Cluster.URL, ResourceNamesUnsubscribe: []string{"a"}})
-	s.ExpectNone()
-	r2 := e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("a", 2))})
-	resp = s.ExpectType(resource.Cluster)
-	checkResp(t, "a under * after unsubscribing the name a", resp, map[string]string{"a": v(r2)})
-	s.Ack(resp)
-	r3 := e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("x", 1))})
-	resp = s.ExpectType(resource.Cluster)
-	checkResp(t, "x created", resp, map[string]string{"x": v(r3)})
 }
 
-// Named subscriptions may be added and removed at any time; each
-// subscribe is answered with the new names only, an unsubscribe with
-// nothing, and an unsubscribed resource's changes are not sent.
-func TestDeltaNamedSubscribeUnsubscribe(t *testing.T) {
+// Make before break on delta ADS (promise 6).
+func TestDeltaMakeBeforeBreak(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	r1 := e.Apply(t, []store.Put{
-		xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("a", 1)),
-		xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("b", 1)),
-		xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("c", 1)),
+	runScripts(t, []script{
+		// One change goes out CDS, EDS, then LDS/RDS; the clusters it
+		// removes go only after the routes that dropped them were ACKed.
+		{name: "removal after the route's ACK", steps: []step{
+			apply(cds("c1", 1), eds("c1", 1), rds("r1", "*", "c1")),
+			open((*env).deltaADS),
+			send(&dreq{Node: &corev3.Node{Id: "n1"}, TypeUrl: resource.Cluster.URL}),
+			expect(resource.Cluster, "CDS", vers{"c1": 1}), ack(),
+			send(&dreq{TypeUrl: resource.Endpoint.URL, ResourceNamesSubscribe: []string{"c1", "c2"}}),
+			expect(resource.Endpoint, "EDS", vers{"c1": 1}, "c2"), ack(),
+			send(&dreq{TypeUrl: resource.Route.URL, ResourceNamesSubscribe: []string{"r1"}}),
+			expect(resource.Route, "RDS", vers{"r1": 1}), ack(),
+			// One apply moves r1 from c1 to a new c2 and deletes c1.
+			applyDel([]res{cds("c2", 1), eds("c2", 1), rds("r1", "*", "c2")},
+				xdstest.Key(resource.Cluster, "c1"), xdstest.Key(resource.Endpoint, "c1")),
+			expect(resource.Cluster, "CDS first, c1 kept", vers{"c2": 2}), save("cds"),
+			expect(resource.Endpoint, "EDS second", vers{"c2": 2}), save("eds"),
+			expect(resource.Route, "RDS third", vers{"r1": 2}), save("rds"),
+			ackOf("cds"),
+			ackOf("eds"),
+			none(), // c1 stays until r1 is ACKed
+			ackOf("rds"),
+			// The cluster and its endpoints go once r1 is ACKed, in push
+			// order.
+			expect(resource.Cluster, "c1 removed after the RDS ACK", nil, "c1"), ack(),
+			expect(resource.Endpoint, "c1's endpoints removed after the RDS ACK", nil, "c1"), ack(),
+			none(),
+		}},
+		// Make before break must not hold a removal forever when the
+		// referrers' change sends this client nothing (here: the change of
+		// a default listener its group overrides).
+		{name: "removal not held when the referrers' change sends nothing", steps: []step{
+			apply(cds("c1", 1), cds("c2", 1), lds(store.DefaultScope, "l", "default"), lds("g1", "l", "g1")),
+			open((*env).deltaADS),
+			send(&dreq{Node: &corev3.Node{Id: "n1", Cluster: "g1"}, TypeUrl: resource.Cluster.URL}),
+			expect(resource.Cluster, "CDS", vers{"c1": 1, "c2": 1}), ack(),
+			send(&dreq{TypeUrl: resource.Listener.URL}),
+			expect(resource.Listener, "LDS", vers{"l": 1}), ack(),
+			applyDel([]res{lds(store.DefaultScope, "l", "default2")}, xdstest.Key(resource.Cluster, "c1")),
+			expect(resource.Cluster, "c1 removed", nil, "c1"), ack(),
+			none(),
+		}},
 	})
-	s := e.deltaADS(t)
-	s.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n1"}, TypeUrl: resource.Endpoint.URL, ResourceNamesSubscribe: []string{"a"}})
-	resp := s.ExpectType(resource.Endpoint)
-	checkResp(t, "subscribe a", resp, map[string]string{"a": v(r1)})
-	s.Ack(resp)
-	s.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Endpoint.URL, ResourceNamesSubscribe: []string{"b"}})
-	resp = s.ExpectType(resource.Endpoint)
-	checkResp(t, "subscribe b", resp, map[string]string{"b": v(r1)})
-	s.Ack(resp)
-	s.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Endpoint.URL, ResourceNamesUnsubscribe: []string{"a"}})
-	s.ExpectNone()
-	r2 := e.Apply(t, []store.Put{
-		xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("a", 2)),
-		xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("b", 2)),
-		xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("c", 2)),
-	})
-	resp = s.ExpectType(resource.Endpoint)
-	checkResp(t, "a, b, c changed; only b subscribed", resp, map[string]string{"b": v(r2)})
-	s.Ack(resp)
-	s.ExpectNone()
-	// Subscribing again sends the current version.
-	s.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Endpoint.URL, ResourceNamesSubscribe: []string{"a"}})
-	resp = s.ExpectType(resource.Endpoint)
-	checkResp(t, "subscribe a again", resp, map[string]string{"a": v(r2)})
-}
-
-// Unsubscribing names that were never subscribed is ignored, on a named
-// and on a wildcard subscription.
-func TestDeltaPhantomUnsubscribe(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	r1 := e.Apply(t, []store.Put{
-		xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("a", 1)),
-		xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("a", 1)),
-		xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("b", 1)),
-	})
-	s := e.deltaADS(t)
-	s.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n1"}, TypeUrl: resource.Cluster.URL})
-	resp := s.ExpectType(resource.Cluster)
-	checkResp(t, "CDS", resp, map[string]string{"a": v(r1)})
-	s.Ack(resp)
-	s.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Endpoint.URL, ResourceNamesSubscribe: []string{"a"}})
-	resp = s.ExpectType(resource.Endpoint)
-	checkResp(t, "EDS", resp, map[string]string{"a": v(r1)})
-	s.Ack(resp)
-	s.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Endpoint.URL, ResourceNamesUnsubscribe: []string{"b", "never"}})
-	s.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Cluster.URL, ResourceNamesUnsubscribe: []string{"a", "never"}})
-	s.ExpectNone()
-	r2 := e.Apply(t, []store.Put{
-		xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("a", 2)),
-		xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("a", 2)),
-		xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("b", 2)),
-	})
-	resp = s.ExpectType(resource.Cluster)
-	checkResp(t, "CDS after phantom unsubscribes", resp, map[string]string{"a": v(r2)})
-	s.Ack(resp)
-	resp = s.ExpectType(resource.Endpoint)
-	checkResp(t, "EDS after phantom unsubscribes", resp, map[string]string{"a": v(r2)})
-	s.Ack(resp)
-	s.ExpectNone()
-}
-
-// A name asked for that does not exist is listed in removed_resources,
-// once; created later it is sent; asked again it is listed again.
-func TestDeltaAbsentNameRemoved(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	r1 := e.Apply(t, []store.Put{xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("a", 1))})
-	s := e.deltaADS(t)
-	s.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n1"}, TypeUrl: resource.Endpoint.URL, ResourceNamesSubscribe: []string{"a", "nope"}})
-	resp := s.ExpectType(resource.Endpoint)
-	checkResp(t, "a and nope", resp, map[string]string{"a": v(r1)}, "nope")
-	s.Ack(resp)
-	e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("nope", 1))}) // another type
-	s.ExpectNone()
-	s.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Endpoint.URL, ResourceNamesSubscribe: []string{"nope"}})
-	resp = s.ExpectType(resource.Endpoint)
-	checkResp(t, "nope asked again", resp, nil, "nope")
-	s.Ack(resp)
-	r2 := e.Apply(t, []store.Put{xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("nope", 1))})
-	resp = s.ExpectType(resource.Endpoint)
-	checkResp(t, "nope created", resp, map[string]string{"nope": v(r2)})
-	s.Ack(resp)
-	e.Apply(t, nil, xdstest.Key(resource.Endpoint, "nope"))
-	resp = s.ExpectType(resource.Endpoint)
-	checkResp(t, "nope deleted", resp, nil, "nope")
-	s.Ack(resp)
-	s.ExpectNone()
-}
-
-// A deletion is sent as removed_resources, here on the per-type
-// DeltaClusters service.
-func TestDeltaDeletionRemoved(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	r1 := e.Apply(t, []store.Put{
-		xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("a", 1)),
-		xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("b", 1)),
-	})
-	s := e.deltaCDS(t)
-	s.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n1"}}) // no type_url: the service's
-	resp := s.ExpectType(resource.Cluster)
-	checkResp(t, "CDS", resp, map[string]string{"a": v(r1), "b": v(r1)})
-	s.Ack(resp)
-	r2 := e.Apply(t, nil, xdstest.Key(resource.Cluster, "a"))
-	resp = s.ExpectType(resource.Cluster)
-	checkResp(t, "a deleted", resp, nil, "a")
-	if resp.GetSystemVersionInfo() != v(r2) {
-		t.Fatalf("system_version_info %q, want %d", resp.GetSystemVersionInfo(), r2)
-	}
-	s.Ack(resp)
-	s.ExpectNone()
-	st := streamStatus(t, e, "n1", func(delta.StreamStatus) bool { return true })
-	if st.Protocol != "delta-cluster" {
-		t.Errorf("protocol %q, want delta-cluster", st.Protocol)
-	}
-}
-
-// A node sees its group's resource over the default one; the default's
-// changes are then not sent; when the override disappears the default is
-// sent in its place. Another group's resources are never sent.
-func TestDeltaScopeOverride(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	r1 := e.Apply(t, []store.Put{
-		xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("a", 1)),
-		xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("b", 1)),
-	})
-	r2 := e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, "g1", xdstest.Cluster("a", 2))})
-	s := e.deltaADS(t)
-	s.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n1", Cluster: "g1"}, TypeUrl: resource.Cluster.URL})
-	resp := s.ExpectType(resource.Cluster)
-	checkResp(t, "override", resp, map[string]string{"a": v(r2), "b": v(r1)})
-	if got := connectTimeoutOf(t, resp, "a"); got != 2 {
-		t.Fatalf("a is the default's (%dms), want g1's", got)
-	}
-	s.Ack(resp)
-	r3 := e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("a", 3))})
-	s.ExpectNone() // overridden
-	e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, "g2", xdstest.Cluster("b", 9)), xdstest.Put(t, resource.Cluster, "g2", xdstest.Cluster("z", 9))})
-	s.ExpectNone() // another group
-	e.Apply(t, nil, xdstest.ScopedKey(resource.Cluster, "g1", "a"))
-	resp = s.ExpectType(resource.Cluster)
-	checkResp(t, "override deleted", resp, map[string]string{"a": v(r3)})
-	if got := connectTimeoutOf(t, resp, "a"); got != 3 {
-		t.Fatalf("a is %dms, want the default's 3ms", got)
-	}
-	s.Ack(resp)
-	r5 := e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, "g1", xdstest.Cluster("c", 5))})
-	resp = s.ExpectType(resource.Cluster)
-	checkResp(t, "group-only resource", resp, map[string]string{"c": v(r5)})
-	s.Ack(resp)
-	e.Apply(t, nil, xdstest.ScopedKey(resource.Cluster, "g1", "c"))
-	resp = s.ExpectType(resource.Cluster)
-	checkResp(t, "group-only resource deleted", resp, nil, "c")
-}
-
-// Reconnect: initial_resource_versions are honoured, for wildcard and for
-// named subscriptions: what the client holds at the current version is not
-// resent, what changed is sent, what is gone is removed.
-func TestDeltaReconnectInitialVersions(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	r1 := e.Apply(t, []store.Put{
-		xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("a", 1)),
-		xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("b", 1)),
-		xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("c", 1)),
-		xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("a", 1)),
-		xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("b", 1)),
-		xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("c", 1)),
-	})
-	r2 := e.Apply(t, []store.Put{
-		xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("b", 2)),
-		xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("b", 2)),
-	})
-	e.Apply(t, nil, xdstest.Key(resource.Cluster, "c"), xdstest.Key(resource.Endpoint, "c"))
-
-	s := e.deltaADS(t)
-	s.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n1"}, TypeUrl: resource.Cluster.URL,
-		InitialResourceVersions: map[string]string{"a": v(r1), "b": v(r1), "c": v(r1), "d": v(r1)}})
-	resp := s.ExpectType(resource.Cluster)
-	checkResp(t, "CDS reconnect", resp, map[string]string{"b": v(r2)}, "c", "d")
-	s.Ack(resp)
-	// Envoy resubscribes every name it wants on a new stream, presenting
-	// what it holds: only what changed is sent.
-	s.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Endpoint.URL, ResourceNamesSubscribe: []string{"a", "b", "c"},
-		InitialResourceVersions: map[string]string{"a": v(r1), "b": v(r1), "c": v(r1)}})
-	resp = s.ExpectType(resource.Endpoint)
-	checkResp(t, "EDS reconnect", resp, map[string]string{"b": v(r2)}, "c")
-	s.Ack(resp)
-	s.ExpectNone()
-
-	// Holding everything at the current version: nothing at all is sent.
-	s2 := e.deltaCDS(t)
-	s2.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n2"},
-		InitialResourceVersions: map[string]string{"a": v(r1), "b": v(r2)}})
-	s2.ExpectNone()
-	r4 := e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("a", 4))})
-	resp = s2.ExpectType(resource.Cluster)
-	checkResp(t, "a change after a silent reconnect", resp, map[string]string{"a": v(r4)})
-	s.ExpectType(resource.Cluster) // the first stream too
-}
-
-// A name the client explicitly (re)subscribes is always sent, even if the
-// server thinks the client holds it at the current version (Envoy can
-// forget resources).
-func TestDeltaSubscribeResends(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	r1 := e.Apply(t, []store.Put{
-		xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("a", 1)),
-		xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("b", 1)),
-		xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("a", 1)),
-	})
-	s := e.deltaADS(t)
-	s.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n1"}, TypeUrl: resource.Cluster.URL})
-	resp := s.ExpectType(resource.Cluster)
-	checkResp(t, "CDS", resp, map[string]string{"a": v(r1), "b": v(r1)})
-	s.Ack(resp)
-	s.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Cluster.URL, ResourceNamesSubscribe: []string{"a"}})
-	resp = s.ExpectType(resource.Cluster)
-	checkResp(t, "a subscribed while held", resp, map[string]string{"a": v(r1)})
-	s.Ack(resp)
-	s.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Endpoint.URL, ResourceNamesSubscribe: []string{"a"}})
-	resp = s.ExpectType(resource.Endpoint)
-	checkResp(t, "EDS a", resp, map[string]string{"a": v(r1)})
-	s.Ack(resp)
-	s.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Endpoint.URL, ResourceNamesSubscribe: []string{"a"}})
-	resp = s.ExpectType(resource.Endpoint)
-	checkResp(t, "EDS a again", resp, map[string]string{"a": v(r1)})
-	s.Ack(resp)
-	s.ExpectNone()
-	// On a new stream, a name subscribed without being presented in
-	// initial_resource_versions is sent.
-	s2 := e.deltaADS(t)
-	s2.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n2"}, TypeUrl: resource.Cluster.URL,
-		ResourceNamesSubscribe: []string{"a", "b"}, InitialResourceVersions: map[string]string{"a": v(r1)}})
-	resp = s2.ExpectType(resource.Cluster)
-	checkResp(t, "b not presented", resp, map[string]string{"b": v(r1)})
 }
 
 // Responses carry distinct nonces; each request's response_nonce and
@@ -476,79 +476,6 @@ func TestDeltaNoncesPerType(t *testing.T) {
 	if ep := typeStatus(st, resource.Endpoint); ep.NackVersion != "" || ep.LastNack != "" {
 		t.Errorf("an ACK clears the NACK: %+v", ep)
 	}
-}
-
-// A NACK never causes a resend loop: nothing more is sent for the type
-// until what the stream would receive of it changes; a change elsewhere
-// in etcd does not count.
-func TestDeltaNACKNoLoop(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	r1 := e.Apply(t, []store.Put{
-		xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("a", 1)),
-		xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("b", 1)),
-	})
-	s := e.deltaADS(t)
-	s.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n1", Cluster: "g1"}, TypeUrl: resource.Cluster.URL})
-	resp := s.ExpectType(resource.Cluster)
-	checkResp(t, "CDS", resp, map[string]string{"a": v(r1), "b": v(r1)})
-	s.Nack(resp, "bad cluster")
-	s.ExpectNone()
-	e.Apply(t, []store.Put{
-		xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("a", 1)),
-		xdstest.Put(t, resource.Cluster, "g2", xdstest.Cluster("a", 7)),
-		xdstest.Put(t, resource.Listener, store.DefaultScope, listener("l", "l")),
-	})
-	s.ExpectNone()
-	// The client sends the NACK again (as Envoy may, e.g. with a new
-	// subscription of another type): still nothing.
-	s.Nack(resp, "bad cluster")
-	s.ExpectNone()
-	r3 := e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, "g1", xdstest.Cluster("a", 3))})
-	resp = s.ExpectType(resource.Cluster)
-	checkResp(t, "a change after the NACK", resp, map[string]string{"a": v(r3)})
-	s.Nack(resp, "bad again")
-	s.ExpectNone()
-	r4 := e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("b", 4))})
-	resp = s.ExpectType(resource.Cluster)
-	checkResp(t, "another change after the NACK", resp, map[string]string{"b": v(r4)})
-	s.Ack(resp)
-	s.ExpectNone()
-}
-
-// At most one outstanding response per type per stream; changes made while
-// one is un-ACKed coalesce into one response with the latest versions.
-// Another type is not held back, and a stale nonce is not an ACK.
-func TestDeltaOneOutstandingCoalesces(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	r1 := e.Apply(t, []store.Put{
-		xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("a", 1)),
-		xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("b", 1)),
-		xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("a", 1)),
-	})
-	s := e.deltaADS(t)
-	s.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n1"}, TypeUrl: resource.Cluster.URL})
-	first := s.ExpectType(resource.Cluster)
-	checkResp(t, "CDS", first, map[string]string{"a": v(r1), "b": v(r1)})
-	e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("a", 2))})
-	r3 := e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("b", 3))})
-	r4 := e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("a", 4)), xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("c", 4))})
-	s.ExpectNone()
-	s.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Cluster.URL, ResponseNonce: "stale"})
-	s.ExpectNone()
-	s.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Endpoint.URL, ResourceNamesSubscribe: []string{"a"}})
-	resp := s.ExpectType(resource.Endpoint) // EDS is not held back by CDS
-	checkResp(t, "EDS", resp, map[string]string{"a": v(r1)})
-	s.Ack(resp)
-	s.Ack(first)
-	resp = s.ExpectType(resource.Cluster)
-	checkResp(t, "coalesced", resp, map[string]string{"a": v(r4), "b": v(r3), "c": v(r4)})
-	if resp.GetSystemVersionInfo() != v(r4) {
-		t.Errorf("system_version_info %q, want %d", resp.GetSystemVersionInfo(), r4)
-	}
-	s.Ack(resp)
-	s.ExpectNone()
 }
 
 // Versions: a resource's version is the decimal etcd mod_revision of its
@@ -660,83 +587,4 @@ func TestDeltaCatchupUnavailable(t *testing.T) {
 	if err := s.ExpectErr(); status.Code(err) != codes.Unavailable {
 		t.Fatalf("got %v, want Unavailable", err)
 	}
-}
-
-// Make before break on delta ADS: one change goes out CDS, EDS, then
-// LDS/RDS; the clusters it removes go only after the routes that dropped
-// them were ACKed.
-func TestDeltaMakeBeforeBreak(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	r1 := e.Apply(t, []store.Put{
-		xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("c1", 1)),
-		xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("c1", 1)),
-		xdstest.Put(t, resource.Route, store.DefaultScope, xdstest.Route("r1", "*", "c1")),
-	})
-	s := e.deltaADS(t)
-	s.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n1"}, TypeUrl: resource.Cluster.URL})
-	resp := s.ExpectType(resource.Cluster)
-	checkResp(t, "CDS", resp, map[string]string{"c1": v(r1)})
-	s.Ack(resp)
-	s.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Endpoint.URL, ResourceNamesSubscribe: []string{"c1", "c2"}})
-	resp = s.ExpectType(resource.Endpoint)
-	checkResp(t, "EDS", resp, map[string]string{"c1": v(r1)}, "c2")
-	s.Ack(resp)
-	s.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Route.URL, ResourceNamesSubscribe: []string{"r1"}})
-	resp = s.ExpectType(resource.Route)
-	checkResp(t, "RDS", resp, map[string]string{"r1": v(r1)})
-	s.Ack(resp)
-
-	// One apply moves r1 from c1 to a new c2 and deletes c1.
-	r2 := e.Apply(t, []store.Put{
-		xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("c2", 1)),
-		xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("c2", 1)),
-		xdstest.Put(t, resource.Route, store.DefaultScope, xdstest.Route("r1", "*", "c2")),
-	}, xdstest.Key(resource.Cluster, "c1"), xdstest.Key(resource.Endpoint, "c1"))
-	cds := s.ExpectType(resource.Cluster)
-	checkResp(t, "CDS first, c1 kept", cds, map[string]string{"c2": v(r2)})
-	eds := s.ExpectType(resource.Endpoint)
-	checkResp(t, "EDS second", eds, map[string]string{"c2": v(r2)})
-	rds := s.ExpectType(resource.Route)
-	checkResp(t, "RDS third", rds, map[string]string{"r1": v(r2)})
-	s.Ack(cds)
-	s.Ack(eds)
-	s.ExpectNone() // c1 stays until r1 is ACKed
-	s.Ack(rds)
-	// The cluster and its endpoints go once r1 is ACKed, in push order.
-	resp = s.ExpectType(resource.Cluster)
-	checkResp(t, "c1 removed after the RDS ACK", resp, nil, "c1")
-	s.Ack(resp)
-	resp = s.ExpectType(resource.Endpoint)
-	checkResp(t, "c1's endpoints removed after the RDS ACK", resp, nil, "c1")
-	s.Ack(resp)
-	s.ExpectNone()
-}
-
-// Make before break must not hold a removal forever when the referrers'
-// change sends this client nothing (here: the change of a default listener
-// its group overrides).
-func TestDeltaMakeBeforeBreakReferrerUnchanged(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	r1 := e.Apply(t, []store.Put{
-		xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("c1", 1)),
-		xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("c2", 1)),
-		xdstest.Put(t, resource.Listener, store.DefaultScope, listener("l", "default")),
-		xdstest.Put(t, resource.Listener, "g1", listener("l", "g1")),
-	})
-	s := e.deltaADS(t)
-	s.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n1", Cluster: "g1"}, TypeUrl: resource.Cluster.URL})
-	resp := s.ExpectType(resource.Cluster)
-	checkResp(t, "CDS", resp, map[string]string{"c1": v(r1), "c2": v(r1)})
-	s.Ack(resp)
-	s.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Listener.URL})
-	resp = s.ExpectType(resource.Listener)
-	checkResp(t, "LDS", resp, map[string]string{"l": v(r1)})
-	s.Ack(resp)
-	e.Apply(t, []store.Put{xdstest.Put(t, resource.Listener, store.DefaultScope, listener("l", "default2"))}, xdstest.Key(resource.Cluster, "c1"))
-	resp = s.ExpectType(resource.Cluster)
-	checkResp(t, "c1 removed", resp, nil, "c1")
-	s.Ack(resp)
-	s.ExpectNone()
 }

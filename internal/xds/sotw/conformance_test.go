@@ -90,400 +90,407 @@ func TestSotWVersions(t *testing.T) {
 	}
 }
 
-// Rule 2: the latest request of a type is answered; a request carrying a
-// stale or unknown nonce is ignored.
-func TestSotWLatestRequest(t *testing.T) {
+// req is a SotW request, as the scripts send them.
+type req = discoveryv3.DiscoveryRequest
+
+// Requests: which request of a type the server answers (rules 2 and 3).
+func TestSotWRequests(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	e.Apply(t, []store.Put{
-		xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("a", 1)),
-		xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("b", 1)),
-		xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("c", 1)),
-	})
-	s := e.adsStream(t)
-	s.Send(sotwRequest(resource.Endpoint, xdstest.Node("n1", ""), "a"))
-	first := s.Expect()
-	checkResp(t, first, resource.Endpoint, first.GetVersionInfo(), "a")
-
-	// The client's next request (a,b) supersedes the first: b is sent.
-	s.Ack(first, "a", "b")
-	second := s.Expect()
-	checkResp(t, second, resource.Endpoint, first.GetVersionInfo(), "b")
-
-	// A request answering the first response is stale now, whatever it
-	// asks for; so is one with a nonce never sent.
-	s.Send(&discoveryv3.DiscoveryRequest{TypeUrl: resource.Endpoint.URL, VersionInfo: first.GetVersionInfo(), ResponseNonce: first.GetNonce(), ResourceNames: []string{"c"}})
-	s.Send(&discoveryv3.DiscoveryRequest{TypeUrl: resource.Endpoint.URL, VersionInfo: first.GetVersionInfo(), ResponseNonce: "no-such-nonce", ResourceNames: []string{"c"}})
-	// Ignored means not subscribed either.
-	e.Apply(t, []store.Put{xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("c", 2))})
-	s.ExpectNone()
-	if got := gatherValue(t, e, "legation_sotw_stale_nonce_requests_total"); got != 2 {
-		t.Errorf("legation_sotw_stale_nonce_requests_total = %v, want 2", got)
-	}
-
-	// The latest request (only b) rules: a is no longer sent, b is.
-	s.Ack(second, "b")
-	// The stream handles its requests in order: once a stale request
-	// sent after the ACK is counted, the ACK was handled, before the
-	// change below reaches the stream.
-	s.Send(&discoveryv3.DiscoveryRequest{TypeUrl: resource.Endpoint.URL, VersionInfo: first.GetVersionInfo(), ResponseNonce: first.GetNonce(), ResourceNames: []string{"a"}})
-	xdstest.WaitFor(t, "the ACK of b handled", func() (bool, string) {
-		got := gatherValue(t, e, "legation_sotw_stale_nonce_requests_total")
-		return got == 3, "legation_sotw_stale_nonce_requests_total = " + strconv.FormatFloat(got, 'g', -1, 64) + ", want 3"
-	})
-	e.Apply(t, []store.Put{xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("a", 3))})
-	s.ExpectNone()
-	r := e.Apply(t, []store.Put{xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("b", 3))})
-	checkResp(t, s.Expect(), resource.Endpoint, xdstest.Version(r), "b")
-}
-
-// A request of a type with no nonce, sent before the client read the
-// first response of the type, is stale: ignored, as one with an old nonce
-// (neither starting the type over nor taking its names), so nothing is
-// sent twice at one version; the client's ACK of that response carries
-// its names. Found by the chaos run (seeds 348 and 4): a resuming client
-// asks for the EDS names it held, then, its CDS response in, for the new
-// set before its first EDS response came; the server resent that
-// response, or (taking the names at once) resent a re-added endpoint set
-// at the same version as the response on its way.
-func TestSotWRequestsBeforeFirstResponse(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	r := e.Apply(t, []store.Put{
-		xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("a", 1)),
-		xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("b", 1)),
-		xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("c", 1)),
-	})
-	v := xdstest.Version(r)
-	s := e.adsStream(t)
-	n := xdstest.Node("n1", "")
-	// Each response is read here before the next request is sent, so
-	// that it is sent first: the client has not read it yet.
-	s.Send(&discoveryv3.DiscoveryRequest{Node: n, TypeUrl: resource.Endpoint.URL, VersionInfo: v, ResourceNames: []string{"a", "gone"}})
-	first := s.Expect()
-	checkResp(t, first, resource.Endpoint, v, "a")
-	s.Send(&discoveryv3.DiscoveryRequest{TypeUrl: resource.Endpoint.URL, VersionInfo: v, ResourceNames: []string{"b"}})
-	s.Send(&discoveryv3.DiscoveryRequest{TypeUrl: resource.Endpoint.URL, VersionInfo: v, ResourceNames: []string{"a", "b"}})
-	s.Send(&discoveryv3.DiscoveryRequest{TypeUrl: resource.Cluster.URL})
-	checkResp(t, s.Expect(), resource.Cluster, v, "c")
-	s.Send(&discoveryv3.DiscoveryRequest{TypeUrl: resource.Cluster.URL})
-	s.ExpectNone()
-	// The ACK of the first response carries the names: b is new.
-	s.Ack(first, "a", "b")
-	checkResp(t, s.Expect(), resource.Endpoint, v, "b")
-	s.ExpectNone()
-	if got := gatherValue(t, e, "legation_sotw_stale_nonce_requests_total"); got != 3 {
-		t.Errorf("legation_sotw_stale_nonce_requests_total = %v, want 3", got)
-	}
-}
-
-// Rule 3: an ACK gets nothing until the state changes; then the new state
-// is sent.
-func TestSotWAck(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	r := e.Apply(t, []store.Put{
-		xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("a", 1)),
-		xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("a", 1)),
-	})
-	s := e.adsStream(t)
-	s.Send(sotwRequest(resource.Cluster, xdstest.Node("n1", "")))
-	cds := s.Expect()
-	checkResp(t, cds, resource.Cluster, xdstest.Version(r), "a")
-	s.Ack(cds)
-	s.Send(sotwRequest(resource.Endpoint, nil, "a"))
-	eds := s.Expect()
-	checkResp(t, eds, resource.Endpoint, xdstest.Version(r), "a")
-	s.Ack(eds, "a")
-	// The same ACK again is still nothing to answer, nor a change of a
-	// type the stream does not subscribe to.
-	s.Ack(cds)
-	s.Ack(eds, "a")
-	e.Apply(t, []store.Put{xdstest.Put(t, resource.Listener, "default", xdstest.APIListener(t, "l", "r", true))})
-	s.ExpectNone()
-
-	r = e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("a", 2))})
-	cds = s.Expect()
-	checkResp(t, cds, resource.Cluster, xdstest.Version(r), "a")
-	checkBodies(t, cds, xdstest.Cluster("a", 2))
-	s.Ack(cds)
-	r = e.Apply(t, []store.Put{xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("a", 2))})
-	eds = s.Expect()
-	checkResp(t, eds, resource.Endpoint, xdstest.Version(r), "a")
-	checkBodies(t, eds, xdstest.Endpoints("a", 2))
-	s.Ack(eds, "a")
-	s.ExpectNone()
-}
-
-// Rule 4 (promise 7): after a NACK nothing more is sent for the type until
-// what the stream would receive for it changes; the NACK is counted and
-// shown in the stream's status.
-func TestSotWNack(t *testing.T) {
-	t.Parallel()
-	t.Run("cds", func(t *testing.T) {
-		e := newEnv(t)
-		r1 := e.Apply(t, []store.Put{
-			xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("a", 1)),
-			xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("b", 1)),
-		})
-		s := e.adsStream(t)
-		s.Send(sotwRequest(resource.Cluster, xdstest.Node("nacker", "")))
-		resp := s.Expect()
-		checkResp(t, resp, resource.Cluster, xdstest.Version(r1), "a", "b")
-		s.Ack(resp)
-		s.Send(sotwRequest(resource.Endpoint, nil, "a"))
-		s.Ack(s.Expect(), "a")
-		r2 := e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("a", 2))})
-		resp = s.Expect()
-		checkResp(t, resp, resource.Cluster, xdstest.Version(r2), "a", "b")
-		s.Nack(resp, xdstest.Version(r1), "cluster a: bad connect timeout")
-
-		// None of these changes what the stream receives for CDS: a
-		// change of another type it subscribes to (sent, alone), of a type
-		// it does not, a write outside the prefix, the same NACK again
-		// (Envoy repeats it on a new request).
-		r := e.Apply(t, []store.Put{xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("a", 2))})
-		eds := s.Expect()
-		checkResp(t, eds, resource.Endpoint, xdstest.Version(r), "a")
-		s.Ack(eds, "a")
-		e.Apply(t, []store.Put{xdstest.Put(t, resource.Listener, "default", xdstest.APIListener(t, "l", "r", true))})
-		advanceOutsidePrefix(t, e)
-		s.Nack(resp, xdstest.Version(r1), "cluster a: bad connect timeout")
-		s.ExpectNone()
-
-		if got := gatherValue(t, e, "legation_sotw_nacks_total", "type", "cluster"); got != 1 {
-			t.Errorf("legation_sotw_nacks_total{type=cluster} = %v, want 1", got)
-		}
-		st := streamStatus(t, e, "nacker")
-		if got, want := st.Types["cluster"], (sotw.TypeStatus{VersionSent: xdstest.Version(r2), VersionAcked: xdstest.Version(r1), Nonce: resp.GetNonce(),
-			NackVersion: xdstest.Version(r2), LastNack: "cluster a: bad connect timeout", Wildcard: true, Resources: 2}); got == nil || *got != want {
-			t.Errorf("Streams(): cluster status %+v, want %+v", got, want)
-		}
-
-		// A change past the NACKed version is sent, and ACKing it clears
-		// the NACK.
-		r3 := e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("b", 3))})
-		resp = s.Expect()
-		checkResp(t, resp, resource.Cluster, xdstest.Version(r3), "a", "b")
-		checkBodies(t, resp, xdstest.Cluster("a", 2), xdstest.Cluster("b", 3))
-		s.Ack(resp)
-		waitFor(t, func() bool { return streamStatus(t, e, "nacker").Types["cluster"].LastNack == "" }, "the NACK to clear after an ACK")
-	})
-
-	t.Run("eds", func(t *testing.T) {
-		e := newEnv(t)
-		r1 := e.Apply(t, []store.Put{
-			xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("a", 1)),
-			xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("b", 1)),
-		})
-		s := e.adsStream(t)
-		s.Send(sotwRequest(resource.Endpoint, xdstest.Node("nacker", ""), "a"))
-		resp := s.Expect()
-		checkResp(t, resp, resource.Endpoint, xdstest.Version(r1), "a")
-		s.Ack(resp, "a")
-		r2 := e.Apply(t, []store.Put{xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("a", 2))})
-		resp = s.Expect()
-		checkResp(t, resp, resource.Endpoint, xdstest.Version(r2), "a")
-		s.Nack(resp, xdstest.Version(r1), "duplicate endpoint address", "a")
-
-		// Another resource of the type that the stream does not ask for,
-		// another type, a write outside the prefix: none counts.
-		e.Apply(t, []store.Put{xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("b", 2))})
-		e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("a", 1))})
-		advanceOutsidePrefix(t, e)
-		s.ExpectNone()
-
-		if got := gatherValue(t, e, "legation_sotw_nacks_total", "type", "endpoint"); got != 1 {
-			t.Errorf("legation_sotw_nacks_total{type=endpoint} = %v, want 1", got)
-		}
-		if got := streamStatus(t, e, "nacker").Types["endpoint"]; got == nil || got.LastNack != "duplicate endpoint address" || got.NackVersion != xdstest.Version(r2) {
-			t.Errorf("Streams(): endpoint status %+v, want the NACK of version %d", got, r2)
-		}
-
-		r3 := e.Apply(t, []store.Put{xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("a", 3))})
-		resp = s.Expect()
-		checkResp(t, resp, resource.Endpoint, xdstest.Version(r3), "a")
-		checkBodies(t, resp, xdstest.Endpoints("a", 3))
+	runScripts(t, []script{
+		// Rule 2: the latest request of a type is answered; a request
+		// carrying a stale or unknown nonce is ignored.
+		{name: "latest request answered, stale nonces ignored", steps: []step{
+			apply(eds("a", 1), eds("b", 1), eds("c", 1)),
+			open((*env).adsStream),
+			send(sotwRequest(resource.Endpoint, xdstest.Node("n1", ""), "a")),
+			expect(resource.Endpoint, anyVersion, "a"), save("first"),
+			// The client's next request (a,b) supersedes the first: b is
+			// sent.
+			ack("a", "b"),
+			expect(resource.Endpoint, sameAs("first"), "b"), save("second"),
+			// A request answering the first response is stale now,
+			// whatever it asks for; so is one with a nonce never sent.
+			sendf(func(r *scriptRun) *req {
+				first := r.saved["first"]
+				return &req{TypeUrl: resource.Endpoint.URL, VersionInfo: first.GetVersionInfo(), ResponseNonce: first.GetNonce(), ResourceNames: []string{"c"}}
+			}),
+			sendf(func(r *scriptRun) *req {
+				return &req{TypeUrl: resource.Endpoint.URL, VersionInfo: r.saved["first"].GetVersionInfo(), ResponseNonce: "no-such-nonce", ResourceNames: []string{"c"}}
+			}),
+			// Ignored means not subscribed either.
+			apply(eds("c", 2)),
+			none(),
+			check(func(r *scriptRun) {
+				if got := gatherValue(r.t, r.e, "legation_sotw_stale_nonce_requests_total"); got != 2 {
+					r.t.Errorf("legation_sotw_stale_nonce_requests_total = %v, want 2", got)
+				}
+			}),
+			// The latest request (only b) rules: a is no longer sent, b
+			// is.
+			ackOf("second", "b"),
+			// The stream handles its requests in order: once a stale
+			// request sent after the ACK is counted, the ACK was handled,
+			// before the change below reaches the stream.
+			sendf(func(r *scriptRun) *req {
+				first := r.saved["first"]
+				return &req{TypeUrl: resource.Endpoint.URL, VersionInfo: first.GetVersionInfo(), ResponseNonce: first.GetNonce(), ResourceNames: []string{"a"}}
+			}),
+			check(func(r *scriptRun) {
+				xdstest.WaitFor(r.t, "the ACK of b handled", func() (bool, string) {
+					got := gatherValue(r.t, r.e, "legation_sotw_stale_nonce_requests_total")
+					return got == 3, "legation_sotw_stale_nonce_requests_total = " + strconv.FormatFloat(got, 'g', -1, 64) + ", want 3"
+				})
+			}),
+			apply(eds("a", 3)),
+			none(),
+			apply(eds("b", 3)),
+			expect(resource.Endpoint, at(4), "b"),
+		}},
+		// A request of a type with no nonce, sent before the client read
+		// the first response of the type, is stale: ignored, as one with
+		// an old nonce (neither starting the type over nor taking its
+		// names), so nothing is sent twice at one version; the client's
+		// ACK of that response carries its names. A resuming client asks
+		// for the EDS names it held, then, its CDS response in, for the
+		// new set before its first EDS response came; the server must not
+		// resend that response, nor (taking the names at once) resend a
+		// re-added endpoint set at the same version as the response on
+		// its way.
+		{name: "requests before the first response are stale", steps: []step{
+			apply(eds("a", 1), eds("b", 1), cds("c", 1)),
+			open((*env).adsStream),
+			// Each response is read here before the next request is sent,
+			// so that it is sent first: the client has not read it yet.
+			send(&req{Node: xdstest.Node("n1", ""), TypeUrl: resource.Endpoint.URL, VersionInfo: "@1", ResourceNames: []string{"a", "gone"}}),
+			expect(resource.Endpoint, at(1), "a"), save("first"),
+			send(&req{TypeUrl: resource.Endpoint.URL, VersionInfo: "@1", ResourceNames: []string{"b"}}),
+			send(&req{TypeUrl: resource.Endpoint.URL, VersionInfo: "@1", ResourceNames: []string{"a", "b"}}),
+			send(&req{TypeUrl: resource.Cluster.URL}),
+			expect(resource.Cluster, at(1), "c"),
+			send(&req{TypeUrl: resource.Cluster.URL}),
+			none(),
+			// The ACK of the first response carries the names: b is new.
+			ackOf("first", "a", "b"),
+			expect(resource.Endpoint, at(1), "b"),
+			none(),
+			check(func(r *scriptRun) {
+				if got := gatherValue(r.t, r.e, "legation_sotw_stale_nonce_requests_total"); got != 3 {
+					r.t.Errorf("legation_sotw_stale_nonce_requests_total = %v, want 3", got)
+				}
+			}),
+		}},
 	})
 }
 
-// Rule 5: LDS/CDS wildcard responses carry the full set, and a resource
-// left out is removed; explicit LDS names get the full named set.
-func TestSotWFullState(t *testing.T) {
+// ACKs and NACKs: what is sent after each (rules 3 and 4).
+func TestSotWAckNack(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	e.Apply(t, []store.Put{
-		xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("a", 1)),
-		xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("b", 1)),
-		xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("c", 1)),
-		xdstest.Put(t, resource.Listener, "default", xdstest.APIListener(t, "l1", "r", true)),
-		xdstest.Put(t, resource.Listener, "default", xdstest.APIListener(t, "l2", "r", true)),
-		xdstest.Put(t, resource.Listener, "default", xdstest.APIListener(t, "l3", "r", true)),
-	})
-
-	t.Run("wildcard", func(t *testing.T) {
-		s := e.adsStream(t)
-		s.Send(sotwRequest(resource.Cluster, xdstest.Node("n1", "")))
-		resp := s.Expect()
-		checkResp(t, resp, resource.Cluster, resp.GetVersionInfo(), "a", "b", "c")
-		s.Ack(resp)
-		s.Send(sotwRequest(resource.Listener, nil))
-		resp = s.Expect()
-		checkResp(t, resp, resource.Listener, resp.GetVersionInfo(), "l1", "l2", "l3")
-		s.Ack(resp)
-
-		r := e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("b", 2))})
-		resp = s.Expect()
-		checkResp(t, resp, resource.Cluster, xdstest.Version(r), "a", "b", "c")
-		checkBodies(t, resp, xdstest.Cluster("a", 1), xdstest.Cluster("b", 2), xdstest.Cluster("c", 1))
-		s.Ack(resp)
-		r = e.Apply(t, nil, xdstest.Key(resource.Cluster, "c"))
-		resp = s.Expect()
-		checkResp(t, resp, resource.Cluster, xdstest.Version(r), "a", "b")
-		s.Ack(resp)
-		r = e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("c", 3))})
-		resp = s.Expect()
-		checkResp(t, resp, resource.Cluster, xdstest.Version(r), "a", "b", "c")
-		s.Ack(resp)
-
-		l1 := xdstest.APIListener(t, "l1", "r", true)
-		l1.StatPrefix = "v2"
-		r = e.Apply(t, []store.Put{xdstest.Put(t, resource.Listener, "default", l1)})
-		resp = s.Expect()
-		checkResp(t, resp, resource.Listener, xdstest.Version(r), "l1", "l2", "l3")
-		s.Ack(resp)
-		s.ExpectNone()
-	})
-
-	t.Run("explicit names", func(t *testing.T) {
-		s := e.adsStream(t)
-		s.Send(sotwRequest(resource.Listener, xdstest.Node("n2", ""), "l1", "l2", "missing"))
-		resp := s.Expect()
-		checkResp(t, resp, resource.Listener, resp.GetVersionInfo(), "l1", "l2")
-		s.Ack(resp, "l1", "l2", "missing")
-
-		l1 := xdstest.APIListener(t, "l1", "r", true)
-		l1.StatPrefix = "v3"
-		r := e.Apply(t, []store.Put{xdstest.Put(t, resource.Listener, "default", l1)})
-		resp = s.Expect()
-		checkResp(t, resp, resource.Listener, xdstest.Version(r), "l1", "l2")
-		s.Ack(resp, "l1", "l2", "missing")
-		// A listener not named is none of the stream's business.
-		e.Apply(t, []store.Put{xdstest.Put(t, resource.Listener, "default", xdstest.APIListener(t, "l3", "r2", true))})
-		s.ExpectNone()
-		// A named one that appears is sent with the rest.
-		r = e.Apply(t, []store.Put{xdstest.Put(t, resource.Listener, "default", xdstest.APIListener(t, "missing", "r", true))})
-		resp = s.Expect()
-		checkResp(t, resp, resource.Listener, xdstest.Version(r), "l1", "l2", "missing")
-		s.Ack(resp, "l1", "l2", "missing")
-		r = e.Apply(t, nil, xdstest.Key(resource.Listener, "l2"))
-		resp = s.Expect()
-		checkResp(t, resp, resource.Listener, xdstest.Version(r), "l1", "missing")
+	const badTimeout = "cluster a: bad connect timeout"
+	runScripts(t, []script{
+		// Rule 3: an ACK gets nothing until the state changes; then the
+		// new state is sent.
+		{name: "ACK answered only by a change", steps: []step{
+			apply(cds("a", 1), eds("a", 1)),
+			open((*env).adsStream),
+			send(sotwRequest(resource.Cluster, xdstest.Node("n1", ""))),
+			expect(resource.Cluster, at(1), "a"), save("cds"), ack(),
+			send(sotwRequest(resource.Endpoint, nil, "a")),
+			expect(resource.Endpoint, at(1), "a"), save("eds"), ack("a"),
+			// The same ACK again is still nothing to answer, nor a change
+			// of a type the stream does not subscribe to.
+			ackOf("cds"),
+			ackOf("eds", "a"),
+			apply(lds("l", "r")),
+			none(),
+			apply(cds("a", 2)),
+			expect(resource.Cluster, at(3), "a"), bodies(cds("a", 2)), ack(),
+			apply(eds("a", 2)),
+			expect(resource.Endpoint, at(4), "a"), bodies(eds("a", 2)), ack("a"),
+			none(),
+		}},
+		// Rule 4 (promise 7): after a NACK nothing more is sent for the
+		// type until what the stream would receive for it changes; the
+		// NACK is counted and shown in the stream's status.
+		{name: "NACK of CDS", steps: []step{
+			apply(cds("a", 1), cds("b", 1)),
+			open((*env).adsStream),
+			send(sotwRequest(resource.Cluster, xdstest.Node("nacker", ""))),
+			expect(resource.Cluster, at(1), "a", "b"), ack(),
+			send(sotwRequest(resource.Endpoint, nil, "a")),
+			expectAny(), ack("a"),
+			apply(cds("a", 2)),
+			expect(resource.Cluster, at(2), "a", "b"), save("nacked"),
+			nack(1, badTimeout),
+			// None of these changes what the stream receives for CDS: a
+			// change of another type it subscribes to (sent, alone), of a
+			// type it does not, a write outside the prefix, the same NACK
+			// again (Envoy repeats it on a new request).
+			apply(eds("a", 2)),
+			expect(resource.Endpoint, at(3), "a"), ack("a"),
+			apply(lds("l", "r")),
+			check(func(r *scriptRun) { advanceOutsidePrefix(r.t, r.e) }),
+			nackOf("nacked", 1, badTimeout),
+			none(),
+			check(func(r *scriptRun) {
+				if got := gatherValue(r.t, r.e, "legation_sotw_nacks_total", "type", "cluster"); got != 1 {
+					r.t.Errorf("legation_sotw_nacks_total{type=cluster} = %v, want 1", got)
+				}
+				st := streamStatus(r.t, r.e, "nacker")
+				want := sotw.TypeStatus{VersionSent: xdstest.Version(r.rev(2)), VersionAcked: xdstest.Version(r.rev(1)), Nonce: r.saved["nacked"].GetNonce(),
+					NackVersion: xdstest.Version(r.rev(2)), LastNack: badTimeout, Wildcard: true, Resources: 2}
+				if got := st.Types["cluster"]; got == nil || *got != want {
+					r.t.Errorf("Streams(): cluster status %+v, want %+v", got, want)
+				}
+			}),
+			// A change past the NACKed version is sent, and ACKing it
+			// clears the NACK.
+			apply(cds("b", 3)),
+			expect(resource.Cluster, at(5), "a", "b"), bodies(cds("a", 2), cds("b", 3)), ack(),
+			check(func(r *scriptRun) {
+				waitFor(r.t, func() bool { return streamStatus(r.t, r.e, "nacker").Types["cluster"].LastNack == "" }, "the NACK to clear after an ACK")
+			}),
+		}},
+		{name: "NACK of EDS", steps: []step{
+			apply(eds("a", 1), eds("b", 1)),
+			open((*env).adsStream),
+			send(sotwRequest(resource.Endpoint, xdstest.Node("nacker", ""), "a")),
+			expect(resource.Endpoint, at(1), "a"), ack("a"),
+			apply(eds("a", 2)),
+			expect(resource.Endpoint, at(2), "a"),
+			nack(1, "duplicate endpoint address", "a"),
+			// Another resource of the type that the stream does not ask
+			// for, another type, a write outside the prefix: none counts.
+			apply(eds("b", 2)),
+			apply(cds("a", 1)),
+			check(func(r *scriptRun) { advanceOutsidePrefix(r.t, r.e) }),
+			none(),
+			check(func(r *scriptRun) {
+				if got := gatherValue(r.t, r.e, "legation_sotw_nacks_total", "type", "endpoint"); got != 1 {
+					r.t.Errorf("legation_sotw_nacks_total{type=endpoint} = %v, want 1", got)
+				}
+				if got := streamStatus(r.t, r.e, "nacker").Types["endpoint"]; got == nil || got.LastNack != "duplicate endpoint address" || got.NackVersion != xdstest.Version(r.rev(2)) {
+					r.t.Errorf("Streams(): endpoint status %+v, want the NACK of version %d", got, r.rev(2))
+				}
+			}),
+			apply(eds("a", 3)),
+			expect(resource.Endpoint, at(5), "a"), bodies(eds("a", 3)),
+		}},
 	})
 }
 
-// Rule 6: EDS/RDS send what was asked for, and once the stream holds it,
-// only what changed; names added at the same version are answered with
-// the new ones only.
-func TestSotWNamedHints(t *testing.T) {
+// What a stream is sent of each type: full state, named hints, the node's
+// scopes (rules 5, 6, 7 and 9).
+func TestSotWState(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	r := e.Apply(t, []store.Put{
-		xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("a", 1)),
-		xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("b", 1)),
-		xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("c", 1)),
-		xdstest.Put(t, resource.Route, "default", xdstest.Route("r1", "one", "a")),
-		xdstest.Put(t, resource.Route, "default", xdstest.Route("r2", "two", "b")),
-		xdstest.Put(t, resource.Route, "default", xdstest.Route("r3", "three", "c")),
-	})
-
-	t.Run("eds", func(t *testing.T) {
-		s := e.adsStream(t)
-		s.Send(sotwRequest(resource.Endpoint, xdstest.Node("n1", ""), "a", "b", "missing"))
-		resp := s.Expect()
-		checkResp(t, resp, resource.Endpoint, xdstest.Version(r), "a", "b")
-		s.Ack(resp, "a", "b", "missing")
-
-		r2 := e.Apply(t, []store.Put{xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("a", 2))})
-		resp = s.Expect()
-		checkResp(t, resp, resource.Endpoint, xdstest.Version(r2), "a")
-		checkBodies(t, resp, xdstest.Endpoints("a", 2))
-		s.Ack(resp, "a", "b", "missing")
-		// c is not asked for.
-		rc := e.Apply(t, []store.Put{xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("c", 2))})
-		s.ExpectNone()
-
-		// Asking for c at the same version: c only, at the current
-		// version.
-		s.Ack(resp, "a", "b", "c", "missing")
-		resp = s.Expect()
-		checkResp(t, resp, resource.Endpoint, xdstest.Version(rc), "c")
-		checkBodies(t, resp, xdstest.Endpoints("c", 2))
-		s.Ack(resp, "a", "b", "c", "missing")
-		// Dropping b: its changes are not sent any more.
-		s.Ack(resp, "a", "c", "missing")
-		e.Apply(t, []store.Put{xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("b", 3))})
-		s.ExpectNone()
-		// Two changed in one apply: both, and only them.
-		r3 := e.Apply(t, []store.Put{
-			xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("c", 3)),
-			xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("missing", 3)),
-		})
-		resp = s.Expect()
-		checkResp(t, resp, resource.Endpoint, xdstest.Version(r3), "c", "missing")
-	})
-
-	t.Run("rds", func(t *testing.T) {
-		s := e.adsStream(t)
-		s.Send(sotwRequest(resource.Route, xdstest.Node("n2", ""), "r1", "r2"))
-		resp := s.Expect()
-		checkResp(t, resp, resource.Route, resp.GetVersionInfo(), "r1", "r2")
-		s.Ack(resp, "r1", "r2")
-		r2 := e.Apply(t, []store.Put{xdstest.Put(t, resource.Route, "default", xdstest.Route("r2", "two", "c"))})
-		resp = s.Expect()
-		checkResp(t, resp, resource.Route, xdstest.Version(r2), "r2")
-		checkBodies(t, resp, xdstest.Route("r2", "two", "c"))
-		s.Ack(resp, "r1", "r2")
-		s.Ack(resp, "r1", "r2", "r3")
-		resp = s.Expect()
-		checkResp(t, resp, resource.Route, xdstest.Version(r2), "r3")
-		s.Ack(resp, "r1", "r2", "r3")
-		s.ExpectNone()
+	fullState := []res{cds("a", 1), cds("b", 1), cds("c", 1), lds("l1", "r"), lds("l2", "r"), lds("l3", "r")}
+	named := []res{eds("a", 1), eds("b", 1), eds("c", 1), rds("r1", "one", "a"), rds("r2", "two", "b"), rds("r3", "three", "c")}
+	runScripts(t, []script{
+		// Rule 5: LDS/CDS wildcard responses carry the full set, and a
+		// resource left out is removed.
+		{name: "wildcard full state", steps: []step{
+			apply(fullState...),
+			open((*env).adsStream),
+			send(sotwRequest(resource.Cluster, xdstest.Node("n1", ""))),
+			expect(resource.Cluster, anyVersion, "a", "b", "c"), ack(),
+			send(sotwRequest(resource.Listener, nil)),
+			expect(resource.Listener, anyVersion, "l1", "l2", "l3"), ack(),
+			apply(cds("b", 2)),
+			expect(resource.Cluster, at(2), "a", "b", "c"), bodies(cds("a", 1), cds("b", 2), cds("c", 1)), ack(),
+			applyDel(nil, xdstest.Key(resource.Cluster, "c")),
+			expect(resource.Cluster, at(3), "a", "b"), ack(),
+			apply(cds("c", 3)),
+			expect(resource.Cluster, at(4), "a", "b", "c"), ack(),
+			apply(ldsStat("l1", "r", "v2")),
+			expect(resource.Listener, at(5), "l1", "l2", "l3"), ack(),
+			none(),
+		}},
+		// Rule 5: explicit LDS names get the full named set.
+		{name: "explicit names full state", steps: []step{
+			apply(fullState...),
+			open((*env).adsStream),
+			send(sotwRequest(resource.Listener, xdstest.Node("n2", ""), "l1", "l2", "missing")),
+			expect(resource.Listener, anyVersion, "l1", "l2"), ack("l1", "l2", "missing"),
+			apply(ldsStat("l1", "r", "v3")),
+			expect(resource.Listener, at(2), "l1", "l2"), ack("l1", "l2", "missing"),
+			// A listener not named is none of the stream's business.
+			apply(lds("l3", "r2")),
+			none(),
+			// A named one that appears is sent with the rest.
+			apply(lds("missing", "r")),
+			expect(resource.Listener, at(4), "l1", "l2", "missing"), ack("l1", "l2", "missing"),
+			applyDel(nil, xdstest.Key(resource.Listener, "l2")),
+			expect(resource.Listener, at(5), "l1", "missing"),
+		}},
+		// Rule 6: EDS sends what was asked for, and once the stream holds
+		// it, only what changed; names added at the same version are
+		// answered with the new ones only.
+		{name: "EDS named hints", steps: []step{
+			apply(named...),
+			open((*env).adsStream),
+			send(sotwRequest(resource.Endpoint, xdstest.Node("n1", ""), "a", "b", "missing")),
+			expect(resource.Endpoint, at(1), "a", "b"), ack("a", "b", "missing"),
+			apply(eds("a", 2)),
+			expect(resource.Endpoint, at(2), "a"), bodies(eds("a", 2)), ack("a", "b", "missing"),
+			// c is not asked for.
+			apply(eds("c", 2)),
+			none(),
+			// Asking for c at the same version: c only, at the current
+			// version.
+			ack("a", "b", "c", "missing"),
+			expect(resource.Endpoint, at(3), "c"), bodies(eds("c", 2)), ack("a", "b", "c", "missing"),
+			// Dropping b: its changes are not sent any more.
+			ack("a", "c", "missing"),
+			apply(eds("b", 3)),
+			none(),
+			// Two changed in one apply: both, and only them.
+			apply(eds("c", 3), eds("missing", 3)),
+			expect(resource.Endpoint, at(5), "c", "missing"),
+		}},
+		// Rule 6, on RDS.
+		{name: "RDS named hints", steps: []step{
+			apply(named...),
+			open((*env).adsStream),
+			send(sotwRequest(resource.Route, xdstest.Node("n2", ""), "r1", "r2")),
+			expect(resource.Route, anyVersion, "r1", "r2"), ack("r1", "r2"),
+			apply(rds("r2", "two", "c")),
+			expect(resource.Route, at(2), "r2"), bodies(rds("r2", "two", "c")), ack("r1", "r2"),
+			ack("r1", "r2", "r3"),
+			expect(resource.Route, at(2), "r3"), ack("r1", "r2", "r3"),
+			none(),
+		}},
+		// Rule 7: the node of the stream's first request is the stream's
+		// node; later requests need not carry it.
+		{name: "node of the first request remembered", steps: []step{
+			apply(cds("a", 1), cdsIn("edge", "a", 2), eds("a", 1), edsIn("edge", "a", 2)),
+			open((*env).adsStream),
+			send(sotwRequest(resource.Cluster, xdstest.Node("n1", "edge"))),
+			expectAny(), bodies(cds("a", 2)),
+			ack(), // no node
+			send(sotwRequest(resource.Endpoint, nil, "a")),
+			expectAny(), bodies(eds("a", 2)), ack("a"),
+			// The default's resources are overridden for this node: their
+			// changes are nothing to it; the group's are sent.
+			apply(eds("a", 3)),
+			none(),
+			apply(edsIn("edge", "a", 4)),
+			expect(resource.Endpoint, at(3), "a"), bodies(eds("a", 4)),
+			check(func(r *scriptRun) {
+				if st := streamStatus(r.t, r.e, "n1"); st.Group != "edge" {
+					r.t.Errorf("Streams(): group %q, want edge", st.Group)
+				}
+			}),
+		}},
+		// Rule 9: a node sees the default scope plus its group's, the
+		// group's resource winning over a default one of the same name.
+		{name: "default scope plus the group's", steps: []step{
+			apply(cds("a", 1), cds("b", 1), cdsIn("edge", "a", 2), cdsIn("edge", "c", 2), cdsIn("other-group", "d", 2)),
+			open((*env).adsStream), send(sotwRequest(resource.Cluster, xdstest.Node("n1", "edge"))),
+			open((*env).adsStream), send(sotwRequest(resource.Cluster, xdstest.Node("n2", "other"))),
+			open((*env).adsStream), send(sotwRequest(resource.Cluster, xdstest.Node("n3", ""))),
+			on(1), expect(resource.Cluster, at(1), "a", "b", "c"), bodies(cdsIn("edge", "a", 2), cds("b", 1), cdsIn("edge", "c", 2)), ack(),
+			on(2), expect(resource.Cluster, at(1), "a", "b"), bodies(cds("a", 1), cds("b", 1)), ack(),
+			on(3), expect(resource.Cluster, at(1), "a", "b"), bodies(cds("a", 1), cds("b", 1)), ack(),
+			// The override goes: the default is sent again. The other
+			// nodes are not concerned.
+			applyDel(nil, store.Key{Type: resource.Cluster, Scope: "edge", Name: "a"}),
+			on(1), expect(resource.Cluster, at(2), "a", "b", "c"), bodies(cds("a", 1), cds("b", 1), cdsIn("edge", "c", 2)), ack(),
+			noneOn(2, 3),
+			// A default change reaches all of them.
+			apply(cds("b", 3)),
+			check(func(r *scriptRun) {
+				for _, s := range r.streams {
+					if resp := s.Expect(); resp.GetVersionInfo() != xdstest.Version(r.rev(3)) {
+						r.t.Fatalf("version %s, want %d", resp.GetVersionInfo(), r.rev(3))
+					}
+				}
+			}),
+		}},
 	})
 }
 
-// Rule 7: the node of the stream's first request is the stream's node;
-// later requests need not carry it.
-func TestSotWNodeRemembered(t *testing.T) {
+// Rule 10 (promise 6): make before break on ADS.
+func TestSotWMakeBeforeBreak(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	e.Apply(t, []store.Put{
-		xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("a", 1)),
-		xdstest.Put(t, resource.Cluster, "edge", xdstest.Cluster("a", 2)),
-		xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("a", 1)),
-		xdstest.Put(t, resource.Endpoint, "edge", xdstest.Endpoints("a", 2)),
+	runScripts(t, []script{
+		// One change goes out CDS, EDS, LDS, RDS, whatever the order the
+		// stream subscribed in.
+		{name: "order", steps: []step{
+			apply(cds("c1", 1), eds("c1", 1), lds("l", "r"), rds("r", "svc", "c1")),
+			open((*env).adsStream),
+			// Subscribed in the reverse order: the order sent is the
+			// server's.
+			subscribe([]*resource.Type{resource.Route, resource.Listener, resource.Endpoint, resource.Cluster},
+				map[*resource.Type][]string{resource.Route: {"r"}, resource.Endpoint: {"c1"}}),
+			apply(rds("r", "svc2", "c1"), ldsStat("l", "r", "v2"), eds("c1", 2), cds("c1", 2)),
+			check(func(r *scriptRun) {
+				for _, typ := range []*resource.Type{resource.Cluster, resource.Endpoint, resource.Listener, resource.Route} {
+					resp := r.s.Expect()
+					if resp.GetTypeUrl() != typ.URL {
+						r.t.Fatalf("got a %s response, want %s next (order CDS, EDS, LDS, RDS)", resp.GetTypeUrl(), typ)
+					}
+					if resp.GetVersionInfo() != xdstest.Version(r.rev(2)) {
+						r.t.Fatalf("%s version %s, want %d", typ, resp.GetVersionInfo(), r.rev(2))
+					}
+				}
+			}),
+			none(),
+		}},
+		// A cluster the change removes stays until the route and listener
+		// that dropped it are ACKed.
+		{name: "removal", steps: []step{
+			apply(cds("x", 1), cds("y", 1), eds("x", 1), eds("y", 1), lds("l", "r"), rds("r", "svc", "x")),
+			open((*env).adsStream),
+			subscribe([]*resource.Type{resource.Cluster, resource.Endpoint, resource.Listener, resource.Route},
+				map[*resource.Type][]string{resource.Route: {"r"}, resource.Endpoint: {"x", "y"}}),
+			// One apply: x goes, the route moves to y.
+			applyDel([]res{rds("r", "svc", "y"), ldsStat("l", "r", "v2"), eds("y", 2)},
+				xdstest.Key(resource.Cluster, "x"), xdstest.Key(resource.Endpoint, "x")),
+			expect(resource.Cluster, at(1), "x", "y"), bodies(cds("x", 1), cds("y", 1)), save("interim"),
+			expect(resource.Endpoint, at(2), "y"), save("eds"),
+			expect(resource.Listener, at(2), "l"), save("lds"),
+			expect(resource.Route, at(2), "r"), bodies(rds("r", "svc", "y")), save("rds"),
+			// x stays until the route and listener that dropped it are
+			// ACKed.
+			ackOf("interim"),
+			ackOf("eds", "x", "y"),
+			none(),
+			ackOf("lds"),
+			none(),
+			ackOf("rds", "r"),
+			expect(resource.Cluster, at(2), "y"),
+			check(func(r *scriptRun) {
+				if got := gatherValue(r.t, r.e, "legation_sotw_mbb_holds_total"); got != 1 {
+					r.t.Errorf("legation_sotw_mbb_holds_total = %v, want 1", got)
+				}
+			}),
+		}},
+		{name: "removal held while the route is NACKed", steps: []step{
+			apply(cds("x", 1), cds("y", 1), lds("l", "r"), rds("r", "svc", "x")),
+			open((*env).adsStream),
+			subscribe([]*resource.Type{resource.Cluster, resource.Route}, map[*resource.Type][]string{resource.Route: {"r"}}),
+			applyDel([]res{rds("r", "svc", "y")}, xdstest.Key(resource.Cluster, "x")),
+			expect(resource.Cluster, anyVersion, "x", "y"), save("interim"),
+			expect(resource.Route, at(2), "r"),
+			ackOf("interim"),
+			none(),
+			// The route is rejected: the client still routes to x by its
+			// old route, so x stays until a later route is ACKed.
+			nack(0, "route r: bad", "r"),
+			none(),
+			apply(rds("r", "svc.example", "y")),
+			expect(resource.Route, at(3), "r"),
+			none(), // not before the ACK
+			ack("r"),
+			expect(resource.Cluster, at(3), "y"),
+		}},
+		{name: "no referrers: removed at once", steps: []step{
+			apply(cds("x", 1), cds("y", 1)),
+			open((*env).adsStream),
+			subscribe([]*resource.Type{resource.Cluster}, nil),
+			applyDel(nil, xdstest.Key(resource.Cluster, "x")),
+			expect(resource.Cluster, at(2), "y"),
+		}},
 	})
-	s := e.adsStream(t)
-	s.Send(sotwRequest(resource.Cluster, xdstest.Node("n1", "edge")))
-	resp := s.Expect()
-	checkBodies(t, resp, xdstest.Cluster("a", 2))
-	s.Ack(resp) // no node
-	s.Send(sotwRequest(resource.Endpoint, nil, "a"))
-	resp = s.Expect()
-	checkBodies(t, resp, xdstest.Endpoints("a", 2))
-	s.Ack(resp, "a")
-
-	// The default's resources are overridden for this node: their changes
-	// are nothing to it; the group's are sent.
-	e.Apply(t, []store.Put{xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("a", 3))})
-	s.ExpectNone()
-	r := e.Apply(t, []store.Put{xdstest.Put(t, resource.Endpoint, "edge", xdstest.Endpoints("a", 4))})
-	resp = s.Expect()
-	checkResp(t, resp, resource.Endpoint, xdstest.Version(r), "a")
-	checkBodies(t, resp, xdstest.Endpoints("a", 4))
-	if st := streamStatus(t, e, "n1"); st.Group != "edge" {
-		t.Errorf("Streams(): group %q, want edge", st.Group)
-	}
 }
 
 // Rule 8 (promises 3 and 4): what a new stream presents decides what it is
@@ -615,180 +622,6 @@ func TestSotWNoNeedlessResend(t *testing.T) {
 		s.ExpectNone()
 		s.Send(&discoveryv3.DiscoveryRequest{TypeUrl: resource.Endpoint.URL, VersionInfo: xdstest.Version(r), ResourceNames: []string{"a", "b"}})
 		checkResp(t, s.Expect(), resource.Endpoint, xdstest.Version(r), "a")
-	})
-}
-
-// Rule 9: a node sees the default scope plus its group's, the group's
-// resource winning over a default one of the same name.
-func TestSotWScopes(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	r := e.Apply(t, []store.Put{
-		xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("a", 1)),
-		xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("b", 1)),
-		xdstest.Put(t, resource.Cluster, "edge", xdstest.Cluster("a", 2)),
-		xdstest.Put(t, resource.Cluster, "edge", xdstest.Cluster("c", 2)),
-		xdstest.Put(t, resource.Cluster, "other-group", xdstest.Cluster("d", 2)),
-	})
-	open := func(n *corev3.Node) *xdstest.SotWStream {
-		s := e.adsStream(t)
-		s.Send(sotwRequest(resource.Cluster, n))
-		return s
-	}
-	edge, other, none := open(xdstest.Node("n1", "edge")), open(xdstest.Node("n2", "other")), open(xdstest.Node("n3", ""))
-	resp := edge.Expect()
-	checkResp(t, resp, resource.Cluster, xdstest.Version(r), "a", "b", "c")
-	checkBodies(t, resp, xdstest.Cluster("a", 2), xdstest.Cluster("b", 1), xdstest.Cluster("c", 2))
-	edge.Ack(resp)
-	for _, s := range []*xdstest.SotWStream{other, none} {
-		resp = s.Expect()
-		checkResp(t, resp, resource.Cluster, xdstest.Version(r), "a", "b")
-		checkBodies(t, resp, xdstest.Cluster("a", 1), xdstest.Cluster("b", 1))
-		s.Ack(resp)
-	}
-
-	// The override goes: the default is sent again. The other nodes are
-	// not concerned.
-	r = e.Apply(t, nil, store.Key{Type: resource.Cluster, Scope: "edge", Name: "a"})
-	resp = edge.Expect()
-	checkResp(t, resp, resource.Cluster, xdstest.Version(r), "a", "b", "c")
-	checkBodies(t, resp, xdstest.Cluster("a", 1), xdstest.Cluster("b", 1), xdstest.Cluster("c", 2))
-	edge.Ack(resp)
-	expectNoneOn(t, other, none)
-
-	// A default change reaches all of them.
-	r = e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("b", 3))})
-	for _, s := range []*xdstest.SotWStream{edge, other, none} {
-		resp = s.Expect()
-		if resp.GetVersionInfo() != xdstest.Version(r) {
-			t.Fatalf("version %s, want %d", resp.GetVersionInfo(), r)
-		}
-	}
-}
-
-// Rule 10 (promise 6): make before break on ADS.
-func TestSotWMakeBeforeBreak(t *testing.T) {
-	t.Parallel()
-	t.Run("order", func(t *testing.T) {
-		e := newEnv(t)
-		e.Apply(t, []store.Put{
-			xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("c1", 1)),
-			xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("c1", 1)),
-			xdstest.Put(t, resource.Listener, "default", xdstest.APIListener(t, "l", "r", true)),
-			xdstest.Put(t, resource.Route, "default", xdstest.Route("r", "svc", "c1")),
-		})
-		s := e.adsStream(t)
-		// Subscribed in the reverse order: the order sent is the server's.
-		subscribeAll(t, s, []*resource.Type{resource.Route, resource.Listener, resource.Endpoint, resource.Cluster},
-			map[*resource.Type][]string{resource.Route: {"r"}, resource.Endpoint: {"c1"}})
-
-		l := xdstest.APIListener(t, "l", "r", true)
-		l.StatPrefix = "v2"
-		r := e.Apply(t, []store.Put{
-			xdstest.Put(t, resource.Route, "default", xdstest.Route("r", "svc2", "c1")),
-			xdstest.Put(t, resource.Listener, "default", l),
-			xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("c1", 2)),
-			xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("c1", 2)),
-		})
-		for _, typ := range []*resource.Type{resource.Cluster, resource.Endpoint, resource.Listener, resource.Route} {
-			resp := s.Expect()
-			if resp.GetTypeUrl() != typ.URL {
-				t.Fatalf("got a %s response, want %s next (order CDS, EDS, LDS, RDS)", resp.GetTypeUrl(), typ)
-			}
-			if resp.GetVersionInfo() != xdstest.Version(r) {
-				t.Fatalf("%s version %s, want %d", typ, resp.GetVersionInfo(), r)
-			}
-		}
-		s.ExpectNone()
-	})
-
-	t.Run("removal", func(t *testing.T) {
-		e := newEnv(t)
-		r0 := e.Apply(t, []store.Put{
-			xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("x", 1)),
-			xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("y", 1)),
-			xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("x", 1)),
-			xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("y", 1)),
-			xdstest.Put(t, resource.Listener, "default", xdstest.APIListener(t, "l", "r", true)),
-			xdstest.Put(t, resource.Route, "default", xdstest.Route("r", "svc", "x")),
-		})
-		s := e.adsStream(t)
-		names := map[*resource.Type][]string{resource.Route: {"r"}, resource.Endpoint: {"x", "y"}}
-		subscribeAll(t, s, []*resource.Type{resource.Cluster, resource.Endpoint, resource.Listener, resource.Route}, names)
-
-		// One apply: x goes, the route moves to y.
-		l := xdstest.APIListener(t, "l", "r", true)
-		l.StatPrefix = "v2"
-		r1 := e.Apply(t, []store.Put{
-			xdstest.Put(t, resource.Route, "default", xdstest.Route("r", "svc", "y")),
-			xdstest.Put(t, resource.Listener, "default", l),
-			xdstest.Put(t, resource.Endpoint, "default", xdstest.Endpoints("y", 2)),
-		}, xdstest.Key(resource.Cluster, "x"), xdstest.Key(resource.Endpoint, "x"))
-
-		interim := s.Expect()
-		checkResp(t, interim, resource.Cluster, xdstest.Version(r0), "x", "y")
-		checkBodies(t, interim, xdstest.Cluster("x", 1), xdstest.Cluster("y", 1))
-		eds := s.Expect()
-		checkResp(t, eds, resource.Endpoint, xdstest.Version(r1), "y")
-		lds := s.Expect()
-		checkResp(t, lds, resource.Listener, xdstest.Version(r1), "l")
-		rds := s.Expect()
-		checkResp(t, rds, resource.Route, xdstest.Version(r1), "r")
-		checkBodies(t, rds, xdstest.Route("r", "svc", "y"))
-
-		// x stays until the route and listener that dropped it are ACKed.
-		s.Ack(interim)
-		s.Ack(eds, names[resource.Endpoint]...)
-		s.ExpectNone()
-		s.Ack(lds)
-		s.ExpectNone()
-		s.Ack(rds, names[resource.Route]...)
-		final := s.Expect()
-		checkResp(t, final, resource.Cluster, xdstest.Version(r1), "y")
-		if got := gatherValue(t, e, "legation_sotw_mbb_holds_total"); got != 1 {
-			t.Errorf("legation_sotw_mbb_holds_total = %v, want 1", got)
-		}
-	})
-
-	t.Run("removal held while the route is NACKed", func(t *testing.T) {
-		e := newEnv(t)
-		e.Apply(t, []store.Put{
-			xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("x", 1)),
-			xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("y", 1)),
-			xdstest.Put(t, resource.Listener, "default", xdstest.APIListener(t, "l", "r", true)),
-			xdstest.Put(t, resource.Route, "default", xdstest.Route("r", "svc", "x")),
-		})
-		s := e.adsStream(t)
-		subscribeAll(t, s, []*resource.Type{resource.Cluster, resource.Route}, map[*resource.Type][]string{resource.Route: {"r"}})
-		r1 := e.Apply(t, []store.Put{xdstest.Put(t, resource.Route, "default", xdstest.Route("r", "svc", "y"))}, xdstest.Key(resource.Cluster, "x"))
-		interim := s.Expect()
-		checkResp(t, interim, resource.Cluster, interim.GetVersionInfo(), "x", "y")
-		rds := s.Expect()
-		checkResp(t, rds, resource.Route, xdstest.Version(r1), "r")
-		s.Ack(interim)
-		s.ExpectNone()
-		// The route is rejected: the client still routes to x by its old
-		// route, so x stays until a later route is ACKed.
-		s.Nack(rds, "", "route r: bad", "r")
-		s.ExpectNone()
-		r2 := e.Apply(t, []store.Put{xdstest.Put(t, resource.Route, "default", xdstest.Route("r", "svc.example", "y"))})
-		rds2 := s.Expect()
-		checkResp(t, rds2, resource.Route, xdstest.Version(r2), "r")
-		s.ExpectNone() // not before the ACK
-		s.Ack(rds2, "r")
-		checkResp(t, s.Expect(), resource.Cluster, xdstest.Version(r2), "y")
-	})
-
-	t.Run("no referrers: removed at once", func(t *testing.T) {
-		e := newEnv(t)
-		e.Apply(t, []store.Put{
-			xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("x", 1)),
-			xdstest.Put(t, resource.Cluster, "default", xdstest.Cluster("y", 1)),
-		})
-		s := e.adsStream(t)
-		subscribeAll(t, s, []*resource.Type{resource.Cluster}, nil)
-		r := e.Apply(t, nil, xdstest.Key(resource.Cluster, "x"))
-		checkResp(t, s.Expect(), resource.Cluster, xdstest.Version(r), "y")
 	})
 }
 

@@ -25,6 +25,7 @@ import (
 
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/testkit/fixture"
 	"github.com/legation-io/legation/internal/testkit/xdstest"
 )
 
@@ -47,11 +48,7 @@ func fanoutCLAName(i int) string { return fmt.Sprintf("cla-%03d", i) }
 
 // fanoutCLA is assignment i with its endpoints' ports starting at base.
 func fanoutCLA(i int, base uint32) *endpointv3.ClusterLoadAssignment {
-	ports := make([]uint32, fanoutEndpoints)
-	for j := range ports {
-		ports[j] = base + uint32(j)
-	}
-	return xdstest.Endpoints(fanoutCLAName(i), ports...)
+	return xdstest.Endpoints(fanoutCLAName(i), fixture.Ports(base, fanoutEndpoints)...)
 }
 
 // fanoutSeed writes the 200 assignments in one transaction and returns

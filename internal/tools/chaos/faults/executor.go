@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
 	"slices"
@@ -57,7 +56,7 @@ func (e *Executor) Log() []Applied {
 // and healed to logger (nil: discard).
 func NewExecutor(c *localcluster.Cluster, logger *slog.Logger) *Executor {
 	if logger == nil {
-		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		logger = slog.New(slog.DiscardHandler)
 	}
 	return &Executor{c: c, log: logger, active: map[int]Fault{}, names: map[string]string{}, logIndex: map[int]int{}}
 }

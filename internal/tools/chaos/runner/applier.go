@@ -12,7 +12,7 @@ import (
 
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/store"
-	"github.com/legation-io/legation/internal/tools/loadgen"
+	"github.com/legation-io/legation/internal/testkit/fixture"
 )
 
 // applier makes the run's changes: every tick one apply (one etcd
@@ -105,7 +105,7 @@ func (a *applier) apply(ctx context.Context) error {
 	n := min(len(live), 2+a.rng.IntN(3))
 	for _, i := range live[:n] {
 		a.port[i] = a.newPort(a.port[i])
-		if err := a.put(&req, resource.Endpoint, loadgen.Endpoints(i, a.endpoints, a.port[i]).LoadAssignment()); err != nil {
+		if err := a.put(&req, resource.Endpoint, fixture.Endpoints(i, a.endpoints, a.port[i]).LoadAssignment()); err != nil {
 			return err
 		}
 		touched[i] = true
@@ -120,7 +120,7 @@ func (a *applier) apply(ctx context.Context) error {
 	}
 	if a.rng.IntN(4) == 0 && a.listeners > 0 {
 		r := a.rng.IntN(a.listeners)
-		if err := a.put(&req, resource.Route, loadgen.RouteResource(r, loadgen.ClusterName(a.rng.IntN(a.clusters)))); err != nil {
+		if err := a.put(&req, resource.Route, fixture.RouteResource(r, fixture.ClusterName(a.rng.IntN(a.clusters)))); err != nil {
 			return err
 		}
 	}
@@ -131,7 +131,7 @@ func (a *applier) apply(ctx context.Context) error {
 			if touched[i] {
 				continue
 			}
-			name := loadgen.ClusterName(i)
+			name := fixture.ClusterName(i)
 			req.Deletes = append(req.Deletes,
 				store.Key{Type: resource.Cluster, Scope: store.DefaultScope, Name: name},
 				store.Key{Type: resource.Endpoint, Scope: store.DefaultScope, Name: name})
@@ -145,7 +145,7 @@ func (a *applier) apply(ctx context.Context) error {
 		if err := a.put(&req, resource.Cluster, a.cluster(i)); err != nil {
 			return err
 		}
-		if err := a.put(&req, resource.Endpoint, loadgen.Endpoints(i, a.endpoints, a.port[i]).LoadAssignment()); err != nil {
+		if err := a.put(&req, resource.Endpoint, fixture.Endpoints(i, a.endpoints, a.port[i]).LoadAssignment()); err != nil {
 			return err
 		}
 	}
@@ -176,7 +176,7 @@ func (a *applier) newPort(old uint32) uint32 {
 }
 
 func (a *applier) cluster(i int) *clusterv3.Cluster {
-	c := loadgen.ClusterResource(loadgen.ClusterName(i))
+	c := fixture.ClusterResource(fixture.ClusterName(i))
 	if a.timeout[i] > 0 {
 		c.ConnectTimeout = durationpb.New(time.Duration(a.timeout[i]) * time.Millisecond)
 	}
@@ -184,11 +184,11 @@ func (a *applier) cluster(i int) *clusterv3.Cluster {
 }
 
 func (a *applier) put(req *store.PlanRequest, typ *resource.Type, m proto.Message) error {
-	body, err := resource.Marshal(typ, m)
+	p, err := fixture.Put(typ, store.DefaultScope, m)
 	if err != nil {
-		return fmt.Errorf("chaos: %s %s: %w", typ.Name, typ.NameOf(m), err)
+		return fmt.Errorf("chaos: %w", err)
 	}
-	req.Puts = append(req.Puts, store.Put{Key: store.Key{Type: typ, Scope: store.DefaultScope, Name: typ.NameOf(m)}, Body: body})
+	req.Puts = append(req.Puts, p)
 	return nil
 }
 
@@ -204,7 +204,7 @@ func (a *applier) load(ctx context.Context) error {
 		there[r.Name] = true
 	}
 	for i := range a.clusters {
-		a.gone[i] = !there[loadgen.ClusterName(i)]
+		a.gone[i] = !there[fixture.ClusterName(i)]
 	}
 	a.stale = false
 	return nil

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/legation-io/legation/internal/state/resource"
-	"github.com/legation-io/legation/internal/tools/chaos"
 	"github.com/legation-io/legation/internal/tools/chaos/faults"
+	"github.com/legation-io/legation/internal/tools/chaos/record"
 )
 
 // Effect is what one class of fault did to the clients: while a fault of
@@ -48,7 +48,7 @@ type window struct {
 
 // effects measures each fault class's Effect from the faults applied, the
 // applies' commits and the recording.
-func effects(log []faults.Applied, commits []commit, events []chaos.Event, healAt time.Time) map[string]Effect {
+func effects(log []faults.Applied, commits []commit, events []record.Event, healAt time.Time) map[string]Effect {
 	out := map[string]Effect{}
 	var ws []window
 	for _, a := range log {
@@ -83,13 +83,13 @@ func effects(log []faults.Applied, commits []commit, events []chaos.Event, healA
 	byClient := map[string][]seen{}
 	for _, e := range events {
 		switch {
-		case e.Kind == chaos.KindEnd && e.Error != "" && !isShutdown(e.Error):
+		case e.Kind == record.KindEnd && e.Error != "" && !isShutdown(e.Error):
 			for _, k := range in(e.Time) {
 				x := out[k]
 				x.StreamEnds++
 				out[k] = x
 			}
-		case e.Kind == chaos.KindResponse && e.Type == resource.Endpoint.URL:
+		case e.Kind == record.KindResponse && e.Type == resource.Endpoint.URL:
 			if v, err := strconv.ParseInt(e.Version, 10, 64); err == nil {
 				byClient[e.Client] = append(byClient[e.Client], seen{e.Time, v})
 			}

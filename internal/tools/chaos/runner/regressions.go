@@ -25,12 +25,12 @@ var Regressions = []Regression{
 		Name: "sotw-no-nonce-restart", Seed: 348, Duration: 30 * time.Second, Every: 2500 * time.Millisecond, Clients: 60, ApplyEvery: 300 * time.Millisecond,
 		Found: "a SotW request without a nonce, sent before the first response of its type arrived, started the type over: the response was sent again at the same version (duplicate); " +
 			"and a resuming delta load-tool client whose stream ended on one of its first sends lost its RDS subscription for good (not-converged)",
-		Test: "internal/xds/sotw TestSotWRequestsBeforeFirstResponse; internal/tools/loadgen TestDeltaResumeKeepsSubscriptions",
+		Test: "internal/xds/sotw TestSotWRequests/requests_before_the_first_response_are_stale; internal/tools/loadgen TestDeltaResumeKeepsSubscriptions",
 	},
 	{
 		Name: "sotw-no-nonce-names", Seed: 4, Duration: 2 * time.Minute, Every: 4 * time.Second, Clients: 300, ApplyEvery: 500 * time.Millisecond,
 		Found: "taking the names of such a request at once (the first fix) resent an endpoint set re-added by the client at the version of the response already on its way (duplicate): such a request is now stale",
-		Test:  "internal/xds/sotw TestSotWRequestsBeforeFirstResponse",
+		Test:  "internal/xds/sotw TestSotWRequests/requests_before_the_first_response_are_stale",
 	},
 	{
 		Name: "delta-reconnect-system-version", Seed: 1, Duration: 2 * time.Minute, Every: 4 * time.Second, Clients: 300, ApplyEvery: 500 * time.Millisecond,

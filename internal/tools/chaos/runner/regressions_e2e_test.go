@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"testing"
 
+	"github.com/legation-io/legation/internal/testkit/testbase"
 	"github.com/legation-io/legation/internal/tools/localcluster"
 )
 
@@ -19,7 +20,7 @@ func TestRegressions(t *testing.T) {
 			cfg := r.Config(DefaultConfig())
 			cfg.Dir = shortTempDir(t)
 			cfg.Binaries = bins
-			cfg.Logger = slog.New(slog.NewTextHandler(testWriter{t}, nil))
+			cfg.Logger = slog.New(slog.NewTextHandler(testbase.LogWriter(t), nil))
 			runSeed(t, cfg)
 		})
 	}

@@ -12,7 +12,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -25,8 +24,10 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/testkit/fixture"
 	"github.com/legation-io/legation/internal/tools/chaos"
 	"github.com/legation-io/legation/internal/tools/chaos/faults"
+	"github.com/legation-io/legation/internal/tools/chaos/record"
 	"github.com/legation-io/legation/internal/tools/loadgen"
 	"github.com/legation-io/legation/internal/tools/localcluster"
 )
@@ -176,7 +177,7 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 	}
 	logger := cfg.Logger
 	if logger == nil {
-		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		logger = slog.New(slog.DiscardHandler)
 	}
 	logger = logger.With("seed", cfg.Seed)
 	start := time.Now()
@@ -267,11 +268,7 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 		return sum, ctx.Err()
 	}
 
-	fx := loadgen.Fixture{Listeners: cfg.Listeners}
-	for i := range cfg.Clusters {
-		fx.Clusters = append(fx.Clusters, loadgen.ClusterName(i))
-		fx.Endpoints = append(fx.Endpoints, loadgen.Endpoints(i, cfg.Endpoints, 10000))
-	}
+	fx := fixture.NewSet(cfg.Clusters, cfg.Endpoints, cfg.Listeners, 10000)
 	seeded, err := (&loadgen.StoreTarget{Store: st}).Seed(ctx, fx)
 	if err != nil {
 		return sum, fmt.Errorf("chaos: seed the fixture: %w", err)
@@ -289,7 +286,7 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 	}
 
 	recPath := filepath.Join(cfg.Dir, recordingFile)
-	w, err := chaos.Create(recPath)
+	w, err := record.Create(recPath)
 	if err != nil {
 		return sum, err
 	}
@@ -428,7 +425,7 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 	if err != nil {
 		return sum, err
 	}
-	events, err := chaos.ReadEventsFile(recPath)
+	events, err := record.ReadEventsFile(recPath)
 	if err != nil {
 		return sum, err
 	}
@@ -445,10 +442,10 @@ const (
 )
 
 // check runs the checker over a seed's history and recording into sum.
-func (sum *Summary) check(h *chaos.History, events []chaos.Event, within time.Duration) {
+func (sum *Summary) check(h *chaos.History, events []record.Event, within time.Duration) {
 	sum.Streams = 0
 	for _, e := range events {
-		if e.Kind == chaos.KindStart {
+		if e.Kind == record.KindStart {
 			sum.Streams++
 		}
 	}
@@ -475,7 +472,7 @@ func Recheck(dir string, within time.Duration) (Summary, error) {
 	if err != nil {
 		return sum, err
 	}
-	events, err := chaos.ReadEventsFile(filepath.Join(dir, recordingFile))
+	events, err := record.ReadEventsFile(filepath.Join(dir, recordingFile))
 	if err != nil {
 		return sum, err
 	}
@@ -503,19 +500,19 @@ func liveReplicas(c *localcluster.Cluster, k int) []string {
 // from it without writing.
 type seededTarget struct{ c loadgen.Commit }
 
-func (t seededTarget) Seed(context.Context, loadgen.Fixture) (loadgen.Commit, error) { return t.c, nil }
+func (t seededTarget) Seed(context.Context, fixture.Set) (loadgen.Commit, error) { return t.c, nil }
 
-func (t seededTarget) SetEndpoints(context.Context, loadgen.EndpointSet) (loadgen.Commit, error) {
+func (t seededTarget) SetEndpoints(context.Context, fixture.EndpointSet) (loadgen.Commit, error) {
 	return loadgen.Commit{}, errors.New("chaos: the clients' runs make no updates")
 }
 
 // lastRecorder records to w and keeps when the last event came.
 type lastRecorder struct {
-	w  *chaos.Writer
+	w  *record.Writer
 	at atomic.Int64 // unix nanoseconds
 }
 
-func (r *lastRecorder) Record(e *chaos.Event) {
+func (r *lastRecorder) Record(e *record.Event) {
 	r.at.Store(e.Time.UnixNano())
 	r.w.Record(e)
 }

@@ -11,18 +11,12 @@ import (
 	"time"
 
 	"github.com/legation-io/legation/internal/state/resource"
+	"github.com/legation-io/legation/internal/testkit/testbase"
 	"github.com/legation-io/legation/internal/tools/chaos"
 	"github.com/legation-io/legation/internal/tools/chaos/faults"
+	"github.com/legation-io/legation/internal/tools/chaos/record"
 	"github.com/legation-io/legation/internal/tools/localcluster"
 )
-
-// testWriter sends log lines to the test log.
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimSuffix(string(p), "\n"))
-	return len(p), nil
-}
 
 // TestShortSeed is make test's chaos run: the first regression seed, 30 s
 // of faults every 2.5 s on average on 3 etcd members and 3 replicas, 60
@@ -37,7 +31,7 @@ func TestShortSeed(t *testing.T) {
 	}
 	cfg.Dir = shortTempDir(t)
 	cfg.Binaries = bins
-	cfg.Logger = slog.New(slog.NewTextHandler(testWriter{t}, nil))
+	cfg.Logger = slog.New(slog.NewTextHandler(testbase.LogWriter(t), nil))
 	cfg.Keep = true // for Recheck below; shortTempDir removes them
 	sum := runSeed(t, cfg)
 	if sum.FaultsApplied < sum.Faults/2 || sum.Applies < 50 || sum.Responses < cfg.Clients*20 || sum.Streams <= cfg.Clients {
@@ -161,14 +155,14 @@ func TestEffects(t *testing.T) {
 	log := []faults.Applied{{Fault: faults.Fault{Kind: faults.KillReplica, Target: "replica-1"}, AppliedAt: at(1000), HealedAt: at(3000)}}
 	commits := []commit{{rev: 10, at: at(500)}, {rev: 20, at: at(2000)}}
 	eds, cds := resource.Endpoint.URL, resource.Cluster.URL
-	events := []chaos.Event{
-		{Kind: chaos.KindResponse, Time: at(600), Client: "a", Stream: 1, Type: eds, Version: "10"},
-		{Kind: chaos.KindResponse, Time: at(650), Client: "b", Stream: 1, Type: eds, Version: "10"},
-		{Kind: chaos.KindResponse, Time: at(2100), Client: "a", Stream: 1, Type: cds, Version: "20"}, // not endpoints
-		{Kind: chaos.KindEnd, Time: at(2200), Client: "a", Stream: 1, Error: "EOF"},
-		{Kind: chaos.KindResponse, Time: at(2500), Client: "a", Stream: 2, Type: eds, Version: "21"},
-		{Kind: chaos.KindResponse, Time: at(3500), Client: "b", Stream: 1, Type: eds, Version: "20"},
-		{Kind: chaos.KindEnd, Time: at(9000), Client: "b", Stream: 1, Error: "rpc error: code = Canceled desc = context canceled"},
+	events := []record.Event{
+		{Kind: record.KindResponse, Time: at(600), Client: "a", Stream: 1, Type: eds, Version: "10"},
+		{Kind: record.KindResponse, Time: at(650), Client: "b", Stream: 1, Type: eds, Version: "10"},
+		{Kind: record.KindResponse, Time: at(2100), Client: "a", Stream: 1, Type: cds, Version: "20"}, // not endpoints
+		{Kind: record.KindEnd, Time: at(2200), Client: "a", Stream: 1, Error: "EOF"},
+		{Kind: record.KindResponse, Time: at(2500), Client: "a", Stream: 2, Type: eds, Version: "21"},
+		{Kind: record.KindResponse, Time: at(3500), Client: "b", Stream: 1, Type: eds, Version: "20"},
+		{Kind: record.KindEnd, Time: at(9000), Client: "b", Stream: 1, Error: "rpc error: code = Canceled desc = context canceled"},
 	}
 	got := effects(log, commits, events, at(8000))
 	want := map[string]Effect{

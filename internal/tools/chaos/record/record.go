@@ -1,12 +1,14 @@
-package chaos
+package record
 
 import (
 	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -197,4 +199,13 @@ func (e *Event) validate() error {
 		return fmt.Errorf("mode %q: want sotw or delta", e.Mode)
 	}
 	return nil
+}
+
+// BodyHash is the hash of a resource's bytes that recordings and the
+// history carry (FNV-1a, 64 bits, in hex): the bytes a client receives
+// are the ones stored in etcd.
+func BodyHash(b []byte) string {
+	f := fnv.New64a()
+	f.Write(b)
+	return strconv.FormatUint(f.Sum64(), 16)
 }

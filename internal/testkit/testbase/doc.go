@@ -1,0 +1,9 @@
+// Package testbase holds the few helpers every test of Legation shares: a
+// context bounded by a timeout, a goroutine-safe buffer to capture logs,
+// and test loggers (kept and printed when the test fails, or written to the
+// test's log as they come).
+//
+// It is a leaf: it imports only the standard library, so that any test,
+// including a package's internal tests and the other test kits, may
+// import it without a cycle. Only tests and test kits import it.
+package testbase
