@@ -23,6 +23,7 @@ import (
 
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/testkit/testbase"
 	"github.com/legation-io/legation/internal/testkit/xdstest"
 )
 
@@ -298,7 +299,7 @@ func TestDrainRolling(t *testing.T) {
 	checkLeaks(t)
 	e := newXDSEnv(t)
 	rev := e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("a", 100))})
-	logs := map[string]*logBuffer{}
+	logs := map[string]*testbase.LockedBuffer{}
 	replica := func(name string) *running {
 		cfg := e.config(t)
 		cfg.Name = name
@@ -308,7 +309,7 @@ func TestDrainRolling(t *testing.T) {
 			// admitting 10 a second takes, which A warns of.
 			cfg.StreamRate, cfg.StreamBurst = 10, 100
 		}
-		logs[name] = &logBuffer{}
+		logs[name] = &testbase.LockedBuffer{}
 		cfg.Logger = slog.New(slog.NewTextHandler(logs[name], nil))
 		return startXDS(t, cfg, rev)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/legation-io/legation/internal/testkit/storetest"
+	"github.com/legation-io/legation/internal/testkit/testbase"
 	"github.com/legation-io/legation/internal/testkit/xdstest"
 )
 
@@ -16,7 +17,7 @@ import (
 func TestEtcdInsecureWarning(t *testing.T) {
 	checkLeaks(t)
 	e := storetest.Start(t, storetest.Options{})
-	logs := &logBuffer{}
+	logs := &testbase.LockedBuffer{}
 	cfg := testConfig(t)
 	cfg.EtcdEndpoints = []string{e.Endpoint}
 	cfg.Standalone = true

@@ -9,11 +9,9 @@ import (
 
 	"github.com/legation-io/legation/internal/replica"
 	"github.com/legation-io/legation/internal/testkit/storetest"
+	"github.com/legation-io/legation/internal/testkit/testbase"
 	"github.com/legation-io/legation/internal/testkit/xdstest"
 )
-
-// logBuffer collects a node's logs; the node writes from many goroutines.
-type logBuffer = xdstest.LogBuffer
 
 const insecureGossip = "gossip is unencrypted and unauthenticated"
 
@@ -36,7 +34,7 @@ func TestGossipKeyFile(t *testing.T) {
 		{"key file", keyFile, "gossip_encrypted=true", false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			logs := &logBuffer{}
+			logs := &testbase.LockedBuffer{}
 			cfg := testConfig(t)
 			cfg.EtcdEndpoints = []string{e.Endpoint}
 			cfg.EtcdPrefix = "/" + strings.ReplaceAll(tt.name, " ", "-") + "/"

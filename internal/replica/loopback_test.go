@@ -16,6 +16,7 @@ import (
 
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/testkit/testbase"
 	"github.com/legation-io/legation/internal/testkit/xdstest"
 )
 
@@ -32,7 +33,7 @@ func TestPlaintextLoopbackIsNotAnIdentity(t *testing.T) {
 		t.Run(fmt.Sprintf("flags %v", on), func(t *testing.T) {
 			cfg := e.config(t)
 			cfg.InsecureLoopbackSecrets, cfg.InsecureLoopbackDebug, cfg.Pprof = on, on, on
-			logs := new(xdstest.LogBuffer)
+			logs := new(testbase.LockedBuffer)
 			cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
 			r := start(t, cfg)
 			waitReady(t, r)

@@ -16,6 +16,7 @@ import (
 	"github.com/legation-io/legation/internal/replica"
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/testkit/testbase"
 	"github.com/legation-io/legation/internal/testkit/xdstest"
 )
 
@@ -121,7 +122,7 @@ func TestRebalanceRateWarning(t *testing.T) {
 		rebalance float64
 		warns     bool
 	}{{50, true}, {10, false}} {
-		logs := &logBuffer{}
+		logs := &testbase.LockedBuffer{}
 		cfg := e.config(t)
 		cfg.StreamRate, cfg.StreamBurst, cfg.RebalanceRate = 10, 10, tt.rebalance
 		cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))

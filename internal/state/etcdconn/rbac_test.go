@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -31,6 +30,7 @@ import (
 	"github.com/legation-io/legation/internal/replica"
 	"github.com/legation-io/legation/internal/state/etcdconn"
 	"github.com/legation-io/legation/internal/state/resource"
+	"github.com/legation-io/legation/internal/testkit/testbase"
 	"github.com/legation-io/legation/internal/testkit/testcerts"
 	"github.com/legation-io/legation/internal/testkit/xdstest"
 	"github.com/legation-io/legation/internal/tools/localcluster"
@@ -181,7 +181,7 @@ func TestRBAC(t *testing.T) {
 
 	// The replica: xds-node's own code (node.New, Run) with its
 	// certificate, in etcd mode, registered in the membership registry.
-	var logs syncBuffer
+	var logs testbase.LockedBuffer
 	ncfg := replica.DefaultConfig()
 	ncfg.EtcdEndpoints = []string{endpoint}
 	ncfg.EtcdSecurity = opts(replicaCert).Security
@@ -397,22 +397,4 @@ func get(t *testing.T, url string) (int, string) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
-}
-
-// syncBuffer is a bytes.Buffer for a logger used from several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex // guards b
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/legation-io/legation/internal/state/store"
 	"github.com/legation-io/legation/internal/state/view"
 	"github.com/legation-io/legation/internal/testkit/storetest"
+	"github.com/legation-io/legation/internal/testkit/testbase"
 	"github.com/legation-io/legation/internal/testkit/xdstest"
 )
 
@@ -31,12 +32,6 @@ const (
 	testTimeout      = 20 * time.Second
 	testShortTimeout = 500 * time.Millisecond
 )
-
-func testCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
-	t.Cleanup(cancel)
-	return ctx
-}
 
 // tracker is a Tracker on c under prefix, with its own registry.
 type tracker struct {
@@ -120,7 +115,7 @@ type granted struct {
 func grant(t *testing.T, c *clientv3.Client, seconds int64) granted {
 	t.Helper()
 	before := time.Now()
-	resp, err := c.Grant(testCtx(t), seconds)
+	resp, err := c.Grant(testbase.Context(t), seconds)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +175,7 @@ func TestExpiry(t *testing.T) {
 	t.Parallel()
 	e := storetest.Start(t, storetest.Options{})
 	c := e.Client(t)
-	ctx := testCtx(t)
+	ctx := testbase.Context(t)
 	g := grant(t, c, 10)
 
 	tr := newTracker(t, c, "")
@@ -241,7 +236,7 @@ func TestRefreshNotice(t *testing.T) {
 	t.Parallel()
 	e := storetest.Start(t, storetest.Options{})
 	c := e.Client(t)
-	ctx := testCtx(t)
+	ctx := testbase.Context(t)
 	const prefix = "/notice/"
 	s, err := store.New(store.Config{Client: c, Prefix: prefix, Writer: "lease-test"})
 	if err != nil {
@@ -314,7 +309,7 @@ func TestCheckBeforeExpiry(t *testing.T) {
 	t.Parallel()
 	e := storetest.Start(t, storetest.Options{})
 	c := e.Client(t)
-	ctx := testCtx(t)
+	ctx := testbase.Context(t)
 	g := grant(t, c, 6)
 	tr := newTracker(t, c, "")
 	tr.run(t)
@@ -363,7 +358,7 @@ func TestNotExtended(t *testing.T) {
 	t.Parallel()
 	e := storetest.Start(t, storetest.Options{})
 	c := e.Client(t)
-	ctx := testCtx(t)
+	ctx := testbase.Context(t)
 	g := grant(t, c, 6)
 	tr := newTracker(t, c, "")
 	tr.run(t)
@@ -412,7 +407,7 @@ func waitGone(t *testing.T, c *clientv3.Client, id int64) {
 	t.Helper()
 	deadline := time.Now().Add(testTimeout)
 	for {
-		resp, err := c.TimeToLive(testCtx(t), clientv3.LeaseID(id))
+		resp, err := c.TimeToLive(testbase.Context(t), clientv3.LeaseID(id))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -433,7 +428,7 @@ func TestMalformedMarkers(t *testing.T) {
 	t.Parallel()
 	e := storetest.Start(t, storetest.Options{})
 	c := e.Client(t)
-	ctx := testCtx(t)
+	ctx := testbase.Context(t)
 	const prefix = "/malformed/"
 	bad := func(round int) map[string]string {
 		return map[string]string{
@@ -569,7 +564,7 @@ func TestRefreshInLastSecond(t *testing.T) {
 	t.Parallel()
 	e := storetest.Start(t, storetest.Options{})
 	c := e.Client(t)
-	ctx := testCtx(t)
+	ctx := testbase.Context(t)
 	const prefix = "/last/"
 	s, err := store.New(store.Config{Client: c, Prefix: prefix})
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/store"
 	"github.com/legation-io/legation/internal/testkit/storetest"
+	"github.com/legation-io/legation/internal/testkit/testbase"
 )
 
 // TestRefreshLease: a refresh starts a live lease's TTL over, returns the
@@ -24,7 +25,7 @@ func TestRefreshLease(t *testing.T) {
 	c := e.Client(t)
 	const prefix = "/refresh/"
 	s := newTestStore(t, c, prefix, nil)
-	ctx := testCtx(t)
+	ctx := testbase.Context(t)
 
 	res := mustApply(t, s, store.PlanRequest{Puts: []store.Put{put(t, resource.Cluster, "default", "a", 1)}, TTL: 10 * time.Second})
 	if res.Lease == 0 {
@@ -134,7 +135,7 @@ func TestRefreshLeaseExpires(t *testing.T) {
 	e := storetest.Start(t, storetest.Options{})
 	c := e.Client(t)
 	s := newTestStore(t, c, "/expire/", nil)
-	ctx := testCtx(t)
+	ctx := testbase.Context(t)
 	g, err := c.Grant(ctx, 2) // etcd's least TTL here
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/legation-io/legation/internal/state/store"
 	"github.com/legation-io/legation/internal/testkit/storetest"
+	"github.com/legation-io/legation/internal/testkit/testbase"
 )
 
 // TestLockScope: a scope's apply lock excludes a second taker, who times
@@ -17,7 +18,7 @@ import (
 // TTL.
 func TestLockScope(t *testing.T) {
 	e := storetest.Start(t, storetest.Options{})
-	ctx := testCtx(t)
+	ctx := testbase.Context(t)
 	holder := newTestStore(t, e.Client(t), "/lock/", func(c *store.Config) { c.Writer = "holder-1" })
 	waiter := newTestStore(t, e.Client(t), "/lock/", nil)
 

@@ -7,6 +7,7 @@ import (
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/store"
 	"github.com/legation-io/legation/internal/testkit/storetest"
+	"github.com/legation-io/legation/internal/testkit/testbase"
 )
 
 // TestApplyMarkerTraceparent: an apply's traceparent is in the marker of
@@ -20,24 +21,24 @@ func TestApplyMarkerTraceparent(t *testing.T) {
 	const tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
 	plan := mustPlan(t, s, store.PlanRequest{Puts: []store.Put{put(t, resource.Cluster, "default", "a", 1), put(t, resource.Cluster, "g1", "a", 1)}})
-	traced, err := s.Apply(testCtx(t), plan, store.ApplyOptions{Traceparent: tp})
+	traced, err := s.Apply(testbase.Context(t), plan, store.ApplyOptions{Traceparent: tp})
 	if err != nil {
 		t.Fatal(err)
 	}
 	plan = mustPlan(t, s, store.PlanRequest{Puts: []store.Put{put(t, resource.Cluster, "default", "b", 1)}})
-	plain, err := s.Apply(testCtx(t), plan, store.ApplyOptions{})
+	plain, err := s.Apply(testbase.Context(t), plan, store.ApplyOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	got, err := store.ApplyMarkersAt(testCtx(t), c, "/tp/", traced.Revision)
+	got, err := store.ApplyMarkersAt(testbase.Context(t), c, "/tp/", traced.Revision)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(got) != 2 || got["default"].Traceparent != tp || got["g1"].Traceparent != tp || got["g1"].By != "store-test" {
 		t.Errorf("markers at the traced apply's revision = %+v, want default and g1 with %s", got, tp)
 	}
-	got, err = store.ApplyMarkersAt(testCtx(t), c, "/tp/", plain.Revision)
+	got, err = store.ApplyMarkersAt(testbase.Context(t), c, "/tp/", plain.Revision)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/store"
 	"github.com/legation-io/legation/internal/testkit/storetest"
+	"github.com/legation-io/legation/internal/testkit/testbase"
 )
 
 // regInput is one apply as a register-map operation: the values it writes
@@ -254,7 +255,7 @@ func testApplySerializable(t *testing.T, s *store.Store, lock bool, total int) {
 func TestApplyDeclaredSet(t *testing.T) {
 	e := storetest.Start(t, storetest.Options{MaxTxnOps: 8})
 	c := e.Client(t)
-	ctx := testCtx(t)
+	ctx := testbase.Context(t)
 	n := 0
 	newStore := func(t *testing.T) *store.Store {
 		n++
@@ -443,7 +444,7 @@ func TestApplyManyDeclared(t *testing.T) {
 	e := storetest.Start(t, storetest.Options{})
 	c := e.Client(t)
 	s := newTestStore(t, c, "/many/", nil)
-	ctx := testCtx(t)
+	ctx := testbase.Context(t)
 	puts := func(changed map[int]bool) []store.Put {
 		var out []store.Put
 		for i := range 500 {

@@ -27,6 +27,7 @@ import (
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/store"
 	"github.com/legation-io/legation/internal/testkit/storetest"
+	"github.com/legation-io/legation/internal/testkit/testbase"
 	legationv1 "github.com/legation-io/legation/proto/legation/v1"
 )
 
@@ -45,12 +46,6 @@ const (
 
 // sameType compares resource types by identity: they are singletons.
 var sameType = cmp.Comparer(func(a, b *resource.Type) bool { return a == b })
-
-func testCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), storeTestTimeout)
-	t.Cleanup(cancel)
-	return ctx
-}
 
 // newTestStore returns a store on c under prefix, with tweak applied to its
 // config.
@@ -133,7 +128,7 @@ func clusters(t testing.TB, scope, prefix string, n, v int) []store.Put {
 
 func mustPlan(t *testing.T, s *store.Store, req store.PlanRequest) *store.Plan {
 	t.Helper()
-	plan, err := s.MakePlan(testCtx(t), req)
+	plan, err := s.MakePlan(testbase.Context(t), req)
 	if err != nil {
 		t.Fatalf("plan: %v", err)
 	}
@@ -142,7 +137,7 @@ func mustPlan(t *testing.T, s *store.Store, req store.PlanRequest) *store.Plan {
 
 func mustApply(t *testing.T, s *store.Store, req store.PlanRequest) *store.ApplyResult {
 	t.Helper()
-	res, err := s.Apply(testCtx(t), mustPlan(t, s, req), store.ApplyOptions{})
+	res, err := s.Apply(testbase.Context(t), mustPlan(t, s, req), store.ApplyOptions{})
 	if err != nil {
 		t.Fatalf("apply: %v", err)
 	}
@@ -152,7 +147,7 @@ func mustApply(t *testing.T, s *store.Store, req store.PlanRequest) *store.Apply
 // etcdRev returns etcd's current revision.
 func etcdRev(t *testing.T, c *clientv3.Client) int64 {
 	t.Helper()
-	resp, err := c.Get(testCtx(t), "/no-such-key")
+	resp, err := c.Get(testbase.Context(t), "/no-such-key")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +157,7 @@ func etcdRev(t *testing.T, c *clientv3.Client) int64 {
 // countKeys returns how many keys etcd holds under prefix.
 func countKeys(t *testing.T, c *clientv3.Client, prefix string) int64 {
 	t.Helper()
-	resp, err := c.Get(testCtx(t), prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	resp, err := c.Get(testbase.Context(t), prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +232,7 @@ func TestApplyIsOneRevision(t *testing.T) {
 			t.Fatalf("%s: action %s, want %s", ch.Key, ch.Action, store.Create)
 		}
 	}
-	res, err := s.Apply(testCtx(t), plan, store.ApplyOptions{})
+	res, err := s.Apply(testbase.Context(t), plan, store.ApplyOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +246,7 @@ func TestApplyIsOneRevision(t *testing.T) {
 		t.Errorf("Lease = %d, want 0 without a TTL", res.Lease)
 	}
 
-	kvs, err := c.Get(testCtx(t), "/one/resources/", clientv3.WithPrefix())
+	kvs, err := c.Get(testbase.Context(t), "/one/resources/", clientv3.WithPrefix())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,7 +271,7 @@ func TestApplyIsOneRevision(t *testing.T) {
 		}
 	}
 
-	list, err := s.List(testCtx(t), store.ListOptions{})
+	list, err := s.List(testbase.Context(t), store.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,7 +285,7 @@ func TestRevisions(t *testing.T) {
 	e := storetest.Start(t, storetest.Options{})
 	c := e.Client(t)
 	s := newTestStore(t, c, "/rev/", nil)
-	ctx := testCtx(t)
+	ctx := testbase.Context(t)
 	a, b, cc := put(t, resource.Cluster, "default", "a", 1), put(t, resource.Cluster, "default", "b", 1), put(t, resource.Cluster, "default", "c", 1)
 	r1 := mustApply(t, s, store.PlanRequest{Puts: []store.Put{a, b, cc}}).Revision
 
@@ -374,7 +369,7 @@ func TestReadAtRevision(t *testing.T) {
 	// A tiny page size: a list at a past revision reads several pages, all
 	// at that revision.
 	s := newTestStore(t, c, "/past/", func(cfg *store.Config) { cfg.PageSize = 2 })
-	ctx := testCtx(t)
+	ctx := testbase.Context(t)
 	old := clusters(t, "default", "c", 5, 1) // c-000 ... c-004
 	r1 := mustApply(t, s, store.PlanRequest{Puts: old}).Revision
 	changed := put(t, resource.Cluster, "default", "c-001", 2)
@@ -560,7 +555,7 @@ func TestApplyLimits(t *testing.T) {
 			s := newTestStore(t, c, tc.prefix, tc.tweak)
 			plan := mustPlan(t, s, store.PlanRequest{Puts: tc.puts(t)})
 			before := etcdRev(t, c)
-			res, err := s.Apply(testCtx(t), plan, store.ApplyOptions{})
+			res, err := s.Apply(testbase.Context(t), plan, store.ApplyOptions{})
 			if !errors.Is(err, store.ErrLimit) {
 				t.Fatalf("Apply = %+v, %v; want an error wrapping ErrLimit", res, err)
 			}
@@ -604,11 +599,11 @@ func TestApplyLimits(t *testing.T) {
 		total := len(puts) + len(deletes)
 
 		// Not chunked, it is refused.
-		if _, err := s.Apply(testCtx(t), plan, store.ApplyOptions{}); !errors.Is(err, store.ErrLimit) {
+		if _, err := s.Apply(testbase.Context(t), plan, store.ApplyOptions{}); !errors.Is(err, store.ErrLimit) {
 			t.Fatalf("unchunked Apply: %v, want ErrLimit", err)
 		}
 		wch := rawWatch(t, c, "/chunks/resources/")
-		res, err := s.Apply(testCtx(t), plan, store.ApplyOptions{Chunked: true})
+		res, err := s.Apply(testbase.Context(t), plan, store.ApplyOptions{Chunked: true})
 		if err != nil {
 			t.Fatalf("chunked Apply: %v", err)
 		}
@@ -673,7 +668,7 @@ func TestApplyLimits(t *testing.T) {
 
 		// And by the keys' own revisions: every cluster was written before
 		// any endpoint, and so on.
-		l, err := s.List(testCtx(t), store.ListOptions{})
+		l, err := s.List(testbase.Context(t), store.ListOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -702,7 +697,7 @@ func TestApplyLimits(t *testing.T) {
 			name := fmt.Sprintf("big-%d", i)
 			puts = append(puts, store.Put{Key: key(resource.Cluster, "default", name), Body: body(t, resource.Cluster, name, 1, 1000)})
 		}
-		res, err := s.Apply(testCtx(t), mustPlan(t, s, store.PlanRequest{Puts: puts}), store.ApplyOptions{Chunked: true})
+		res, err := s.Apply(testbase.Context(t), mustPlan(t, s, store.PlanRequest{Puts: puts}), store.ApplyOptions{Chunked: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -717,7 +712,7 @@ func TestApplyLimits(t *testing.T) {
 	t.Run("chunked but one resource too big", func(t *testing.T) {
 		s := newTestStore(t, c, "/toobig/", func(cfg *store.Config) { cfg.MaxRequestBytes = 4096 })
 		p := store.Put{Key: key(resource.Cluster, "default", "huge"), Body: body(t, resource.Cluster, "huge", 1, 5000)}
-		_, err := s.Apply(testCtx(t), mustPlan(t, s, store.PlanRequest{Puts: []store.Put{p}}), store.ApplyOptions{Chunked: true})
+		_, err := s.Apply(testbase.Context(t), mustPlan(t, s, store.PlanRequest{Puts: []store.Put{p}}), store.ApplyOptions{Chunked: true})
 		if !errors.Is(err, store.ErrLimit) || !strings.Contains(err.Error(), "--max-request-bytes (4096)") {
 			t.Errorf("Apply: %v, want ErrLimit naming --max-request-bytes", err)
 		}
@@ -728,7 +723,7 @@ func TestApplyLimits(t *testing.T) {
 
 	t.Run("chunked within the limits is one transaction", func(t *testing.T) {
 		s := newTestStore(t, c, "/onechunk/", nil)
-		res, err := s.Apply(testCtx(t), mustPlan(t, s, store.PlanRequest{Puts: clusters(t, "default", "c", 100, 1)}), store.ApplyOptions{Chunked: true})
+		res, err := s.Apply(testbase.Context(t), mustPlan(t, s, store.PlanRequest{Puts: clusters(t, "default", "c", 100, 1)}), store.ApplyOptions{Chunked: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -771,7 +766,7 @@ func TestEtcdRefusesLimit(t *testing.T) {
 			s := newTestStore(t, c, prefix, nil)
 			plan := mustPlan(t, s, store.PlanRequest{Puts: tc.puts(t)})
 			before := etcdRev(t, c)
-			_, err := s.Apply(testCtx(t), plan, store.ApplyOptions{})
+			_, err := s.Apply(testbase.Context(t), plan, store.ApplyOptions{})
 			if !errors.Is(err, store.ErrLimit) {
 				t.Fatalf("Apply: %v, want an error wrapping ErrLimit", err)
 			}
@@ -807,7 +802,7 @@ func TestLimitEstimate(t *testing.T) {
 		name := fmt.Sprintf("%s-%d", strings.Repeat("n", i*3), i)
 		puts = append(puts, store.Put{Key: key(resource.Cluster, "default", name), Body: body(t, resource.Cluster, name, i, (i*977)%4000)})
 	}
-	res, err := s.Apply(testCtx(t), mustPlan(t, s, store.PlanRequest{Puts: puts, TTL: time.Minute}), store.ApplyOptions{Chunked: true})
+	res, err := s.Apply(testbase.Context(t), mustPlan(t, s, store.PlanRequest{Puts: puts, TTL: time.Minute}), store.ApplyOptions{Chunked: true})
 	if err != nil {
 		t.Fatalf("chunked Apply within etcd's limits: %v", err)
 	}
@@ -832,7 +827,7 @@ func TestLimitEstimate(t *testing.T) {
 			last := &puts[n-1]
 			last.Body = body(t, resource.Cluster, last.Name, 0, pad+step)
 			plan := mustPlan(t, s, store.PlanRequest{Puts: puts})
-			if _, err := s.Apply(testCtx(t), plan, store.ApplyOptions{}); err == nil {
+			if _, err := s.Apply(testbase.Context(t), plan, store.ApplyOptions{}); err == nil {
 				// Accepted and written: remove it again to try larger.
 				var keys []store.Key
 				for _, p := range puts {
@@ -881,15 +876,15 @@ func TestApplyConflict(t *testing.T) {
 			mustApply(t, s, store.PlanRequest{Puts: []store.Put{put(t, resource.Cluster, "default", "a", 1), put(t, resource.Cluster, "default", "b", 1)}})
 			plan := mustPlan(t, s, tc.plan)
 			mustApply(t, s, tc.behind)
-			before, err := s.List(testCtx(t), store.ListOptions{})
+			before, err := s.List(testbase.Context(t), store.ListOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			res, err := s.Apply(testCtx(t), plan, store.ApplyOptions{})
+			res, err := s.Apply(testbase.Context(t), plan, store.ApplyOptions{})
 			if !errors.Is(err, store.ErrConflict) {
 				t.Fatalf("Apply = %+v, %v; want ErrConflict", res, err)
 			}
-			after, err := s.List(testCtx(t), store.ListOptions{})
+			after, err := s.List(testbase.Context(t), store.ListOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -908,7 +903,7 @@ func TestApplyTTL(t *testing.T) {
 	e := storetest.Start(t, storetest.Options{})
 	c := e.Client(t)
 	s := newTestStore(t, c, "/ttl/", nil)
-	ctx := testCtx(t)
+	ctx := testbase.Context(t)
 	puts := []store.Put{
 		put(t, resource.Cluster, "default", "a", 1),
 		put(t, resource.Endpoint, "default", "a", 1),
@@ -986,7 +981,7 @@ func TestPruneAndDelete(t *testing.T) {
 	e := storetest.Start(t, storetest.Options{})
 	c := e.Client(t)
 	s := newTestStore(t, c, "/prune/", nil)
-	ctx := testCtx(t)
+	ctx := testbase.Context(t)
 	mustApply(t, s, store.PlanRequest{Puts: []store.Put{
 		put(t, resource.Cluster, "default", "a", 1),
 		put(t, resource.Cluster, "default", "b", 1),
@@ -1115,7 +1110,7 @@ func TestMalformedValues(t *testing.T) {
 	e := storetest.Start(t, storetest.Options{})
 	c := e.Client(t)
 	s := newTestStore(t, c, "/bad/", nil)
-	ctx := testCtx(t)
+	ctx := testbase.Context(t)
 	mustApply(t, s, store.PlanRequest{Puts: []store.Put{
 		put(t, resource.Cluster, "default", "a", 1),
 		put(t, resource.Cluster, "default", "z", 1),
@@ -1228,13 +1223,13 @@ func TestWatch(t *testing.T) {
 		Deletes: []store.Key{key(resource.Cluster, "default", "b")},
 	}).Revision
 	r3 := mustApply(t, s, store.PlanRequest{Deletes: []store.Key{key(resource.Cluster, "default", "n-000")}}).Revision
-	garbage, err := c.Put(testCtx(t), "/watch/resources/cluster/default/junk", "junk")
+	garbage, err := c.Put(testbase.Context(t), "/watch/resources/cluster/default/junk", "junk")
 	if err != nil {
 		t.Fatal(err)
 	}
 	r4 := garbage.Header.Revision
 	// Outside the resources directory: not a resource change.
-	if _, err := c.Put(testCtx(t), "/watch/other", "x"); err != nil {
+	if _, err := c.Put(testbase.Context(t), "/watch/other", "x"); err != nil {
 		t.Fatal(err)
 	}
 
@@ -1312,7 +1307,7 @@ func TestWatch(t *testing.T) {
 	})
 
 	t.Run("compacted", func(t *testing.T) {
-		if _, err := c.Compact(testCtx(t), r4); err != nil {
+		if _, err := c.Compact(testbase.Context(t), r4); err != nil {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithCancel(context.Background())
