@@ -48,8 +48,8 @@ var protocol = xdsstream.Protocol{
 type Server struct {
 	core    *xdsstream.Core[TypeStatus]
 	m       *metrics
-	aliases aliasIndexes // VHDS alias indexes, shared by the streams
-	held    heldSets     // what streams hold, shared among them
+	aliases aliasIndexes             // VHDS alias indexes, shared by the streams
+	held    xdsstream.HeldSets[held] // what streams hold, shared among them
 	names   xdsstream.NameSets
 }
 

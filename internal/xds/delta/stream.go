@@ -33,7 +33,7 @@ type typeState struct {
 	// names: explicit subscriptions, shared with the streams subscribed
 	// to the same names.
 	names *xdsstream.NameSet
-	have  holding // what the client holds, as far as the server knows
+	have  xdsstream.Holding[held] // what the client holds, as far as the server knows
 	// nacked: held names last sent in a response the client NACKed (not
 	// ACKed, for the status); nil when none.
 	nacked map[string]bool
@@ -67,19 +67,19 @@ func (st *stream) Handle(t *resource.Type, r *discoveryv3.DeltaDiscoveryRequest)
 	ts := st.types[t]
 	first := ts == nil
 	if first {
-		ts = &typeState{t: t, have: newHolding(), settled: true, needAll: true}
+		ts = &typeState{t: t, settled: true, needAll: true}
 		st.types[t] = ts
 		// Legacy wildcard: a first request of a LDS/CDS-like type that
 		// names nothing.
 		ts.wildcard = t.Wildcard && len(r.GetResourceNamesSubscribe()) == 0
 		var newest int64
 		for n, v := range r.GetInitialResourceVersions() {
-			ts.have.set(n, held{rev: parseRev(v)})
+			ts.have.Set(n, held{rev: parseRev(v)})
 			if rev, err := strconv.ParseInt(v, 10, 64); err == nil && rev > newest {
 				newest = rev
 			}
 		}
-		if ts.have.len() == 0 {
+		if ts.have.Len() == 0 {
 			ts.respond = true // the client waits for a first answer
 		}
 		// Promise 3: never answer with older than what the client holds.
@@ -93,7 +93,7 @@ func (st *stream) Handle(t *resource.Type, r *discoveryv3.DeltaDiscoveryRequest)
 		} else if d := r.GetErrorDetail(); d != nil {
 			st.Nack(t, &ts.rec, d.GetMessage())
 			for _, n := range ts.inFlight {
-				if ts.have.has(n) {
+				if ts.have.Has(n) {
 					ts.nacked = set(ts.nacked, n)
 				}
 			}
@@ -152,13 +152,13 @@ func (st *stream) subscribe(ts *typeState, r *discoveryv3.DeltaDiscoveryRequest,
 		if n == "*" {
 			ts.wildcard = false
 			var drop []string
-			ts.have.each(func(h string, _ held) {
+			ts.have.Each(func(h string, _ held) {
 				if !names[h] {
 					drop = append(drop, h)
 				}
 			})
 			for _, h := range drop {
-				ts.have.drop(h)
+				ts.have.Drop(h)
 			}
 			continue
 		}
@@ -169,7 +169,7 @@ func (st *stream) subscribe(ts *typeState, r *discoveryv3.DeltaDiscoveryRequest,
 		delete(ts.force, n)
 		delete(ts.toldAbsent, n)
 		if !ts.wildcard {
-			ts.have.drop(n) // the client drops it
+			ts.have.Drop(n) // the client drops it
 		}
 	}
 	return nil
@@ -203,7 +203,7 @@ func (st *stream) Changed(c store.EntryChange) {
 	if ts == nil {
 		return
 	}
-	if ts.wildcard || ts.names.Has(c.Name) || ts.have.has(c.Name) {
+	if ts.wildcard || ts.names.Has(c.Name) || ts.have.Has(c.Name) {
 		ts.dirty = set(ts.dirty, c.Name)
 		st.Touch(&ts.rec)
 	}
@@ -246,7 +246,7 @@ func (st *stream) flushType(ts *typeState) error {
 	// response for every stream of the group at this revision, shared
 	// under a short key.
 	shareKey := ""
-	if ts.needAll && ts.wildcard && ts.names.Len() == 0 && ts.have.len() == 0 && len(ts.dirty) == 0 {
+	if ts.needAll && ts.wildcard && ts.names.Len() == 0 && ts.have.Len() == 0 && len(ts.dirty) == 0 {
 		shareKey = "DA\x00" + ts.t.Name + "\x00" + st.Group + "\x00" + strconv.FormatInt(st.Snap.Revision, 10)
 	}
 	var candidates []string
@@ -255,7 +255,7 @@ func (st *stream) flushType(ts *typeState) error {
 		for n := range ts.names.All() {
 			all[n] = true
 		}
-		ts.have.each(func(n string, _ held) { all[n] = true })
+		ts.have.Each(func(n string, _ held) { all[n] = true })
 		if ts.wildcard {
 			for _, e := range scope.Entries(st.Snap, ts.t, st.Group, nil, true) {
 				all[e.Name] = true
@@ -287,9 +287,9 @@ func (st *stream) flushType(ts *typeState) error {
 	var removed []string
 	var aliases *aliasIndex // built or fetched on the first alias
 	for _, n := range candidates {
-		h, isHeld := ts.have.get(n)
+		h, isHeld := ts.have.Get(n)
 		if !ts.wildcard && !ts.names.Has(n) {
-			ts.have.drop(n) // held but not subscribed: the client drops it
+			ts.have.Drop(n) // held but not subscribed: the client drops it
 			continue
 		}
 		e := st.Sendable(scope.Visible(st.Snap, ts.t, st.Group, n))
@@ -315,7 +315,7 @@ func (st *stream) flushType(ts *typeState) error {
 				ts.holdRemoval = true // make before break: later
 			case isHeld:
 				removed = append(removed, n)
-				ts.have.drop(n)
+				ts.have.Drop(n)
 			case ts.names.Has(n) && !ts.toldAbsent[n]:
 				removed = append(removed, n) // asked for, does not exist
 				ts.toldAbsent = set(ts.toldAbsent, n)
@@ -334,7 +334,7 @@ func (st *stream) flushType(ts *typeState) error {
 			if h.scope == "" {
 				st.s.m.notResent.Inc()
 				h.scope = source
-				ts.have.set(n, h)
+				ts.have.Set(n, h)
 			}
 			continue
 		}
@@ -446,7 +446,7 @@ func (st *stream) send(ts *typeState, out []item, removed []string, shareKey str
 	for _, it := range out {
 		ts.inFlight = append(ts.inFlight, it.Key())
 	}
-	ts.have.sent(&st.s.held, st.Snap.Revision, shareKey, out, removed)
+	ts.have.Sent(&st.s.held, st.Snap.Revision, shareKey, len(out), heldOf(out), removed)
 	st.RecordTTLs(ts.t, len(out), func(i int) xdsstream.Item { return out[i].Item }, ttls)
 	st.s.m.removalsSent.WithLabelValues(ts.t.Name).Add(float64(len(removed)))
 	st.updateStatus(ts)
@@ -464,12 +464,12 @@ func (st *stream) updateStatus(ts *typeState) {
 		LastNack:           ts.rec.NackMsg,
 		Wildcard:           ts.wildcard,
 		Subscribed:         ts.names.Len(),
-		Held:               ts.have.len(),
+		Held:               ts.have.Len(),
 	}
 	if ts.outstanding {
 		s.Outstanding = ts.rec.Nonce
 	}
-	if ts.have.len() <= maxStatusResources {
+	if ts.have.Len() <= maxStatusResources {
 		var inFlight map[string]bool
 		if ts.outstanding {
 			inFlight = make(map[string]bool, len(ts.inFlight))
@@ -477,8 +477,8 @@ func (st *stream) updateStatus(ts *typeState) {
 				inFlight[n] = true
 			}
 		}
-		s.Resources = make(map[string]ResourceStatus, ts.have.len())
-		ts.have.each(func(n string, h held) {
+		s.Resources = make(map[string]ResourceStatus, ts.have.Len())
+		ts.have.Each(func(n string, h held) {
 			var rs ResourceStatus
 			if h.rev > 0 {
 				rs.VersionSent = strconv.FormatInt(h.rev, 10)

@@ -44,7 +44,7 @@ func (st *stream) Holds(t *resource.Type, key string, h xdsstream.TTLHeld) bool 
 	if ts == nil {
 		return false
 	}
-	have, ok := ts.have.get(key)
+	have, ok := ts.have.Get(key)
 	return ok && strconv.FormatInt(have.rev, 10) == h.Version
 }
 

@@ -254,7 +254,7 @@ func markAliases(ts *typeState, changed string) {
 			ts.dirty = set(ts.dirty, n)
 		}
 	}
-	ts.have.each(func(n string, _ held) {
+	ts.have.Each(func(n string, _ held) {
 		if strings.HasPrefix(n, rc+"/") {
 			ts.dirty = set(ts.dirty, n)
 		}

@@ -46,8 +46,8 @@ type Server struct {
 	core         *xdsstream.Core[TypeStatus]
 	m            *metrics
 	trustVersion bool
-	rest         restCache // REST-JSON bodies of the latest revision
-	sent         sentSets  // what streams hold, shared among them
+	rest         restCache                        // REST-JSON bodies of the latest revision
+	sent         xdsstream.HeldSets[*store.Entry] // what streams hold, shared among them
 	names        xdsstream.NameSets
 }
 

@@ -36,7 +36,7 @@ type typeState struct {
 	// sent is what the client holds, as far as the server knows: the
 	// entries of the responses it sent (or that it presented on connect),
 	// shared with the streams sent the same responses.
-	sent holding
+	sent xdsstream.Holding[*store.Entry]
 	// rec: the version_info and nonce of the last response (Version is
 	// the one presented, when nothing was sent), the last ACK and NACK.
 	rec xdsstream.Record
@@ -105,7 +105,7 @@ func (st *stream) Handle(t *resource.Type, r *discoveryv3.DiscoveryRequest) erro
 
 // subscribe handles a type's first request on the stream.
 func (st *stream) subscribe(t *resource.Type, r *discoveryv3.DiscoveryRequest) error {
-	ts := &typeState{t: t, sent: newHolding()}
+	ts := &typeState{t: t}
 	st.types[t] = ts
 	names := r.GetResourceNames()
 	ts.wildcard = (t.Wildcard && len(names) == 0) || contains(names, "*")
@@ -121,10 +121,10 @@ func (st *stream) subscribe(t *resource.Type, r *discoveryv3.DiscoveryRequest) e
 	if presented >= 0 && (ts.wildcard || st.s.trustVersion) &&
 		scope.UnchangedSince(snap, t, st.Group, names, ts.wildcard, presented) {
 		for _, e := range st.SendableEntries(scope.Entries(snap, t, st.Group, names, ts.wildcard)) {
-			ts.sent.set(e)
+			ts.sent.Set(e.Name, e)
 		}
 		ts.rec.Version, ts.rec.Acked = r.GetVersionInfo(), r.GetVersionInfo()
-		ts.resources = ts.sent.len()
+		ts.resources = ts.sent.Len()
 		st.s.m.noResend.Inc()
 		st.updateStatus(ts)
 		return nil
@@ -156,13 +156,13 @@ func (st *stream) setNames(ts *typeState, names []string, answer bool) {
 	}
 	if !wildcard {
 		var drop []string
-		ts.sent.each(func(e *store.Entry) {
-			if !next.Has(e.Name) {
-				drop = append(drop, e.Name)
+		ts.sent.Each(func(n string, _ *store.Entry) {
+			if !next.Has(n) {
+				drop = append(drop, n)
 			}
 		})
 		for _, n := range drop {
-			ts.sent.drop(n) // unsubscribed: the client drops it
+			ts.sent.Drop(n) // unsubscribed: the client drops it
 		}
 	}
 	if wildcard && !ts.wildcard {
@@ -226,7 +226,7 @@ func (st *stream) flushFullState(ts *typeState) error {
 		for _, e := range entries {
 			now[e.Name] = true
 		}
-		ts.sent.each(func(e *store.Entry) {
+		ts.sent.Each(func(_ string, e *store.Entry) {
 			if !now[e.Name] {
 				removed = append(removed, e)
 			}
@@ -308,10 +308,10 @@ func (st *stream) flushNamed(ts *typeState) error {
 		}
 		e := st.Sendable(scope.Visible(st.Snap, ts.t, st.Group, n))
 		if e == nil {
-			ts.sent.drop(n)
+			ts.sent.Drop(n)
 			continue
 		}
-		if old := ts.sent.get(n); !force && old != nil && old.Scope == e.Scope && old.ModRevision == e.ModRevision {
+		if old, _ := ts.sent.Get(n); !force && old != nil && old.Scope == e.Scope && old.ModRevision == e.ModRevision {
 			continue
 		}
 		out = append(out, e)
@@ -371,12 +371,12 @@ func (st *stream) send(ts *typeState, entries []*store.Entry, ver string, sharea
 	}
 	if ts.t.Wildcard {
 		// A full-state response replaces what the client holds.
-		ts.sent.replace(&st.s.sent, st.Snap.Revision, key, entries)
+		ts.sent.Replace(&st.s.sent, st.Snap.Revision, key, len(entries), sentOf(entries))
 	} else {
-		ts.sent.merge(&st.s.sent, st.Snap.Revision, key, entries)
+		ts.sent.Sent(&st.s.sent, st.Snap.Revision, key, len(entries), sentOf(entries), nil)
 	}
 	st.RecordTTLs(ts.t, len(entries), func(i int) xdsstream.Item { return xdsstream.Item{Entry: entries[i]} }, ttls)
-	ts.resources = ts.sent.len()
+	ts.resources = ts.sent.Len()
 	st.updateStatus(ts)
 	return nil
 }
@@ -400,12 +400,17 @@ func sameList(a, b []string) bool {
 	return len(a) > 0 && len(a) == len(b) && &a[0] == &b[0]
 }
 
-func sameEntries(entries []*store.Entry, sent *holding) bool {
-	if len(entries) != sent.len() {
+// sentOf is what the client holds once sent entries: each by its name.
+func sentOf(entries []*store.Entry) func(i int) (string, *store.Entry) {
+	return func(i int) (string, *store.Entry) { return entries[i].Name, entries[i] }
+}
+
+func sameEntries(entries []*store.Entry, sent *xdsstream.Holding[*store.Entry]) bool {
+	if len(entries) != sent.Len() {
 		return false
 	}
 	for _, e := range entries {
-		old := sent.get(e.Name)
+		old, _ := sent.Get(e.Name)
 		if old == nil || old.Scope != e.Scope || old.ModRevision != e.ModRevision {
 			return false
 		}

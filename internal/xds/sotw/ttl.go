@@ -52,7 +52,11 @@ func wrapTTL(e *store.Entry, ver string, ttl time.Duration, body bool) *anypb.An
 // was sent (the same entry: a later version or a removal replaced it).
 func (st *stream) Holds(t *resource.Type, name string, h xdsstream.TTLHeld) bool {
 	ts := st.types[t]
-	return ts != nil && ts.sent.get(name) == h.Entry
+	if ts == nil {
+		return false
+	}
+	e, _ := ts.sent.Get(name)
+	return e == h.Entry
 }
 
 // heartbeats sends the heartbeats due, per type, once the client has
@@ -69,8 +73,8 @@ func (st *stream) heartbeats() error {
 		}
 		// The whole set again, with fresh TTLs: a body-less resource
 		// would take it out of the client's full state.
-		entries := make([]*store.Entry, 0, ts.sent.len())
-		ts.sent.each(func(e *store.Entry) { entries = append(entries, e) })
+		entries := make([]*store.Entry, 0, ts.sent.Len())
+		ts.sent.Each(func(_ string, e *store.Entry) { entries = append(entries, e) })
 		scope.SortEntries(entries)
 		return st.send(ts, entries, ts.rec.Version, false)
 	})
