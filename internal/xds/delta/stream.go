@@ -2,7 +2,6 @@ package delta
 
 import (
 	"slices"
-	"sort"
 	"strconv"
 	"time"
 
@@ -94,7 +93,7 @@ func (st *stream) Handle(t *resource.Type, r *discoveryv3.DeltaDiscoveryRequest)
 			st.Nack(t, &ts.rec, d.GetMessage())
 			for _, n := range ts.inFlight {
 				if ts.have.Has(n) {
-					ts.nacked = set(ts.nacked, n)
+					ts.nacked = xdsstream.MarkName(ts.nacked, n)
 				}
 			}
 			ts.outstanding, ts.inFlight = false, nil
@@ -138,13 +137,13 @@ func (st *stream) subscribe(ts *typeState, r *discoveryv3.DeltaDiscoveryRequest,
 			return st.CheckCount(t, xdsstream.LimitNames, "resource_names_subscribe", len(names)+1)
 		}
 		names[n] = true
-		ts.dirty = set(ts.dirty, n)
+		ts.dirty = xdsstream.MarkName(ts.dirty, n)
 		// Always sent, since the client may have forgotten it, unless the
 		// type's first request presents it in initial_resource_versions:
 		// those say exactly what the client holds (promise 4), and Envoy
 		// resubscribes every name it holds when it reconnects.
 		if _, presented := r.GetInitialResourceVersions()[n]; !first || !presented {
-			ts.force = set(ts.force, n)
+			ts.force = xdsstream.MarkName(ts.force, n)
 		}
 		delete(ts.toldAbsent, n)
 	}
@@ -204,7 +203,7 @@ func (st *stream) Changed(c store.EntryChange) {
 		return
 	}
 	if ts.wildcard || ts.names.Has(c.Name) || ts.have.Has(c.Name) {
-		ts.dirty = set(ts.dirty, c.Name)
+		ts.dirty = xdsstream.MarkName(ts.dirty, c.Name)
 		st.Touch(&ts.rec)
 	}
 	if c.Type == resource.VirtualHost {
@@ -264,7 +263,7 @@ func (st *stream) flushType(ts *typeState) error {
 		for n := range ts.dirty {
 			all[n] = true
 		}
-		candidates = sortedKeys(all)
+		candidates = xdsstream.SortedNames(all)
 	} else {
 		// A push: the names it changed, in a slice the stream keeps (no
 		// map, nothing allocated for a push of a few resources).
@@ -280,7 +279,7 @@ func (st *stream) flushType(ts *typeState) error {
 	}
 	respond := ts.respond
 	ts.needAll, ts.respond = false, false
-	ts.dirty = reuse(ts.dirty)
+	ts.dirty = xdsstream.ReuseNames(ts.dirty)
 
 	holdRemovals := breaks(ts.t) && st.Fixed == nil && st.referrersPending()
 	var out []item
@@ -318,7 +317,7 @@ func (st *stream) flushType(ts *typeState) error {
 				ts.have.Drop(n)
 			case ts.names.Has(n) && !ts.toldAbsent[n]:
 				removed = append(removed, n) // asked for, does not exist
-				ts.toldAbsent = set(ts.toldAbsent, n)
+				ts.toldAbsent = xdsstream.MarkName(ts.toldAbsent, n)
 			}
 			delete(ts.force, n)
 			continue
@@ -490,33 +489,4 @@ func (st *stream) updateStatus(ts *typeState) {
 		})
 	}
 	st.SetStatus(ts.t, s)
-}
-
-// reuse empties m, a map of names, for the next changes: a small one is
-// kept, so that a push allocates no new map, a large one (a first
-// response's) let go.
-func reuse(m map[string]bool) map[string]bool {
-	if len(m) > 8 {
-		return nil
-	}
-	clear(m)
-	return m
-}
-
-// set adds n to m, made if nil, and returns it.
-func set(m map[string]bool, n string) map[string]bool {
-	if m == nil {
-		m = map[string]bool{}
-	}
-	m[n] = true
-	return m
-}
-
-func sortedKeys(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

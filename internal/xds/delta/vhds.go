@@ -11,6 +11,7 @@ import (
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/scope"
 	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/xds/xdsstream"
 )
 
 // VHDS (on-demand virtual hosts): a client subscribes to
@@ -251,12 +252,12 @@ func markAliases(ts *typeState, changed string) {
 	}
 	for n := range ts.names.All() {
 		if strings.HasPrefix(n, rc+"/") {
-			ts.dirty = set(ts.dirty, n)
+			ts.dirty = xdsstream.MarkName(ts.dirty, n)
 		}
 	}
 	ts.have.Each(func(n string, _ held) {
 		if strings.HasPrefix(n, rc+"/") {
-			ts.dirty = set(ts.dirty, n)
+			ts.dirty = xdsstream.MarkName(ts.dirty, n)
 		}
 	})
 }

@@ -1,7 +1,6 @@
 package sotw
 
 import (
-	"sort"
 	"strconv"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -54,10 +53,7 @@ type typeState struct {
 // Flush.
 func (st *stream) Handle(t *resource.Type, r *discoveryv3.DiscoveryRequest) error {
 	// Bounds first: nothing of an oversized request is kept.
-	if err := st.CheckCount(t, xdsstream.LimitNames, "resource_names", len(r.GetResourceNames())); err != nil {
-		return err
-	}
-	if err := st.CheckNames(t, "resource_names", r.GetResourceNames()); err != nil {
+	if err := st.CheckList(t, xdsstream.LimitNames, "resource_names", r.GetResourceNames()); err != nil {
 		return err
 	}
 	ts := st.types[t]
@@ -150,7 +146,7 @@ func (st *stream) setNames(ts *typeState, names []string, answer bool) {
 	added := false
 	for _, n := range next.Sorted() {
 		if !ts.names.Has(n) {
-			ts.dirty = mark(ts.dirty, n)
+			ts.dirty = xdsstream.MarkName(ts.dirty, n)
 			added = true
 		}
 	}
@@ -180,7 +176,7 @@ func (st *stream) setNames(ts *typeState, names []string, answer bool) {
 func (st *stream) Changed(c store.EntryChange) {
 	ts := st.types[c.Type]
 	if ts != nil && (ts.wildcard || ts.names.Has(c.Name)) {
-		ts.dirty = mark(ts.dirty, c.Name)
+		ts.dirty = xdsstream.MarkName(ts.dirty, c.Name)
 		st.Touch(&ts.rec)
 	}
 }
@@ -214,7 +210,7 @@ func (st *stream) flushFullState(ts *typeState) error {
 	entries := st.SendableEntries(scope.Entries(st.Snap, ts.t, st.Group, names, ts.wildcard))
 	force := ts.forceSend
 	ts.needAll, ts.forceSend = false, false
-	ts.dirty = reuse(ts.dirty)
+	ts.dirty = xdsstream.ReuseNames(ts.dirty)
 	if !force && sameEntries(entries, &ts.sent) {
 		ts.rec.Unchanged()
 		return nil
@@ -289,11 +285,11 @@ func (st *stream) flushNamed(ts *typeState) error {
 		}
 		candidates = append(candidates, ts.names.Sorted()...)
 	} else {
-		candidates = keys(ts.dirty)
+		candidates = xdsstream.SortedNames(ts.dirty)
 	}
 	force := ts.forceSend
 	ts.needAll, ts.forceSend = false, false
-	ts.dirty = reuse(ts.dirty)
+	ts.dirty = xdsstream.ReuseNames(ts.dirty)
 	var out []*store.Entry
 	var seen map[string]bool // a wildcard's names may repeat the subscribed ones
 	if !isDirty {
@@ -416,35 +412,6 @@ func sameEntries(entries []*store.Entry, sent *xdsstream.Holding[*store.Entry]) 
 		}
 	}
 	return true
-}
-
-// reuse empties m, a map of names, for the next changes: a small one is
-// kept, so that a push allocates no new map, a large one (a first
-// response's) let go.
-func reuse(m map[string]bool) map[string]bool {
-	if len(m) > 8 {
-		return nil
-	}
-	clear(m)
-	return m
-}
-
-// mark adds n to m, made if nil, and returns it.
-func mark(m map[string]bool, n string) map[string]bool {
-	if m == nil {
-		m = map[string]bool{}
-	}
-	m[n] = true
-	return m
-}
-
-func keys(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 func version(rev int64) string { return strconv.FormatInt(rev, 10) }

@@ -2,8 +2,6 @@ package sotw
 
 import (
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -92,15 +90,9 @@ func (st *stream) sendHeartbeat(ts *typeState, due []xdsstream.TTLHeld) error {
 		}
 		return r
 	}
-	key := ""
+	key := "" // a heartbeat at an older version is this stream's own
 	if ver == version(st.Snap.Revision) {
-		var b strings.Builder
-		b.WriteString("H\x00" + ts.t.Name + "\x00" + ver)
-		for i, h := range due {
-			e := h.Entry
-			b.WriteString("\x00" + e.Scope + "/" + e.Name + "@" + strconv.FormatInt(e.ModRevision, 10) + "~" + strconv.FormatInt(int64(ttls[i]), 10))
-		}
-		key = b.String()
+		key = xdsstream.HeartbeatKey("H", ts.t, ver, due, ttls)
 	}
 	nonce, err := st.Send(ts.t, nil, ver, key, build, 0)
 	if err != nil {

@@ -44,6 +44,21 @@ func (s *Stream[T]) CheckCount(t *resource.Type, limit, field string, n int) err
 	return s.core.CheckCount(t, limit, field, n)
 }
 
+// CheckList returns the error of CheckCount, counted under limit, or of
+// CheckNames for names, a list of names of a request (field, for the
+// message); nil when both pass.
+func (s *Stream[T]) CheckList(t *resource.Type, limit, field string, names []string) error {
+	return s.core.CheckList(t, limit, field, names)
+}
+
+// CheckList is Stream.CheckList for a poll.
+func (c *Core[T]) CheckList(t *resource.Type, limit, field string, names []string) error {
+	if err := c.CheckCount(t, limit, field, len(names)); err != nil {
+		return err
+	}
+	return c.CheckNames(t, field, names)
+}
+
 // CheckNames is Stream.CheckNames for a poll (REST-JSON, unary Fetch).
 func (c *Core[T]) CheckNames(t *resource.Type, field string, names []string) error {
 	for _, n := range names {
