@@ -20,6 +20,7 @@ import (
 	"github.com/legation-io/legation/internal/state/scope"
 	"github.com/legation-io/legation/internal/tracing"
 	"github.com/legation-io/legation/internal/xds/delta"
+	"github.com/legation-io/legation/internal/xds/limits"
 	"github.com/legation-io/legation/internal/xds/xdsstream"
 )
 
@@ -396,13 +397,13 @@ func DefaultConfig() Config {
 		CatchupTimeout:  5 * time.Second,   // promise 3 (docs/design.md)
 		MaxRecvMsgSize:  4 << 20,           // gRPC's default
 		// Stream bounds: package xdsstream's defaults.
-		FirstRequestTimeout: xd.FirstRequestTimeout,
-		MaxNames:            xd.MaxNames,
-		MaxNameLength:       xd.MaxNameLength,
-		MaxNodeIDLength:     xd.MaxNodeIDLength,
+		FirstRequestTimeout: xd.FirstRequestTimeout.MaxOrZero(),
+		MaxNames:            xd.MaxNames.MaxOrZero(),
+		MaxNameLength:       xd.MaxNameLength.MaxOrZero(),
+		MaxNodeIDLength:     xd.MaxNodeIDLength.MaxOrZero(),
 		MaxVHDSGroups:       delta.DefaultMaxVHDSGroups,
-		MaxNackMessage:      xd.MaxNackMessage,
-		SendTimeout:         xd.SendTimeout,
+		MaxNackMessage:      xd.MaxNackMessage.MaxOrZero(),
+		SendTimeout:         xd.SendTimeout.MaxOrZero(),
 		RebalanceRate:       50,               // streams closed per second after a membership change
 		EtcdStaleAfter:      3 * time.Second,  // three missed progress notifications
 		AuthzStaleAfter:     30 * time.Second, // past it a revocation may be missed
@@ -437,13 +438,9 @@ func DefaultConfig() Config {
 	}
 }
 
-// unbounded maps a flag's zero, no bound, to package xdsstream's
-// negative.
-func unbounded[N int | time.Duration](v N) N {
-	if v == 0 {
-		return -1
-	}
-	return v
+// unbounded is the bound a flag's value says: its zero is no bound.
+func unbounded[N int | time.Duration](v N) limits.Bound[N] {
+	return limits.MaxOrNone(v)
 }
 
 // etcdOptions are the etcd client's endpoints and security, as package

@@ -94,8 +94,8 @@ type Config struct {
 	// SendTimeout bounds one message's send to the client of a relayed
 	// stream (--send-timeout): a client that takes nothing for that long
 	// (its flow-control window stays full) gets UNAVAILABLE, and the
-	// home's leg is cancelled. Zero: 30s; negative: no bound.
-	SendTimeout time.Duration
+	// home's leg is cancelled. Unset: 30s.
+	SendTimeout limits.Bound[time.Duration]
 	// Rate is how many streams per second Rebalance closes at most, and
 	// Burst how many it may close at once. Set both, or neither for 50
 	// and 10.
@@ -121,10 +121,10 @@ type Config struct {
 // DefaultConfig returns the defaults, without Self or Home.
 func DefaultConfig() Config {
 	return Config{
-		ConnectTimeout:  3 * time.Second,  // a dial and one round trip, with room for a busy home
-		ConnIdleTimeout: time.Minute,      // spares a dial per stream when a home has few
-		SendTimeout:     30 * time.Second, // as xdsstream's: a healthy client reads within a few RTTs
-		Rate:            50,               // 10,000 streams move in ~3 minutes
+		ConnectTimeout:  3 * time.Second,              // a dial and one round trip, with room for a busy home
+		ConnIdleTimeout: time.Minute,                  // spares a dial per stream when a home has few
+		SendTimeout:     limits.Max(30 * time.Second), // as xdsstream's: a healthy client reads within a few RTTs
+		Rate:            50,                           // 10,000 streams move in ~3 minutes
 		Burst:           10,
 	}
 }
@@ -156,9 +156,7 @@ func (c *Config) fill() {
 	if c.ConnIdleTimeout == 0 {
 		c.ConnIdleTimeout = d.ConnIdleTimeout
 	}
-	if c.SendTimeout == 0 {
-		c.SendTimeout = d.SendTimeout
-	}
+	c.SendTimeout = c.SendTimeout.Or(d.SendTimeout)
 	if c.Rate == 0 && c.Burst == 0 {
 		c.Rate, c.Burst = d.Rate, d.Burst
 	}
@@ -586,8 +584,9 @@ func (r *Relay) send(sender *xdsstream.Sender, ss grpc.ServerStream, f *wire.Fra
 	timedOut, err := sender.Send(ss.SendMsg, f)
 	if timedOut {
 		r.metrics.sendTimeouts.Inc()
-		r.cfg.Logger.Debug("relayed stream's client took no message in time: stream closed", "send_timeout", r.cfg.SendTimeout)
-		return xdsstream.SendTimeoutError(r.cfg.SendTimeout)
+		d, _ := r.cfg.SendTimeout.Limit()
+		r.cfg.Logger.Debug("relayed stream's client took no message in time: stream closed", "send_timeout", d)
+		return xdsstream.SendTimeoutError(d)
 	}
 	return err
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/legation-io/legation/internal/state/lease"
 	"github.com/legation-io/legation/internal/state/resource"
+	"github.com/legation-io/legation/internal/xds/limits"
 	"github.com/legation-io/legation/internal/xds/xdsstream"
 )
 
@@ -19,9 +20,8 @@ type Config struct {
 	// MaxVHDSGroups bounds the VHDS alias indexes kept per revision
 	// (--max-vhds-groups), one per node group with virtual hosts of its
 	// own (groups with none share the default scope's): a stream needing
-	// one more ends with RESOURCE_EXHAUSTED. Zero: 1,000; negative: no
-	// bound.
-	MaxVHDSGroups int
+	// one more ends with RESOURCE_EXHAUSTED. Unset: DefaultMaxVHDSGroups.
+	MaxVHDSGroups limits.Bound[int]
 }
 
 // DefaultMaxVHDSGroups is MaxVHDSGroups' default: far above the groups
@@ -60,12 +60,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{Statuses: &core.Statuses, core: core, m: newMetrics(cfg.Registerer)}
-	switch {
-	case cfg.MaxVHDSGroups == 0:
-		s.aliases.max = DefaultMaxVHDSGroups
-	case cfg.MaxVHDSGroups > 0:
-		s.aliases.max = cfg.MaxVHDSGroups
-	}
+	s.aliases.max = cfg.MaxVHDSGroups.Or(limits.Max(DefaultMaxVHDSGroups))
 	s.aliases.full = core.Metrics.LimitHits.WithLabelValues(LimitVHDSGroups).Inc
 	return s, nil
 }

@@ -131,10 +131,12 @@ func (st *stream) subscribe(ts *typeState, r *discoveryv3.DeltaDiscoveryRequest,
 			ts.wildcard, ts.needAll = true, true
 			continue
 		}
-		if !names[n] && len(names) >= st.s.core.Config.MaxNames && st.s.core.Config.MaxNames >= 0 {
+		if !names[n] {
 			// Subscriptions accumulate over requests: the bound is on the
 			// total, checked before it grows.
-			return st.CheckCount(t, xdsstream.LimitNames, "resource_names_subscribe", len(names)+1)
+			if err := st.CheckCount(t, xdsstream.LimitNames, "resource_names_subscribe", len(names)+1); err != nil {
+				return err
+			}
 		}
 		names[n] = true
 		ts.dirty = xdsstream.MarkName(ts.dirty, n)
