@@ -33,13 +33,6 @@ const DefaultMaxVHDSGroups = 1000
 // legation_delta_limit_hits_total.
 const LimitVHDSGroups = "vhds_groups"
 
-// readsTTL reports whether a delta client reads TTLs (promise 8): when
-// it advertises TTL support.
-func readsTTL(n *corev3.Node) bool {
-	ttl, _ := lease.Features(n)
-	return ttl
-}
-
 // Server serves delta xDS. Its methods may be called concurrently.
 type Server struct {
 	// Statuses gives the status of the open streams: Streams for
@@ -106,4 +99,11 @@ func (t TypeStatus) Summary() xdsstream.TypeSummary {
 type ResourceStatus struct {
 	VersionSent  string `json:"sent"`
 	VersionAcked string `json:"acked,omitempty"`
+}
+
+// readsTTL reports whether a delta client reads TTLs (promise 8): when
+// it advertises TTL support.
+func readsTTL(n *corev3.Node) bool {
+	ttl, _ := lease.Features(n)
+	return ttl
 }

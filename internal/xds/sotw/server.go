@@ -30,13 +30,6 @@ type Config struct {
 	TrustVersion bool
 }
 
-// readsTTL reports whether a SotW client reads TTLs (promise 8): when it
-// advertises both TTL support and discovery.v3.Resource in SotW.
-func readsTTL(n *corev3.Node) bool {
-	_, wrap := lease.Features(n)
-	return wrap
-}
-
 // Server serves SotW xDS. Its methods may be called concurrently.
 type Server struct {
 	// Statuses gives the status of the open streams: Streams for
@@ -212,4 +205,11 @@ func contains(names []string, n string) bool {
 		}
 	}
 	return false
+}
+
+// readsTTL reports whether a SotW client reads TTLs (promise 8): when it
+// advertises both TTL support and discovery.v3.Resource in SotW.
+func readsTTL(n *corev3.Node) bool {
+	_, wrap := lease.Features(n)
+	return wrap
 }
