@@ -4,20 +4,17 @@ import (
 	"time"
 
 	"github.com/legation-io/legation/internal/cluster/relay"
+	"github.com/legation-io/legation/internal/xds/limits"
 	"github.com/legation-io/legation/internal/xds/xdsstream"
 )
 
 // The stream bounds, as the flags give them and as the stream core and
-// the relay take them: the replica's zero is no bound, theirs is their
-// default.
+// the relay take them: a flag's zero is no bound; a limits.Bound says
+// which it is by name.
 
-// unbounded maps a flag's zero, no bound, to package xdsstream's
-// negative.
-func unbounded[N int | time.Duration](v N) N {
-	if v == 0 {
-		return -1
-	}
-	return v
+// unbounded is the bound a flag's value says: its zero is no bound.
+func unbounded[N int | time.Duration](v N) limits.Bound[N] {
+	return limits.MaxOrNone(v)
 }
 
 // streamBounds sets the bounds of the SotW and delta streams in x.
@@ -31,10 +28,10 @@ func (c *Config) streamBounds(x *xdsstream.Config) {
 }
 
 // maxVHDSGroups is delta.Config.MaxVHDSGroups.
-func (c *Config) maxVHDSGroups() int { return unbounded(c.MaxVHDSGroups) }
+func (c *Config) maxVHDSGroups() limits.Bound[int] { return unbounded(c.MaxVHDSGroups) }
 
 // lrsMaxNodeIDLength is lrs.Config.MaxNodeIDLength.
-func (c *Config) lrsMaxNodeIDLength() int { return unbounded(c.MaxNodeIDLength) }
+func (c *Config) lrsMaxNodeIDLength() limits.Bound[int] { return unbounded(c.MaxNodeIDLength) }
 
 // relayBounds sets the bounds of the relayed streams in r.
 func (c *Config) relayBounds(r *relay.Config) {

@@ -391,13 +391,13 @@ func DefaultConfig() Config {
 		CatchupTimeout:  5 * time.Second,   // promise 3 (docs/design.md)
 		MaxRecvMsgSize:  4 << 20,           // gRPC's default
 		// Stream bounds: package xdsstream's defaults.
-		FirstRequestTimeout: xd.FirstRequestTimeout,
-		MaxNames:            xd.MaxNames,
-		MaxNameLength:       xd.MaxNameLength,
-		MaxNodeIDLength:     xd.MaxNodeIDLength,
+		FirstRequestTimeout: xd.FirstRequestTimeout.MaxOrZero(),
+		MaxNames:            xd.MaxNames.MaxOrZero(),
+		MaxNameLength:       xd.MaxNameLength.MaxOrZero(),
+		MaxNodeIDLength:     xd.MaxNodeIDLength.MaxOrZero(),
 		MaxVHDSGroups:       delta.DefaultMaxVHDSGroups,
-		MaxNackMessage:      xd.MaxNackMessage,
-		SendTimeout:         xd.SendTimeout,
+		MaxNackMessage:      xd.MaxNackMessage.MaxOrZero(),
+		SendTimeout:         xd.SendTimeout.MaxOrZero(),
 		RebalanceRate:       50,               // streams closed per second after a membership change
 		EtcdStaleAfter:      3 * time.Second,  // three missed progress notifications
 		AuthzStaleAfter:     30 * time.Second, // past it a revocation may be missed

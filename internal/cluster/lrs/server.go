@@ -19,6 +19,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/legation-io/legation/internal/xds/limits"
 )
 
 // Authorizer decides which node ids the client of a stream may claim. Its
@@ -83,9 +85,9 @@ type Config struct {
 	MaxRowsPerNode int
 	// MaxNodeIDLength (--max-node-id-length) bounds the node id a stream
 	// claims, in bytes: a longer one ends the stream with
-	// INVALID_ARGUMENT, counted ("node_id_length"). Zero: 1024; negative:
-	// no bound (ids are still cut to 256 bytes in rows).
-	MaxNodeIDLength int
+	// INVALID_ARGUMENT, counted ("node_id_length"). Unset: 1024; with no
+	// bound, ids are still cut to 256 bytes in rows.
+	MaxNodeIDLength limits.Bound[int]
 	// Identity, if set, returns the identity of the client of a stream's
 	// context (its certificate's, as the access rules name it; "" without
 	// mTLS): rows are kept per node and identity, so that load is
@@ -108,7 +110,7 @@ func DefaultConfig() Config {
 		MaxClusterLabels: 100,
 		MaxRate:          1e6, // far beyond one proxy's traffic, far below 2^64
 		MaxRowsPerNode:   200, // 100 localities of two clusters, or 200 clusters of one
-		MaxNodeIDLength:  1024,
+		MaxNodeIDLength:  limits.Max(1024),
 	}
 }
 
@@ -140,9 +142,7 @@ func (c *Config) fill() {
 	if c.MaxRowsPerNode == 0 {
 		c.MaxRowsPerNode = d.MaxRowsPerNode
 	}
-	if c.MaxNodeIDLength == 0 {
-		c.MaxNodeIDLength = d.MaxNodeIDLength
-	}
+	c.MaxNodeIDLength = c.MaxNodeIDLength.Or(d.MaxNodeIDLength)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -253,7 +253,8 @@ func (s *Server) StreamLoadStats(st loadv3.LoadReportingService_StreamLoadStatsS
 		s.metrics.rejected.WithLabelValues("no_node").Inc()
 		return status.Error(codes.InvalidArgument, "lrs: the stream's first LoadStatsRequest has no node id")
 	}
-	if max := s.cfg.MaxNodeIDLength; max >= 0 && len(n.GetId()) > max {
+	if b := s.cfg.MaxNodeIDLength; !b.Allows(len(n.GetId())) {
+		max, _ := b.Limit()
 		s.metrics.rejected.WithLabelValues("node_id_length").Inc()
 		return status.Errorf(codes.InvalidArgument, "lrs: node.id: an id of %d bytes is longer than the bound of %d (--max-node-id-length)", len(n.GetId()), max)
 	}

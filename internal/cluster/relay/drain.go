@@ -60,7 +60,7 @@ func (r *Relay) Drain(ctx context.Context, period time.Duration) int {
 	// that a jittered wait that ran long is made up by the next one
 	// (with room for one only, the surplus would be lost and the drain
 	// run past the period).
-	p := &pacer{rate: float64(len(open)) / period.Seconds(), burst: 2, tokens: 1, last: time.Now()}
+	p := newPacer(float64(len(open))/period.Seconds(), 2, 1)
 	closed := 0
 	for _, e := range open {
 		if e.ctx.Err() != nil {

@@ -6,9 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 
 	"github.com/legation-io/legation/internal/xds/xdsstream"
@@ -139,35 +137,6 @@ func (r *Relay) Rebalance(ctx context.Context, home func(nodeID string) (name st
 	return closed
 }
 
-// resetBackoff drops from the pool every connection that waits out a
-// reconnection backoff (TRANSIENT_FAILURE), so that the next stream to
-// that home dials afresh, at once. (grpc-go's
-// ClientConn.ResetConnectBackoff would reset it in place, but in v1.85 it
-// ranges over the connection's subchannels without the lock its balancer
-// writes them under: a data race.) A dropped connection still carrying
-// streams is closed by release when the last one ends.
-func (r *Relay) resetBackoff() {
-	r.mu.Lock()
-	var closeNow []*grpc.ClientConn
-	for addr, pc := range r.conns {
-		if pc.cc.GetState() != connectivity.TransientFailure {
-			continue
-		}
-		delete(r.conns, addr)
-		if pc.idle != nil {
-			pc.idle.Stop()
-			pc.idle = nil
-		}
-		if pc.refs == 0 {
-			closeNow = append(closeNow, pc.cc)
-		}
-	}
-	r.mu.Unlock()
-	for _, cc := range closeNow {
-		cc.Close() // only ErrClientConnClosing, impossible here
-	}
-}
-
 // startRebalance stops the running Rebalance, waiting for it to end, and
 // returns the context of a new one and the func that ends it.
 func (r *Relay) startRebalance(parent context.Context) (context.Context, func()) {
@@ -187,47 +156,4 @@ func (r *Relay) startRebalance(parent context.Context) (context.Context, func())
 		cancel()
 		close(done)
 	}
-}
-
-// pacer paces Rebalance's closes: a token bucket of rate tokens a second
-// holding up to burst, whose waits are jittered. A wait cut short by the
-// jitter leaves the bucket in debt, which lengthens the next one, so over
-// time the rate holds exactly. Only the running Rebalance uses it (the
-// handover in startRebalance orders the uses).
-type pacer struct {
-	rate, burst float64
-	tokens      float64
-	last        time.Time // zero: the bucket is full
-}
-
-// wait takes a token, waiting for one if need be, or returns ctx's error.
-func (p *pacer) wait(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	p.refill()
-	if p.tokens < 1 {
-		need := time.Duration((1 - p.tokens) / p.rate * float64(time.Second))
-		// Jitter: uniform in [need/2, 3*need/2).
-		t := time.NewTimer(need/2 + rand.N(need+1))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
-		}
-		p.refill()
-	}
-	p.tokens--
-	return nil
-}
-
-func (p *pacer) refill() {
-	now := time.Now()
-	if p.last.IsZero() {
-		p.tokens = p.burst
-	} else {
-		p.tokens = min(p.burst, p.tokens+now.Sub(p.last).Seconds()*p.rate)
-	}
-	p.last = now
 }

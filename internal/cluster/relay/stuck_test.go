@@ -11,6 +11,7 @@ import (
 	"github.com/legation-io/legation/internal/cluster/relay"
 	"github.com/legation-io/legation/internal/state/store"
 	"github.com/legation-io/legation/internal/testkit/xdstest"
+	"github.com/legation-io/legation/internal/xds/limits"
 )
 
 // The stuck-client check behind a relay (xdstest.CheckStuck):
@@ -22,7 +23,7 @@ import (
 func TestSendTimeoutStuckClientRelayed(t *testing.T) {
 	const sendTimeout = time.Second
 	c := newCluster(t)
-	a := c.addReplica(t, "a", func(cfg *relay.Config) { cfg.SendTimeout = sendTimeout })
+	a := c.addReplica(t, "a", func(cfg *relay.Config) { cfg.SendTimeout = limits.Max(sendTimeout) })
 	b := c.addReplica(t, "b")
 	homes := map[string]string{"stuck": "b"}
 	for i := 0; i < xdstest.StuckScale.Normal; i++ {

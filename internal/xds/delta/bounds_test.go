@@ -18,6 +18,7 @@ import (
 	"github.com/legation-io/legation/internal/state/store"
 	"github.com/legation-io/legation/internal/testkit/xdstest"
 	"github.com/legation-io/legation/internal/xds/delta"
+	"github.com/legation-io/legation/internal/xds/limits"
 )
 
 // limitHits reads legation_delta_limit_hits_total{limit}.
@@ -74,7 +75,7 @@ func TestMillionNames(t *testing.T) {
 // the bound is served.
 func TestStreamBounds(t *testing.T) {
 	e := newEnvWith(t, xdstest.Options{}, func(c *delta.Config) {
-		c.MaxNameLength, c.FirstRequestTimeout = 8, 200*time.Millisecond
+		c.MaxNameLength, c.FirstRequestTimeout = limits.Max(8), limits.Max(200*time.Millisecond)
 	})
 	long := strings.Repeat("x", 9)
 	tests := []struct {
@@ -116,7 +117,7 @@ func TestStreamBounds(t *testing.T) {
 
 // initial_resource_versions beyond --max-names, and a name too long in it.
 func TestInitialVersionsBounds(t *testing.T) {
-	e := newEnvWith(t, xdstest.Options{}, func(c *delta.Config) { c.MaxNames, c.MaxNameLength = 2, 8 })
+	e := newEnvWith(t, xdstest.Options{}, func(c *delta.Config) { c.MaxNames, c.MaxNameLength = limits.Max(2), limits.Max(8) })
 	tests := []struct {
 		name    string
 		initial map[string]string
@@ -149,7 +150,7 @@ func TestInitialVersionsBounds(t *testing.T) {
 func TestSendTimeoutStuckClient(t *testing.T) {
 	const updates, ports = 200, 400
 	const sendTimeout = 500 * time.Millisecond
-	e := newEnvWith(t, xdstest.Options{}, func(c *delta.Config) { c.SendTimeout = sendTimeout })
+	e := newEnvWith(t, xdstest.Options{}, func(c *delta.Config) { c.SendTimeout = limits.Max(sendTimeout) })
 	portsAt := func(i int) []uint32 {
 		p := make([]uint32, ports)
 		for j := range p {

@@ -10,7 +10,8 @@
 //
 // The package holds only delta's rules: what a request means (subscribe,
 // unsubscribe, wildcards, initial_resource_versions, ACK and NACK of the
-// one outstanding response per type), what each client holds, and what a
+// one outstanding response per type), what each client holds (the
+// version and source of each resource, in an xdsstream.Holding), and what a
 // flush sends (changed resources and removed_resources, make before break,
 // TTLs and heartbeats). What every stream does whatever its protocol is
 // package xdsstream's; registering the gRPC services is package grpcapi's.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/legation-io/legation/internal/state/lease"
 	"github.com/legation-io/legation/internal/state/resource"
+	"github.com/legation-io/legation/internal/xds/limits"
 	"github.com/legation-io/legation/internal/xds/xdsstream"
 )
 
@@ -19,9 +20,8 @@ type Config struct {
 	// MaxVHDSGroups bounds the VHDS alias indexes kept per revision
 	// (--max-vhds-groups), one per node group with virtual hosts of its
 	// own (groups with none share the default scope's): a stream needing
-	// one more ends with RESOURCE_EXHAUSTED. Zero: 1,000; negative: no
-	// bound.
-	MaxVHDSGroups int
+	// one more ends with RESOURCE_EXHAUSTED. Unset: DefaultMaxVHDSGroups.
+	MaxVHDSGroups limits.Bound[int]
 }
 
 // DefaultMaxVHDSGroups is MaxVHDSGroups' default: far above the groups
@@ -33,39 +33,27 @@ const DefaultMaxVHDSGroups = 1000
 // legation_delta_limit_hits_total.
 const LimitVHDSGroups = "vhds_groups"
 
-// protocol is delta for the stream core: a client reads TTLs when it
-// advertises TTL support.
-var protocol = xdsstream.Protocol{
-	Name:  "delta",
-	Title: "delta",
-	ReadsTTL: func(n *corev3.Node) bool {
-		ttl, _ := lease.Features(n)
-		return ttl
-	},
-}
-
 // Server serves delta xDS. Its methods may be called concurrently.
 type Server struct {
+	// Statuses gives the status of the open streams: Streams for
+	// /debug/streams, Stamps and SummariesOf for the status writer,
+	// StatusGeneration.
+	*xdsstream.Statuses[TypeStatus]
 	core    *xdsstream.Core[TypeStatus]
 	m       *metrics
-	aliases aliasIndexes // VHDS alias indexes, shared by the streams
-	held    heldSets     // what streams hold, shared among them
+	aliases aliasIndexes             // VHDS alias indexes, shared by the streams
+	held    xdsstream.HeldSets[held] // what streams hold, shared among them
 	names   xdsstream.NameSets
 }
 
 // New returns a Server. It does no I/O.
 func New(cfg Config) (*Server, error) {
-	core, err := xdsstream.NewCore[TypeStatus](protocol, cfg.Config)
+	core, err := xdsstream.NewCore[TypeStatus](xdsstream.Protocol{Name: "delta", Title: "delta", ReadsTTL: readsTTL}, cfg.Config)
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{core: core, m: newMetrics(cfg.Registerer)}
-	switch {
-	case cfg.MaxVHDSGroups == 0:
-		s.aliases.max = DefaultMaxVHDSGroups
-	case cfg.MaxVHDSGroups > 0:
-		s.aliases.max = cfg.MaxVHDSGroups
-	}
+	s := &Server{Statuses: &core.Statuses, core: core, m: newMetrics(cfg.Registerer)}
+	s.aliases.max = cfg.MaxVHDSGroups.Or(limits.Max(DefaultMaxVHDSGroups))
 	s.aliases.full = core.Metrics.LimitHits.WithLabelValues(LimitVHDSGroups).Inc
 	return s, nil
 }
@@ -84,22 +72,6 @@ func (s *Server) Serve(gs Stream, t *resource.Type) error {
 
 // StreamStatus describes one delta stream for /debug/streams.
 type StreamStatus = xdsstream.Status[TypeStatus]
-
-// Streams returns the status of every open delta stream, by id.
-func (s *Server) Streams() []StreamStatus { return s.core.Streams() }
-
-// Stamps reports each stream's node, id and count of status changes, for
-// the status writer (xdsstream.Core.Stamps).
-func (s *Server) Stamps(fn func(node string, stream, changes uint64)) { s.core.Stamps(fn) }
-
-// SummariesOf returns the summaries of the streams of the nodes want
-// selects.
-func (s *Server) SummariesOf(want func(node string) bool) []xdsstream.Summary {
-	return s.core.SummariesOf(want)
-}
-
-// StatusGeneration changes whenever what Streams returns may have.
-func (s *Server) StatusGeneration() uint64 { return s.core.StatusGeneration() }
 
 // TypeStatus is a delta stream's state for one type.
 type TypeStatus struct {
@@ -127,4 +99,11 @@ func (t TypeStatus) Summary() xdsstream.TypeSummary {
 type ResourceStatus struct {
 	VersionSent  string `json:"sent"`
 	VersionAcked string `json:"acked,omitempty"`
+}
+
+// readsTTL reports whether a delta client reads TTLs (promise 8): when
+// it advertises TTL support.
+func readsTTL(n *corev3.Node) bool {
+	ttl, _ := lease.Features(n)
+	return ttl
 }

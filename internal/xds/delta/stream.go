@@ -2,7 +2,6 @@ package delta
 
 import (
 	"slices"
-	"sort"
 	"strconv"
 	"time"
 
@@ -34,7 +33,7 @@ type typeState struct {
 	// names: explicit subscriptions, shared with the streams subscribed
 	// to the same names.
 	names *xdsstream.NameSet
-	have  holding // what the client holds, as far as the server knows
+	have  xdsstream.Holding[held] // what the client holds, as far as the server knows
 	// nacked: held names last sent in a response the client NACKed (not
 	// ACKed, for the status); nil when none.
 	nacked map[string]bool
@@ -68,19 +67,19 @@ func (st *stream) Handle(t *resource.Type, r *discoveryv3.DeltaDiscoveryRequest)
 	ts := st.types[t]
 	first := ts == nil
 	if first {
-		ts = &typeState{t: t, have: newHolding(), settled: true, needAll: true}
+		ts = &typeState{t: t, settled: true, needAll: true}
 		st.types[t] = ts
 		// Legacy wildcard: a first request of a LDS/CDS-like type that
 		// names nothing.
 		ts.wildcard = t.Wildcard && len(r.GetResourceNamesSubscribe()) == 0
 		var newest int64
 		for n, v := range r.GetInitialResourceVersions() {
-			ts.have.set(n, held{rev: parseRev(v)})
+			ts.have.Set(n, held{rev: parseRev(v)})
 			if rev, err := strconv.ParseInt(v, 10, 64); err == nil && rev > newest {
 				newest = rev
 			}
 		}
-		if ts.have.len() == 0 {
+		if ts.have.Len() == 0 {
 			ts.respond = true // the client waits for a first answer
 		}
 		// Promise 3: never answer with older than what the client holds.
@@ -94,8 +93,8 @@ func (st *stream) Handle(t *resource.Type, r *discoveryv3.DeltaDiscoveryRequest)
 		} else if d := r.GetErrorDetail(); d != nil {
 			st.Nack(t, &ts.rec, d.GetMessage())
 			for _, n := range ts.inFlight {
-				if ts.have.has(n) {
-					ts.nacked = set(ts.nacked, n)
+				if ts.have.Has(n) {
+					ts.nacked = xdsstream.MarkName(ts.nacked, n)
 				}
 			}
 			ts.outstanding, ts.inFlight = false, nil
@@ -133,19 +132,21 @@ func (st *stream) subscribe(ts *typeState, r *discoveryv3.DeltaDiscoveryRequest,
 			ts.wildcard, ts.needAll = true, true
 			continue
 		}
-		if !names[n] && len(names) >= st.s.core.Config.MaxNames && st.s.core.Config.MaxNames >= 0 {
+		if !names[n] {
 			// Subscriptions accumulate over requests: the bound is on the
 			// total, checked before it grows.
-			return st.CheckCount(t, xdsstream.LimitNames, "resource_names_subscribe", len(names)+1)
+			if err := st.CheckCount(t, xdsstream.LimitNames, "resource_names_subscribe", len(names)+1); err != nil {
+				return err
+			}
 		}
 		names[n] = true
-		ts.dirty = set(ts.dirty, n)
+		ts.dirty = xdsstream.MarkName(ts.dirty, n)
 		// Always sent, since the client may have forgotten it, unless the
 		// type's first request presents it in initial_resource_versions:
 		// those say exactly what the client holds (promise 4), and Envoy
 		// resubscribes every name it holds when it reconnects.
 		if _, presented := r.GetInitialResourceVersions()[n]; !first || !presented {
-			ts.force = set(ts.force, n)
+			ts.force = xdsstream.MarkName(ts.force, n)
 		}
 		delete(ts.toldAbsent, n)
 	}
@@ -153,13 +154,13 @@ func (st *stream) subscribe(ts *typeState, r *discoveryv3.DeltaDiscoveryRequest,
 		if n == "*" {
 			ts.wildcard = false
 			var drop []string
-			ts.have.each(func(h string, _ held) {
+			ts.have.Each(func(h string, _ held) {
 				if !names[h] {
 					drop = append(drop, h)
 				}
 			})
 			for _, h := range drop {
-				ts.have.drop(h)
+				ts.have.Drop(h)
 			}
 			continue
 		}
@@ -170,7 +171,7 @@ func (st *stream) subscribe(ts *typeState, r *discoveryv3.DeltaDiscoveryRequest,
 		delete(ts.force, n)
 		delete(ts.toldAbsent, n)
 		if !ts.wildcard {
-			ts.have.drop(n) // the client drops it
+			ts.have.Drop(n) // the client drops it
 		}
 	}
 	return nil
@@ -204,8 +205,8 @@ func (st *stream) Changed(c view.EntryChange) {
 	if ts == nil {
 		return
 	}
-	if ts.wildcard || ts.names.Has(c.Name) || ts.have.has(c.Name) {
-		ts.dirty = set(ts.dirty, c.Name)
+	if ts.wildcard || ts.names.Has(c.Name) || ts.have.Has(c.Name) {
+		ts.dirty = xdsstream.MarkName(ts.dirty, c.Name)
 		st.Touch(&ts.rec)
 	}
 	if c.Type == resource.VirtualHost {
@@ -247,7 +248,7 @@ func (st *stream) flushType(ts *typeState) error {
 	// response for every stream of the group at this revision, shared
 	// under a short key.
 	shareKey := ""
-	if ts.needAll && ts.wildcard && ts.names.Len() == 0 && ts.have.len() == 0 && len(ts.dirty) == 0 {
+	if ts.needAll && ts.wildcard && ts.names.Len() == 0 && ts.have.Len() == 0 && len(ts.dirty) == 0 {
 		shareKey = "DA\x00" + ts.t.Name + "\x00" + st.Group + "\x00" + strconv.FormatInt(st.Snap.Revision, 10)
 	}
 	var candidates []string
@@ -256,7 +257,7 @@ func (st *stream) flushType(ts *typeState) error {
 		for n := range ts.names.All() {
 			all[n] = true
 		}
-		ts.have.each(func(n string, _ held) { all[n] = true })
+		ts.have.Each(func(n string, _ held) { all[n] = true })
 		if ts.wildcard {
 			for _, e := range scope.Entries(st.Snap, ts.t, st.Group, nil, true) {
 				all[e.Name] = true
@@ -265,7 +266,7 @@ func (st *stream) flushType(ts *typeState) error {
 		for n := range ts.dirty {
 			all[n] = true
 		}
-		candidates = sortedKeys(all)
+		candidates = xdsstream.SortedNames(all)
 	} else {
 		// A push: the names it changed, in a slice the stream keeps (no
 		// map, nothing allocated for a push of a few resources).
@@ -281,16 +282,16 @@ func (st *stream) flushType(ts *typeState) error {
 	}
 	respond := ts.respond
 	ts.needAll, ts.respond = false, false
-	ts.dirty = reuse(ts.dirty)
+	ts.dirty = xdsstream.ReuseNames(ts.dirty)
 
 	holdRemovals := breaks(ts.t) && st.Fixed == nil && st.referrersPending()
 	var out []item
 	var removed []string
 	var aliases *aliasIndex // built or fetched on the first alias
 	for _, n := range candidates {
-		h, isHeld := ts.have.get(n)
+		h, isHeld := ts.have.Get(n)
 		if !ts.wildcard && !ts.names.Has(n) {
-			ts.have.drop(n) // held but not subscribed: the client drops it
+			ts.have.Drop(n) // held but not subscribed: the client drops it
 			continue
 		}
 		e := st.Sendable(scope.Visible(st.Snap, ts.t, st.Group, n))
@@ -316,10 +317,10 @@ func (st *stream) flushType(ts *typeState) error {
 				ts.holdRemoval = true // make before break: later
 			case isHeld:
 				removed = append(removed, n)
-				ts.have.drop(n)
+				ts.have.Drop(n)
 			case ts.names.Has(n) && !ts.toldAbsent[n]:
 				removed = append(removed, n) // asked for, does not exist
-				ts.toldAbsent = set(ts.toldAbsent, n)
+				ts.toldAbsent = xdsstream.MarkName(ts.toldAbsent, n)
 			}
 			delete(ts.force, n)
 			continue
@@ -335,7 +336,7 @@ func (st *stream) flushType(ts *typeState) error {
 			if h.scope == "" {
 				st.s.m.notResent.Inc()
 				h.scope = source
-				ts.have.set(n, h)
+				ts.have.Set(n, h)
 			}
 			continue
 		}
@@ -447,7 +448,7 @@ func (st *stream) send(ts *typeState, out []item, removed []string, shareKey str
 	for _, it := range out {
 		ts.inFlight = append(ts.inFlight, it.Key())
 	}
-	ts.have.sent(&st.s.held, st.Snap.Revision, shareKey, out, removed)
+	ts.have.Sent(&st.s.held, st.Snap.Revision, shareKey, len(out), heldOf(out), removed)
 	st.RecordTTLs(ts.t, len(out), func(i int) xdsstream.Item { return out[i].Item }, ttls)
 	st.s.m.removalsSent.WithLabelValues(ts.t.Name).Add(float64(len(removed)))
 	st.updateStatus(ts)
@@ -465,12 +466,12 @@ func (st *stream) updateStatus(ts *typeState) {
 		LastNack:           ts.rec.NackMsg,
 		Wildcard:           ts.wildcard,
 		Subscribed:         ts.names.Len(),
-		Held:               ts.have.len(),
+		Held:               ts.have.Len(),
 	}
 	if ts.outstanding {
 		s.Outstanding = ts.rec.Nonce
 	}
-	if ts.have.len() <= maxStatusResources {
+	if ts.have.Len() <= maxStatusResources {
 		var inFlight map[string]bool
 		if ts.outstanding {
 			inFlight = make(map[string]bool, len(ts.inFlight))
@@ -478,8 +479,8 @@ func (st *stream) updateStatus(ts *typeState) {
 				inFlight[n] = true
 			}
 		}
-		s.Resources = make(map[string]ResourceStatus, ts.have.len())
-		ts.have.each(func(n string, h held) {
+		s.Resources = make(map[string]ResourceStatus, ts.have.Len())
+		ts.have.Each(func(n string, h held) {
 			var rs ResourceStatus
 			if h.rev > 0 {
 				rs.VersionSent = strconv.FormatInt(h.rev, 10)
@@ -491,33 +492,4 @@ func (st *stream) updateStatus(ts *typeState) {
 		})
 	}
 	st.SetStatus(ts.t, s)
-}
-
-// reuse empties m, a map of names, for the next changes: a small one is
-// kept, so that a push allocates no new map, a large one (a first
-// response's) let go.
-func reuse(m map[string]bool) map[string]bool {
-	if len(m) > 8 {
-		return nil
-	}
-	clear(m)
-	return m
-}
-
-// set adds n to m, made if nil, and returns it.
-func set(m map[string]bool, n string) map[string]bool {
-	if m == nil {
-		m = map[string]bool{}
-	}
-	m[n] = true
-	return m
-}
-
-func sortedKeys(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/legation-io/legation/internal/state/store"
 	"github.com/legation-io/legation/internal/testkit/xdstest"
 	"github.com/legation-io/legation/internal/xds/delta"
+	"github.com/legation-io/legation/internal/xds/limits"
 )
 
 // The stuck-client acceptance run (a client that never reads among many,
@@ -20,7 +21,7 @@ import (
 // xdstest.StuckScale (-tags e2e: 999 clients, 2,000 updates).
 func TestSendTimeoutStuckClientAmongMany(t *testing.T) {
 	const sendTimeout = time.Second
-	e := newEnvWith(t, xdstest.Options{}, func(c *delta.Config) { c.SendTimeout = sendTimeout })
+	e := newEnvWith(t, xdstest.Options{}, func(c *delta.Config) { c.SendTimeout = limits.Max(sendTimeout) })
 	xdstest.CheckStuck(t, xdstest.StuckServer{
 		Addr:        e.addr,
 		Delta:       true,

@@ -2,7 +2,6 @@ package delta
 
 import (
 	"strconv"
-	"strings"
 	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -44,7 +43,7 @@ func (st *stream) Holds(t *resource.Type, key string, h xdsstream.TTLHeld) bool 
 	if ts == nil {
 		return false
 	}
-	have, ok := ts.have.get(key)
+	have, ok := ts.have.Get(key)
 	return ok && strconv.FormatInt(have.rev, 10) == h.Version
 }
 
@@ -64,12 +63,6 @@ func (st *stream) sendHeartbeat(t *resource.Type, due []xdsstream.TTLHeld) error
 	ts := st.types[t]
 	ttls := st.WireTTLs(len(due), func(i int) *view.Entry { return due[i].Entry })
 	sysVersion := ts.rec.Version
-	var key strings.Builder
-	key.WriteString("DH\x00" + t.Name + "\x00" + sysVersion)
-	for i, h := range due {
-		e := h.Entry
-		key.WriteString("\x00" + e.Scope + "/" + e.Name + "@" + strconv.FormatInt(e.ModRevision, 10) + "~" + h.Alias + "~" + strconv.FormatInt(int64(ttls[i]), 10))
-	}
 	build := func() proto.Message {
 		r := &discoveryv3.DeltaDiscoveryResponse{SystemVersionInfo: sysVersion, TypeUrl: t.URL, Resources: make([]*discoveryv3.Resource, len(due)),
 			ControlPlane: st.s.core.ControlPlane}
@@ -78,7 +71,7 @@ func (st *stream) sendHeartbeat(t *resource.Type, due []xdsstream.TTLHeld) error
 		}
 		return r
 	}
-	nonce, err := st.Send(t, nil, sysVersion, key.String(), build, 0)
+	nonce, err := st.Send(t, nil, sysVersion, xdsstream.HeartbeatKey("DH", t, sysVersion, due, ttls), build, 0)
 	if err != nil {
 		return err
 	}

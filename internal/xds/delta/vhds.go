@@ -11,6 +11,8 @@ import (
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/scope"
 	"github.com/legation-io/legation/internal/state/view"
+	"github.com/legation-io/legation/internal/xds/limits"
+	"github.com/legation-io/legation/internal/xds/xdsstream"
 )
 
 // VHDS (on-demand virtual hosts): a client subscribes to
@@ -127,9 +129,10 @@ func (x *aliasIndex) resolve(alias string) *view.Entry {
 // each built once however many streams ask at once. A newer revision
 // drops the older ones, so it holds at most one revision's indexes, and
 // beside the default scope's at most max of them (--max-vhds-groups): a
-// stream needing one more ends with RESOURCE_EXHAUSTED. Its methods may be called concurrently.
+// stream needing one more ends with RESOURCE_EXHAUSTED. Its methods may
+// be called concurrently.
 type aliasIndexes struct {
-	max int // at most this many indexes per revision; 0: no bound
+	max limits.Bound[int] // indexes per revision, beside the default scope's
 
 	mu  sync.Mutex // guards rev, m, own
 	rev int64
@@ -159,13 +162,13 @@ func (c *aliasIndexes) get(snap *view.Snapshot, group string) (*aliasIndex, erro
 	var l *lazyIndex
 	if snap.Revision == c.rev {
 		l = c.m[group]
-		if l == nil && group != "" && c.max > 0 && c.own >= c.max {
+		if l == nil && group != "" && !c.max.Allows(c.own+1) {
 			c.mu.Unlock()
 			if c.full != nil {
 				c.full()
 			}
 			return nil, status.Errorf(codes.ResourceExhausted,
-				"VHDS: alias indexes of %d node groups with virtual hosts of their own are kept, the bound (--max-vhds-groups); group %q would be one more", c.max, group)
+				"VHDS: alias indexes of %v node groups with virtual hosts of their own are kept, the bound (--max-vhds-groups); group %q would be one more", c.max, group)
 		}
 		if l == nil {
 			l = &lazyIndex{}
@@ -251,12 +254,12 @@ func markAliases(ts *typeState, changed string) {
 	}
 	for n := range ts.names.All() {
 		if strings.HasPrefix(n, rc+"/") {
-			ts.dirty = set(ts.dirty, n)
+			ts.dirty = xdsstream.MarkName(ts.dirty, n)
 		}
 	}
-	ts.have.each(func(n string, _ held) {
+	ts.have.Each(func(n string, _ held) {
 		if strings.HasPrefix(n, rc+"/") {
-			ts.dirty = set(ts.dirty, n)
+			ts.dirty = xdsstream.MarkName(ts.dirty, n)
 		}
 	})
 }

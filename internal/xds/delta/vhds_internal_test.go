@@ -13,6 +13,7 @@ import (
 	"github.com/legation-io/legation/internal/state/store"
 	"github.com/legation-io/legation/internal/state/view"
 	"github.com/legation-io/legation/internal/testkit/xdstest"
+	"github.com/legation-io/legation/internal/xds/limits"
 )
 
 func TestMatchDomain(t *testing.T) {
@@ -152,7 +153,7 @@ func TestAliasIndexesBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	refused := 0
-	c := aliasIndexes{max: 2, full: func() { refused++ }}
+	c := aliasIndexes{max: limits.Max(2), full: func() { refused++ }}
 	for i := range 100 {
 		if _, err := c.get(snap, fmt.Sprintf("made-up-%d", i)); err != nil {
 			t.Fatalf("group without virtual hosts %d: %v", i, err)

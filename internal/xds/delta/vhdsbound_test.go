@@ -12,6 +12,7 @@ import (
 	"github.com/legation-io/legation/internal/state/store"
 	"github.com/legation-io/legation/internal/testkit/xdstest"
 	"github.com/legation-io/legation/internal/xds/delta"
+	"github.com/legation-io/legation/internal/xds/limits"
 )
 
 // TestVHDSGroupsBounded: with --max-vhds-groups 1, the streams of the one
@@ -20,7 +21,7 @@ import (
 // second group with its own ends with RESOURCE_EXHAUSTED naming the flag,
 // counted in limit_hits_total{limit="vhds_groups"}.
 func TestVHDSGroupsBounded(t *testing.T) {
-	e := newEnvWith(t, xdstest.Options{}, func(c *delta.Config) { c.MaxVHDSGroups = 1 })
+	e := newEnvWith(t, xdstest.Options{}, func(c *delta.Config) { c.MaxVHDSGroups = limits.Max(1) })
 	e.Apply(t, []store.Put{
 		xdstest.Put(t, resource.VirtualHost, store.DefaultScope, vhost("rc/all", "*")),
 		xdstest.Put(t, resource.VirtualHost, "team-a", vhost("rc/a", "a.test")),

@@ -17,6 +17,7 @@ import (
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/store"
 	"github.com/legation-io/legation/internal/testkit/xdstest"
+	"github.com/legation-io/legation/internal/xds/limits"
 	"github.com/legation-io/legation/internal/xds/sotw"
 )
 
@@ -32,7 +33,7 @@ func limitHits(tb testing.TB, reg prometheus.Gatherer, limit string) float64 {
 // Each bound ends the stream with its status, naming the bound's flag.
 func TestStreamBounds(t *testing.T) {
 	e := newEnv(t, func(c *sotw.Config) {
-		c.MaxNames, c.MaxNameLength, c.FirstRequestTimeout = 3, 16, 200*time.Millisecond
+		c.MaxNames, c.MaxNameLength, c.FirstRequestTimeout = limits.Max(3), limits.Max(16), limits.Max(200*time.Millisecond)
 	})
 	tests := []struct {
 		name  string
@@ -132,7 +133,7 @@ func TestNackLogsBounded(t *testing.T) {
 func TestSendTimeoutStuckClient(t *testing.T) {
 	const updates, ports = 200, 400 // ~10 KB a response: the windows fill
 	const sendTimeout = 500 * time.Millisecond
-	e := newEnv(t, func(c *sotw.Config) { c.SendTimeout = sendTimeout })
+	e := newEnv(t, func(c *sotw.Config) { c.SendTimeout = limits.Max(sendTimeout) })
 	portsAt := func(i int) []uint32 {
 		p := make([]uint32, ports)
 		for j := range p {

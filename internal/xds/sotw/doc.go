@@ -12,7 +12,8 @@
 //
 // The package holds only SotW's rules: what a request means (subscriptions,
 // wildcards, the latest request per type, stale nonces, ACK and NACK),
-// what each client holds, and what a flush sends (full state for LDS/CDS,
+// what each client holds (the entries it was sent, in an
+// xdsstream.Holding), and what a flush sends (full state for LDS/CDS,
 // changed resources for EDS/RDS, make before break, TTL wrapping and
 // heartbeats). What every stream does whatever its protocol is package
 // xdsstream's; registering the gRPC services is package grpcapi's. It does

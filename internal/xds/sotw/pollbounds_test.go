@@ -13,6 +13,7 @@ import (
 
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/testkit/xdstest"
+	"github.com/legation-io/legation/internal/xds/limits"
 	"github.com/legation-io/legation/internal/xds/sotw"
 )
 
@@ -22,7 +23,7 @@ import (
 // INVALID_ARGUMENT) and messages naming the flag; each hit is counted.
 func TestPollBounds(t *testing.T) {
 	e := newEnv(t, func(c *sotw.Config) {
-		c.MaxNames, c.MaxNameLength, c.MaxNodeIDLength = 3, 16, 32
+		c.MaxNames, c.MaxNameLength, c.MaxNodeIDLength = limits.Max(3), limits.Max(16), limits.Max(32)
 	})
 	h := e.srv.RESTHandler()
 	client := clusterservice.NewClusterDiscoveryServiceClient(e.conn(t))

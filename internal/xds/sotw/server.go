@@ -30,34 +30,27 @@ type Config struct {
 	TrustVersion bool
 }
 
-// protocol is SotW for the stream core: a client reads TTLs in SotW when
-// it advertises both TTL support and discovery.v3.Resource in SotW.
-var protocol = xdsstream.Protocol{
-	Name:  "sotw",
-	Title: "SotW",
-	ReadsTTL: func(n *corev3.Node) bool {
-		_, wrap := lease.Features(n)
-		return wrap
-	},
-}
-
 // Server serves SotW xDS. Its methods may be called concurrently.
 type Server struct {
+	// Statuses gives the status of the open streams: Streams for
+	// /debug/streams, Stamps and SummariesOf for the status writer,
+	// StatusGeneration.
+	*xdsstream.Statuses[TypeStatus]
 	core         *xdsstream.Core[TypeStatus]
 	m            *metrics
 	trustVersion bool
-	rest         restCache // REST-JSON bodies of the latest revision
-	sent         sentSets  // what streams hold, shared among them
+	rest         restCache                       // REST-JSON bodies of the latest revision
+	sent         xdsstream.HeldSets[*view.Entry] // what streams hold, shared among them
 	names        xdsstream.NameSets
 }
 
 // New returns a Server. It does no I/O.
 func New(cfg Config) (*Server, error) {
-	core, err := xdsstream.NewCore[TypeStatus](protocol, cfg.Config)
+	core, err := xdsstream.NewCore[TypeStatus](xdsstream.Protocol{Name: "sotw", Title: "SotW", ReadsTTL: readsTTL}, cfg.Config)
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{core: core, m: newMetrics(cfg.Registerer), trustVersion: cfg.TrustVersion}
+	s := &Server{Statuses: &core.Statuses, core: core, m: newMetrics(cfg.Registerer), trustVersion: cfg.TrustVersion}
 	s.rest.encoded = s.m.restEncodes.Inc
 	s.rest.size = s.m.restCacheBytes.Set
 	return s, nil
@@ -152,10 +145,7 @@ func (s *Server) checkBounds(r *discoveryv3.DiscoveryRequest, t *resource.Type) 
 	if err := s.core.CheckNode(r.GetNode()); err != nil {
 		return err
 	}
-	if err := s.core.CheckCount(t, xdsstream.LimitNames, "resource_names", len(r.GetResourceNames())); err != nil {
-		return err
-	}
-	return s.core.CheckNames(t, "resource_names", r.GetResourceNames())
+	return s.core.CheckList(t, xdsstream.LimitNames, "resource_names", r.GetResourceNames())
 }
 
 // response builds the poll's answer, carrying cp (the replica's name),
@@ -190,22 +180,6 @@ func responseOf(snap *view.Snapshot, t *resource.Type, entries []*view.Entry) *d
 // StreamStatus describes one SotW stream for /debug/streams.
 type StreamStatus = xdsstream.Status[TypeStatus]
 
-// Streams returns the status of every open stream, by id.
-func (s *Server) Streams() []StreamStatus { return s.core.Streams() }
-
-// Stamps reports each stream's node, id and count of status changes, for
-// the status writer (xdsstream.Core.Stamps).
-func (s *Server) Stamps(fn func(node string, stream, changes uint64)) { s.core.Stamps(fn) }
-
-// SummariesOf returns the summaries of the streams of the nodes want
-// selects.
-func (s *Server) SummariesOf(want func(node string) bool) []xdsstream.Summary {
-	return s.core.SummariesOf(want)
-}
-
-// StatusGeneration changes whenever what Streams returns may have.
-func (s *Server) StatusGeneration() uint64 { return s.core.StatusGeneration() }
-
 // TypeStatus is a SotW stream's state for one type.
 type TypeStatus struct {
 	VersionSent  string `json:"version_sent"`
@@ -231,4 +205,11 @@ func contains(names []string, n string) bool {
 		}
 	}
 	return false
+}
+
+// readsTTL reports whether a SotW client reads TTLs (promise 8): when it
+// advertises both TTL support and discovery.v3.Resource in SotW.
+func readsTTL(n *corev3.Node) bool {
+	_, wrap := lease.Features(n)
+	return wrap
 }

@@ -1,7 +1,6 @@
 package sotw
 
 import (
-	"sort"
 	"strconv"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -36,7 +35,7 @@ type typeState struct {
 	// sent is what the client holds, as far as the server knows: the
 	// entries of the responses it sent (or that it presented on connect),
 	// shared with the streams sent the same responses.
-	sent holding
+	sent xdsstream.Holding[*view.Entry]
 	// rec: the version_info and nonce of the last response (Version is
 	// the one presented, when nothing was sent), the last ACK and NACK.
 	rec xdsstream.Record
@@ -54,10 +53,7 @@ type typeState struct {
 // Flush.
 func (st *stream) Handle(t *resource.Type, r *discoveryv3.DiscoveryRequest) error {
 	// Bounds first: nothing of an oversized request is kept.
-	if err := st.CheckCount(t, xdsstream.LimitNames, "resource_names", len(r.GetResourceNames())); err != nil {
-		return err
-	}
-	if err := st.CheckNames(t, "resource_names", r.GetResourceNames()); err != nil {
+	if err := st.CheckList(t, xdsstream.LimitNames, "resource_names", r.GetResourceNames()); err != nil {
 		return err
 	}
 	ts := st.types[t]
@@ -105,7 +101,7 @@ func (st *stream) Handle(t *resource.Type, r *discoveryv3.DiscoveryRequest) erro
 
 // subscribe handles a type's first request on the stream.
 func (st *stream) subscribe(t *resource.Type, r *discoveryv3.DiscoveryRequest) error {
-	ts := &typeState{t: t, sent: newHolding()}
+	ts := &typeState{t: t}
 	st.types[t] = ts
 	names := r.GetResourceNames()
 	ts.wildcard = (t.Wildcard && len(names) == 0) || contains(names, "*")
@@ -121,10 +117,10 @@ func (st *stream) subscribe(t *resource.Type, r *discoveryv3.DiscoveryRequest) e
 	if presented >= 0 && (ts.wildcard || st.s.trustVersion) &&
 		scope.UnchangedSince(snap, t, st.Group, names, ts.wildcard, presented) {
 		for _, e := range st.SendableEntries(scope.Entries(snap, t, st.Group, names, ts.wildcard)) {
-			ts.sent.set(e)
+			ts.sent.Set(e.Name, e)
 		}
 		ts.rec.Version, ts.rec.Acked = r.GetVersionInfo(), r.GetVersionInfo()
-		ts.resources = ts.sent.len()
+		ts.resources = ts.sent.Len()
 		st.s.m.noResend.Inc()
 		st.updateStatus(ts)
 		return nil
@@ -150,19 +146,19 @@ func (st *stream) setNames(ts *typeState, names []string, answer bool) {
 	added := false
 	for _, n := range next.Sorted() {
 		if !ts.names.Has(n) {
-			ts.dirty = mark(ts.dirty, n)
+			ts.dirty = xdsstream.MarkName(ts.dirty, n)
 			added = true
 		}
 	}
 	if !wildcard {
 		var drop []string
-		ts.sent.each(func(e *view.Entry) {
-			if !next.Has(e.Name) {
-				drop = append(drop, e.Name)
+		ts.sent.Each(func(n string, _ *view.Entry) {
+			if !next.Has(n) {
+				drop = append(drop, n)
 			}
 		})
 		for _, n := range drop {
-			ts.sent.drop(n) // unsubscribed: the client drops it
+			ts.sent.Drop(n) // unsubscribed: the client drops it
 		}
 	}
 	if wildcard && !ts.wildcard {
@@ -180,7 +176,7 @@ func (st *stream) setNames(ts *typeState, names []string, answer bool) {
 func (st *stream) Changed(c view.EntryChange) {
 	ts := st.types[c.Type]
 	if ts != nil && (ts.wildcard || ts.names.Has(c.Name)) {
-		ts.dirty = mark(ts.dirty, c.Name)
+		ts.dirty = xdsstream.MarkName(ts.dirty, c.Name)
 		st.Touch(&ts.rec)
 	}
 }
@@ -214,7 +210,7 @@ func (st *stream) flushFullState(ts *typeState) error {
 	entries := st.SendableEntries(scope.Entries(st.Snap, ts.t, st.Group, names, ts.wildcard))
 	force := ts.forceSend
 	ts.needAll, ts.forceSend = false, false
-	ts.dirty = reuse(ts.dirty)
+	ts.dirty = xdsstream.ReuseNames(ts.dirty)
 	if !force && sameEntries(entries, &ts.sent) {
 		ts.rec.Unchanged()
 		return nil
@@ -226,7 +222,7 @@ func (st *stream) flushFullState(ts *typeState) error {
 		for _, e := range entries {
 			now[e.Name] = true
 		}
-		ts.sent.each(func(e *view.Entry) {
+		ts.sent.Each(func(_ string, e *view.Entry) {
 			if !now[e.Name] {
 				removed = append(removed, e)
 			}
@@ -289,11 +285,11 @@ func (st *stream) flushNamed(ts *typeState) error {
 		}
 		candidates = append(candidates, ts.names.Sorted()...)
 	} else {
-		candidates = keys(ts.dirty)
+		candidates = xdsstream.SortedNames(ts.dirty)
 	}
 	force := ts.forceSend
 	ts.needAll, ts.forceSend = false, false
-	ts.dirty = reuse(ts.dirty)
+	ts.dirty = xdsstream.ReuseNames(ts.dirty)
 	var out []*view.Entry
 	var seen map[string]bool // a wildcard's names may repeat the subscribed ones
 	if !isDirty {
@@ -308,10 +304,10 @@ func (st *stream) flushNamed(ts *typeState) error {
 		}
 		e := st.Sendable(scope.Visible(st.Snap, ts.t, st.Group, n))
 		if e == nil {
-			ts.sent.drop(n)
+			ts.sent.Drop(n)
 			continue
 		}
-		if old := ts.sent.get(n); !force && old != nil && old.Scope == e.Scope && old.ModRevision == e.ModRevision {
+		if old, _ := ts.sent.Get(n); !force && old != nil && old.Scope == e.Scope && old.ModRevision == e.ModRevision {
 			continue
 		}
 		out = append(out, e)
@@ -371,12 +367,12 @@ func (st *stream) send(ts *typeState, entries []*view.Entry, ver string, shareab
 	}
 	if ts.t.Wildcard {
 		// A full-state response replaces what the client holds.
-		ts.sent.replace(&st.s.sent, st.Snap.Revision, key, entries)
+		ts.sent.Replace(&st.s.sent, st.Snap.Revision, key, len(entries), sentOf(entries))
 	} else {
-		ts.sent.merge(&st.s.sent, st.Snap.Revision, key, entries)
+		ts.sent.Sent(&st.s.sent, st.Snap.Revision, key, len(entries), sentOf(entries), nil)
 	}
 	st.RecordTTLs(ts.t, len(entries), func(i int) xdsstream.Item { return xdsstream.Item{Entry: entries[i]} }, ttls)
-	ts.resources = ts.sent.len()
+	ts.resources = ts.sent.Len()
 	st.updateStatus(ts)
 	return nil
 }
@@ -400,46 +396,22 @@ func sameList(a, b []string) bool {
 	return len(a) > 0 && len(a) == len(b) && &a[0] == &b[0]
 }
 
-func sameEntries(entries []*view.Entry, sent *holding) bool {
-	if len(entries) != sent.len() {
+// sentOf is what the client holds once sent entries: each by its name.
+func sentOf(entries []*view.Entry) func(i int) (string, *view.Entry) {
+	return func(i int) (string, *view.Entry) { return entries[i].Name, entries[i] }
+}
+
+func sameEntries(entries []*view.Entry, sent *xdsstream.Holding[*view.Entry]) bool {
+	if len(entries) != sent.Len() {
 		return false
 	}
 	for _, e := range entries {
-		old := sent.get(e.Name)
+		old, _ := sent.Get(e.Name)
 		if old == nil || old.Scope != e.Scope || old.ModRevision != e.ModRevision {
 			return false
 		}
 	}
 	return true
-}
-
-// reuse empties m, a map of names, for the next changes: a small one is
-// kept, so that a push allocates no new map, a large one (a first
-// response's) let go.
-func reuse(m map[string]bool) map[string]bool {
-	if len(m) > 8 {
-		return nil
-	}
-	clear(m)
-	return m
-}
-
-// mark adds n to m, made if nil, and returns it.
-func mark(m map[string]bool, n string) map[string]bool {
-	if m == nil {
-		m = map[string]bool{}
-	}
-	m[n] = true
-	return m
-}
-
-func keys(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 func version(rev int64) string { return strconv.FormatInt(rev, 10) }

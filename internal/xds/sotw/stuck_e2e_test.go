@@ -8,6 +8,7 @@ import (
 
 	"github.com/legation-io/legation/internal/state/store"
 	"github.com/legation-io/legation/internal/testkit/xdstest"
+	"github.com/legation-io/legation/internal/xds/limits"
 	"github.com/legation-io/legation/internal/xds/sotw"
 )
 
@@ -20,7 +21,7 @@ import (
 // xdstest.StuckScale (-tags e2e: 999 clients, 2,000 updates).
 func TestSendTimeoutStuckClientAmongMany(t *testing.T) {
 	const sendTimeout = time.Second
-	e := newEnv(t, func(c *sotw.Config) { c.SendTimeout = sendTimeout })
+	e := newEnv(t, func(c *sotw.Config) { c.SendTimeout = limits.Max(sendTimeout) })
 	xdstest.CheckStuck(t, xdstest.StuckServer{
 		Addr:        e.addr,
 		Apply:       func(tb testing.TB, puts []store.Put) int64 { return e.Apply(tb, puts) },

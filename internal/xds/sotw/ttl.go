@@ -2,8 +2,6 @@ package sotw
 
 import (
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -52,7 +50,11 @@ func wrapTTL(e *view.Entry, ver string, ttl time.Duration, body bool) *anypb.Any
 // was sent (the same entry: a later version or a removal replaced it).
 func (st *stream) Holds(t *resource.Type, name string, h xdsstream.TTLHeld) bool {
 	ts := st.types[t]
-	return ts != nil && ts.sent.get(name) == h.Entry
+	if ts == nil {
+		return false
+	}
+	e, _ := ts.sent.Get(name)
+	return e == h.Entry
 }
 
 // heartbeats sends the heartbeats due, per type, once the client has
@@ -69,8 +71,8 @@ func (st *stream) heartbeats() error {
 		}
 		// The whole set again, with fresh TTLs: a body-less resource
 		// would take it out of the client's full state.
-		entries := make([]*view.Entry, 0, ts.sent.len())
-		ts.sent.each(func(e *view.Entry) { entries = append(entries, e) })
+		entries := make([]*view.Entry, 0, ts.sent.Len())
+		ts.sent.Each(func(_ string, e *view.Entry) { entries = append(entries, e) })
 		scope.SortEntries(entries)
 		return st.send(ts, entries, ts.rec.Version, false)
 	})
@@ -88,15 +90,9 @@ func (st *stream) sendHeartbeat(ts *typeState, due []xdsstream.TTLHeld) error {
 		}
 		return r
 	}
-	key := ""
+	key := "" // a heartbeat at an older version is this stream's own
 	if ver == version(st.Snap.Revision) {
-		var b strings.Builder
-		b.WriteString("H\x00" + ts.t.Name + "\x00" + ver)
-		for i, h := range due {
-			e := h.Entry
-			b.WriteString("\x00" + e.Scope + "/" + e.Name + "@" + strconv.FormatInt(e.ModRevision, 10) + "~" + strconv.FormatInt(int64(ttls[i]), 10))
-		}
-		key = b.String()
+		key = xdsstream.HeartbeatKey("H", ts.t, ver, due, ttls)
 	}
 	nonce, err := st.Send(ts.t, nil, ver, key, build, 0)
 	if err != nil {

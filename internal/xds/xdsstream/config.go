@@ -13,6 +13,7 @@ import (
 	"github.com/legation-io/legation/internal/state/lease"
 	"github.com/legation-io/legation/internal/state/scope"
 	"github.com/legation-io/legation/internal/state/view"
+	"github.com/legation-io/legation/internal/xds/limits"
 )
 
 // Source is what a server reads resources from; *view.View is one. Both
@@ -76,7 +77,9 @@ type Busy interface {
 	Leave()
 }
 
-// Config is what a SotW or delta server is built from.
+// Config is what a SotW or delta server is built from. A bound
+// (limits.Bound) left unset takes its default (DefaultConfig);
+// limits.NoBound lifts it.
 type Config struct {
 	// Source is the view to serve. Required.
 	Source Source
@@ -96,26 +99,26 @@ type Config struct {
 	Authorizer Authorizer
 	// FirstRequestTimeout bounds the wait for a stream's first request
 	// (--first-request-timeout): a stream that sends nothing for that
-	// long ends with DEADLINE_EXCEEDED. Zero: 10s; negative: no bound.
-	FirstRequestTimeout time.Duration
+	// long ends with DEADLINE_EXCEEDED. Unset: 10s.
+	FirstRequestTimeout limits.Bound[time.Duration]
 	// MaxNames bounds the names a stream subscribes to per type
 	// (--max-names): SotW resource_names, delta resource_names_subscribe
 	// as they accumulate (VHDS aliases included), and the entries of
 	// delta initial_resource_versions. Beyond it the stream ends with
-	// RESOURCE_EXHAUSTED. Zero: 10,000; negative: no bound.
-	MaxNames int
+	// RESOURCE_EXHAUSTED. Unset: 10,000.
+	MaxNames limits.Bound[int]
 	// MaxNameLength bounds the length in bytes of a resource name in a
 	// request (--max-name-length); a longer one ends the stream with
-	// INVALID_ARGUMENT. Zero: 1024; negative: no bound.
-	MaxNameLength int
+	// INVALID_ARGUMENT. Unset: 1024.
+	MaxNameLength limits.Bound[int]
 	// MaxNodeIDLength bounds the length in bytes of a request's node id
 	// (--max-node-id-length); a longer one ends the stream, or fails the
-	// poll, with INVALID_ARGUMENT. Zero: 1024; negative: no bound.
-	MaxNodeIDLength int
+	// poll, with INVALID_ARGUMENT. Unset: 1024.
+	MaxNodeIDLength limits.Bound[int]
 	// MaxNackMessage bounds the bytes of a NACK's error message that are
 	// stored (status, /debug/streams) and logged (--max-nack-message);
-	// the rest is cut and the cut marked. Zero: 4096; negative: no bound.
-	MaxNackMessage int
+	// the rest is cut and the cut marked. Unset: 4096.
+	MaxNackMessage limits.Bound[int]
 	// NackLogWindow is how long repeats of a NACK (same type, version and
 	// message) are counted instead of logged: the first is logged, the
 	// repeats in one line at the window's end. Zero: 1 minute.
@@ -123,8 +126,8 @@ type Config struct {
 	// SendTimeout bounds one response's send (--send-timeout): a stream
 	// whose client has not taken it (its flow-control window stays full)
 	// for that long ends with UNAVAILABLE, and with it the snapshots it
-	// holds. Zero: 30s; negative: no bound.
-	SendTimeout time.Duration
+	// holds. Unset: 30s.
+	SendTimeout limits.Bound[time.Duration]
 	// Identifier names the replica in every response, as
 	// control_plane.identifier (the replica's --name); empty: responses
 	// carry no control_plane.
@@ -145,13 +148,13 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		CatchupTimeout:      5 * time.Second,
-		FirstRequestTimeout: 10 * time.Second, // Envoy sends its first request at once
-		MaxNames:            10000,            // far above one Envoy's EDS clusters per stream
-		MaxNameLength:       1024,             // a VHDS alias is "<route config>/<host>"; a DNS name is at most 253
-		MaxNodeIDLength:     1024,             // Envoy's ids ("sidecar~IP~pod.ns~ns.svc.cluster.local") are a few hundred bytes at most
-		MaxNackMessage:      4096,             // Envoy's rejection messages are a few lines
+		FirstRequestTimeout: limits.Max(10 * time.Second), // Envoy sends its first request at once
+		MaxNames:            limits.Max(10000),            // far above one Envoy's EDS clusters per stream
+		MaxNameLength:       limits.Max(1024),             // a VHDS alias is "<route config>/<host>"; a DNS name is at most 253
+		MaxNodeIDLength:     limits.Max(1024),             // Envoy's ids ("sidecar~IP~pod.ns~ns.svc.cluster.local") are a few hundred bytes at most
+		MaxNackMessage:      limits.Max(4096),             // Envoy's rejection messages are a few lines
 		NackLogWindow:       time.Minute,
-		SendTimeout:         30 * time.Second, // a healthy client reads within a few RTTs
+		SendTimeout:         limits.Max(30 * time.Second), // a healthy client reads within a few RTTs
 	}
 }
 
@@ -175,27 +178,15 @@ func (c Config) withDefaults() Config {
 	if c.CatchupTimeout == 0 {
 		c.CatchupTimeout = d.CatchupTimeout
 	}
-	if c.FirstRequestTimeout == 0 {
-		c.FirstRequestTimeout = d.FirstRequestTimeout
-	}
-	if c.MaxNames == 0 {
-		c.MaxNames = d.MaxNames
-	}
-	if c.MaxNameLength == 0 {
-		c.MaxNameLength = d.MaxNameLength
-	}
-	if c.MaxNodeIDLength == 0 {
-		c.MaxNodeIDLength = d.MaxNodeIDLength
-	}
-	if c.MaxNackMessage == 0 {
-		c.MaxNackMessage = d.MaxNackMessage
-	}
+	c.FirstRequestTimeout = c.FirstRequestTimeout.Or(d.FirstRequestTimeout)
+	c.MaxNames = c.MaxNames.Or(d.MaxNames)
+	c.MaxNameLength = c.MaxNameLength.Or(d.MaxNameLength)
+	c.MaxNodeIDLength = c.MaxNodeIDLength.Or(d.MaxNodeIDLength)
+	c.MaxNackMessage = c.MaxNackMessage.Or(d.MaxNackMessage)
 	if c.NackLogWindow <= 0 {
 		c.NackLogWindow = d.NackLogWindow
 	}
-	if c.SendTimeout == 0 {
-		c.SendTimeout = d.SendTimeout
-	}
+	c.SendTimeout = c.SendTimeout.Or(d.SendTimeout)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -41,14 +41,13 @@ type Core[T Reporter] struct {
 	// Cache shares encoded response bodies among the streams.
 	Cache wire.Cache
 
-	proto   Protocol
-	types   []*typeMetrics // by resource.Type.Order
-	nextID  atomic.Uint64
-	streams Registry[*Stream[T]]
-	nacks   nackLog
-	// statusGen counts the changes of what Streams returns: a stream
-	// opened or closed, a status set.
-	statusGen atomic.Uint64
+	// Statuses is the registry of open streams and what they report.
+	Statuses[T]
+
+	proto  Protocol
+	types  []*typeMetrics // by resource.Type.Order
+	nextID atomic.Uint64
+	nacks  nackLog
 	// refusedLog and timeoutLog pace the lines of refused streams and of
 	// send timeouts.
 	refusedLog, timeoutLog burstLog
@@ -109,12 +108,23 @@ func (c *Core[T]) CatchUp(ctx context.Context, rev int64) (*view.Snapshot, error
 	return snap, nil
 }
 
+// Statuses is the registry of a server's open streams and the status
+// they report (/debug/streams, the status writer). A Core holds one; a
+// protocol's server embeds a pointer to it (Core.Statuses), so that its
+// methods are the server's. Its methods may be called concurrently.
+type Statuses[T Reporter] struct {
+	streams Registry[*Stream[T]]
+	// statusGen counts the changes of what Streams returns: a stream
+	// opened or closed, a status set.
+	statusGen atomic.Uint64
+}
+
 // StatusGeneration changes whenever what Streams returns may have: a
 // reader that saw the same generation before has nothing new to read.
-func (c *Core[T]) StatusGeneration() uint64 { return c.statusGen.Load() }
+func (c *Statuses[T]) StatusGeneration() uint64 { return c.statusGen.Load() }
 
 // Streams returns the status of every open stream, by id.
-func (c *Core[T]) Streams() []Status[T] {
+func (c *Statuses[T]) Streams() []Status[T] {
 	return Each(&c.streams, (*Stream[T]).Status)
 }
 
@@ -123,7 +133,7 @@ func (c *Core[T]) Streams() []Status[T] {
 // compares them with what it last saw to find the nodes whose records may
 // have changed, without copying any status. fn is called without the
 // registry's lock held.
-func (c *Core[T]) Stamps(fn func(node string, stream, changes uint64)) {
+func (c *Statuses[T]) Stamps(fn func(node string, stream, changes uint64)) {
 	c.streams.Range(func(s *Stream[T]) {
 		if node, n := s.status.stamp(); node != "" {
 			fn(node, s.ID, n)
@@ -133,7 +143,7 @@ func (c *Core[T]) Stamps(fn func(node string, stream, changes uint64)) {
 
 // SummariesOf returns the summaries of the open streams whose node id want
 // selects, in no particular order.
-func (c *Core[T]) SummariesOf(want func(node string) bool) []Summary {
+func (c *Statuses[T]) SummariesOf(want func(node string) bool) []Summary {
 	var out []Summary
 	c.streams.Range(func(s *Stream[T]) {
 		if sum, ok := s.status.summary(want); ok {

@@ -1,5 +1,5 @@
 // Package xdsstream is the stream core of Legation's xDS servers: what
-// every xDS stream does whatever its protocol. Package ads (state of the
+// every xDS stream does whatever its protocol. Package sotw (state of the
 // world) and package delta (incremental) build on it and keep only their
 // protocol's rules: what a request means and what a flush sends.
 //
@@ -9,7 +9,9 @@
 // snapshots, telling the protocol of each change the node can see; nonces;
 // encoding a response once, shared by every stream that sends the same
 // (through wire.Cache), and sending it; the record of what was sent,
-// ACKed and NACKed per type; the TTL'd resources a client holds and their
+// ACKed and NACKed per type; what the client holds of each type, a base
+// set shared with the streams sent the same responses plus the stream's
+// own changes (Holding, shared through a server's HeldSets); the TTL'd resources a client holds and their
 // heartbeats (promise 8); the status a stream reports (/debug/streams, and
 // the protocol-neutral Summary node status records are made of). Per
 // server: the Config both protocols take, the common metrics

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/legation-io/legation/internal/state/resource"
+	"github.com/legation-io/legation/internal/xds/limits"
 )
 
 // The limit label values of Metrics.LimitHits.
@@ -44,6 +45,21 @@ func (s *Stream[T]) CheckCount(t *resource.Type, limit, field string, n int) err
 	return s.core.CheckCount(t, limit, field, n)
 }
 
+// CheckList returns the error of CheckCount, counted under limit, or of
+// CheckNames for names, a list of names of a request (field, for the
+// message); nil when both pass.
+func (s *Stream[T]) CheckList(t *resource.Type, limit, field string, names []string) error {
+	return s.core.CheckList(t, limit, field, names)
+}
+
+// CheckList is Stream.CheckList for a poll.
+func (c *Core[T]) CheckList(t *resource.Type, limit, field string, names []string) error {
+	if err := c.CheckCount(t, limit, field, len(names)); err != nil {
+		return err
+	}
+	return c.CheckNames(t, field, names)
+}
+
 // CheckNames is Stream.CheckNames for a poll (REST-JSON, unary Fetch).
 func (c *Core[T]) CheckNames(t *resource.Type, field string, names []string) error {
 	for _, n := range names {
@@ -55,10 +71,11 @@ func (c *Core[T]) CheckNames(t *resource.Type, field string, names []string) err
 }
 
 func (c *Core[T]) checkName(t *resource.Type, field, name string) error {
-	max := c.Config.MaxNameLength
-	if max < 0 || len(name) <= max {
+	b := c.Config.MaxNameLength
+	if b.Allows(len(name)) {
 		return nil
 	}
+	max, _ := b.Limit()
 	c.Metrics.LimitHits.WithLabelValues(LimitNameLength).Inc()
 	return status.Errorf(codes.InvalidArgument, "%s %s: a name of %d bytes is longer than the bound of %d (--max-name-length)", t.Name, field, len(name), max)
 }
@@ -66,10 +83,11 @@ func (c *Core[T]) checkName(t *resource.Type, field, name string) error {
 // CheckCount is Stream.CheckCount for a poll, whose names are bounded as
 // a stream's are.
 func (c *Core[T]) CheckCount(t *resource.Type, limit, field string, n int) error {
-	max := c.Config.MaxNames
-	if max < 0 || n <= max {
+	b := c.Config.MaxNames
+	if b.Allows(n) {
 		return nil
 	}
+	max, _ := b.Limit()
 	c.Metrics.LimitHits.WithLabelValues(limit).Inc()
 	return status.Errorf(codes.ResourceExhausted, "%s %s: %d names are more than the bound of %d per type per stream or poll (--max-names)", t.Name, field, n, max)
 }
@@ -78,21 +96,22 @@ func (c *Core[T]) CheckCount(t *resource.Type, limit, field string, n int) error
 // the id of node n is longer than MaxNodeIDLength: ids are kept per
 // stream, logged, and written to the status directory in etcd.
 func (c *Core[T]) CheckNode(n *corev3.Node) error {
-	max := c.Config.MaxNodeIDLength
-	if max < 0 || len(n.GetId()) <= max {
+	b := c.Config.MaxNodeIDLength
+	if b.Allows(len(n.GetId())) {
 		return nil
 	}
+	max, _ := b.Limit()
 	c.Metrics.LimitHits.WithLabelValues(LimitNodeIDLength).Inc()
 	return status.Errorf(codes.InvalidArgument, "node.id: an id of %d bytes is longer than the bound of %d (--max-node-id-length)", len(n.GetId()), max)
 }
 
-// truncate cuts msg to max bytes (negative: no bound) at a rune boundary
-// and marks the cut. It reports whether it cut.
-func truncate(msg string, max int) (string, bool) {
-	if max < 0 || len(msg) <= max {
+// truncate cuts msg to b's max bytes at a rune boundary and marks the
+// cut. It reports whether it cut.
+func truncate(msg string, b limits.Bound[int]) (string, bool) {
+	if b.Allows(len(msg)) {
 		return msg, false
 	}
-	cut := max
+	cut, _ := b.Limit()
 	for cut > 0 && !utf8.RuneStart(msg[cut]) {
 		cut--
 	}

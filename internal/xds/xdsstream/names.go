@@ -192,3 +192,35 @@ func (c *NameSets) forget(sum uint64) {
 	}
 	c.m[sum] = ws
 }
+
+// MarkName adds n to m, a set of names a stream keeps (those that may
+// have changed, those to send again, ...), made if nil, and returns it:
+// such sets are nil while empty.
+func MarkName(m map[string]bool, n string) map[string]bool {
+	if m == nil {
+		m = map[string]bool{}
+	}
+	m[n] = true
+	return m
+}
+
+// ReuseNames empties m, a set of names, for the next changes: a small
+// one (at most 8) is kept, so that a push allocates no new map, a large
+// one (a first response's) let go.
+func ReuseNames(m map[string]bool) map[string]bool {
+	if len(m) > 8 {
+		return nil
+	}
+	clear(m)
+	return m
+}
+
+// SortedNames returns the names in m, sorted.
+func SortedNames(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/legation-io/legation/internal/xds/limits"
 	"github.com/legation-io/legation/internal/xds/xdsstream"
 )
 
@@ -12,7 +13,7 @@ import (
 // reuse the Sender; one that blocks past the timeout is reported timed
 // out; no bound sends inline.
 func TestSender(t *testing.T) {
-	s := xdsstream.NewSender(time.Second)
+	s := xdsstream.NewSender(limits.Max(time.Second))
 	boom := errors.New("boom")
 	for i := range 3 {
 		want := error(nil)
@@ -26,7 +27,7 @@ func TestSender(t *testing.T) {
 	}
 	blocked := make(chan struct{})
 	defer close(blocked)
-	s = xdsstream.NewSender(50 * time.Millisecond)
+	s = xdsstream.NewSender(limits.Max(50 * time.Millisecond))
 	start := time.Now()
 	if timedOut, _ := s.Send(func(any) error { <-blocked; return nil }, 0); !timedOut {
 		t.Fatal("a send blocked past the timeout was not reported")
@@ -35,7 +36,7 @@ func TestSender(t *testing.T) {
 		t.Errorf("timed out after %s, before the 50ms timeout", d)
 	}
 	inline := false
-	if timedOut, err := xdsstream.NewSender(-1).Send(func(any) error { inline = true; return nil }, 0); timedOut || err != nil || !inline {
+	if timedOut, err := xdsstream.NewSender(limits.NoBound[time.Duration]()).Send(func(any) error { inline = true; return nil }, 0); timedOut || err != nil || !inline {
 		t.Errorf("unbounded send: timed out %v, err %v, ran %v", timedOut, err, inline)
 	}
 }

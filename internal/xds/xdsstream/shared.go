@@ -21,7 +21,7 @@ type SharedSets[S any] struct {
 }
 
 type sharedKey[S any] struct {
-	from *S     // nil: the response replaces the set
+	from *S     // nil: the empty set
 	key  string // the response's body key
 }
 
@@ -31,8 +31,9 @@ type sharedNext[S any] struct {
 	set  *S
 }
 
-// Next returns the set that from becomes after the response whose body
-// key is key, sent at revision rev: the one other streams in the same
+// Next returns the set that from (nil: the empty set, as for a response
+// that replaces the set) becomes after the response whose body key is
+// key, sent at revision rev: the one other streams in the same
 // state share, or, for a revision older than the table's, one of the
 // stream's own. build makes it when no stream has yet.
 func (c *SharedSets[S]) Next(rev int64, from *S, key string, build func() *S) *S {

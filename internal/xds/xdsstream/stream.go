@@ -143,7 +143,7 @@ func Serve[Q any, R interface {
 	// A client that opens a stream and sends nothing holds it for
 	// nothing: it gets FirstRequestTimeout.
 	var firstc <-chan time.Time
-	if d := c.Config.FirstRequestTimeout; d > 0 {
+	if d, ok := c.Config.FirstRequestTimeout.Limit(); ok {
 		t := time.NewTimer(d)
 		defer t.Stop()
 		firstc = t.C
@@ -434,7 +434,7 @@ func (s *Stream[T]) sendMsg(m any) error {
 	}
 	timedOut, err := s.sender.Send(s.gs.SendMsg, m)
 	if timedOut {
-		d := s.core.Config.SendTimeout
+		d, _ := s.core.Config.SendTimeout.Limit()
 		s.core.Metrics.LimitHits.WithLabelValues(LimitSendTimeout).Inc()
 		if ok, held := s.core.timeoutLog.allow(time.Now()); ok {
 			s.Log.Info("client took no response in time: stream closed", "send_timeout", d, "not_logged_since_last", held)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/legation-io/legation/internal/state/lease"
@@ -91,6 +92,20 @@ func TTLKey(key string, ttls []time.Duration) string {
 		b = strconv.AppendInt(b, int64(d), 10)
 	}
 	return string(b)
+}
+
+// HeartbeatKey is the shared-cache key of a heartbeat of type t at
+// version ver: prefix (the protocol's form of heartbeat), then each
+// resource due, by scope, name, revision and alias, with the TTL sent
+// (ttls[i] for due[i]).
+func HeartbeatKey(prefix string, t *resource.Type, ver string, due []TTLHeld, ttls []time.Duration) string {
+	var b strings.Builder
+	b.WriteString(prefix + "\x00" + t.Name + "\x00" + ver)
+	for i, h := range due {
+		e := h.Entry
+		b.WriteString("\x00" + e.Scope + "/" + e.Name + "@" + strconv.FormatInt(e.ModRevision, 10) + "~" + h.Alias + "~" + strconv.FormatInt(int64(ttls[i]), 10))
+	}
+	return b.String()
 }
 
 // RecordTTLs records what of the n items just sent (item(i) is the i-th)
