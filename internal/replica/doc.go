@@ -1,6 +1,6 @@
 // Package replica is the xds-node replica process, its composition root: New
 // builds every part from a Config (the etcd client, or in dev mode the
-// address of an embedded single-member etcd; the store's View; the lease
+// address of an embedded single-member etcd; the view; the lease
 // tracker; the status writer and CSDS; the cluster agent of package
 // shard; the relay; the SotW and delta servers; the gRPC server, on
 // which package grpcapi registers the services; the HTTP mux), and Run
