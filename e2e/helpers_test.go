@@ -102,7 +102,7 @@ func newEnvWith(t *testing.T, opts envOptions) *env {
 	}
 	n, err := replica.New(cfg)
 	if err != nil {
-		t.Fatalf("node.New: %v", err)
+		t.Fatalf("replica.New: %v", err)
 	}
 	e.node = n
 	ctx, cancel := context.WithCancel(context.Background())

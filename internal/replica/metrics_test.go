@@ -88,7 +88,7 @@ var (
 )
 
 // exportedMetrics returns every metric a fully built replica exports, as
-// xds-node builds it (node.NewRegistry, then node.New): what its
+// xds-node builds it (replica.NewRegistry, then replica.New): what its
 // collectors describe, and what a scrape of /metrics gathers (the types,
 // and the Go and process collectors'). The replica runs in etcd mode,
 // ready, with one SotW and one delta stream served, so that what is

@@ -3,7 +3,7 @@
 // one DiscoveryResponse per resource type, in YAML, JSON or binary proto,
 // each replaced atomically (written to a temporary file in the same
 // directory, synced, then renamed over the old one, which Envoy sees as a
-// move). It takes its responses from package ads (ads.Response), so a file
+// move). It takes its responses from package sotw (sotw.Response), so a file
 // holds exactly what a SotW stream of the node's group is sent at the
 // same revision, and it follows a view.View to keep the files current,
 // rewriting only the types whose content changed.

@@ -34,7 +34,7 @@ import (
 // The relay's tests import both internal/xds/sotw and internal/xds/delta: a relay
 // forwards either protocol's streams, and the tests must show which
 // replica's SotW or delta server ends up holding each stream, with the
-// homes set per test (node.Node builds its relay from the shard ring).
+// homes set per test (replica.Node builds its relay from the shard ring).
 type cluster struct {
 	*xdstest.Env
 

@@ -179,7 +179,7 @@ func TestRBAC(t *testing.T) {
 	}
 	setUpRBAC(ctx, t, client(t, opts(rootCert)), prefix)
 
-	// The replica: xds-node's own code (node.New, Run) with its
+	// The replica: xds-node's own code (replica.New, Run) with its
 	// certificate, in etcd mode, registered in the membership registry.
 	var logs testbase.LockedBuffer
 	ncfg := replica.DefaultConfig()
@@ -366,7 +366,7 @@ func TestRBAC(t *testing.T) {
 		_, err := replica.New(bad)
 		want = "--etcd-key " + adminCert.KeyFile + " is not the key of --etcd-cert " + replicaCert.CertFile
 		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("node.New with another's key: %v; want %q", err, want)
+			t.Errorf("replica.New with another's key: %v; want %q", err, want)
 		}
 	})
 }

@@ -1,7 +1,7 @@
 // Package delta serves incremental (delta) xDS from a view.View: the
 // DeltaAggregatedResources method of ADS, the Delta* methods of the
 // per-type services, and VHDS (on-demand virtual hosts). One change sends
-// one resource. State-of-the-world xDS is package ads's.
+// one resource. State-of-the-world xDS is package sotw's.
 //
 // A resource's version is the decimal etcd mod_revision of its key and a
 // response's system_version_info is the view's revision, so every replica

@@ -28,7 +28,7 @@ type SotWStream = grpc.BidiStreamingServer[discoveryv3.DiscoveryRequest, discove
 // DeltaStream is a delta xDS stream as gRPC hands it over.
 type DeltaStream = grpc.BidiStreamingServer[discoveryv3.DeltaDiscoveryRequest, discoveryv3.DeltaDiscoveryResponse]
 
-// SotW serves state-of-the-world xDS (package ads's *Server is one). Its
+// SotW serves state-of-the-world xDS (package sotw's *Server is one). Its
 // methods are called concurrently, once per stream or request.
 type SotW interface {
 	// Serve serves one stream until it ends; t is the type of a per-type

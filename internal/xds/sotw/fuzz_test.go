@@ -70,7 +70,7 @@ var fuzzRESTPaths = []struct {
 // crashes the server). The answer is 200 with a DiscoveryResponse of the
 // endpoint's type at a decimal version, 304 with no body, 400, or 503 (a
 // version from the future the view does not reach); 413 only for a body
-// over ads.MaxRESTBody.
+// over sotw.MaxRESTBody.
 func FuzzRESTRequest(f *testing.F) {
 	e, rev := fuzzEnv(f)
 	h := e.srv.RESTHandler()

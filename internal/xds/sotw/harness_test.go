@@ -20,7 +20,7 @@ import (
 )
 
 // env is the test kit's env (a real embedded etcd, store and view) with an
-// ads.Server on a real gRPC server on 127.0.0.1.
+// sotw.Server on a real gRPC server on 127.0.0.1.
 type env struct {
 	*xdstest.Env
 	srv  *sotw.Server

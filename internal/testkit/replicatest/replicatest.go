@@ -46,7 +46,7 @@ func Run(t testing.TB, cfg replica.Config) *replica.Node {
 	t.Helper()
 	n, err := replica.New(cfg)
 	if err != nil {
-		t.Fatalf("node.New: %v", err)
+		t.Fatalf("replica.New: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
