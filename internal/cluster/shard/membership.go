@@ -167,51 +167,6 @@ func newMembership(cfg Config) *Membership {
 	return m
 }
 
-// loadKeyring gives mlc the keyring of GossipKeyFile, if set, and
-// returns the checksum of the file's content in use (zero without one).
-func (m *Membership) loadKeyring(mlc *memberlist.Config) ([sha256.Size]byte, error) {
-	var keySum [sha256.Size]byte
-	if m.cfg.GossipKeyFile == "" {
-		return keySum, nil
-	}
-	data, err := readKeyFile(m.cfg.GossipKeyFile)
-	if err != nil {
-		return keySum, err
-	}
-	keys, err := parseKeys(m.cfg.GossipKeyFile, data)
-	if err != nil {
-		return keySum, err
-	}
-	if mlc.Keyring, err = newKeyring(keys); err != nil {
-		return keySum, err
-	}
-	m.metrics.keys.Set(float64(len(keys)))
-	m.encrypted = true
-	return sha256.Sum256(data), nil
-}
-
-// enterRegistry registers this replica under a lease kept alive in root,
-// and reads the registry, which decides who may be on the ring, before
-// the first ring is built. It returns the lease's keep-alive responses
-// and the revision read. On error it undoes what Start did: root is
-// cancelled, memberlist shut down and the lease revoked.
-func (m *Membership) enterRegistry(ctx, root context.Context) (<-chan *clientv3.LeaseKeepAliveResponse, int64, error) {
-	ka, err := m.register(ctx, root)
-	if err != nil {
-		m.cancel()
-		m.ml.Shutdown() //nolint:errcheck // the registration error is the one to report
-		return nil, 0, err
-	}
-	rev, err := m.readRegistry(ctx)
-	if err != nil {
-		m.cancel()
-		m.ml.Shutdown()            //nolint:errcheck // the read error is the one to report
-		m.revoke(m.cfg.TCPTimeout) //nolint:errcheck // the read error is the one to report; the lease expires anyway
-		return nil, 0, err
-	}
-	return ka, rev, nil
-}
-
 // startLoops starts the goroutines that keep the membership until root
 // ends: the ring builder, the meta announcer, the registry record and
 // its watch, peer discovery, and with a keyring kr the key file's

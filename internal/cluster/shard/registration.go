@@ -46,6 +46,28 @@ func (m *Membership) register(ctx, root context.Context) (<-chan *clientv3.Lease
 	return ka, nil
 }
 
+// enterRegistry registers this replica under a lease kept alive in root,
+// and reads the registry, which decides who may be on the ring, before
+// the first ring is built. It returns the lease's keep-alive responses
+// and the revision read. On error it undoes what Start did: root is
+// cancelled, memberlist shut down and the lease revoked.
+func (m *Membership) enterRegistry(ctx, root context.Context) (<-chan *clientv3.LeaseKeepAliveResponse, int64, error) {
+	ka, err := m.register(ctx, root)
+	if err != nil {
+		m.cancel()
+		m.ml.Shutdown() //nolint:errcheck // the registration error is the one to report
+		return nil, 0, err
+	}
+	rev, err := m.readRegistry(ctx)
+	if err != nil {
+		m.cancel()
+		m.ml.Shutdown()            //nolint:errcheck // the read error is the one to report
+		m.revoke(m.cfg.TCPTimeout) //nolint:errcheck // the read error is the one to report; the lease expires anyway
+		return nil, 0, err
+	}
+	return ka, rev, nil
+}
+
 // registryLoop keeps the record current: it drains the keep-alive
 // responses, writes the record again after SetReady, and registers again
 // with a new lease when the lease is lost (etcd unreachable for longer than
