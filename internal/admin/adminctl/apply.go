@@ -53,7 +53,26 @@ func (a *app) applyCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "apply -f FILE|DIR|- [-f ...]",
 		Short: "Write resources from YAML or JSON files, in one transaction",
-		Long: `apply writes Envoy resources to etcd in one transaction, so Envoy sees all of
+		Long:  applyLong,
+		Example: `  xdsadmin apply -f examples/
+  xdsadmin apply -f clusters.yaml -f endpoints.yaml --scope edge --dry-run
+  xdsadmin apply -f clusters.yaml --prune --dry-run
+  xdsadmin apply -f examples/ --prune-all-types --prune --max-deletions 50
+  xdsadmin get cluster -o yaml | xdsadmin apply -f -`,
+		Args: exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := f.checkPrune(cmd.Flags().Changed("max-deletions")); err != nil {
+				return err
+			}
+			return a.runApply(cmd.Context(), f)
+		},
+	}
+	f.addFlags(cmd)
+	return cmd
+}
+
+// applyLong is apply's help.
+const applyLong = `apply writes Envoy resources to etcd in one transaction, so Envoy sees all of
 them at one revision or none of them.
 
 Each -f names a file, a directory (its *.yaml, *.yml and *.json files, in
@@ -104,20 +123,10 @@ route configuration over RDS, an EDS cluster without endpoints. With
 --strict they are errors and nothing is written.
 
 The output lists every resource as created, changed, unchanged or deleted,
-then the etcd revision the apply made.`,
-		Example: `  xdsadmin apply -f examples/
-  xdsadmin apply -f clusters.yaml -f endpoints.yaml --scope edge --dry-run
-  xdsadmin apply -f clusters.yaml --prune --dry-run
-  xdsadmin apply -f examples/ --prune-all-types --prune --max-deletions 50
-  xdsadmin get cluster -o yaml | xdsadmin apply -f -`,
-		Args: exactArgs(0),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := f.checkPrune(cmd.Flags().Changed("max-deletions")); err != nil {
-				return err
-			}
-			return a.runApply(cmd.Context(), f)
-		},
-	}
+then the etcd revision the apply made.`
+
+// addFlags defines apply's flags on cmd, bound to f.
+func (f *applyFlags) addFlags(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.StringArrayVarP(&f.files, "filename", "f", nil, "file, directory or - (standard input) to read; repeatable")
 	fl.StringVar(&f.scope, "scope", store.DefaultScope, "scope (node group) to write to")
@@ -133,7 +142,6 @@ then the etcd revision the apply made.`,
 	fl.BoolVar(&f.strict, "strict", false, "with --check-references: a missing reference is an error, and nothing is written")
 	fl.BoolVar(&f.allowInlineKeys, "allow-inline-keys", false, "write resources other than secrets that carry an inline private key (RISK: the key goes wherever the resource goes; replicas send such resources only to clients allowed secrets)")
 	_ = cmd.MarkFlagFilename("filename", "yaml", "yml", "json")
-	return cmd
 }
 
 // checkPrune refuses the prune flags' bad combinations; maxSet says
@@ -335,6 +343,14 @@ func (a *app) execute(ctx context.Context, c *conn, req store.PlanRequest, l loc
 	}
 	ctx, cancel := a.commandContext(ctx)
 	defer cancel()
+	return a.planAndApply(ctx, c, req, dryRun, opts, check, span)
+}
+
+// planAndApply is execute's work once it holds the lock: it plans req
+// and, unless dryRun, checks and commits the plan, planning again while
+// etcd moves what it declares, up to maxAttempts times in all. It records
+// the outcome on span.
+func (a *app) planAndApply(ctx context.Context, c *conn, req store.PlanRequest, dryRun bool, opts store.ApplyOptions, check func(*store.Plan) error, span trace.Span) error {
 	var prev *store.Plan
 	for attempt := 1; ; attempt++ {
 		plan, err := c.store.MakePlan(ctx, req)
@@ -346,15 +362,7 @@ func (a *app) execute(ctx context.Context, c *conn, req store.PlanRequest, l loc
 				prev.Revision, describeMoved(prev, plan), plan.Revision, attempt, maxAttempts)
 		}
 		if dryRun {
-			if err := a.printApply(plan, nil); err != nil {
-				return err
-			}
-			if check != nil {
-				if err := check(plan); err != nil {
-					return fmt.Errorf("(dry run) the apply would fail: %w", err)
-				}
-			}
-			return a.dryRunLimits(c, plan, opts)
+			return a.dryRunApply(c, plan, opts, check)
 		}
 		if check != nil {
 			if err := check(plan); err != nil {
@@ -383,6 +391,20 @@ func (a *app) execute(ctx context.Context, c *conn, req store.PlanRequest, l loc
 			attribute.Int("legation.attempts", attempt))
 		return a.printApply(plan, res)
 	}
+}
+
+// dryRunApply prints plan, then says whether check, if not nil, or
+// etcd's limits would make the apply fail; it writes nothing.
+func (a *app) dryRunApply(c *conn, plan *store.Plan, opts store.ApplyOptions, check func(*store.Plan) error) error {
+	if err := a.printApply(plan, nil); err != nil {
+		return err
+	}
+	if check != nil {
+		if err := check(plan); err != nil {
+			return fmt.Errorf("(dry run) the apply would fail: %w", err)
+		}
+	}
+	return a.dryRunLimits(c, plan, opts)
 }
 
 // countWork is the number of resources plan writes or deletes.

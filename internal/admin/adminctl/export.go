@@ -79,6 +79,13 @@ per line, -o yaml: one document per file).`,
 			return a.runExport(cmd.Context(), f, fl.Changed("group-by") || fl.Changed("cluster") || fl.Changed("metadata"))
 		},
 	}
+	f.addFlags(cmd)
+	return cmd
+}
+
+// addFlags defines export's flags on cmd, bound to f, with their
+// completions.
+func (f *exportFlags) addFlags(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.StringVar(&f.node, "node", "", "the node's id (required)")
 	fl.StringVar(&f.group, "group", "", "the node's group (scope); default: derived with --group-by")
@@ -91,7 +98,6 @@ per line, -o yaml: one document per file).`,
 	_ = cmd.RegisterFlagCompletionFunc("format", cobra.FixedCompletions([]string{"yaml", "json", "pb"}, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("group-by", cobra.FixedCompletions([]string{"cluster", "id", "metadata:"}, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.MarkFlagDirname("dir")
-	return cmd
 }
 
 // exportGroup is the node's group: --group, or what the replicas derive
@@ -124,33 +130,10 @@ func exportGroup(f exportFlags, deriving bool) (string, error) {
 }
 
 func (a *app) runExport(ctx context.Context, f exportFlags, deriving bool) error {
-	if strings.TrimSpace(f.node) == "" {
-		return errors.New("--node: the node's id is required")
-	}
-	if f.dir == "" {
-		return errors.New("--dir: the directory to write to is required")
-	}
-	format, err := fsexport.ParseFormat(f.format)
-	if err != nil {
-		return fmt.Errorf("--format: %w", err)
-	}
-	group, err := exportGroup(f, deriving)
+	x, err := a.newExporter(f, deriving)
 	if err != nil {
 		return err
 	}
-	if err := fsexport.MakeDir(f.dir); err != nil {
-		return fmt.Errorf("--dir: %w", err)
-	}
-	x, err := fsexport.New(fsexport.Config{Dir: f.dir, Format: format, Group: group})
-	if err != nil {
-		return err
-	}
-	if group == "" {
-		fmt.Fprintf(a.errOut, "node %q: no group, default scope only\n", f.node)
-	} else {
-		fmt.Fprintf(a.errOut, "node %q: group %q\n", f.node, group)
-	}
-
 	// A one-off export is bounded by --timeout; --watch only its
 	// connection, as watch.
 	var runCtx context.Context
@@ -171,9 +154,45 @@ func (a *app) runExport(ctx context.Context, f exportFlags, deriving bool) error
 		return err
 	}
 	defer c.Close()
+	return a.exportView(runCtx, c, x, f.watch)
+}
 
-	// The replicas' own view: one load at one revision, then one watch
-	// from the next, reloading after a compaction.
+// newExporter checks export's flags, makes --dir and returns the
+// exporter of the node's group, which it prints on errOut.
+func (a *app) newExporter(f exportFlags, deriving bool) (*fsexport.Exporter, error) {
+	if strings.TrimSpace(f.node) == "" {
+		return nil, errors.New("--node: the node's id is required")
+	}
+	if f.dir == "" {
+		return nil, errors.New("--dir: the directory to write to is required")
+	}
+	format, err := fsexport.ParseFormat(f.format)
+	if err != nil {
+		return nil, fmt.Errorf("--format: %w", err)
+	}
+	group, err := exportGroup(f, deriving)
+	if err != nil {
+		return nil, err
+	}
+	if err := fsexport.MakeDir(f.dir); err != nil {
+		return nil, fmt.Errorf("--dir: %w", err)
+	}
+	x, err := fsexport.New(fsexport.Config{Dir: f.dir, Format: format, Group: group})
+	if err != nil {
+		return nil, err
+	}
+	if group == "" {
+		fmt.Fprintf(a.errOut, "node %q: no group, default scope only\n", f.node)
+	} else {
+		fmt.Fprintf(a.errOut, "node %q: group %q\n", f.node, group)
+	}
+	return x, nil
+}
+
+// exportView runs x over the replicas' own view of c's etcd, one load at
+// one revision, then with watch one watch from the next, reloading after
+// a compaction, until ctx ends. It prints each file written.
+func (a *app) exportView(ctx context.Context, c *conn, x *fsexport.Exporter, watch bool) error {
 	v, err := view.New(view.Config{
 		Client:        c.client,
 		Prefix:        a.opts.Prefix,
@@ -183,7 +202,7 @@ func (a *app) runExport(ctx context.Context, f exportFlags, deriving bool) error
 	if err != nil {
 		return err
 	}
-	viewCtx, stopView := context.WithCancel(runCtx)
+	viewCtx, stopView := context.WithCancel(ctx)
 	viewDone := make(chan struct{})
 	go func() { defer close(viewDone); v.Run(viewCtx) }() //nolint:errcheck // nil when viewCtx ends
 	defer func() { stopView(); <-viewDone }()
@@ -194,8 +213,8 @@ func (a *app) runExport(ctx context.Context, f exportFlags, deriving bool) error
 			printErr = a.printExported(rev, ws)
 		}
 	}
-	if f.watch {
-		err := x.Follow(runCtx, v, report)
+	if watch {
+		err := x.Follow(ctx, v, report)
 		if err == nil {
 			err = printErr
 		}
@@ -203,8 +222,8 @@ func (a *app) runExport(ctx context.Context, f exportFlags, deriving bool) error
 	}
 	select {
 	case <-v.Ready():
-	case <-runCtx.Done():
-		return fmt.Errorf("export: loading the resources: %w", context.Cause(runCtx))
+	case <-ctx.Done():
+		return fmt.Errorf("export: loading the resources: %w", context.Cause(ctx))
 	}
 	snap := v.Snapshot()
 	ws, err := x.Export(snap)

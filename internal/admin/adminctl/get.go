@@ -93,41 +93,12 @@ func (a *app) runGet(ctx context.Context, typeArg, name string, f getFlags) erro
 	var found []*store.Resource
 	var at int64
 	if name != "" && f.scope != "" {
-		r, cur, err := c.store.Get(ctx, store.Key{Type: typ, Scope: f.scope, Name: name}, f.revision)
-		at = f.revision
-		if at == 0 {
-			at = cur
-		}
-		switch {
-		case errors.Is(err, store.ErrNotFound):
-			return fmt.Errorf("%s %q not found in scope %q at revision %d", typ.Name, name, f.scope, at)
-		case errors.Is(err, store.ErrMalformed):
-			return fmt.Errorf("%s %q in scope %q at revision %d cannot be shown: %w", typ.Name, name, f.scope, at, err)
-		case err != nil:
-			return err
-		}
-		found = append(found, r)
+		found, at, err = getOne(ctx, c, typ, f.scope, name, f.revision)
 	} else {
-		lr, err := c.store.List(ctx, store.ListOptions{Type: typ, Scope: f.scope, Revision: f.revision})
-		if err != nil {
-			return err
-		}
-		at = lr.Revision
-		for _, r := range lr.Resources {
-			if name == "" || r.Name == name {
-				found = append(found, r)
-			}
-		}
-		var bad []store.Malformed
-		for _, m := range lr.Malformed {
-			if name == "" || strings.HasSuffix(m.EtcdKey, "/"+name) {
-				bad = append(bad, m)
-			}
-		}
-		a.warnMalformed(bad)
-		if name != "" && len(found) == 0 {
-			return fmt.Errorf("%s %q not found in any scope at revision %d", typ.Name, name, at)
-		}
+		found, at, err = a.getList(ctx, c, typ, f.scope, name, f.revision)
+	}
+	if err != nil {
+		return err
 	}
 
 	switch a.opts.Output {
@@ -137,6 +108,53 @@ func (a *app) runGet(ctx context.Context, typeArg, name string, f getFlags) erro
 		return a.printGetJSON(typ, found, at)
 	}
 	return a.printGetTable(ctx, c, typ, f.scope, found, at)
+}
+
+// getOne reads the resource name of typ in scope at revision rev (0:
+// now), and the revision read at; not found is an error.
+func getOne(ctx context.Context, c *conn, typ *resource.Type, scope, name string, rev int64) ([]*store.Resource, int64, error) {
+	r, cur, err := c.store.Get(ctx, store.Key{Type: typ, Scope: scope, Name: name}, rev)
+	at := rev
+	if at == 0 {
+		at = cur
+	}
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil, at, fmt.Errorf("%s %q not found in scope %q at revision %d", typ.Name, name, scope, at)
+	case errors.Is(err, store.ErrMalformed):
+		return nil, at, fmt.Errorf("%s %q in scope %q at revision %d cannot be shown: %w", typ.Name, name, scope, at, err)
+	case err != nil:
+		return nil, at, err
+	}
+	return []*store.Resource{r}, at, nil
+}
+
+// getList reads the resources of typ in scope ("": every scope), only
+// those called name if not empty, at revision rev (0: now), and the
+// revision read at. It warns about the values that do not decode; a name
+// found in no scope is an error.
+func (a *app) getList(ctx context.Context, c *conn, typ *resource.Type, scope, name string, rev int64) ([]*store.Resource, int64, error) {
+	lr, err := c.store.List(ctx, store.ListOptions{Type: typ, Scope: scope, Revision: rev})
+	if err != nil {
+		return nil, 0, err
+	}
+	var found []*store.Resource
+	for _, r := range lr.Resources {
+		if name == "" || r.Name == name {
+			found = append(found, r)
+		}
+	}
+	var bad []store.Malformed
+	for _, m := range lr.Malformed {
+		if name == "" || strings.HasSuffix(m.EtcdKey, "/"+name) {
+			bad = append(bad, m)
+		}
+	}
+	a.warnMalformed(bad)
+	if name != "" && len(found) == 0 {
+		return nil, lr.Revision, fmt.Errorf("%s %q not found in any scope at revision %d", typ.Name, name, lr.Revision)
+	}
+	return found, lr.Revision, nil
 }
 
 func (a *app) printGetTable(ctx context.Context, c *conn, typ *resource.Type, scope string, rs []*store.Resource, at int64) error {

@@ -97,6 +97,11 @@ func (a *app) runLoad(ctx context.Context, cluster string, by lrs.By, last int) 
 		_, err := fmt.Fprintf(a.out, "%s in the last %d windows\n", what, last)
 		return err
 	}
+	return a.printLoadTable(sums, by)
+}
+
+// printLoadTable prints sums, grouped by by, as a table.
+func (a *app) printLoadTable(sums []lrs.Summary, by lrs.By) error {
 	w := newTable(a.out)
 	head := []any{"CLUSTER"}
 	switch by {

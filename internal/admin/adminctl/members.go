@@ -105,19 +105,35 @@ func (a *app) runMembers(ctx context.Context, f membersFlags) error {
 	}
 	defer c.Close()
 
-	members, badMembers, err := shard.ReadRegistry(ctx, c.client, a.opts.Prefix)
+	members, recs, err := a.readMembers(ctx, c)
 	if err != nil {
 		return err
+	}
+	return a.printMembers(a.memberInfos(ctx, p, members, recs))
+}
+
+// readMembers reads the registered replicas and the nodes' status
+// records, warning about the records that do not decode.
+func (a *app) readMembers(ctx context.Context, c *conn) ([]shard.Member, []status.NodeStatus, error) {
+	members, badMembers, err := shard.ReadRegistry(ctx, c.client, a.opts.Prefix)
+	if err != nil {
+		return nil, nil, err
 	}
 	for _, b := range badMembers {
 		fmt.Fprintf(a.errOut, "warning: skipped malformed member record at key %q: %v\n", b.Key, b.Err)
 	}
 	recs, badStatus, err := status.Read(ctx, c.client, a.opts.Prefix)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	a.warnBadStatus(badStatus)
+	return members, recs, nil
+}
 
+// memberInfos is members' line for each of members: its health as p
+// finds it now, its share of the ring, and the nodes of recs it is home
+// to. It warns about the homes of recs that are not registered.
+func (a *app) memberInfos(ctx context.Context, p *prober, members []shard.Member, recs []status.NodeStatus) []memberInfo {
 	homes := map[string]int{}
 	for _, ns := range recs {
 		homes[ns.Home]++
@@ -144,7 +160,11 @@ func (a *app) runMembers(ctx context.Context, f membersFlags) error {
 	for _, h := range unregistered {
 		fmt.Fprintf(a.errOut, "warning: %d nodes have home %q, which is not registered (it crashed? its status records expire with its lease)\n", homes[h], h)
 	}
+	return out
+}
 
+// printMembers prints members' lines in the output format.
+func (a *app) printMembers(out []memberInfo) error {
 	if a.opts.Output != outputTable {
 		return a.printStructured(out)
 	}

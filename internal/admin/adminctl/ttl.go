@@ -97,45 +97,75 @@ func (a *app) runTTLRefresh(ctx context.Context, args []string, f ttlRefreshFlag
 	defer c.Close()
 
 	// Every resource is found and checked before any lease is refreshed.
-	byLease := map[int64][]string{}
+	var byLease map[int64][]string
 	if f.all {
-		types := resource.All()
-		if typ != nil {
-			types = []*resource.Type{typ}
-		}
-		for _, t := range types {
-			lr, err := c.store.List(ctx, store.ListOptions{Type: t, Scope: f.scope})
-			if err != nil {
-				return err
-			}
-			for _, r := range lr.Resources {
-				if r.Lease != 0 {
-					byLease[r.Lease] = append(byLease[r.Lease], t.Name+"/"+r.Name)
-				}
-			}
-		}
-		if len(byLease) == 0 {
-			what := "resource"
-			if typ != nil {
-				what = typ.Name
-			}
-			return fmt.Errorf("no TTL'd %s in scope %q", what, f.scope)
-		}
+		byLease, err = ttlLeasesOfScope(ctx, c, typ, f.scope)
 	} else {
-		for _, n := range names {
-			r, _, err := c.store.Get(ctx, store.Key{Type: typ, Scope: f.scope, Name: n}, 0)
-			switch {
-			case errors.Is(err, store.ErrNotFound):
-				return fmt.Errorf("%s %q not found in scope %q (nothing was refreshed)", typ.Name, n, f.scope)
-			case err != nil:
-				return err
-			case r.Lease == 0:
-				return fmt.Errorf("%s %q in scope %q has no TTL: it was applied without --ttl (nothing was refreshed)", typ.Name, n, f.scope)
+		byLease, err = ttlLeasesOf(ctx, c, typ, f.scope, names)
+	}
+	if err != nil {
+		return err
+	}
+	out, err := refreshLeases(ctx, c, byLease)
+	if err != nil {
+		return err
+	}
+	return a.printRefreshed(out)
+}
+
+// ttlLeasesOfScope finds the leases of every TTL'd resource of scope, of
+// typ if not nil, each with the resources (type/name) it holds; none is
+// an error.
+func ttlLeasesOfScope(ctx context.Context, c *conn, typ *resource.Type, scope string) (map[int64][]string, error) {
+	byLease := map[int64][]string{}
+	types := resource.All()
+	if typ != nil {
+		types = []*resource.Type{typ}
+	}
+	for _, t := range types {
+		lr, err := c.store.List(ctx, store.ListOptions{Type: t, Scope: scope})
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range lr.Resources {
+			if r.Lease != 0 {
+				byLease[r.Lease] = append(byLease[r.Lease], t.Name+"/"+r.Name)
 			}
-			byLease[r.Lease] = append(byLease[r.Lease], typ.Name+"/"+n)
 		}
 	}
+	if len(byLease) == 0 {
+		what := "resource"
+		if typ != nil {
+			what = typ.Name
+		}
+		return nil, fmt.Errorf("no TTL'd %s in scope %q", what, scope)
+	}
+	return byLease, nil
+}
 
+// ttlLeasesOf finds the leases of the resources names of typ in scope,
+// each with the resources (type/name) named that it holds; a resource
+// missing or without a TTL is an error.
+func ttlLeasesOf(ctx context.Context, c *conn, typ *resource.Type, scope string, names []string) (map[int64][]string, error) {
+	byLease := map[int64][]string{}
+	for _, n := range names {
+		r, _, err := c.store.Get(ctx, store.Key{Type: typ, Scope: scope, Name: n}, 0)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			return nil, fmt.Errorf("%s %q not found in scope %q (nothing was refreshed)", typ.Name, n, scope)
+		case err != nil:
+			return nil, err
+		case r.Lease == 0:
+			return nil, fmt.Errorf("%s %q in scope %q has no TTL: it was applied without --ttl (nothing was refreshed)", typ.Name, n, scope)
+		}
+		byLease[r.Lease] = append(byLease[r.Lease], typ.Name+"/"+n)
+	}
+	return byLease, nil
+}
+
+// refreshLeases refreshes the leases of byLease in the order of their
+// ids, stopping at the first that fails.
+func refreshLeases(ctx context.Context, c *conn, byLease map[int64][]string) ([]refreshedLease, error) {
 	ids := make([]int64, 0, len(byLease))
 	for id := range byLease {
 		ids = append(ids, id)
@@ -149,10 +179,15 @@ func (a *app) runTTLRefresh(ctx context.Context, args []string, f ttlRefreshFlag
 			if i > 0 {
 				done = fmt.Sprintf(" (%d lease(s) before it were refreshed)", i)
 			}
-			return fmt.Errorf("refresh %v: %w%s", byLease[id], err, done)
+			return nil, fmt.Errorf("refresh %v: %w%s", byLease[id], err, done)
 		}
 		out = append(out, refreshedLease{Lease: fmt.Sprintf("%016x", id), TTL: ttl.String(), Resources: byLease[id]})
 	}
+	return out, nil
+}
+
+// printRefreshed prints the leases refreshed in the output format.
+func (a *app) printRefreshed(out []refreshedLease) error {
 	if a.opts.Output != outputTable {
 		return a.printStructured(out)
 	}

@@ -125,27 +125,7 @@ func (s *Server) add(w *window, use *nodeUse, cs *endpointv3.ClusterStats) {
 	// Drops are per cluster: the row without a locality.
 	dropRow := s.rowOf(w, use, rowKey{cluster: cluster, service: service})
 	dropRow.Reports++
-	dropped := cs.GetTotalDroppedRequests()
-	add(&dropRow.Dropped, dropped)
-	s.metrics.dropped.WithLabelValues(label).Add(float64(dropped))
-	cats := cs.GetDroppedRequests()
-	if len(cats) > maxCategories {
-		s.metrics.rejected.WithLabelValues("too_many_categories").Add(float64(len(cats) - maxCategories))
-		cats = cats[:maxCategories]
-	}
-	for _, d := range cats {
-		if dropRow.DroppedBy == nil {
-			dropRow.DroppedBy = map[string]uint64{}
-		}
-		cat := cut(d.GetCategory())
-		if _, ok := dropRow.DroppedBy[cat]; !ok && len(dropRow.DroppedBy) >= maxCategories {
-			s.metrics.rejected.WithLabelValues("too_many_categories").Inc()
-			continue
-		}
-		c := dropRow.DroppedBy[cat]
-		add(&c, d.GetDroppedCount())
-		dropRow.DroppedBy[cat] = c
-	}
+	s.addDrops(dropRow, label, cs)
 
 	locs := cs.GetUpstreamLocalityStats()
 	if len(locs) > s.cfg.MaxLocalities {
@@ -159,35 +139,74 @@ func (s *Server) add(w *window, use *nodeUse, cs *endpointv3.ClusterStats) {
 			r = s.rowOf(w, use, rowKey{cluster: cluster, service: service, locality: loc})
 			r.Reports++
 		}
-		add(&r.Issued, ls.GetTotalIssuedRequests())
-		add(&r.Succeeded, ls.GetTotalSuccessfulRequests())
-		add(&r.Errored, ls.GetTotalErrorRequests())
-		r.InProgress = ls.GetTotalRequestsInProgress()
-		s.metrics.requests.WithLabelValues(label, "issued").Add(float64(ls.GetTotalIssuedRequests()))
-		s.metrics.requests.WithLabelValues(label, "succeeded").Add(float64(ls.GetTotalSuccessfulRequests()))
-		s.metrics.requests.WithLabelValues(label, "errored").Add(float64(ls.GetTotalErrorRequests()))
-		for _, m := range ls.GetLoadMetricStats() {
-			v := m.GetTotalMetricValue()
-			if math.IsNaN(v) || math.IsInf(v, 0) {
-				s.metrics.rejected.WithLabelValues("bad_metric").Inc()
-				continue
-			}
-			name := cut(m.GetMetricName())
-			if r.Metrics == nil {
-				r.Metrics = map[string]Metric{}
-			}
-			mt, ok := r.Metrics[name]
-			if !ok && len(r.Metrics) >= maxMetrics {
-				s.metrics.rejected.WithLabelValues("too_many_metrics").Inc()
-				continue
-			}
-			add(&mt.Requests, m.GetNumRequestsFinishedWithMetric())
-			mt.Total += v
-			if math.IsInf(mt.Total, 0) {
-				mt.Total = math.Copysign(math.MaxFloat64, mt.Total) // JSON has no infinity
-			}
-			r.Metrics[name] = mt
+		s.addRequests(r, label, ls)
+		s.addMetrics(r, ls)
+	}
+}
+
+// addDrops adds the drops of cs, in total and by category (at most
+// maxCategories of them), to r, the row of its cluster without a
+// locality. s.mu is held.
+func (s *Server) addDrops(r *Row, label string, cs *endpointv3.ClusterStats) {
+	dropped := cs.GetTotalDroppedRequests()
+	add(&r.Dropped, dropped)
+	s.metrics.dropped.WithLabelValues(label).Add(float64(dropped))
+	cats := cs.GetDroppedRequests()
+	if len(cats) > maxCategories {
+		s.metrics.rejected.WithLabelValues("too_many_categories").Add(float64(len(cats) - maxCategories))
+		cats = cats[:maxCategories]
+	}
+	for _, d := range cats {
+		if r.DroppedBy == nil {
+			r.DroppedBy = map[string]uint64{}
 		}
+		cat := cut(d.GetCategory())
+		if _, ok := r.DroppedBy[cat]; !ok && len(r.DroppedBy) >= maxCategories {
+			s.metrics.rejected.WithLabelValues("too_many_categories").Inc()
+			continue
+		}
+		c := r.DroppedBy[cat]
+		add(&c, d.GetDroppedCount())
+		r.DroppedBy[cat] = c
+	}
+}
+
+// addRequests adds the request counts of one locality's stats to r, its
+// row. s.mu is held.
+func (s *Server) addRequests(r *Row, label string, ls *endpointv3.UpstreamLocalityStats) {
+	add(&r.Issued, ls.GetTotalIssuedRequests())
+	add(&r.Succeeded, ls.GetTotalSuccessfulRequests())
+	add(&r.Errored, ls.GetTotalErrorRequests())
+	r.InProgress = ls.GetTotalRequestsInProgress()
+	s.metrics.requests.WithLabelValues(label, "issued").Add(float64(ls.GetTotalIssuedRequests()))
+	s.metrics.requests.WithLabelValues(label, "succeeded").Add(float64(ls.GetTotalSuccessfulRequests()))
+	s.metrics.requests.WithLabelValues(label, "errored").Add(float64(ls.GetTotalErrorRequests()))
+}
+
+// addMetrics adds the named load metrics of one locality's stats to r,
+// its row: at most maxMetrics names, finite values only. s.mu is held.
+func (s *Server) addMetrics(r *Row, ls *endpointv3.UpstreamLocalityStats) {
+	for _, m := range ls.GetLoadMetricStats() {
+		v := m.GetTotalMetricValue()
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			s.metrics.rejected.WithLabelValues("bad_metric").Inc()
+			continue
+		}
+		name := cut(m.GetMetricName())
+		if r.Metrics == nil {
+			r.Metrics = map[string]Metric{}
+		}
+		mt, ok := r.Metrics[name]
+		if !ok && len(r.Metrics) >= maxMetrics {
+			s.metrics.rejected.WithLabelValues("too_many_metrics").Inc()
+			continue
+		}
+		add(&mt.Requests, m.GetNumRequestsFinishedWithMetric())
+		mt.Total += v
+		if math.IsInf(mt.Total, 0) {
+			mt.Total = math.Copysign(math.MaxFloat64, mt.Total) // JSON has no infinity
+		}
+		r.Metrics[name] = mt
 	}
 }
 

@@ -110,6 +110,34 @@ func Summarize(ws []Window, cluster string, by By, last int, now time.Time) []Su
 	if len(ws) == 0 {
 		return nil
 	}
+	sum := summing{span: summarySpan(ws, last, now), by: by, sums: map[summaryKey]*Summary{}, replicas: map[summaryKey]map[string]bool{}}
+	for _, w := range ws {
+		if !sum.span.holds(w) {
+			continue
+		}
+		for i := range w.Rows {
+			if cluster != "" && w.Rows[i].Cluster != cluster {
+				continue
+			}
+			sum.add(w, &w.Rows[i])
+		}
+	}
+	return sum.summaries()
+}
+
+// span is the time Summarize sums over: the intervals in [from, to),
+// seconds long in all, slots of them, ending at the end of newest (or
+// later).
+type span struct {
+	newest   Window
+	from, to time.Time
+	seconds  float64
+	slots    int
+}
+
+// summarySpan is the span of Summarize's last intervals of ws (not
+// empty) at time now (see Summarize).
+func summarySpan(ws []Window, last int, now time.Time) span {
 	// The newest window gives the end and the interval.
 	newest := ws[0]
 	oldest := ws[0].Start
@@ -139,56 +167,68 @@ func Summarize(ws []Window, cluster string, by By, last int, now time.Time) []Su
 	if last < 1 {
 		slots = int(math.Round(seconds / length.Seconds()))
 	}
-	keep := func(w Window) bool { return !w.Start.Before(from) && w.Start.Before(to) }
+	return span{newest: newest, from: from, to: to, seconds: seconds, slots: slots}
+}
 
-	type key struct{ cluster, locality, node, identity string }
-	sums := map[key]*Summary{}
-	replicas := map[key]map[string]bool{}
-	for _, w := range ws {
-		if !keep(w) {
-			continue
+// holds tells whether w starts within sp.
+func (sp span) holds(w Window) bool { return !w.Start.Before(sp.from) && w.Start.Before(sp.to) }
+
+// summaryKey is what Summarize groups rows by: the fields By leaves
+// empty are.
+type summaryKey struct{ cluster, locality, node, identity string }
+
+// summing is Summarize's sums so far, by key, and the replicas whose
+// windows added to each.
+type summing struct {
+	span     span
+	by       By
+	sums     map[summaryKey]*Summary
+	replicas map[summaryKey]map[string]bool
+}
+
+// add adds r, a row of w, to the sum of its key.
+func (a *summing) add(w Window, r *Row) {
+	k := summaryKey{cluster: r.Cluster}
+	switch a.by {
+	case ByLocality:
+		k.locality = r.Locality
+		if k.locality == "" {
+			k.locality = "-"
 		}
-		for _, r := range w.Rows {
-			if cluster != "" && r.Cluster != cluster {
-				continue
-			}
-			k := key{cluster: r.Cluster}
-			switch by {
-			case ByLocality:
-				k.locality = r.Locality
-				if k.locality == "" {
-					k.locality = "-"
-				}
-			case ByNode:
-				k.node, k.identity = r.Node, r.Identity
-			}
-			s := sums[k]
-			if s == nil {
-				s = &Summary{Cluster: k.cluster, Locality: k.locality, Node: k.node, Identity: k.identity, From: from, To: to, Seconds: seconds, Windows: slots}
-				sums[k] = s
-				replicas[k] = map[string]bool{}
-			}
-			replicas[k][w.Replica] = true
-			add(&s.Issued, r.Issued)
-			add(&s.Succeeded, r.Succeeded)
-			add(&s.Errored, r.Errored)
-			add(&s.Dropped, r.Dropped)
-			if w.Start.Equal(newest.Start) {
-				add(&s.InProgress, r.InProgress)
-			}
-			for c, n := range r.DroppedBy {
-				if s.DroppedBy == nil {
-					s.DroppedBy = map[string]uint64{}
-				}
-				v := s.DroppedBy[c]
-				add(&v, n)
-				s.DroppedBy[c] = v
-			}
-		}
+	case ByNode:
+		k.node, k.identity = r.Node, r.Identity
 	}
-	out := make([]Summary, 0, len(sums))
-	for k, s := range sums {
-		for r := range replicas[k] {
+	s := a.sums[k]
+	if s == nil {
+		sp := a.span
+		s = &Summary{Cluster: k.cluster, Locality: k.locality, Node: k.node, Identity: k.identity, From: sp.from, To: sp.to, Seconds: sp.seconds, Windows: sp.slots}
+		a.sums[k] = s
+		a.replicas[k] = map[string]bool{}
+	}
+	a.replicas[k][w.Replica] = true
+	add(&s.Issued, r.Issued)
+	add(&s.Succeeded, r.Succeeded)
+	add(&s.Errored, r.Errored)
+	add(&s.Dropped, r.Dropped)
+	if w.Start.Equal(a.span.newest.Start) {
+		add(&s.InProgress, r.InProgress)
+	}
+	for c, n := range r.DroppedBy {
+		if s.DroppedBy == nil {
+			s.DroppedBy = map[string]uint64{}
+		}
+		v := s.DroppedBy[c]
+		add(&v, n)
+		s.DroppedBy[c] = v
+	}
+}
+
+// summaries are the sums with their replicas and rates, sorted by
+// cluster, locality, node and identity.
+func (a *summing) summaries() []Summary {
+	out := make([]Summary, 0, len(a.sums))
+	for k, s := range a.sums {
+		for r := range a.replicas[k] {
 			s.Replicas = append(s.Replicas, r)
 		}
 		sort.Strings(s.Replicas)

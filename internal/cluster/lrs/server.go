@@ -249,32 +249,13 @@ func (s *Server) StreamLoadStats(st loadv3.LoadReportingService_StreamLoadStatsS
 		return err
 	}
 	n := req.GetNode()
-	if n.GetId() == "" {
-		s.metrics.rejected.WithLabelValues("no_node").Inc()
-		return status.Error(codes.InvalidArgument, "lrs: the stream's first LoadStatsRequest has no node id")
-	}
-	if b := s.cfg.MaxNodeIDLength; !b.Allows(len(n.GetId())) {
-		max, _ := b.Limit()
-		s.metrics.rejected.WithLabelValues("node_id_length").Inc()
-		return status.Errorf(codes.InvalidArgument, "lrs: node.id: an id of %d bytes is longer than the bound of %d (--max-node-id-length)", len(n.GetId()), max)
-	}
-	group := ""
-	if s.cfg.Group != nil {
-		group = s.cfg.Group(n)
-	}
-	recheck, err := s.authorize(ctx, n, group)
+	group, recheck, err := s.admit(ctx, n)
 	if err != nil {
 		return err
 	}
 	s.metrics.streams.Inc()
 	defer s.metrics.streams.Dec()
-	from := Reporter{Node: cut(n.GetId()), Group: group}
-	if s.cfg.Identity != nil {
-		from.Identity = cut(s.cfg.Identity(ctx))
-	}
-	if s.log.Enabled(ctx, slog.LevelDebug) {
-		s.log.Debug("LRS stream", "node", from.Node, "identity", from.Identity, "group", group)
-	}
+	from := s.reporter(ctx, n, group)
 	s.Accept(from, req)
 	if err := st.Send(s.first); err != nil {
 		return err
@@ -289,26 +270,53 @@ func (s *Server) StreamLoadStats(st loadv3.LoadReportingService_StreamLoadStatsS
 			s.Accept(from, req)
 		}
 	}
+	return s.acceptWhileAuthorized(st, from, n, group, recheck)
+}
+
+// admit checks the node n of a stream's first request: it must have an
+// id, not longer than MaxNodeIDLength, that the Authorizer lets the
+// stream of ctx claim. It returns n's group and the Authorizer's recheck
+// channel (nil: the decision cannot change).
+func (s *Server) admit(ctx context.Context, n *corev3.Node) (group string, recheck <-chan struct{}, err error) {
+	if n.GetId() == "" {
+		s.metrics.rejected.WithLabelValues("no_node").Inc()
+		return "", nil, status.Error(codes.InvalidArgument, "lrs: the stream's first LoadStatsRequest has no node id")
+	}
+	if b := s.cfg.MaxNodeIDLength; !b.Allows(len(n.GetId())) {
+		max, _ := b.Limit()
+		s.metrics.rejected.WithLabelValues("node_id_length").Inc()
+		return "", nil, status.Errorf(codes.InvalidArgument, "lrs: node.id: an id of %d bytes is longer than the bound of %d (--max-node-id-length)", len(n.GetId()), max)
+	}
+	if s.cfg.Group != nil {
+		group = s.cfg.Group(n)
+	}
+	recheck, err = s.authorize(ctx, n, group)
+	return group, recheck, err
+}
+
+// reporter is who reports on the stream of ctx: node n of group, and the
+// client's identity.
+func (s *Server) reporter(ctx context.Context, n *corev3.Node, group string) Reporter {
+	from := Reporter{Node: cut(n.GetId()), Group: group}
+	if s.cfg.Identity != nil {
+		from.Identity = cut(s.cfg.Identity(ctx))
+	}
+	if s.log.Enabled(ctx, slog.LevelDebug) {
+		s.log.Debug("LRS stream", "node", from.Node, "identity", from.Identity, "group", group)
+	}
+	return from
+}
+
+// acceptWhileAuthorized accepts the reports of st until it ends, or until
+// the Authorizer, asked again each time recheck closes, refuses its node n.
+func (s *Server) acceptWhileAuthorized(st loadv3.LoadReportingService_StreamLoadStatsServer, from Reporter, n *corev3.Node, group string, recheck <-chan struct{}) error {
 	// The receive goroutine ends when the stream does: gRPC ends its
 	// Recv once the handler returns.
 	reqs := make(chan *loadv3.LoadStatsRequest)
 	recvErr := make(chan error, 1)
 	done := make(chan struct{})
 	defer close(done)
-	go func() {
-		for {
-			req, err := st.Recv()
-			if err != nil {
-				recvErr <- err
-				return
-			}
-			select {
-			case reqs <- req:
-			case <-done:
-				return
-			}
-		}
-	}()
+	go receive(st, reqs, recvErr, done)
 	for {
 		select {
 		case req := <-reqs:
@@ -316,9 +324,27 @@ func (s *Server) StreamLoadStats(st loadv3.LoadReportingService_StreamLoadStatsS
 		case err := <-recvErr:
 			return endOf(err)
 		case <-recheck:
-			if recheck, err = s.authorize(ctx, n, group); err != nil {
+			var err error
+			if recheck, err = s.authorize(st.Context(), n, group); err != nil {
 				return err
 			}
+		}
+	}
+}
+
+// receive passes the requests of st to reqs until Recv fails, then its
+// error to recvErr (buffered); it returns early once done is closed.
+func receive(st loadv3.LoadReportingService_StreamLoadStatsServer, reqs chan<- *loadv3.LoadStatsRequest, recvErr chan<- error, done <-chan struct{}) {
+	for {
+		req, err := st.Recv()
+		if err != nil {
+			recvErr <- err
+			return
+		}
+		select {
+		case reqs <- req:
+		case <-done:
+			return
 		}
 	}
 }

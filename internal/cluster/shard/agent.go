@@ -226,19 +226,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		<-ctx.Done()
 		return nil
 	}
-	var m *Membership
-	for {
-		var err error
-		if m, err = Start(ctx, a.cfg.Membership); err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			return nil
-		}
-		a.log.Warn("joining the cluster failed; retrying", "err", err)
-		if !sleep(ctx, a.cfg.RetryInterval) {
-			return nil
-		}
+	m := a.join(ctx)
+	if m == nil {
+		return nil
 	}
 	a.member.Store(m)
 	a.log.Info("joined the cluster", "self", m.Self().Name, "gossip", m.Self().GossipAddr, "xds", m.Self().XDSAddr, "members", m.Ring().Len())
@@ -249,6 +239,32 @@ func (a *Agent) Run(ctx context.Context) error {
 		// membership.
 		m.Close() // always nil
 	}()
+	a.keep(ctx, m, &wg)
+	return nil
+}
+
+// join starts the membership, retrying every RetryInterval until Start
+// succeeds; nil once ctx ends first.
+func (a *Agent) join(ctx context.Context) *Membership {
+	for {
+		m, err := Start(ctx, a.cfg.Membership)
+		if err == nil {
+			return m
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		a.log.Warn("joining the cluster failed; retrying", "err", err)
+		if !sleep(ctx, a.cfg.RetryInterval) {
+			return nil
+		}
+	}
+}
+
+// keep publishes this replica's readiness in m, and starts a Rebalance
+// (in wg) once the ring has not changed for SettleDelay after a change,
+// until ctx ends.
+func (a *Agent) keep(ctx context.Context, m *Membership, wg *sync.WaitGroup) {
 	changed := m.Changed()
 	var tickC <-chan time.Time // nil with ReadyChanged: no polling
 	if a.cfg.ReadyChanged == nil {
@@ -264,23 +280,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer settle.Stop()
 	var notReadySince time.Time
 	for {
-		if a.cfg.Ready() {
-			notReadySince = time.Time{}
-			grace.Stop()
-			m.SetReady(true)
-		} else {
-			if notReadySince.IsZero() {
-				notReadySince = time.Now()
-			}
-			if left := a.cfg.RingGrace - time.Since(notReadySince); left <= 0 {
-				m.SetReady(false)
-			} else if a.cfg.ReadyChanged != nil {
-				grace.Reset(left)
-			}
-		}
+		a.publishReady(m, &notReadySince, grace)
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case <-tickC:
 		case <-a.cfg.ReadyChanged:
 		case <-grace.C:
@@ -296,6 +299,27 @@ func (a *Agent) Run(ctx context.Context) error {
 				}()
 			}
 		}
+	}
+}
+
+// publishReady sets m's readiness from Ready: ready at once, not ready
+// only once RingGrace has passed since *notReadySince, the time it
+// turned not ready (zero while ready). With ReadyChanged, grace is set to
+// fire when RingGrace will have passed.
+func (a *Agent) publishReady(m *Membership, notReadySince *time.Time, grace *time.Timer) {
+	if a.cfg.Ready() {
+		*notReadySince = time.Time{}
+		grace.Stop()
+		m.SetReady(true)
+		return
+	}
+	if notReadySince.IsZero() {
+		*notReadySince = time.Now()
+	}
+	if left := a.cfg.RingGrace - time.Since(*notReadySince); left <= 0 {
+		m.SetReady(false)
+	} else if a.cfg.ReadyChanged != nil {
+		grace.Reset(left)
 	}
 }
 

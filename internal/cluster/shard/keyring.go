@@ -99,6 +99,29 @@ func parseKeys(path string, data []byte) ([][]byte, error) {
 	return keys, nil
 }
 
+// loadKeyring gives mlc the keyring of GossipKeyFile, if set, and
+// returns the checksum of the file's content in use (zero without one).
+func (m *Membership) loadKeyring(mlc *memberlist.Config) ([sha256.Size]byte, error) {
+	var keySum [sha256.Size]byte
+	if m.cfg.GossipKeyFile == "" {
+		return keySum, nil
+	}
+	data, err := readKeyFile(m.cfg.GossipKeyFile)
+	if err != nil {
+		return keySum, err
+	}
+	keys, err := parseKeys(m.cfg.GossipKeyFile, data)
+	if err != nil {
+		return keySum, err
+	}
+	if mlc.Keyring, err = newKeyring(keys); err != nil {
+		return keySum, err
+	}
+	m.metrics.keys.Set(float64(len(keys)))
+	m.encrypted = true
+	return sha256.Sum256(data), nil
+}
+
 // newKeyring returns a memberlist keyring holding keys, keys[0] primary.
 func newKeyring(keys [][]byte) (*memberlist.Keyring, error) {
 	kr, err := memberlist.NewKeyring(keys, keys[0])

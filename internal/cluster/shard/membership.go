@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Membership is this replica's place in the cluster: its memberlist
@@ -93,6 +94,52 @@ func Start(ctx context.Context, cfg Config) (*Membership, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	m := newMembership(cfg)
+	mlc, err := m.memberlistConfig()
+	if err != nil {
+		return nil, err
+	}
+	keySum, err := m.loadKeyring(mlc)
+	if err != nil {
+		return nil, err
+	}
+	m.ml, err = memberlist.Create(mlc)
+	if err != nil {
+		return nil, fmt.Errorf("shard: start memberlist on %s: %w", cfg.BindAddr, err)
+	}
+	m.mu.Lock()
+	m.self.GossipAddr = m.ml.LocalNode().Address()
+	m.mu.Unlock()
+
+	root, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	m.cancel = cancel
+	ka, rev, err := m.enterRegistry(ctx, root)
+	if err != nil {
+		return nil, err
+	}
+	m.rebuild()
+	m.startLoops(root, ka, rev, mlc.Keyring, keySum)
+
+	select {
+	case <-m.joined:
+	case <-ctx.Done():
+		// Undo: leave what was joined and delete the record now.
+		m.Leave(m.cfg.TCPTimeout) //nolint:errcheck // ctx's error is the one to report
+		return nil, fmt.Errorf("shard: start: %w", ctx.Err())
+	}
+	m.rebuild()
+	if err := m.metrics.register(cfg.Registerer); err != nil {
+		m.Leave(m.cfg.TCPTimeout) //nolint:errcheck // the registration error is the one to report
+		return nil, err
+	}
+	m.log.Info("shard: joined the cluster", "gossip_addr", m.Self().GossipAddr, "members", m.Ring().Len(),
+		"gossip_encrypted", mlc.Keyring != nil)
+	return m, nil
+}
+
+// newMembership is the Membership of cfg (filled and valid), alone on
+// its ring, before anything is started.
+func newMembership(cfg Config) *Membership {
 	m := &Membership{
 		cfg:          cfg,
 		log:          cfg.Logger.With("member", cfg.Name),
@@ -117,81 +164,24 @@ func Start(ctx context.Context, cfg Config) (*Membership, error) {
 		},
 	}
 	m.ring.Store(NewRing(nil, cfg.VNodes))
+	return m
+}
 
-	mlc, err := m.memberlistConfig()
-	if err != nil {
-		return nil, err
-	}
-	var keySum [sha256.Size]byte // of the key file's content in use
-	if cfg.GossipKeyFile != "" {
-		data, err := readKeyFile(cfg.GossipKeyFile)
-		if err != nil {
-			return nil, err
-		}
-		keys, err := parseKeys(cfg.GossipKeyFile, data)
-		if err != nil {
-			return nil, err
-		}
-		if mlc.Keyring, err = newKeyring(keys); err != nil {
-			return nil, err
-		}
-		keySum = sha256.Sum256(data)
-		m.metrics.keys.Set(float64(len(keys)))
-		m.encrypted = true
-	}
-	m.ml, err = memberlist.Create(mlc)
-	if err != nil {
-		return nil, fmt.Errorf("shard: start memberlist on %s: %w", cfg.BindAddr, err)
-	}
-	m.mu.Lock()
-	m.self.GossipAddr = m.ml.LocalNode().Address()
-	m.mu.Unlock()
-
-	root, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	m.cancel = cancel
-	ka, err := m.register(ctx, root)
-	if err != nil {
-		cancel()
-		m.ml.Shutdown() //nolint:errcheck // the registration error is the one to report
-		return nil, err
-	}
-	// The registry decides who may be on the ring: read it before the
-	// first ring is built, then follow it.
-	rev, err := m.readRegistry(ctx)
-	if err != nil {
-		cancel()
-		m.ml.Shutdown()            //nolint:errcheck // the read error is the one to report
-		m.revoke(m.cfg.TCPTimeout) //nolint:errcheck // the read error is the one to report; the lease expires anyway
-		return nil, err
-	}
-	m.rebuild()
-
+// startLoops starts the goroutines that keep the membership until root
+// ends: the ring builder, the meta announcer, the registry record and
+// its watch, peer discovery, and with a keyring kr the key file's
+// follower (from the content of checksum keySum).
+func (m *Membership) startLoops(root context.Context, ka <-chan *clientv3.LeaseKeepAliveResponse, rev int64, kr *memberlist.Keyring, keySum [sha256.Size]byte) {
 	m.wg.Add(5)
 	go m.buildLoop(root)
 	go m.announceLoop(root)
 	go m.registryLoop(root, ka)
 	go m.registeredLoop(root, rev)
 	go m.discoveryLoop(root)
-	if mlc.Keyring != nil {
+	if kr != nil {
 		m.wg.Add(1)
-		go m.keyLoop(root, mlc.Keyring, keySum)
+		go m.keyLoop(root, kr, keySum)
 	}
-
-	select {
-	case <-m.joined:
-	case <-ctx.Done():
-		// Undo: leave what was joined and delete the record now.
-		m.Leave(m.cfg.TCPTimeout) //nolint:errcheck // ctx's error is the one to report
-		return nil, fmt.Errorf("shard: start: %w", ctx.Err())
-	}
-	m.rebuild()
-	if err := m.metrics.register(cfg.Registerer); err != nil {
-		m.Leave(m.cfg.TCPTimeout) //nolint:errcheck // the registration error is the one to report
-		return nil, err
-	}
-	m.log.Info("shard: joined the cluster", "gossip_addr", m.Self().GossipAddr, "members", m.Ring().Len(),
-		"gossip_encrypted", mlc.Keyring != nil)
-	return m, nil
 }
 
 func (m *Membership) memberlistConfig() (*memberlist.Config, error) {

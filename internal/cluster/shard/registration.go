@@ -46,82 +46,126 @@ func (m *Membership) register(ctx, root context.Context) (<-chan *clientv3.Lease
 	return ka, nil
 }
 
+// enterRegistry registers this replica under a lease kept alive in root,
+// and reads the registry, which decides who may be on the ring, before
+// the first ring is built. It returns the lease's keep-alive responses
+// and the revision read. On error it undoes what Start did: root is
+// cancelled, memberlist shut down and the lease revoked.
+func (m *Membership) enterRegistry(ctx, root context.Context) (<-chan *clientv3.LeaseKeepAliveResponse, int64, error) {
+	ka, err := m.register(ctx, root)
+	if err != nil {
+		m.cancel()
+		m.ml.Shutdown() //nolint:errcheck // the registration error is the one to report
+		return nil, 0, err
+	}
+	rev, err := m.readRegistry(ctx)
+	if err != nil {
+		m.cancel()
+		m.ml.Shutdown()            //nolint:errcheck // the read error is the one to report
+		m.revoke(m.cfg.TCPTimeout) //nolint:errcheck // the read error is the one to report; the lease expires anyway
+		return nil, 0, err
+	}
+	return ka, rev, nil
+}
+
 // registryLoop keeps the record current: it drains the keep-alive
 // responses, writes the record again after SetReady, and registers again
 // with a new lease when the lease is lost (etcd unreachable for longer than
 // the TTL).
 func (m *Membership) registryLoop(ctx context.Context, ka <-chan *clientv3.LeaseKeepAliveResponse) {
 	defer m.wg.Done()
-	const minBackoff, maxBackoff = 200 * time.Millisecond, 5 * time.Second
-	backoff := minBackoff
-	register := stoppedTimer() // registering again, after the lease was lost
-	defer register.Stop()
-	rewrite := stoppedTimer() // writing the record again, after a failed write
-	defer rewrite.Stop()
-
-	lost := func() {
-		ka = nil
-		m.lease.Store(0)
-		m.metrics.leaseLost.Inc()
-		backoff = minBackoff
-		register.Reset(backoff)
-	}
-	// The record changes with readiness only; a flapping replica still
-	// writes it at most once per minRecordInterval, the last state winning.
-	var last time.Time
-	write := func() {
-		rewrite.Stop()
-		if wait := minRecordInterval - time.Since(last); !last.IsZero() && wait > 0 {
-			rewrite.Reset(wait)
-			return
-		}
-		last = time.Now()
-		id := clientv3.LeaseID(m.lease.Load())
-		if id == 0 {
-			return // registering again writes the current record
-		}
-		err := m.putRecord(ctx, id)
-		switch {
-		case errors.Is(err, rpctypes.ErrLeaseNotFound):
-			m.log.Warn("shard: registry lease expired; registering again")
-			lost()
-		case err != nil && ctx.Err() == nil:
-			// The gossip meta, which the rings use, is already updated:
-			// only `xdsadmin members` is behind until the retry.
-			m.log.Warn("shard: update registry record; retrying", "err", err, "retry_in", time.Second)
-			rewrite.Reset(time.Second)
-		}
-	}
+	k := &registryKeeper{m: m, ka: ka, backoff: minRegisterBackoff, register: stoppedTimer(), rewrite: stoppedTimer()}
+	defer k.register.Stop()
+	defer k.rewrite.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case _, ok := <-ka:
+		case _, ok := <-k.ka:
 			if !ok && ctx.Err() == nil {
 				m.log.Warn("shard: registry lease lost; registering again")
-				lost()
+				k.lost()
 			}
 		case <-m.recordKick:
-			write()
-		case <-rewrite.C:
-			write()
-		case <-register.C:
-			rctx, cancel := context.WithTimeout(ctx, m.cfg.LeaseTTL)
-			newKA, err := m.register(rctx, ctx)
-			cancel()
-			if err != nil {
-				if ctx.Err() != nil {
-					return
-				}
-				backoff = min(2*backoff, maxBackoff)
-				m.log.Warn("shard: register again", "err", err, "retry_in", backoff)
-				register.Reset(backoff)
-				continue
+			k.write(ctx)
+		case <-k.rewrite.C:
+			k.write(ctx)
+		case <-k.register.C:
+			if !k.registerAgain(ctx) {
+				return
 			}
-			ka = newKA
-			m.log.Info("shard: registered again")
 		}
 	}
+}
+
+// The bounds of the backoff between attempts to register again.
+const minRegisterBackoff, maxRegisterBackoff = 200 * time.Millisecond, 5 * time.Second
+
+// registryKeeper is registryLoop's state. Only registryLoop uses it.
+type registryKeeper struct {
+	m       *Membership
+	ka      <-chan *clientv3.LeaseKeepAliveResponse // nil while the lease is lost
+	backoff time.Duration                           // before the next attempt to register again
+	// register fires to register again, after the lease was lost;
+	// rewrite to write the record again, after a failed write.
+	register, rewrite *time.Timer
+	last              time.Time // when the record was last written; zero: never
+}
+
+// lost forgets the lost lease and registers again soon.
+func (k *registryKeeper) lost() {
+	k.ka = nil
+	k.m.lease.Store(0)
+	k.m.metrics.leaseLost.Inc()
+	k.backoff = minRegisterBackoff
+	k.register.Reset(k.backoff)
+}
+
+// write writes the record again, retrying after a failure. The record
+// changes with readiness only; a flapping replica still writes it at
+// most once per minRecordInterval, the last state winning.
+func (k *registryKeeper) write(ctx context.Context) {
+	k.rewrite.Stop()
+	if wait := minRecordInterval - time.Since(k.last); !k.last.IsZero() && wait > 0 {
+		k.rewrite.Reset(wait)
+		return
+	}
+	k.last = time.Now()
+	id := clientv3.LeaseID(k.m.lease.Load())
+	if id == 0 {
+		return // registering again writes the current record
+	}
+	err := k.m.putRecord(ctx, id)
+	switch {
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		k.m.log.Warn("shard: registry lease expired; registering again")
+		k.lost()
+	case err != nil && ctx.Err() == nil:
+		// The gossip meta, which the rings use, is already updated:
+		// only `xdsadmin members` is behind until the retry.
+		k.m.log.Warn("shard: update registry record; retrying", "err", err, "retry_in", time.Second)
+		k.rewrite.Reset(time.Second)
+	}
+}
+
+// registerAgain registers with a new lease, or schedules the next attempt
+// after a longer backoff; false once ctx has ended.
+func (k *registryKeeper) registerAgain(ctx context.Context) bool {
+	rctx, cancel := context.WithTimeout(ctx, k.m.cfg.LeaseTTL)
+	newKA, err := k.m.register(rctx, ctx)
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			return false
+		}
+		k.backoff = min(2*k.backoff, maxRegisterBackoff)
+		k.m.log.Warn("shard: register again", "err", err, "retry_in", k.backoff)
+		k.register.Reset(k.backoff)
+		return true
+	}
+	k.ka = newKA
+	k.m.log.Info("shard: registered again")
+	return true
 }
 
 // minRecordInterval spaces a replica's writes of its registry record: its

@@ -258,50 +258,75 @@ func (w *Watcher) follow(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-check.C:
-			w.checks.Add(1)
-			switch quiet := time.Since(heard); {
-			case quiet > w.cfg.StallTimeout:
-				return fmt.Errorf("watch stalled: nothing from etcd for %s", quiet.Round(time.Millisecond))
-			case quiet > w.cfg.ProgressInterval:
-				// An error only delays the answer; the stall check
-				// decides. Bounded: the watch's stream may be stuck
-				// sending to a frozen member.
-				pctx, cancelProgress := context.WithTimeout(sctx, retry)
-				_ = w.cfg.Client.RequestProgress(pctx)
-				cancelProgress()
-				check.Reset(retry)
-			default:
-				check.Reset(w.cfg.ProgressInterval - quiet + time.Millisecond)
+			if err := w.checkProgress(sctx, heard, retry, check); err != nil {
+				return err
 			}
 		case wr, ok := <-wch:
-			switch {
-			case !ok:
-				return errors.New("watch channel closed")
-			case wr.CompactRevision != 0:
-				return fmt.Errorf("watch compacted at revision %d", wr.CompactRevision)
-			case wr.Err() != nil:
-				return wr.Err()
+			if err := watchEnd(wr, ok); err != nil {
+				return err
 			}
 			heard = time.Now()
-			w.hear()
-			if len(wr.Events) == 0 {
-				continue // progress
-			}
-			for _, ev := range wr.Events {
-				switch ev.Type {
-				case mvccpb.PUT:
-					w.put(ev.Kv)
-				case mvccpb.DELETE:
-					k := string(ev.Kv.Key)
-					delete(w.good, k)
-					delete(w.bad, k)
-					delete(w.logged, k)
-				}
-			}
-			w.rev = wr.Header.Revision
-			w.publish()
+			w.apply(wr)
 		}
 	}
+}
+
+// checkProgress is follow's check of a watch last heard from at heard:
+// past StallTimeout the watch has stalled (the error); past
+// ProgressInterval it asks etcd for a progress notification (within
+// sctx) and sets check to look again after retry; else it sets check for
+// when ProgressInterval will have passed.
+func (w *Watcher) checkProgress(sctx context.Context, heard time.Time, retry time.Duration, check *time.Timer) error {
+	w.checks.Add(1)
+	switch quiet := time.Since(heard); {
+	case quiet > w.cfg.StallTimeout:
+		return fmt.Errorf("watch stalled: nothing from etcd for %s", quiet.Round(time.Millisecond))
+	case quiet > w.cfg.ProgressInterval:
+		// An error only delays the answer; the stall check
+		// decides. Bounded: the watch's stream may be stuck
+		// sending to a frozen member.
+		pctx, cancelProgress := context.WithTimeout(sctx, retry)
+		_ = w.cfg.Client.RequestProgress(pctx)
+		cancelProgress()
+		check.Reset(retry)
+	default:
+		check.Reset(w.cfg.ProgressInterval - quiet + time.Millisecond)
+	}
+	return nil
+}
+
+// watchEnd is why the watch that answered wr (ok false: its channel
+// closed) must end; nil if it goes on.
+func watchEnd(wr clientv3.WatchResponse, ok bool) error {
+	switch {
+	case !ok:
+		return errors.New("watch channel closed")
+	case wr.CompactRevision != 0:
+		return fmt.Errorf("watch compacted at revision %d", wr.CompactRevision)
+	}
+	return wr.Err()
+}
+
+// apply notes that etcd answered, and folds in wr's events, if any (else
+// it is a progress notification), publishing the rules at its revision.
+func (w *Watcher) apply(wr clientv3.WatchResponse) {
+	w.hear()
+	if len(wr.Events) == 0 {
+		return // progress
+	}
+	for _, ev := range wr.Events {
+		switch ev.Type {
+		case mvccpb.PUT:
+			w.put(ev.Kv)
+		case mvccpb.DELETE:
+			k := string(ev.Kv.Key)
+			delete(w.good, k)
+			delete(w.bad, k)
+			delete(w.logged, k)
+		}
+	}
+	w.rev = wr.Header.Revision
+	w.publish()
 }
 
 // put folds in one stored value: a valid rule, or a malformed value that

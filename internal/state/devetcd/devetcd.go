@@ -121,12 +121,7 @@ func start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Dir == "" {
 		return nil, errors.New("devetcd: Dir is required")
 	}
-	if cfg.ClientAddr == "" {
-		cfg.ClientAddr = "127.0.0.1:2379"
-	}
-	if cfg.PeerAddr == "" {
-		cfg.PeerAddr = "127.0.0.1:0"
-	}
+	cfg = cfg.withDefaults()
 	clientAddr, err := ResolvePort(cfg.ClientAddr)
 	if err != nil {
 		return nil, fmt.Errorf("devetcd: client address: %w", err)
@@ -135,6 +130,55 @@ func start(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("devetcd: peer address: %w", err)
 	}
+	e, err := embed.StartEtcd(embedConfig(cfg, clientAddr, peerAddr))
+	if err != nil {
+		return nil, fmt.Errorf("devetcd: start on %s: %w", clientAddr, err)
+	}
+	if err := waitReady(ctx, e, cfg.StartTimeout); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log.Info("embedded etcd serving", "endpoint", clientAddr, "dir", cfg.Dir,
+		"history_revisions", cfg.HistoryRevisions, "quota_bytes", cfg.QuotaBytes)
+	s := &Server{etcd: e, endpoint: clientAddr, log: log, stop: make(chan struct{}), done: make(chan struct{})}
+	go s.compactor(cfg)
+	return s, nil
+}
+
+// withDefaults is cfg with the defaults its fields' comments give in
+// place of their zero (or, for some, negative) values.
+func (cfg Config) withDefaults() Config {
+	if cfg.ClientAddr == "" {
+		cfg.ClientAddr = "127.0.0.1:2379"
+	}
+	if cfg.PeerAddr == "" {
+		cfg.PeerAddr = "127.0.0.1:0"
+	}
+	if cfg.HistoryRevisions == 0 {
+		cfg.HistoryRevisions = DefaultHistoryRevisions
+	}
+	if cfg.CompactCheck <= 0 {
+		cfg.CompactCheck = time.Second
+	}
+	if cfg.DefragFreeBytes == 0 {
+		cfg.DefragFreeBytes = 64 << 20
+	}
+	if cfg.QuotaBytes <= 0 {
+		cfg.QuotaBytes = DefaultQuotaBytes
+	}
+	if cfg.StartTimeout == 0 {
+		cfg.StartTimeout = 60 * time.Second
+	}
+	return cfg
+}
+
+// embedConfig is the configuration of the single member of cfg (with
+// its defaults), serving clients on clientAddr and its peer port on
+// peerAddr, both host:port with the port picked.
+func embedConfig(cfg Config, clientAddr, peerAddr string) *embed.Config {
 	ec := embed.NewConfig()
 	ec.Name = "dev"
 	ec.Dir = cfg.Dir
@@ -153,55 +197,33 @@ func start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.MaxRequestBytes > 0 {
 		ec.MaxRequestBytes = cfg.MaxRequestBytes
 	}
-	if cfg.HistoryRevisions == 0 {
-		cfg.HistoryRevisions = DefaultHistoryRevisions
-	}
-	if cfg.CompactCheck <= 0 {
-		cfg.CompactCheck = time.Second
-	}
-	if cfg.DefragFreeBytes == 0 {
-		cfg.DefragFreeBytes = 64 << 20
-	}
-	if cfg.QuotaBytes <= 0 {
-		cfg.QuotaBytes = DefaultQuotaBytes
-	}
 	ec.QuotaBackendBytes = cfg.QuotaBytes
 	ec.UnsafeNoFsync = cfg.UnsafeNoFsync
 	// etcd's own auto-compaction stays off: its revision mode looks every
 	// five minutes, time enough for a write loop to add millions of
 	// revisions, and its periodic mode bounds time, not size. The
-	// compactor below keeps a number of revisions, checked every second.
-	e, err := embed.StartEtcd(ec)
-	if err != nil {
-		return nil, fmt.Errorf("devetcd: start on %s: %w", clientAddr, err)
-	}
-	timeout := cfg.StartTimeout
-	if timeout == 0 {
-		timeout = 60 * time.Second
-	}
+	// compactor keeps a number of revisions, checked every second.
+	return ec
+}
+
+// waitReady waits until e serves, or until ctx ends or timeout passes;
+// then it closes e and returns why.
+func waitReady(ctx context.Context, e *embed.Etcd, timeout time.Duration) error {
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
 	case <-e.Server.ReadyNotify():
+		return nil
 	case err := <-e.Err():
 		e.Close()
-		return nil, fmt.Errorf("devetcd: %w", err)
+		return fmt.Errorf("devetcd: %w", err)
 	case <-t.C:
 		e.Close()
-		return nil, fmt.Errorf("devetcd: not ready after %s", timeout)
+		return fmt.Errorf("devetcd: not ready after %s", timeout)
 	case <-ctx.Done():
 		e.Close()
-		return nil, ctx.Err()
+		return ctx.Err()
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	log.Info("embedded etcd serving", "endpoint", clientAddr, "dir", cfg.Dir,
-		"history_revisions", cfg.HistoryRevisions, "quota_bytes", cfg.QuotaBytes)
-	s := &Server{etcd: e, endpoint: clientAddr, log: log, stop: make(chan struct{}), done: make(chan struct{})}
-	go s.compactor(cfg)
-	return s, nil
 }
 
 // compactor compacts the history to the last cfg.HistoryRevisions
