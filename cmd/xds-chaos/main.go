@@ -52,8 +52,57 @@ type options struct {
 }
 
 func main() {
+	cfg, o, seeds, err := parseFlags(os.Args[1:])
+	if errors.Is(err, pflag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "xds-chaos:", err)
+		os.Exit(2)
+	}
+	if len(o.recheck) > 0 {
+		if !recheck(o, cfg.ConvergeWithin, os.Stdout) {
+			os.Exit(1)
+		}
+		return
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	bins, cleanup, err := binaries(ctx, o)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "xds-chaos:", err)
+		os.Exit(1)
+	}
+	defer cleanup()
+	cfg.Binaries = bins
+	if !run(ctx, o, jobs(cfg, o, seeds), os.Stdout) {
+		cleanup()
+		os.Exit(1)
+	}
+}
+
+// parseFlags turns the command line into the runs' Config, the options
+// and the seeds to run; errors name the flag.
+func parseFlags(args []string) (runner.Config, options, []uint64, error) {
 	cfg := runner.DefaultConfig()
 	var o options
+	fs := flagSet(&cfg, &o)
+	if err := fs.Parse(args); err != nil {
+		return cfg, o, nil, err
+	}
+	seeds, serr := o.seedList()
+	var kerr error
+	cfg.Kinds, kerr = parseKinds(o.kinds)
+	// The fields the runner fills per seed are set, so that Validate
+	// judges the rest.
+	probe := cfg
+	probe.Dir, probe.Binaries = "x", localcluster.Binaries{Etcd: "x", XDSNode: "x"}
+	return cfg, o, seeds, errors.Join(serr, kerr, o.validate(), probe.Validate())
+}
+
+// flagSet is xds-chaos's flags, in the order --help lists them, set into
+// cfg and o.
+func flagSet(cfg *runner.Config, o *options) *pflag.FlagSet {
 	fs := pflag.NewFlagSet("xds-chaos", pflag.ContinueOnError)
 	fs.IntVar(&o.seeds, "seeds", 1, "how many seeds to run: --first-seed and the ones after it")
 	fs.Uint64Var(&o.firstSeed, "first-seed", 1, "the first seed")
@@ -77,62 +126,37 @@ func main() {
 	fs.BoolVarP(&o.verbose, "verbose", "v", false, "also print each seed's log (faults, processes) on stderr")
 	fs.BoolVar(&o.regress, "regressions", false, "run the named regression seeds instead, each with the shape it found its bug with (README \"Chaos run\"); --duration, --every, --clients and --apply-every are theirs")
 	fs.StringSliceVar(&o.recheck, "recheck", nil, "run nothing: check again the files a failed seed kept in these directories (its summary.json, history.jsonl and recording.jsonl), as after a change of the checker")
-	if err := fs.Parse(os.Args[1:]); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			os.Exit(0)
-		}
-		fmt.Fprintln(os.Stderr, "xds-chaos:", err)
-		os.Exit(2)
-	}
-	seeds, serr := o.seedList()
-	var kerr error
-	cfg.Kinds, kerr = parseKinds(o.kinds)
-	// The fields the runner fills per seed are set, so that Validate
-	// judges the rest.
-	probe := cfg
-	probe.Dir, probe.Binaries = "x", localcluster.Binaries{Etcd: "x", XDSNode: "x"}
-	if err := errors.Join(serr, kerr, o.validate(), probe.Validate()); err != nil {
-		fmt.Fprintln(os.Stderr, "xds-chaos:", err)
-		os.Exit(2)
-	}
+	return fs
+}
 
-	if len(o.recheck) > 0 {
-		ok := true
-		for _, dir := range o.recheck {
-			sum, err := runner.Recheck(dir, cfg.ConvergeWithin)
-			report(os.Stdout, o.output, sum, err)
-			ok = ok && err == nil && sum.OK()
-		}
-		if !ok {
-			os.Exit(1)
-		}
-		return
+// recheck checks again the files of each --recheck directory, printing
+// each outcome; it reports whether every seed passed.
+func recheck(o options, within time.Duration, out io.Writer) bool {
+	ok := true
+	for _, dir := range o.recheck {
+		sum, err := runner.Recheck(dir, within)
+		report(out, o.output, sum, err)
+		ok = ok && err == nil && sum.OK()
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	bins, cleanup, err := binaries(ctx, o)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "xds-chaos:", err)
-		os.Exit(1)
-	}
-	defer cleanup()
-	cfg.Binaries = bins
+	return ok
+}
+
+// jobs is the runs to make: the regression seeds with --regressions, or
+// cfg for each seed.
+func jobs(cfg runner.Config, o options, seeds []uint64) []runner.Config {
 	jobs := make([]runner.Config, 0, len(seeds))
 	if o.regress {
 		for _, r := range runner.Regressions {
 			jobs = append(jobs, r.Config(cfg))
 		}
-	} else {
-		for _, seed := range seeds {
-			c := cfg
-			c.Seed = seed
-			jobs = append(jobs, c)
-		}
+		return jobs
 	}
-	if !run(ctx, o, jobs, os.Stdout) {
-		cleanup()
-		os.Exit(1)
+	for _, seed := range seeds {
+		c := cfg
+		c.Seed = seed
+		jobs = append(jobs, c)
 	}
+	return jobs
 }
 
 func (o *options) validate() error {
@@ -213,11 +237,7 @@ func binaries(ctx context.Context, o options) (localcluster.Binaries, func(), er
 // run runs the seeds' jobs, o.parallel at a time, printing each seed's
 // outcome as it ends and a total; it reports whether every seed passed.
 func run(ctx context.Context, o options, jobs []runner.Config, out io.Writer) bool {
-	var mu sync.Mutex // guards out, passed and the totals
-	passed := true
-	var total runner.Summary
-	var worst time.Duration
-	effects := map[string]runner.Effect{}
+	t := &totals{out: out, format: o.output, passed: true, effects: map[string]runner.Effect{}}
 	sem := make(chan struct{}, o.parallel)
 	var wg sync.WaitGroup
 	for _, job := range jobs {
@@ -231,17 +251,7 @@ func run(ctx context.Context, o options, jobs []runner.Config, out io.Writer) bo
 		wg.Go(func() {
 			defer func() { <-sem }()
 			sum, err := runSeed(ctx, job, o)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil || !sum.OK() {
-				passed = false
-			}
-			total.Faults += sum.FaultsApplied
-			total.Responses += sum.Responses
-			total.Violations = append(total.Violations, sum.Violations...)
-			worst = max(worst, sum.Converge)
-			addEffects(effects, sum.Effects)
-			report(out, o.output, sum, err)
+			t.add(sum, err)
 		})
 	}
 	wg.Wait()
@@ -250,15 +260,46 @@ func run(ctx context.Context, o options, jobs []runner.Config, out io.Writer) bo
 		return false
 	}
 	if o.output == "text" {
-		verdict := "ok"
-		if !passed {
-			verdict = "FAIL"
-		}
-		fmt.Fprintf(out, "%d seeds: %d faults, %d responses checked, %d violations, slowest convergence %s: %s\n",
-			len(jobs), total.Faults, total.Responses, len(total.Violations), worst.Round(10*time.Millisecond), verdict)
-		writeEffects(out, effects)
+		t.write(len(jobs))
 	}
-	return passed
+	return t.passed
+}
+
+// totals is the seeds' outcomes added up, and where each is reported.
+type totals struct {
+	mu      sync.Mutex // guards out and the fields below
+	out     io.Writer
+	format  string
+	passed  bool
+	sum     runner.Summary // faults applied, responses and violations, summed
+	worst   time.Duration  // the slowest convergence
+	effects map[string]runner.Effect
+}
+
+// add reports a seed's outcome and adds it to the totals.
+func (t *totals) add(sum runner.Summary, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err != nil || !sum.OK() {
+		t.passed = false
+	}
+	t.sum.Faults += sum.FaultsApplied
+	t.sum.Responses += sum.Responses
+	t.sum.Violations = append(t.sum.Violations, sum.Violations...)
+	t.worst = max(t.worst, sum.Converge)
+	addEffects(t.effects, sum.Effects)
+	report(t.out, t.format, sum, err)
+}
+
+// write prints the totals of n seeds, and the effects table.
+func (t *totals) write(n int) {
+	verdict := "ok"
+	if !t.passed {
+		verdict = "FAIL"
+	}
+	fmt.Fprintf(t.out, "%d seeds: %d faults, %d responses checked, %d violations, slowest convergence %s: %s\n",
+		n, t.sum.Faults, t.sum.Responses, len(t.sum.Violations), t.worst.Round(10*time.Millisecond), verdict)
+	writeEffects(t.out, t.effects)
 }
 
 // addEffects adds a seed's effects to the totals: counts summed, lags

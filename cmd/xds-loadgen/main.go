@@ -83,37 +83,11 @@ func main() {
 }
 
 func run(ctx context.Context, cfg loadgen.Config, opts options) (err error) {
-	if opts.updatesProf != "" {
-		f, err := os.Create(opts.updatesProf)
-		if err != nil {
-			return fmt.Errorf("--cpu-profile-updates: %w", err)
-		}
-		defer f.Close()
-		during := cfg.During
-		cfg.During = func(ctx context.Context) error {
-			if during != nil {
-				if err := during(ctx); err != nil {
-					return err
-				}
-			}
-			if err := pprof.StartCPUProfile(f); err != nil {
-				return fmt.Errorf("--cpu-profile-updates: %w", err)
-			}
-			return nil
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := profile(&cfg, opts)
+	if err != nil {
+		return err
 	}
-	if opts.cpuProfile != "" {
-		f, err := os.Create(opts.cpuProfile)
-		if err != nil {
-			return fmt.Errorf("--cpu-profile: %w", err)
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return fmt.Errorf("--cpu-profile: %w", err)
-		}
-		defer pprof.StopCPUProfile()
-	}
+	defer stopProfile()
 	if opts.record != "" {
 		w, err := record.Create(opts.record)
 		if err != nil {
@@ -150,6 +124,44 @@ func run(ctx context.Context, cfg loadgen.Config, opts options) (err error) {
 	return nil
 }
 
+// profile starts the load tool's own CPU profile of the whole run
+// (--cpu-profile), or has cfg start it once every client holds the
+// fixture (--cpu-profile-updates). The returned func stops the profile
+// and closes its file.
+func profile(cfg *loadgen.Config, opts options) (stop func(), err error) {
+	switch {
+	case opts.updatesProf != "":
+		f, err := os.Create(opts.updatesProf)
+		if err != nil {
+			return nil, fmt.Errorf("--cpu-profile-updates: %w", err)
+		}
+		during := cfg.During
+		cfg.During = func(ctx context.Context) error {
+			if during != nil {
+				if err := during(ctx); err != nil {
+					return err
+				}
+			}
+			if err := pprof.StartCPUProfile(f); err != nil {
+				return fmt.Errorf("--cpu-profile-updates: %w", err)
+			}
+			return nil
+		}
+		return func() { pprof.StopCPUProfile(); f.Close() }, nil
+	case opts.cpuProfile != "":
+		f, err := os.Create(opts.cpuProfile)
+		if err != nil {
+			return nil, fmt.Errorf("--cpu-profile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("--cpu-profile: %w", err)
+		}
+		return func() { pprof.StopCPUProfile(); f.Close() }, nil
+	}
+	return func() {}, nil
+}
+
 // connect opens the etcd client and the store, checking within
 // --dial-timeout that etcd answers.
 func connect(ctx context.Context, opts options) (*clientv3.Client, *store.Store, error) {
@@ -182,8 +194,53 @@ func connect(ctx context.Context, opts options) (*clientv3.Client, *store.Store,
 func parseFlags(args []string) (loadgen.Config, options, error) {
 	cfg := loadgen.DefaultConfig()
 	opts := options{target: "legation", mode: "sotw", output: "text", etcdPrefix: keyspace.DefaultPrefix, scope: store.DefaultScope, dialTimeout: 5 * time.Second}
+	var quiet bool
+	fs := flagSet(&cfg, &opts, &quiet)
+	if err := fs.Parse(args); err != nil {
+		if !errors.Is(err, pflag.ErrHelp) {
+			err = fmt.Errorf("%w (see --help)", err)
+		}
+		return cfg, opts, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, opts, fmt.Errorf("unexpected argument %q (see --help)", fs.Arg(0))
+	}
+	errs := checkTarget(&cfg, &opts)
+	errs = append(errs, checkOptions(&cfg, opts)...)
+	if !quiet {
+		cfg.Progress = os.Stderr
+	}
+	// The target is set by run; Validate checks the rest.
+	cfg.Target = &loadgen.HTTPTarget{}
+	if err := cfg.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	cfg.Target = nil
+	return cfg, opts, errors.Join(errs...)
+}
+
+// flagSet is xds-loadgen's flags, in the order --help lists them, set
+// into cfg, opts and quiet.
+func flagSet(cfg *loadgen.Config, opts *options, quiet *bool) *pflag.FlagSet {
 	fs := pflag.NewFlagSet("xds-loadgen", pflag.ContinueOnError)
 	fs.SortFlags = false
+	addTargetFlags(fs, cfg, opts)
+	addScenarioFlags(fs, cfg)
+	addOutputFlags(fs, cfg, opts, quiet)
+	fs.Usage = func() {
+		fmt.Fprintf(os.Stderr, "Usage: xds-loadgen [flags]\n\n"+
+			"Simulates Envoys on ADS against a Legation replica (or bench/gcp's go-control-plane server),\n"+
+			"writes a fixture and then one endpoint change per update, and reports commit-to-receipt\n"+
+			"latencies, bytes received, stream errors and the server's CPU and RSS.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// addTargetFlags adds the flags of the server under load: where its
+// clients connect, where its metrics are read and where the fixture is
+// written.
+func addTargetFlags(fs *pflag.FlagSet, cfg *loadgen.Config, opts *options) {
 	fs.StringVar(&opts.target, "target", opts.target, "legation (writes to etcd) or gcp (writes to bench/gcp's control endpoint)")
 	fs.StringVar(&opts.mode, "mode", opts.mode, "sotw or delta ADS")
 	fs.StringVar(&cfg.XDSAddr, "xds-addr", "127.0.0.1:18000", "the server's ADS address, or several separated by commas (connection i dials the (i mod n)th)")
@@ -194,6 +251,11 @@ func parseFlags(args []string) (loadgen.Config, options, error) {
 	fs.StringVar(&opts.etcdPrefix, "etcd-prefix", opts.etcdPrefix, "with --target legation: the replica's etcd key prefix")
 	fs.StringVar(&opts.scope, "scope", opts.scope, "with --target legation: the scope the fixture is written in: default (every node sees it) or the clients' group (--node-prefix, with the replica's default --group-by)")
 	opts.etcd.AddFlags(fs)
+}
+
+// addScenarioFlags adds the flags of the scenario: the clients, the
+// fixture, the updates and their bounds.
+func addScenarioFlags(fs *pflag.FlagSet, cfg *loadgen.Config) {
 	fs.IntVar(&cfg.Streams, "streams", cfg.Streams, "simulated Envoys, one ADS stream each")
 	fs.IntVar(&cfg.Conns, "conns", cfg.Conns, "gRPC connections the streams share round robin; 0: one per stream")
 	fs.Float64Var(&cfg.OpenRate, "open-rate", cfg.OpenRate, "streams opened per second at the start; 0: all at once")
@@ -209,28 +271,23 @@ func parseFlags(args []string) (loadgen.Config, options, error) {
 	fs.DurationVar(&cfg.BackoffBase, "backoff-base", cfg.BackoffBase, "first reconnect backoff, doubled at each failure (full jitter)")
 	fs.DurationVar(&cfg.BackoffMax, "backoff-max", cfg.BackoffMax, "largest reconnect backoff")
 	fs.StringVar(&cfg.NodePrefix, "node-prefix", cfg.NodePrefix, "the clients' node cluster, and the prefix of their node ids")
+}
+
+// addOutputFlags adds the flags of what the tool writes (the result, the
+// progress lines, a recording, its own profiles), with --resume among
+// them where --help has always listed it.
+func addOutputFlags(fs *pflag.FlagSet, cfg *loadgen.Config, opts *options, quiet *bool) {
 	fs.StringVarP(&opts.output, "output", "o", opts.output, "text or json (on stdout; the progress lines go to stderr)")
-	quiet := fs.Bool("quiet", false, "no progress lines")
+	fs.BoolVar(quiet, "quiet", false, "no progress lines")
 	fs.BoolVar(&cfg.Resume, "resume", false, "reconnecting clients present what they hold (SotW version_info, delta initial_resource_versions) and ask for it at once, as Envoy does; default: a new stream starts afresh")
 	fs.StringVar(&opts.record, "record", "", "write every response the clients receive, and each stream's start and end, to this file as JSON Lines (the chaos checker's input)")
 	fs.StringVar(&opts.cpuProfile, "cpu-profile", "", "write the load tool's own CPU profile (go tool pprof) of the whole run to this file")
 	fs.StringVar(&opts.updatesProf, "cpu-profile-updates", "", "write the load tool's own CPU profile of the updates only (from when every client holds the fixture) to this file")
-	fs.Usage = func() {
-		fmt.Fprintf(os.Stderr, "Usage: xds-loadgen [flags]\n\n"+
-			"Simulates Envoys on ADS against a Legation replica (or bench/gcp's go-control-plane server),\n"+
-			"writes a fixture and then one endpoint change per update, and reports commit-to-receipt\n"+
-			"latencies, bytes received, stream errors and the server's CPU and RSS.\n\nFlags:\n")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if !errors.Is(err, pflag.ErrHelp) {
-			err = fmt.Errorf("%w (see --help)", err)
-		}
-		return cfg, opts, err
-	}
-	if fs.NArg() > 0 {
-		return cfg, opts, fmt.Errorf("unexpected argument %q (see --help)", fs.Arg(0))
-	}
+}
+
+// checkTarget checks the flags of the --target chosen, and sets the
+// result's target name.
+func checkTarget(cfg *loadgen.Config, opts *options) []error {
 	var errs []error
 	switch opts.target {
 	case "legation":
@@ -256,6 +313,12 @@ func parseFlags(args []string) (loadgen.Config, options, error) {
 	default:
 		errs = append(errs, fmt.Errorf("--target %q: must be legation or gcp", opts.target))
 	}
+	return errs
+}
+
+// checkOptions checks --mode, -o and the profiles, and sets cfg.Delta.
+func checkOptions(cfg *loadgen.Config, opts options) []error {
+	var errs []error
 	switch opts.mode {
 	case "sotw":
 	case "delta":
@@ -269,14 +332,5 @@ func parseFlags(args []string) (loadgen.Config, options, error) {
 	if opts.cpuProfile != "" && opts.updatesProf != "" {
 		errs = append(errs, errors.New("--cpu-profile and --cpu-profile-updates: give one (a process has one CPU profile at a time)"))
 	}
-	if !*quiet {
-		cfg.Progress = os.Stderr
-	}
-	// The target is set by run; Validate checks the rest.
-	cfg.Target = &loadgen.HTTPTarget{}
-	if err := cfg.Validate(); err != nil {
-		errs = append(errs, err)
-	}
-	cfg.Target = nil
-	return cfg, opts, errors.Join(errs...)
+	return errs
 }

@@ -80,26 +80,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return parseCode(err)
 	}
-	cl := localcluster.NewClient(*dir)
-	fail := func(err error) int {
-		if errors.Is(err, localcluster.ErrNotRunning) {
-			fmt.Fprintf(stderr, "local: no cluster runs in %s (nothing answers on %s): run up first\n", *dir, localcluster.ControlSocket(*dir))
-		} else {
-			fmt.Fprintf(stderr, "local: %s: %v\n", cmd, err)
-		}
-		return 1
-	}
+	return control(ctx, cmd, *dir, names, stdout, stderr)
+}
+
+// controller runs a command on the cluster a running up owns, through
+// its control socket.
+type controller struct {
+	cl             *localcluster.Client
+	cmd, dir       string
+	stdout, stderr io.Writer
+}
+
+// control runs cmd, a command other than up, with names its arguments,
+// and returns its exit code.
+func control(ctx context.Context, cmd, dir string, names []string, stdout, stderr io.Writer) int {
+	c := &controller{cl: localcluster.NewClient(dir), cmd: cmd, dir: dir, stdout: stdout, stderr: stderr}
 	switch cmd {
 	case "kill", "stop", "start", "freeze", "thaw":
-		if len(names) != 1 {
-			fmt.Fprintf(stderr, "local: %s takes one process name (etcd-I, replica-I or haproxy)\n", cmd)
-			return 2
-		}
-		if err := cl.Do(ctx, cmd, names[0]); err != nil {
-			return fail(err)
-		}
-		fmt.Fprintf(stdout, "%s: %s done\n", names[0], cmd)
-		return 0
+		return c.process(ctx, names)
 	}
 	if len(names) > 0 {
 		fmt.Fprintf(stderr, "local: %s takes no argument, got %q\n", cmd, names)
@@ -107,33 +105,62 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	switch cmd {
 	case "down":
-		err := cl.Down(ctx)
-		if errors.Is(err, localcluster.ErrNotRunning) {
-			fmt.Fprintf(stdout, "down: no cluster runs in %s: nothing to stop\n", *dir)
-			return 0
-		}
-		if err != nil {
-			return fail(err)
-		}
-		fmt.Fprintf(stdout, "down: everything stopped; logs and data stay in %s\n", *dir)
-		return 0
+		return c.down(ctx)
 	case "status":
-		st, err := cl.Status(ctx)
+		st, err := c.cl.Status(ctx)
 		if err != nil {
-			return fail(err)
+			return c.fail(err)
 		}
 		return printStatus(stdout, st)
 	case "add-replica":
-		r, err := cl.AddReplica(ctx)
+		r, err := c.cl.AddReplica(ctx)
 		if err != nil {
-			return fail(err)
+			return c.fail(err)
 		}
 		fmt.Fprintf(stdout, "added %s: xDS on %s, HTTP on %s\n", r.Name, r.XDSAddr, r.HTTPAddr)
 		return 0
 	}
 	fmt.Fprintf(stderr, "local: unknown command %q\n", cmd)
-	fmt.Fprintf(stderr, usage, defDir)
+	fmt.Fprintf(stderr, usage, localcluster.DefaultConfig().Dir)
 	return 2
+}
+
+// fail reports err and returns the exit code of a failed command.
+func (c *controller) fail(err error) int {
+	if errors.Is(err, localcluster.ErrNotRunning) {
+		fmt.Fprintf(c.stderr, "local: no cluster runs in %s (nothing answers on %s): run up first\n", c.dir, localcluster.ControlSocket(c.dir))
+	} else {
+		fmt.Fprintf(c.stderr, "local: %s: %v\n", c.cmd, err)
+	}
+	return 1
+}
+
+// process runs a command on one process: kill, stop, start, freeze or
+// thaw NAME.
+func (c *controller) process(ctx context.Context, names []string) int {
+	if len(names) != 1 {
+		fmt.Fprintf(c.stderr, "local: %s takes one process name (etcd-I, replica-I or haproxy)\n", c.cmd)
+		return 2
+	}
+	if err := c.cl.Do(ctx, c.cmd, names[0]); err != nil {
+		return c.fail(err)
+	}
+	fmt.Fprintf(c.stdout, "%s: %s done\n", names[0], c.cmd)
+	return 0
+}
+
+// down stops the cluster; no cluster running is not an error.
+func (c *controller) down(ctx context.Context) int {
+	err := c.cl.Down(ctx)
+	if errors.Is(err, localcluster.ErrNotRunning) {
+		fmt.Fprintf(c.stdout, "down: no cluster runs in %s: nothing to stop\n", c.dir)
+		return 0
+	}
+	if err != nil {
+		return c.fail(err)
+	}
+	fmt.Fprintf(c.stdout, "down: everything stopped; logs and data stay in %s\n", c.dir)
+	return 0
 }
 
 // parse parses flags wherever they are among args (`kill replica-2 -dir
@@ -163,18 +190,7 @@ func parseCode(err error) int {
 // up runs the cluster in the foreground until a signal or down.
 func up(ctx context.Context, fs *flag.FlagSet, dir *string, args []string, stdout, stderr io.Writer) int {
 	cfg := localcluster.DefaultConfig()
-	fs.StringVar(&cfg.Net, "net", cfg.Net, "the 127.0.N. prefix of every address, with its trailing dot")
-	fs.IntVar(&cfg.EtcdMembers, "etcd", cfg.EtcdMembers, "etcd members, 1 to 10")
-	fs.IntVar(&cfg.Replicas, "replicas", cfg.Replicas, "replicas, 1 to 200")
-	noLB := fs.Bool("no-haproxy", false, "no HAProxy: clients dial the replicas")
-	fs.BoolVar(&cfg.Secure, "secure", false, "TLS everywhere: etcd with client certificates and least-privilege roles, replicas with mTLS and a gossip key, "+
-		"certificates in DIR/pki (the env file names the admin's and a client's)")
-	bin := fs.String("bin", "", "directory of the etcd and xds-node binaries, used as they are (missing ones are built there); empty: build both into DIR/bin now")
-	fs.StringVar(&cfg.HAProxyBin, "haproxy", "", "the haproxy binary; empty: haproxy on PATH, else /usr/sbin/haproxy")
-	fs.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "how long to wait for a process to come up or go")
-	fs.DurationVar(&cfg.Grace, "grace", cfg.Grace, "how long a stopped process may take before SIGKILL")
-	etcdFlags := fs.String("etcd-flags", "", "extra etcd flags, split on spaces")
-	xdsFlags := fs.String("xds-node-flags", "", "extra xds-node flags, split on spaces (e.g. \"--log-level debug\")")
+	uf := addUpFlags(fs, &cfg)
 	if rest, err := parse(fs, args); err != nil {
 		return parseCode(err)
 	} else if len(rest) > 0 {
@@ -186,33 +202,8 @@ func up(ctx context.Context, fs *flag.FlagSet, dir *string, args []string, stdou
 		fmt.Fprintf(stderr, "local: up: %v\n", err)
 		return 1
 	}
-	d, err := filepath.Abs(*dir)
-	if err != nil {
+	if err := prepare(ctx, fs, &cfg, uf, *dir, logger); err != nil {
 		return fail(err)
-	}
-	cfg.Dir = d
-	cfg.HAProxy = !*noLB
-	cfg.EtcdFlags = strings.Fields(*etcdFlags)
-	cfg.XDSNodeFlags = strings.Fields(*xdsFlags)
-	cfg.Logger = logger
-	if err := fromSaved(fs, &cfg); err != nil {
-		return fail(err)
-	}
-	needBuild, err := binaries(&cfg, *bin)
-	if err != nil {
-		return fail(err)
-	}
-	if err := cfg.Validate(); err != nil {
-		return fail(err)
-	}
-	cl := localcluster.NewClient(cfg.Dir)
-	if _, err := cl.Status(ctx); !errors.Is(err, localcluster.ErrNotRunning) {
-		return fail(fmt.Errorf("a cluster already runs in %s: run down first, or give another -dir and -net", cfg.Dir))
-	}
-	if needBuild {
-		if err := build(ctx, cfg, logger); err != nil {
-			return fail(err)
-		}
 	}
 	c, err := localcluster.New(cfg)
 	if err != nil {
@@ -233,14 +224,7 @@ func up(ctx context.Context, fs *flag.FlagSet, dir *string, args []string, stdou
 		srv.Serve(ln) //nolint:errcheck // returns once Shutdown is called
 	}()
 
-	code := 0
-	if err := c.Up(ctx); err != nil && ctx.Err() == nil {
-		fmt.Fprintf(stderr, "local: up: %v\n", err)
-		code = 1
-	} else if err == nil {
-		printUp(stdout, c.Status())
-		<-ctx.Done()
-	}
+	code := runUp(ctx, c, stdout, stderr)
 	// Stopping: a second Ctrl-C or SIGTERM skips the grace periods.
 	stop()
 	fmt.Fprintln(stderr, "local: stopping everything (again to SIGKILL at once)")
@@ -257,6 +241,77 @@ func up(ctx context.Context, fs *flag.FlagSet, dir *string, args []string, stdou
 	<-served
 	fmt.Fprintf(stdout, "down: everything stopped; logs and data stay in %s\n", cfg.Dir)
 	return code
+}
+
+// upFlags are up's flags that are not fields of localcluster.Config.
+type upFlags struct {
+	noLB                *bool
+	bin                 *string
+	etcdFlags, xdsFlags *string
+}
+
+// addUpFlags adds up's flags to fs, setting cfg's fields.
+func addUpFlags(fs *flag.FlagSet, cfg *localcluster.Config) upFlags {
+	var uf upFlags
+	fs.StringVar(&cfg.Net, "net", cfg.Net, "the 127.0.N. prefix of every address, with its trailing dot")
+	fs.IntVar(&cfg.EtcdMembers, "etcd", cfg.EtcdMembers, "etcd members, 1 to 10")
+	fs.IntVar(&cfg.Replicas, "replicas", cfg.Replicas, "replicas, 1 to 200")
+	uf.noLB = fs.Bool("no-haproxy", false, "no HAProxy: clients dial the replicas")
+	fs.BoolVar(&cfg.Secure, "secure", false, "TLS everywhere: etcd with client certificates and least-privilege roles, replicas with mTLS and a gossip key, "+
+		"certificates in DIR/pki (the env file names the admin's and a client's)")
+	uf.bin = fs.String("bin", "", "directory of the etcd and xds-node binaries, used as they are (missing ones are built there); empty: build both into DIR/bin now")
+	fs.StringVar(&cfg.HAProxyBin, "haproxy", "", "the haproxy binary; empty: haproxy on PATH, else /usr/sbin/haproxy")
+	fs.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "how long to wait for a process to come up or go")
+	fs.DurationVar(&cfg.Grace, "grace", cfg.Grace, "how long a stopped process may take before SIGKILL")
+	uf.etcdFlags = fs.String("etcd-flags", "", "extra etcd flags, split on spaces")
+	uf.xdsFlags = fs.String("xds-node-flags", "", "extra xds-node flags, split on spaces (e.g. \"--log-level debug\")")
+	return uf
+}
+
+// prepare completes cfg from the parsed flags and what an earlier up
+// saved in dir, checks it and that no cluster runs there yet, and builds
+// the binaries when needed.
+func prepare(ctx context.Context, fs *flag.FlagSet, cfg *localcluster.Config, uf upFlags, dir string, logger *slog.Logger) error {
+	d, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	cfg.Dir = d
+	cfg.HAProxy = !*uf.noLB
+	cfg.EtcdFlags = strings.Fields(*uf.etcdFlags)
+	cfg.XDSNodeFlags = strings.Fields(*uf.xdsFlags)
+	cfg.Logger = logger
+	if err := fromSaved(fs, cfg); err != nil {
+		return err
+	}
+	needBuild, err := binaries(cfg, *uf.bin)
+	if err != nil {
+		return err
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	cl := localcluster.NewClient(cfg.Dir)
+	if _, err := cl.Status(ctx); !errors.Is(err, localcluster.ErrNotRunning) {
+		return fmt.Errorf("a cluster already runs in %s: run down first, or give another -dir and -net", cfg.Dir)
+	}
+	if needBuild {
+		return build(ctx, *cfg, logger)
+	}
+	return nil
+}
+
+// runUp starts the cluster and, once it is up, waits for ctx to end
+// (a signal or down); it returns 1 if the cluster did not come up.
+func runUp(ctx context.Context, c *localcluster.Cluster, stdout, stderr io.Writer) int {
+	if err := c.Up(ctx); err != nil && ctx.Err() == nil {
+		fmt.Fprintf(stderr, "local: up: %v\n", err)
+		return 1
+	} else if err == nil {
+		printUp(stdout, c.Status())
+		<-ctx.Done()
+	}
+	return 0
 }
 
 // fromSaved takes Net, EtcdMembers, Replicas and Secure from DIR/env,

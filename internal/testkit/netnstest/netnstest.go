@@ -256,12 +256,21 @@ func create(ip string) (ns *NS, retry bool, err error) {
 	if ns.prefix, err = freePrefix(ip, start); err != nil {
 		return ns, false, err
 	}
+	retry, err = ns.link(ip)
+	return ns, retry, err
+}
+
+// link connects the namespace to the host: a veth pair with the two
+// addresses of ns.prefix, both ends up, and the namespace's loopback up.
+// It then checks that no other process took the /30 meanwhile; retry
+// says whether another attempt may succeed.
+func (ns *NS) link(ip string) (retry bool, err error) {
 	ns.host = ns.prefix.Addr().Next()
 	ns.peer = ns.host.Next()
 	hostCIDR := netip.PrefixFrom(ns.host, 30).String()
 	peerCIDR := netip.PrefixFrom(ns.peer, 30).String()
 	if out, err := runIP(ip, "link", "add", ns.hostLink, "type", "veth", "peer", "name", ns.peerLink, "netns", ns.name); err != nil {
-		return ns, exists(out), err
+		return exists(out), err
 	}
 	for _, args := range [][]string{
 		{"addr", "add", hostCIDR, "dev", ns.hostLink},
@@ -271,19 +280,19 @@ func create(ip string) (ns *NS, retry bool, err error) {
 		{"-n", ns.name, "link", "set", "lo", "up"},
 	} {
 		if _, err := runIP(ip, args...); err != nil {
-			return ns, false, err
+			return false, err
 		}
 	}
 	// freePrefix saw the /30 free, but another process may have taken
 	// it since: look again now that ours is there.
 	use, err := prefixUse(ip, ns.prefix, ns.hostLink)
 	if err != nil {
-		return ns, false, err
+		return false, err
 	}
 	if use != "" {
-		return ns, true, fmt.Errorf("netnstest: %s was taken while %s was set up: %s", ns.prefix, ns.name, use)
+		return true, fmt.Errorf("netnstest: %s was taken while %s was set up: %s", ns.prefix, ns.name, use)
 	}
-	return ns, false, nil
+	return false, nil
 }
 
 // remove deletes the veth pair and the namespace. The link is deleted

@@ -169,135 +169,183 @@ func RunStuck(tb testing.TB, s StuckServer, size StuckSize, stuck bool) StuckRes
 	tb.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	rev := s.Apply(tb, stuckPuts(tb, 0))
-	if s.Etcd != nil {
-		if _, err := s.Etcd.Compact(ctx, rev, clientv3.WithCompactPhysical()); err != nil {
-			tb.Fatalf("compacting etcd at %d: %v", rev, err)
-		}
-	}
-
-	// The normal clients, each synced and ACKed before the updates.
-	var conns []*grpc.ClientConn
-	defer func() {
-		for _, cc := range conns {
-			cc.Close()
-		}
-	}()
-	cls := make([]*stuckClient, size.Normal)
-	var wg sync.WaitGroup
-	errs := make(chan error, size.Normal)
-	for i := range cls {
-		if i%stuckPerConn == 0 {
-			conns = append(conns, Dial(tb, s.Addr))
-		}
-		c := &stuckClient{}
-		c.st = openStuckStream(tb, ctx, conns[len(conns)-1], s.Delta, fmt.Sprintf("normal-%d", i), "e")
-		cls[i] = c
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := c.run(ctx, s.Delta); err != nil && ctx.Err() == nil {
-				errs <- err
-			}
-		}()
-	}
-	defer wg.Wait()
+	r := &stuckRun{tb: tb, ctx: ctx, s: s, errs: make(chan error, size.Normal)}
+	r.seed()
+	defer r.closeConns()
+	r.startNormal(size.Normal)
+	defer r.wg.Wait()
 	defer cancel()
-	WaitFor(tb, "every normal client synced", func() (bool, string) {
-		n := 0
-		for _, c := range cls {
-			if c.acked() > 0 {
-				n++
-			}
-		}
-		return n == len(cls), fmt.Sprintf("%d of %d", n, len(cls))
-	})
+	r.waitClients("every normal client synced", func(c *stuckClient) bool { return c.acked() > 0 })
 
 	var res StuckResult
-	var stuckSt grpc.ClientStream
-	var blocked time.Time
-	cut := make(chan time.Time, 1)
-	cutsBefore := s.Cuts()
+	var sc *stuckStream
 	if stuck {
-		addr := s.StuckAddr
-		if addr == "" {
-			addr = s.Addr
-		}
-		cc := Dial(tb, addr, grpc.WithInitialWindowSize(stuckWindow), grpc.WithInitialConnWindowSize(stuckWindow))
-		conns = append(conns, cc)
-		blocked = time.Now()
-		stuckSt = openStuckStream(tb, ctx, cc, s.Delta, "stuck", "e", "mid", "big")
-		if s.Delta {
-			// A delta stream has one response per type outstanding
-			// until its ACK: a second type's response is the send
-			// that blocks, at once (as in delta's
-			// TestSendTimeoutStuckClient).
-			if err := stuckSt.SendMsg(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Listener.URL}); err != nil {
-				tb.Fatal(err)
-			}
-		}
-		// Watch for the cut while the updates run.
-		go func() {
-			for ctx.Err() == nil {
-				if s.Cuts() > cutsBefore {
-					cut <- time.Now()
-					return
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
-		}()
+		sc = r.openStuck()
 	}
-
-	runtime.GC()
-	runtime.GC()
-	var before runtime.MemStats
-	runtime.ReadMemStats(&before)
-	res.HeapBefore = before.HeapInuse
-
-	applied := make([]stuckAck, 0, size.Updates)
-	for i := 1; i <= size.Updates; i++ {
-		rev := s.Apply(tb, stuckPuts(tb, i))
-		applied = append(applied, stuckAck{rev, time.Now()})
-		if i == 1 && !s.Delta {
-			// The stuck stream's send of this update blocks; it began
-			// when the view published it, a little before Apply
-			// returned.
-			blocked = applied[0].at
-		}
-		select {
-		case err := <-errs:
-			tb.Fatalf("a normal stream failed: %v", err)
-		default:
-		}
-	}
+	res.HeapBefore = heapInuse()
+	applied := r.updates(size.Updates, sc)
 	last := applied[len(applied)-1].rev
-	WaitFor(tb, "every normal client ACKed the last update", func() (bool, string) {
-		n := 0
-		for _, c := range cls {
-			if c.acked() >= last {
-				n++
-			}
-		}
-		return n == len(cls), fmt.Sprintf("%d of %d", n, len(cls))
-	})
-
+	r.waitClients("every normal client ACKed the last update", func(c *stuckClient) bool { return c.acked() >= last })
 	if stuck {
 		res.FillTime = applied[min(stuckFillUpdates, len(applied))-1].at.Sub(applied[0].at)
 		select {
-		case at := <-cut:
-			res.Cut = at.Sub(blocked)
+		case at := <-sc.cut:
+			res.Cut = at.Sub(sc.blocked)
 		case <-time.After(Timeout):
 			tb.Fatalf("the stuck stream was not cut within %s", Timeout)
 		}
 	}
-	runtime.GC()
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	res.HeapInuse = ms.HeapInuse
+	res.HeapInuse = heapInuse()
+	res.P50, res.P99, res.Max = r.latencies(applied)
+	if stuck {
+		// The stuck client reads at last: what was buffered, then the
+		// status.
+		res.Err = sc.drain(s.Delta)
+		if status.Code(res.Err) != codes.Unavailable || !strings.Contains(res.Err.Error(), "--send-timeout") {
+			tb.Errorf("the stuck stream ended with %v, want UNAVAILABLE naming --send-timeout", res.Err)
+		}
+	}
+	return res
+}
 
-	lat := make([]time.Duration, 0, len(applied)*len(cls))
-	for _, c := range cls {
+// stuckRun is one RunStuck: the server, the normal clients and their
+// connections.
+type stuckRun struct {
+	tb    testing.TB
+	ctx   context.Context
+	s     StuckServer
+	conns []*grpc.ClientConn // the normal clients', then the stuck one's
+	cls   []*stuckClient
+	wg    sync.WaitGroup // the normal clients' goroutines
+	errs  chan error     // a normal stream's failure
+}
+
+// stuckStream is the stuck client's stream: it subscribes and never
+// reads until drained.
+type stuckStream struct {
+	st grpc.ClientStream
+	// blocked is when the server's send to it began to block; cut gets
+	// the time the server cut it.
+	blocked time.Time
+	cut     chan time.Time
+}
+
+// seed writes update 0 and compacts etcd, if any, at its revision.
+func (r *stuckRun) seed() {
+	r.tb.Helper()
+	rev := r.s.Apply(r.tb, stuckPuts(r.tb, 0))
+	if r.s.Etcd != nil {
+		if _, err := r.s.Etcd.Compact(r.ctx, rev, clientv3.WithCompactPhysical()); err != nil {
+			r.tb.Fatalf("compacting etcd at %d: %v", rev, err)
+		}
+	}
+}
+
+func (r *stuckRun) closeConns() {
+	for _, cc := range r.conns {
+		cc.Close()
+	}
+}
+
+// startNormal opens the n normal clients' streams, stuckPerConn to a
+// connection, and runs each on a goroutine of wg.
+func (r *stuckRun) startNormal(n int) {
+	r.tb.Helper()
+	r.cls = make([]*stuckClient, n)
+	for i := range r.cls {
+		if i%stuckPerConn == 0 {
+			r.conns = append(r.conns, Dial(r.tb, r.s.Addr))
+		}
+		c := &stuckClient{}
+		c.st = openStuckStream(r.tb, r.ctx, r.conns[len(r.conns)-1], r.s.Delta, fmt.Sprintf("normal-%d", i), "e")
+		r.cls[i] = c
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			if err := c.run(r.ctx, r.s.Delta); err != nil && r.ctx.Err() == nil {
+				r.errs <- err
+			}
+		}()
+	}
+}
+
+// waitClients waits until every normal client is there (what says it).
+func (r *stuckRun) waitClients(what string, there func(*stuckClient) bool) {
+	r.tb.Helper()
+	WaitFor(r.tb, what, func() (bool, string) {
+		n := 0
+		for _, c := range r.cls {
+			if there(c) {
+				n++
+			}
+		}
+		return n == len(r.cls), fmt.Sprintf("%d of %d", n, len(r.cls))
+	})
+}
+
+// openStuck opens the stuck client's stream, on a connection of its own
+// with small windows, and watches for its cut while the updates run.
+func (r *stuckRun) openStuck() *stuckStream {
+	r.tb.Helper()
+	cutsBefore := r.s.Cuts()
+	addr := r.s.StuckAddr
+	if addr == "" {
+		addr = r.s.Addr
+	}
+	cc := Dial(r.tb, addr, grpc.WithInitialWindowSize(stuckWindow), grpc.WithInitialConnWindowSize(stuckWindow))
+	r.conns = append(r.conns, cc)
+	sc := &stuckStream{blocked: time.Now(), cut: make(chan time.Time, 1)}
+	sc.st = openStuckStream(r.tb, r.ctx, cc, r.s.Delta, "stuck", "e", "mid", "big")
+	if r.s.Delta {
+		// A delta stream has one response per type outstanding
+		// until its ACK: a second type's response is the send
+		// that blocks, at once (as in delta's
+		// TestSendTimeoutStuckClient).
+		if err := sc.st.SendMsg(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resource.Listener.URL}); err != nil {
+			r.tb.Fatal(err)
+		}
+	}
+	go func() {
+		for r.ctx.Err() == nil {
+			if r.s.Cuts() > cutsBefore {
+				sc.cut <- time.Now()
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	return sc
+}
+
+// updates applies updates 1 to n, failing tb if a normal stream failed
+// meanwhile, and returns their revisions and times.
+func (r *stuckRun) updates(n int, sc *stuckStream) []stuckAck {
+	r.tb.Helper()
+	applied := make([]stuckAck, 0, n)
+	for i := 1; i <= n; i++ {
+		rev := r.s.Apply(r.tb, stuckPuts(r.tb, i))
+		applied = append(applied, stuckAck{rev, time.Now()})
+		if i == 1 && !r.s.Delta && sc != nil {
+			// The stuck stream's send of this update blocks; it began
+			// when the view published it, a little before Apply
+			// returned.
+			sc.blocked = applied[0].at
+		}
+		select {
+		case err := <-r.errs:
+			r.tb.Fatalf("a normal stream failed: %v", err)
+		default:
+		}
+	}
+	return applied
+}
+
+// latencies are the median, 99th percentile and largest time from an
+// update's apply to a normal client's ACK of it or of a later one.
+func (r *stuckRun) latencies(applied []stuckAck) (p50, p99, maxLat time.Duration) {
+	r.tb.Helper()
+	lat := make([]time.Duration, 0, len(applied)*len(r.cls))
+	for _, c := range r.cls {
 		c.mu.Lock()
 		acks := slices.Clone(c.acks)
 		c.mu.Unlock()
@@ -307,34 +355,37 @@ func RunStuck(tb testing.TB, s StuckServer, size StuckSize, stuck bool) StuckRes
 				j++
 			}
 			if j == len(acks) {
-				tb.Fatalf("a client never ACKed revision %d", a.rev)
+				r.tb.Fatalf("a client never ACKed revision %d", a.rev)
 			}
 			lat = append(lat, max(0, acks[j].at.Sub(a.at)))
 		}
 	}
 	slices.Sort(lat)
-	res.P50, res.P99, res.Max = lat[len(lat)/2], lat[len(lat)*99/100], lat[len(lat)-1]
+	return lat[len(lat)/2], lat[len(lat)*99/100], lat[len(lat)-1]
+}
 
-	if stuck {
-		// The stuck client reads at last: what was buffered, then the
-		// status.
-		for {
-			var err error
-			if s.Delta {
-				err = stuckSt.RecvMsg(new(discoveryv3.DeltaDiscoveryResponse))
-			} else {
-				err = stuckSt.RecvMsg(new(discoveryv3.DiscoveryResponse))
-			}
-			if err != nil {
-				res.Err = err
-				break
-			}
+// drain reads the stuck stream until it ends, and returns its end.
+func (sc *stuckStream) drain(isDelta bool) error {
+	for {
+		var err error
+		if isDelta {
+			err = sc.st.RecvMsg(new(discoveryv3.DeltaDiscoveryResponse))
+		} else {
+			err = sc.st.RecvMsg(new(discoveryv3.DiscoveryResponse))
 		}
-		if status.Code(res.Err) != codes.Unavailable || !strings.Contains(res.Err.Error(), "--send-timeout") {
-			tb.Errorf("the stuck stream ended with %v, want UNAVAILABLE naming --send-timeout", res.Err)
+		if err != nil {
+			return err
 		}
 	}
-	return res
+}
+
+// heapInuse is the heap in use after two collections.
+func heapInuse() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapInuse
 }
 
 // openStuckStream opens an ADS stream on cc for node id subscribing to

@@ -217,6 +217,25 @@ func (c *checker) add(e *record.Event, kind string, lines []int, versions []stri
 		Lines: lines, Versions: versions, Revisions: revs, Detail: fmt.Sprintf(format, a...)})
 }
 
+// response is a response being checked: its event, its client's and its
+// stream's state, and what the checks derive from it.
+type response struct {
+	e  *record.Event
+	cs *clientState
+	st *streamState
+	v  int64   // the version, a revision
+	me respRef // the response, as the next ones compare with it
+	t  *resource.Type
+	// known: the type is a Legation type (t is set).
+	known bool
+	// fullSotW: a SotW response of a wildcard type, the full set.
+	fullSotW bool
+	// interim: a SotW CDS response the InterimCDS exception allows.
+	interim bool
+}
+
+// event checks one recorded event and keeps what later ones are checked
+// against.
 func (c *checker) event(e *record.Event) {
 	cs := c.client(e.Client)
 	switch e.Kind {
@@ -238,12 +257,40 @@ func (c *checker) event(e *record.Event) {
 		c.add(e, Malformed, []int{e.Line}, []string{e.Version}, nil, "the version is not a revision")
 		return
 	}
-	me := respRef{line: e.Line, version: e.Version, v: v}
 	t, known := resource.ByURL(e.Type)
-	fullSotW := e.Mode == record.ModeSotW && known && t.Wildcard
+	r := &response{e: e, cs: cs, st: st, v: v, me: respRef{line: e.Line, version: e.Version, v: v}, t: t, known: known,
+		fullSotW: e.Mode == record.ModeSotW && known && t.Wildcard}
 
-	// (a) never backwards: on the stream, and across streams when the
-	// client presented what it holds.
+	c.backwards(r)
+
+	// (d) the same (type, version) twice on the stream.
+	st.start(e.Type)
+	n := st.versions[e.Type][v]
+	r.interim = c.interim(r)
+	if e.Mode == record.ModeSotW && n > 0 {
+		c.sotwDuplicate(r, n)
+	}
+	if e.Mode == record.ModeDelta {
+		c.deltaDuplicates(r, n)
+	}
+
+	// (b), (c) the state at the version.
+	if !known {
+		// not a Legation type: nothing to compare with
+	} else if !c.h.Known(v) {
+		c.rep.Unknown++
+	} else {
+		c.content(r)
+	}
+
+	r.keepOnStream()
+	r.keepForClient()
+}
+
+// backwards checks (a), never backwards: on the stream, and across
+// streams when the client presented what it holds.
+func (c *checker) backwards(r *response) {
+	e, st, v := r.e, r.st, r.v
 	if prev, ok := st.last[e.Type]; ok && v < prev.v {
 		c.add(e, VersionBackwards, []int{prev.line, e.Line}, []string{prev.version, e.Version}, nil, "the version went down on the stream")
 	} else if !ok && len(st.presented[e.Type]) > 0 {
@@ -256,108 +303,130 @@ func (c *checker) event(e *record.Event) {
 				c.add(e, VersionBackwards, []int{st.line, e.Line}, []string{strconv.FormatInt(pv, 10), e.Version}, nil,
 					"the version went below the newest resource version the client presented in initial_resource_versions")
 			}
-		} else if prev, ok := cs.max[e.Type]; ok && v < prev.v {
+		} else if prev, ok := r.cs.max[e.Type]; ok && v < prev.v {
 			c.add(e, VersionBackwards, []int{prev.line, e.Line}, []string{prev.version, e.Version}, nil,
 				"the version went down across a reconnect at which the client presented its versions")
 		}
 	}
+}
 
-	// (d) the same (type, version) twice on the stream.
-	if st.versions[e.Type] == nil {
-		st.versions[e.Type] = map[int64]int{}
-		st.names[e.Type] = map[int64]map[string]bool{}
-		st.held[e.Type] = map[string]string{}
-		st.carried[e.Type] = map[string]bool{}
+// start makes the stream's maps of type typ, at its first response of
+// the type.
+func (st *streamState) start(typ string) {
+	if st.versions[typ] == nil {
+		st.versions[typ] = map[int64]int{}
+		st.names[typ] = map[int64]map[string]bool{}
+		st.held[typ] = map[string]string{}
+		st.carried[typ] = map[string]bool{}
 	}
-	n := st.versions[e.Type][v]
-	interim := false
-	if c.opts.InterimCDS && e.Mode == record.ModeSotW && known && t == resource.Cluster {
-		prev, ok := st.last[e.Type]
-		interim = ((ok && prev.v == v) || (!ok && st.presented[e.Type][""] == e.Version)) &&
-			c.removesLater(e, cs.group, v)
-	}
-	if e.Mode == record.ModeSotW && n > 0 {
-		prev := st.last[e.Type]
-		switch {
-		case interim:
-		case c.opts.SotWNewNames && known && !t.Wildcard && hasNew(e.Resources, st.names[e.Type][v]):
-		default:
-			c.add(e, Duplicate, []int{prev.line, e.Line}, []string{prev.version, e.Version}, nil,
-				"the stream received this type at this version %d times", n+1)
-		}
-	}
-	if e.Mode == record.ModeDelta {
-		var dup []string
-		for _, r := range e.Resources {
-			if hv, ok := st.held[e.Type][r.Name]; ok && hv == r.Version {
-				dup = append(dup, r.Name+"@"+r.Version)
-			}
-		}
-		prev := st.last[e.Type]
-		if len(dup) > 0 {
-			c.add(e, Duplicate, []int{prev.line, e.Line}, []string{prev.version, e.Version}, nil,
-				"resources sent again at the version the stream holds: %s", strings.Join(dup, ", "))
-		} else if n > 0 && len(e.Resources) == 0 && len(e.Removed) == 0 {
-			c.add(e, Duplicate, []int{prev.line, e.Line}, []string{prev.version, e.Version}, nil, "an empty response at a version already sent")
-		}
-		// (e) what the client presented is not resent.
-		var resent []string
-		for _, r := range e.Resources {
-			if pv, ok := st.presented[e.Type][r.Name]; ok && pv == r.Version && !st.carried[e.Type][r.Name] {
-				resent = append(resent, r.Name+"@"+r.Version)
-			}
-		}
-		if len(resent) > 0 {
-			c.add(e, Resent, []int{e.Line}, []string{e.Version}, nil,
-				"resources sent at the version the client presented in initial_resource_versions: %s", strings.Join(resent, ", "))
-		}
-	}
+}
 
-	// (b), (c) the state at the version.
-	if !known {
-		// not a Legation type: nothing to compare with
-	} else if !c.h.Known(v) {
-		c.rep.Unknown++
-	} else {
-		c.content(e, cs, v, t, fullSotW, interim)
+// interim reports whether r is a SotW CDS response the InterimCDS
+// exception allows: at the stream's last CDS version (or, first on the
+// stream, the version the client presented), carrying a cluster deleted
+// later.
+func (c *checker) interim(r *response) bool {
+	e, st := r.e, r.st
+	if !c.opts.InterimCDS || e.Mode != record.ModeSotW || !r.known || r.t != resource.Cluster {
+		return false
 	}
+	prev, ok := st.last[e.Type]
+	return ((ok && prev.v == r.v) || (!ok && st.presented[e.Type][""] == e.Version)) &&
+		c.removesLater(e, r.cs.group, r.v)
+}
 
-	// Bookkeeping.
+// sotwDuplicate checks (d) for a SotW response at a version the stream
+// received n times already: a duplicate unless an exception allows it.
+func (c *checker) sotwDuplicate(r *response, n int) {
+	e := r.e
+	prev := r.st.last[e.Type]
+	switch {
+	case r.interim:
+	case c.opts.SotWNewNames && r.known && !r.t.Wildcard && hasNew(e.Resources, r.st.names[e.Type][r.v]):
+	default:
+		c.add(e, Duplicate, []int{prev.line, e.Line}, []string{prev.version, e.Version}, nil,
+			"the stream received this type at this version %d times", n+1)
+	}
+}
+
+// deltaDuplicates checks (d) and (e) for a delta response, the stream
+// having received n at its version already: no resource sent again at
+// the version the stream holds, no empty response at a version already
+// sent, and nothing the client presented resent.
+func (c *checker) deltaDuplicates(r *response, n int) {
+	e, st := r.e, r.st
+	var dup []string
+	for _, res := range e.Resources {
+		if hv, ok := st.held[e.Type][res.Name]; ok && hv == res.Version {
+			dup = append(dup, res.Name+"@"+res.Version)
+		}
+	}
+	prev := st.last[e.Type]
+	if len(dup) > 0 {
+		c.add(e, Duplicate, []int{prev.line, e.Line}, []string{prev.version, e.Version}, nil,
+			"resources sent again at the version the stream holds: %s", strings.Join(dup, ", "))
+	} else if n > 0 && len(e.Resources) == 0 && len(e.Removed) == 0 {
+		c.add(e, Duplicate, []int{prev.line, e.Line}, []string{prev.version, e.Version}, nil, "an empty response at a version already sent")
+	}
+	// (e) what the client presented is not resent.
+	var resent []string
+	for _, res := range e.Resources {
+		if pv, ok := st.presented[e.Type][res.Name]; ok && pv == res.Version && !st.carried[e.Type][res.Name] {
+			resent = append(resent, res.Name+"@"+res.Version)
+		}
+	}
+	if len(resent) > 0 {
+		c.add(e, Resent, []int{e.Line}, []string{e.Version}, nil,
+			"resources sent at the version the client presented in initial_resource_versions: %s", strings.Join(resent, ", "))
+	}
+}
+
+// keepOnStream records r in its stream's state: the versions and names
+// received, what a delta stream holds, and the highest version the
+// client received.
+func (r *response) keepOnStream() {
+	e, st, v := r.e, r.st, r.v
 	st.versions[e.Type][v]++
 	if st.names[e.Type][v] == nil {
 		st.names[e.Type][v] = map[string]bool{}
 	}
-	for _, r := range e.Resources {
-		st.names[e.Type][v][r.Name] = true
-		st.held[e.Type][r.Name] = r.Version
-		st.carried[e.Type][r.Name] = true
+	for _, res := range e.Resources {
+		st.names[e.Type][v][res.Name] = true
+		st.held[e.Type][res.Name] = res.Version
+		st.carried[e.Type][res.Name] = true
 	}
 	for _, name := range e.Removed {
 		delete(st.held[e.Type], name)
 	}
-	if prev, ok := cs.max[e.Type]; !ok || v > prev.v {
-		cs.max[e.Type] = me
+	if prev, ok := r.cs.max[e.Type]; !ok || v > prev.v {
+		r.cs.max[e.Type] = r.me
 	}
-	// What the client holds, for convergence. A stream that presented
-	// nothing for the type starts over with its first response.
-	if (!st.seen[e.Type] && len(st.presented[e.Type]) == 0) || cs.held[e.Type] == nil || fullSotW {
+}
+
+// keepForClient records what the client holds after r, for convergence,
+// and r as the last response of its type on the client and the stream.
+func (r *response) keepForClient() {
+	e, cs, st := r.e, r.cs, r.st
+	// A stream that presented nothing for the type starts over with its
+	// first response.
+	if (!st.seen[e.Type] && len(st.presented[e.Type]) == 0) || cs.held[e.Type] == nil || r.fullSotW {
 		cs.held[e.Type] = map[string]held{}
 	}
-	cs.full[e.Type] = known && t.Wildcard
-	for _, r := range e.Resources {
-		hv := held{ver: v, sotw: true}
+	cs.full[e.Type] = r.known && r.t.Wildcard
+	for _, res := range e.Resources {
+		hv := held{ver: r.v, sotw: true}
 		if e.Mode == record.ModeDelta {
-			rv, _ := strconv.ParseInt(r.Version, 10, 64)
+			rv, _ := strconv.ParseInt(res.Version, 10, 64)
 			hv = held{ver: rv}
 		}
-		cs.held[e.Type][r.Name] = hv
+		cs.held[e.Type][res.Name] = hv
 	}
 	for _, name := range e.Removed {
 		delete(cs.held[e.Type], name)
 	}
 	cs.last[e.Type] = *e
 	st.seen[e.Type] = true
-	st.last[e.Type] = me
+	st.last[e.Type] = r.me
 }
 
 // removesLater reports whether a response carries a resource that a
@@ -387,74 +456,6 @@ func hasNew(rs []record.Resource, sent map[string]bool) bool {
 		}
 	}
 	return false
-}
-
-// content checks a response at a known revision v against the state at v.
-func (c *checker) content(e *record.Event, cs *clientState, v int64, t *resource.Type, fullSotW, interim bool) {
-	bad := func(kind string, revs []int64, format string, a ...any) {
-		c.add(e, kind, []int{e.Line}, []string{e.Version}, append([]int64{v}, revs...), format, a...)
-	}
-	if fullSotW {
-		want := c.h.Set(e.Type, cs.group, v)
-		got := map[string]bool{}
-		var extra, resurrected []string
-		var deletedAt []int64
-		var other []string
-		for _, r := range e.Resources {
-			got[r.Name] = true
-			if _, ok := want[r.Name]; ok {
-				if hv, _ := c.h.visible(e.Type, cs.group, r.Name, v); r.Hash != "" && !interim && r.Hash != hv.hash {
-					other = append(other, r.Name)
-				}
-				continue
-			}
-			if interim && c.h.existedAfter(e.Type, cs.group, r.Name, v, c.h.Last) {
-				continue
-			}
-			if _, d := c.h.Visible(e.Type, cs.group, r.Name, v); d != 0 {
-				resurrected = append(resurrected, r.Name)
-				deletedAt = append(deletedAt, d)
-			} else {
-				extra = append(extra, r.Name)
-			}
-		}
-		var missing []string
-		for _, name := range slices.Sorted(maps.Keys(want)) {
-			if !got[name] {
-				missing = append(missing, name)
-			}
-		}
-		if len(resurrected) > 0 {
-			bad(Resurrected, deletedAt, "carries %s, deleted before revision %d", strings.Join(resurrected, ", "), v)
-		}
-		if len(other) > 0 {
-			bad(HalfApply, nil, "carries %s with other bytes than at revision %d", strings.Join(other, ", "), v)
-		}
-		if len(extra) > 0 || len(missing) > 0 {
-			bad(HalfApply, nil, "the set differs from the state at revision %d: extra [%s], missing [%s]",
-				v, strings.Join(extra, " "), strings.Join(missing, " "))
-		}
-		return
-	}
-	for _, r := range e.Resources {
-		hv, d := c.h.visible(e.Type, cs.group, r.Name, v)
-		mod := hv.mod
-		switch {
-		case r.Hash != "" && hv.hash != "" && r.Hash != hv.hash:
-			bad(HalfApply, []int64{mod}, "carries %s with other bytes than at revision %d (mod revision %d)", r.Name, v, mod)
-		case mod == 0 && d != 0:
-			bad(Resurrected, []int64{d}, "carries %s, deleted at revision %d and not created again by %d", r.Name, d, v)
-		case mod == 0:
-			bad(HalfApply, nil, "carries %s, which does not exist at revision %d", r.Name, v)
-		case e.Mode == record.ModeDelta && r.Version != strconv.FormatInt(mod, 10):
-			bad(HalfApply, []int64{mod}, "carries %s at version %s; at revision %d it is at %d", r.Name, r.Version, v, mod)
-		}
-	}
-	for _, name := range e.Removed {
-		if mod, _ := c.h.Visible(e.Type, cs.group, name, v); mod != 0 {
-			bad(HalfApply, []int64{mod}, "removes %s, which exists at revision %d (mod revision %d)", name, v, mod)
-		}
-	}
 }
 
 // converged checks every client's final state of each type against

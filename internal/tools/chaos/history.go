@@ -96,6 +96,8 @@ func (h *HistoryRecorder) Run(ctx context.Context) error {
 	return err
 }
 
+// run writes the state at the start, then watches on, from the state
+// at the current revision again after each compaction, until ctx ends.
 func (h *HistoryRecorder) run(ctx context.Context, enc *json.Encoder, bw *bufio.Writer) error {
 	rev, err := h.state(ctx, enc, HistoryRecord{Kind: HistHeader, Prefix: h.prefix})
 	if err != nil {
@@ -109,56 +111,11 @@ func (h *HistoryRecorder) run(ctx context.Context, enc *json.Encoder, bw *bufio.
 		if h.beforeWatch != nil {
 			h.beforeWatch(rev)
 		}
-		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-		wch := h.cli.Watch(wctx, h.prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1), clientv3.WithProgressNotify())
-		// Progress requests make etcd tell the watch its revision, so the
-		// history reaches revisions written outside the resources.
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			t := time.NewTicker(progressEvery)
-			defer t.Stop()
-			for {
-				select {
-				case <-wctx.Done():
-					return
-				case <-t.C:
-					_ = h.cli.RequestProgress(wctx) // best effort: the next tick asks again
-				}
-			}
-		}()
-		compacted := int64(0)
-		for wr := range wch {
-			if wr.CompactRevision != 0 {
-				compacted = wr.CompactRevision
-				break
-			}
-			if err := wr.Err(); err != nil {
-				continue // the client retries; a fatal error closes wch
-			}
-			for _, e := range wr.Events {
-				r := HistoryRecord{Kind: HistPut, Rev: e.Kv.ModRevision, Key: string(e.Kv.Key), Value: e.Kv.Value, Mod: e.Kv.ModRevision}
-				if e.Type == clientv3.EventTypeDelete {
-					r = HistoryRecord{Kind: HistDelete, Rev: e.Kv.ModRevision, Key: string(e.Kv.Key)}
-				}
-				if err := enc.Encode(&r); err != nil {
-					cancel()
-					<-done
-					return fmt.Errorf("chaos: history: %w", err)
-				}
-			}
-			if wr.Header.Revision > rev {
-				rev = wr.Header.Revision
-				if err := enc.Encode(&HistoryRecord{Kind: HistProgress, Rev: rev}); err != nil {
-					cancel()
-					<-done
-					return fmt.Errorf("chaos: history: %w", err)
-				}
-				h.last.Store(rev)
-			}
+		var compacted int64
+		rev, compacted, err = h.watch(ctx, enc, rev)
+		if err != nil {
+			return err
 		}
-		cancel()
-		<-done
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -171,6 +128,62 @@ func (h *HistoryRecorder) run(ctx context.Context, enc *json.Encoder, bw *bufio.
 			return err
 		}
 	}
+}
+
+// watch writes the changes after rev until the watch ends, and returns
+// the last revision written and, if the watch ended on a compaction, the
+// compaction's revision.
+func (h *HistoryRecorder) watch(ctx context.Context, enc *json.Encoder, rev int64) (last, compacted int64, err error) {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	wch := h.cli.Watch(wctx, h.prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1), clientv3.WithProgressNotify())
+	done := h.requestProgress(wctx)
+	defer func() { cancel(); <-done }()
+	for wr := range wch {
+		if wr.CompactRevision != 0 {
+			return rev, wr.CompactRevision, nil
+		}
+		if err := wr.Err(); err != nil {
+			continue // the client retries; a fatal error closes wch
+		}
+		for _, e := range wr.Events {
+			r := HistoryRecord{Kind: HistPut, Rev: e.Kv.ModRevision, Key: string(e.Kv.Key), Value: e.Kv.Value, Mod: e.Kv.ModRevision}
+			if e.Type == clientv3.EventTypeDelete {
+				r = HistoryRecord{Kind: HistDelete, Rev: e.Kv.ModRevision, Key: string(e.Kv.Key)}
+			}
+			if err := enc.Encode(&r); err != nil {
+				return rev, 0, fmt.Errorf("chaos: history: %w", err)
+			}
+		}
+		if wr.Header.Revision > rev {
+			rev = wr.Header.Revision
+			if err := enc.Encode(&HistoryRecord{Kind: HistProgress, Rev: rev}); err != nil {
+				return rev, 0, fmt.Errorf("chaos: history: %w", err)
+			}
+			h.last.Store(rev)
+		}
+	}
+	return rev, 0, nil
+}
+
+// requestProgress asks etcd every progressEvery, until wctx ends, to tell
+// the watch its revision, so that the history reaches revisions written
+// outside the resources. The returned channel is closed once it stopped.
+func (h *HistoryRecorder) requestProgress(wctx context.Context) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(progressEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-wctx.Done():
+				return
+			case <-t.C:
+				_ = h.cli.RequestProgress(wctx) // best effort: the next tick asks again
+			}
+		}
+	}()
+	return done
 }
 
 // state writes head (at the current revision) and every key present at
@@ -228,24 +241,10 @@ type History struct {
 
 // ReadHistory reads a history file; errors name the line.
 func ReadHistory(r io.Reader) (*History, error) {
-	h := &History{keys: map[rkey][]ver{}, byType: map[string][]rkey{}}
+	hr := &historyReader{h: &History{keys: map[rkey][]ver{}, byType: map[string][]rkey{}}}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), 64<<20)
 	line := 0
-	prefix := ""
-	var gapState map[rkey]bool // keys written as state after a gap
-	gapRev := int64(0)
-	endGap := func() {
-		if gapState == nil {
-			return
-		}
-		for k, vs := range h.keys { // keys absent after the gap were deleted in it
-			if !gapState[k] && !vs[len(vs)-1].deleted {
-				h.keys[k] = append(vs, ver{rev: gapRev, deleted: true})
-			}
-		}
-		gapState = nil
-	}
 	for sc.Scan() {
 		line++
 		if len(sc.Bytes()) == 0 {
@@ -259,46 +258,12 @@ func ReadHistory(r io.Reader) (*History, error) {
 			if rec.Kind != HistHeader || rec.Prefix == "" {
 				return nil, fmt.Errorf("chaos: history line 1: want a header with the prefix")
 			}
-			prefix, h.Start, h.Last = rec.Prefix, rec.Rev, rec.Rev
+			hr.prefix, hr.h.Start, hr.h.Last = rec.Prefix, rec.Rev, rec.Rev
 			continue
 		}
-		if rec.Rev < h.Last && rec.Kind != HistState {
-			return nil, fmt.Errorf("chaos: history line %d: revision %d before %d", line, rec.Rev, h.Last)
-		}
-		if rec.Kind != HistState {
-			endGap()
-		}
-		h.Last = max(h.Last, rec.Rev)
-		switch rec.Kind {
-		case HistGap:
-			h.Gaps = append(h.Gaps, rec)
-			gapState, gapRev = map[rkey]bool{}, rec.Rev
-			continue
-		case HistProgress:
-			continue
-		case HistState, HistPut, HistDelete:
-		default:
-			return nil, fmt.Errorf("chaos: history line %d: kind %q: want state, put, delete, progress or gap", line, rec.Kind)
-		}
-		p, ok := strings.CutPrefix(rec.Key, prefix)
-		if !ok {
-			return nil, fmt.Errorf("chaos: history line %d: key %q is not under %q", line, rec.Key, prefix)
-		}
-		k, hash, err := keyOf(p, rec)
-		if err != nil {
+		if err := hr.add(rec); err != nil {
 			return nil, fmt.Errorf("chaos: history line %d: %w", line, err)
 		}
-		if gapState != nil {
-			gapState[k] = true
-		}
-		v := ver{rev: rec.Rev, mod: rec.Mod, deleted: rec.Kind == HistDelete, hash: hash}
-		if rec.Kind == HistState {
-			v.rev = rec.Rev
-		}
-		if _, seen := h.keys[k]; !seen {
-			h.byType[k.typ] = append(h.byType[k.typ], k)
-		}
-		h.keys[k] = append(h.keys[k], v)
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("chaos: history line %d: %w", line+1, err)
@@ -306,11 +271,75 @@ func ReadHistory(r io.Reader) (*History, error) {
 	if line == 0 {
 		return nil, errors.New("chaos: history: empty")
 	}
-	endGap()
-	for _, ks := range h.byType {
+	hr.endGap()
+	for _, ks := range hr.h.byType {
 		sort.Slice(ks, func(i, j int) bool { return ks[i].name < ks[j].name })
 	}
-	return h, nil
+	return hr.h, nil
+}
+
+// historyReader builds a History from a history file's records after
+// its header.
+type historyReader struct {
+	h      *History
+	prefix string // the header's
+	// gapState is the keys written as state after a gap, until the next
+	// record of another kind; gapRev the gap's revision.
+	gapState map[rkey]bool
+	gapRev   int64
+}
+
+// add adds one record to the history.
+func (hr *historyReader) add(rec HistoryRecord) error {
+	h := hr.h
+	if rec.Rev < h.Last && rec.Kind != HistState {
+		return fmt.Errorf("revision %d before %d", rec.Rev, h.Last)
+	}
+	if rec.Kind != HistState {
+		hr.endGap()
+	}
+	h.Last = max(h.Last, rec.Rev)
+	switch rec.Kind {
+	case HistGap:
+		h.Gaps = append(h.Gaps, rec)
+		hr.gapState, hr.gapRev = map[rkey]bool{}, rec.Rev
+		return nil
+	case HistProgress:
+		return nil
+	case HistState, HistPut, HistDelete:
+	default:
+		return fmt.Errorf("kind %q: want state, put, delete, progress or gap", rec.Kind)
+	}
+	p, ok := strings.CutPrefix(rec.Key, hr.prefix)
+	if !ok {
+		return fmt.Errorf("key %q is not under %q", rec.Key, hr.prefix)
+	}
+	k, hash, err := keyOf(p, rec)
+	if err != nil {
+		return err
+	}
+	if hr.gapState != nil {
+		hr.gapState[k] = true
+	}
+	if _, seen := h.keys[k]; !seen {
+		h.byType[k.typ] = append(h.byType[k.typ], k)
+	}
+	h.keys[k] = append(h.keys[k], ver{rev: rec.Rev, mod: rec.Mod, deleted: rec.Kind == HistDelete, hash: hash})
+	return nil
+}
+
+// endGap ends the state written after a gap: the keys it did not hold
+// were deleted in the gap.
+func (hr *historyReader) endGap() {
+	if hr.gapState == nil {
+		return
+	}
+	for k, vs := range hr.h.keys {
+		if !hr.gapState[k] && !vs[len(vs)-1].deleted {
+			hr.h.keys[k] = append(vs, ver{rev: hr.gapRev, deleted: true})
+		}
+	}
+	hr.gapState = nil
 }
 
 // ReadHistoryFile reads the history file at path.

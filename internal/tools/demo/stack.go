@@ -69,13 +69,8 @@ func DefaultStackConfig() StackConfig {
 // 10 s) and returns nil. It returns an error, having stopped what it
 // started, when a part fails to start or xds-node exits.
 func RunStack(ctx context.Context, cfg StackConfig) error {
-	switch {
-	case cfg.XDSNode == "" || cfg.XDSAdmin == "":
-		return errors.New("demo: the xds-node and xdsadmin binaries must be named")
-	case cfg.Examples == "":
-		return errors.New("demo: no examples to apply")
-	case cfg.Interval <= 0 || cfg.Window <= 0:
-		return fmt.Errorf("demo: client: interval %s and window %s must be > 0", cfg.Interval, cfg.Window)
+	if err := cfg.validate(); err != nil {
+		return err
 	}
 	if cfg.Out == nil {
 		cfg.Out = io.Discard
@@ -97,63 +92,128 @@ func RunStack(ctx context.Context, cfg StackConfig) error {
 	}
 	defer logFile.Close()
 
-	// Another replica (a make run) answering on the HTTP address would
-	// pass for this one.
-	if c, err := net.DialTimeout("tcp", cfg.HTTPAddr, time.Second); err == nil {
-		c.Close()
-		return fmt.Errorf("demo: %s is in use (an xds-node of make run?): stop it first", cfg.HTTPAddr)
+	node, err := startNode(cfg, dir, logFile, logPath)
+	if err != nil {
+		return err
 	}
-	node := exec.Command(cfg.XDSNode, append([]string{"--data-dir", dir}, cfg.NodeArgs...)...)
-	node.Stdout, node.Stderr = logFile, logFile
-	if err := node.Start(); err != nil {
-		return fmt.Errorf("demo: start xds-node (make build puts it in bin/): %w", err)
-	}
-	// exited is closed once xds-node has exited, with waitErr set.
-	var waitErr error
-	exited := make(chan struct{})
-	go func() {
-		waitErr = node.Wait()
-		close(exited)
-	}()
-	defer func() {
-		select {
-		case <-exited:
-			return
-		default:
-		}
-		node.Process.Signal(os.Interrupt) //nolint:errcheck // it may have exited already
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			node.Process.Kill() //nolint:errcheck // as above
-			<-exited
-		}
-	}()
-	nodeFailed := func() error {
-		werr := waitErr // read after exited is closed
-		tail, _ := os.ReadFile(logPath)
-		if len(tail) > 2000 {
-			tail = tail[len(tail)-2000:]
-		}
-		return fmt.Errorf("demo: xds-node exited (%v); the end of its log:\n%s", werr, tail)
-	}
-	if err := waitReady(ctx, cfg.HTTPAddr, exited); err != nil {
+	defer node.stop()
+	if err := waitReady(ctx, cfg.HTTPAddr, node.exited); err != nil {
 		if errors.Is(err, errExited) {
-			return nodeFailed()
+			return node.failed()
 		}
 		return err
 	}
 	fmt.Fprintf(cfg.Out, "legation-demo: xds-node in dev mode, xDS on %s, data in %s, log in %s\n", cfg.Client.XDSServer, dir, logPath)
 
+	stopBackends, err := startBackends(cfg)
+	if err != nil {
+		return err
+	}
+	defer stopBackends()
+	if err := applyExamples(ctx, cfg); err != nil {
+		return err
+	}
+	return callClient(ctx, cfg, node)
+}
+
+// validate checks the fields RunStack needs.
+func (cfg *StackConfig) validate() error {
+	switch {
+	case cfg.XDSNode == "" || cfg.XDSAdmin == "":
+		return errors.New("demo: the xds-node and xdsadmin binaries must be named")
+	case cfg.Examples == "":
+		return errors.New("demo: no examples to apply")
+	case cfg.Interval <= 0 || cfg.Window <= 0:
+		return fmt.Errorf("demo: client: interval %s and window %s must be > 0", cfg.Interval, cfg.Window)
+	}
+	return nil
+}
+
+// nodeProc is the xds-node process of the demo.
+type nodeProc struct {
+	cmd     *exec.Cmd
+	logPath string
+	// exited is closed once the process has exited, with waitErr set.
+	exited  chan struct{}
+	waitErr error
+}
+
+// startNode starts xds-node in dev mode with its data in dir and its
+// output in logFile, at logPath; it refuses to when something answers on
+// the HTTP address already.
+func startNode(cfg StackConfig, dir string, logFile *os.File, logPath string) (*nodeProc, error) {
+	// Another replica (a make run) answering on the HTTP address would
+	// pass for this one.
+	if c, err := net.DialTimeout("tcp", cfg.HTTPAddr, time.Second); err == nil {
+		c.Close()
+		return nil, fmt.Errorf("demo: %s is in use (an xds-node of make run?): stop it first", cfg.HTTPAddr)
+	}
+	cmd := exec.Command(cfg.XDSNode, append([]string{"--data-dir", dir}, cfg.NodeArgs...)...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("demo: start xds-node (make build puts it in bin/): %w", err)
+	}
+	n := &nodeProc{cmd: cmd, logPath: logPath, exited: make(chan struct{})}
+	go func() {
+		n.waitErr = cmd.Wait()
+		close(n.exited)
+	}()
+	return n, nil
+}
+
+// stop stops the process, if it still runs: SIGINT, then SIGKILL after
+// 10 s.
+func (n *nodeProc) stop() {
+	select {
+	case <-n.exited:
+		return
+	default:
+	}
+	n.cmd.Process.Signal(os.Interrupt) //nolint:errcheck // it may have exited already
+	select {
+	case <-n.exited:
+	case <-time.After(10 * time.Second):
+		n.cmd.Process.Kill() //nolint:errcheck // as above
+		<-n.exited
+	}
+}
+
+// failed is the error of a process that exited (call it once exited is
+// closed), with the end of its log.
+func (n *nodeProc) failed() error {
+	werr := n.waitErr // read after exited is closed
+	tail, _ := os.ReadFile(n.logPath)
+	if len(tail) > 2000 {
+		tail = tail[len(tail)-2000:]
+	}
+	return fmt.Errorf("demo: xds-node exited (%v); the end of its log:\n%s", werr, tail)
+}
+
+// startBackends starts cfg's echo backends in order; the returned func
+// stops them, the last started first. On an error it stops those
+// started.
+func startBackends(cfg StackConfig) (stop func(), err error) {
+	var started []*Backend
+	stop = func() {
+		for i := len(started) - 1; i >= 0; i-- {
+			started[i].Stop()
+		}
+	}
 	for _, nb := range cfg.Backends {
 		b, err := StartBackend(nb[0], nb[1])
 		if err != nil {
-			return err
+			stop()
+			return nil, err
 		}
-		defer b.Stop()
+		started = append(started, b)
 		fmt.Fprintf(cfg.Out, "legation-demo: echo backend %s on %s\n", b.Name, b.Addr())
 	}
+	return stop, nil
+}
 
+// applyExamples runs `xdsadmin apply -f` on cfg's examples, printing the
+// command and its output.
+func applyExamples(ctx context.Context, cfg StackConfig) error {
 	args := append(slices.Clone(cfg.AdminArgs), "apply", "-f", cfg.Examples)
 	fmt.Fprintf(cfg.Out, "$ %s %s\n", cfg.XDSAdmin, strings.Join(args, " "))
 	var applyErr bytes.Buffer
@@ -162,7 +222,12 @@ func RunStack(ctx context.Context, cfg StackConfig) error {
 	if err := apply.Run(); err != nil {
 		return fmt.Errorf("demo: xdsadmin apply -f %s: %w\n%s", cfg.Examples, err, applyErr.String())
 	}
+	return nil
+}
 
+// callClient runs the client, printing the split each window, until ctx
+// ends (nil) or the client or node fails.
+func callClient(ctx context.Context, cfg StackConfig, node *nodeProc) error {
 	cc, err := Dial(cfg.Client)
 	if err != nil {
 		return err
@@ -182,7 +247,7 @@ func RunStack(ctx context.Context, cfg StackConfig) error {
 		})
 	}()
 	select {
-	case <-exited:
+	case <-node.exited:
 		cancel()
 		if err := <-done; !errors.Is(err, context.Canceled) {
 			return err
@@ -191,7 +256,7 @@ func RunStack(ctx context.Context, cfg StackConfig) error {
 			// Ctrl-C reaches xds-node too (one process group): not a failure.
 			return nil
 		}
-		return nodeFailed()
+		return node.failed()
 	case err := <-done:
 		if ctx.Err() != nil {
 			return nil

@@ -117,6 +117,20 @@ func DefaultConfig() Config {
 func (c *Config) Validate() error {
 	var errs []error
 	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	c.validateClients(add)
+	c.validateFixture(add)
+	c.validateTiming(add)
+	if c.NodePrefix == "" {
+		add("--node-prefix: must not be empty")
+	}
+	if c.Progress != nil && c.ProgressEvery <= 0 {
+		add("progress every %s: must be positive", c.ProgressEvery)
+	}
+	return errors.Join(errs...)
+}
+
+// validateClients checks the target, the addresses and the streams.
+func (c *Config) validateClients(add func(format string, a ...any)) {
 	if c.Target == nil {
 		add("loadgen: no target")
 	}
@@ -140,6 +154,10 @@ func (c *Config) Validate() error {
 	if !(c.NackRatio >= 0 && c.NackRatio < 1) {
 		add("--nack-ratio %v: must be in [0, 1)", c.NackRatio)
 	}
+}
+
+// validateFixture checks the fixture's size and the number of updates.
+func (c *Config) validateFixture(add func(format string, a ...any)) {
 	if c.Clusters < 1 || c.Clusters > 99999 {
 		add("--clusters %d: must be in [1, 99999]", c.Clusters)
 	}
@@ -152,6 +170,11 @@ func (c *Config) Validate() error {
 	if c.Updates < 0 || c.Updates > 50000 {
 		add("--updates %d: must be in [0, 50000]", c.Updates)
 	}
+}
+
+// validateTiming checks the durations: the interval, the idle measure,
+// the timeouts and the reconnect backoff.
+func (c *Config) validateTiming(add func(format string, a ...any)) {
 	if c.Interval < 0 {
 		add("--interval %s: must not be negative", c.Interval)
 	}
@@ -167,13 +190,6 @@ func (c *Config) Validate() error {
 	if c.BackoffBase <= 0 || c.BackoffMax < c.BackoffBase {
 		add("backoff %s..%s: the base must be positive and at most the max", c.BackoffBase, c.BackoffMax)
 	}
-	if c.NodePrefix == "" {
-		add("--node-prefix: must not be empty")
-	}
-	if c.Progress != nil && c.ProgressEvery <= 0 {
-		add("progress every %s: must be positive", c.ProgressEvery)
-	}
-	return errors.Join(errs...)
 }
 
 // addrs is XDSAddr split at its commas.

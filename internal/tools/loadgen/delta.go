@@ -56,60 +56,9 @@ func (c *client) onDelta(s *deltaState, resp *deltaResponse, send func(*discover
 	nack := c.nack()
 	req := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: resp.typeURL, ResponseNonce: resp.nonce}
 	// pre: as in onSotW, sent once the response is taken.
-	var pre *discoveryv3.DeltaDiscoveryRequest
-	switch resp.typeURL {
-	case cdsURL:
-		if !nack {
-			idx, err := c.serviceNames(c.deltaBodies(resp.resources))
-			if err != nil {
-				return err
-			}
-			if sub := addSubscribed(c.subscribed, idx, c.f.names); len(sub) > 0 {
-				pre = &discoveryv3.DeltaDiscoveryRequest{TypeUrl: edsURL, ResourceNamesSubscribe: sub}
-			}
-		}
-	case ldsURL:
-		if !nack {
-			idx, err := c.routeNames(c.deltaBodies(resp.resources))
-			if err != nil {
-				return err
-			}
-			if sub := addSubscribed(c.rdsSubscribed, idx, c.f.routes); len(sub) > 0 {
-				pre = &discoveryv3.DeltaDiscoveryRequest{TypeUrl: rdsURL, ResourceNamesSubscribe: sub}
-			}
-		}
-	case rdsURL:
-		var removed []int
-		idx := c.idx[:0]
-		for _, r := range resp.resources {
-			if i, ok := c.f.routeIndex[string(r.name)]; ok {
-				idx = append(idx, i)
-			}
-		}
-		for _, n := range resp.removed {
-			if i, ok := c.f.routeIndex[n]; ok {
-				removed = append(removed, i)
-			}
-		}
-		c.idx = idx
-		c.receivedRoutes(idx, removed)
-	case edsURL:
-		idx := c.idx[:0]
-		version := parseVersion(resp.systemVersionInfo)
-		for _, r := range resp.resources {
-			if i, ok := c.f.index[string(r.name)]; ok {
-				idx = append(idx, i)
-			}
-			version = max(version, parseVersionBytes(r.version))
-		}
-		var removed []int
-		for _, n := range resp.removed {
-			if i, ok := c.f.index[n]; ok {
-				removed = append(removed, i)
-			}
-		}
-		c.idx = idx
-		c.received(version, idx, removed)
+	pre, err := c.takeDelta(resp, nack)
+	if err != nil {
+		return err
 	}
 	if nack {
 		req.ErrorDetail = nackDetail()
@@ -132,6 +81,79 @@ func (c *client) onDelta(s *deltaState, resp *deltaResponse, send func(*discover
 		}
 	}
 	return nil
+}
+
+// takeDelta updates what the client holds and subscribes to from a delta
+// response; it returns the subscription to send before the ACK, if the
+// clusters or listeners received name new resources. A NACKed CDS or
+// LDS response is not taken.
+func (c *client) takeDelta(resp *deltaResponse, nack bool) (*discoveryv3.DeltaDiscoveryRequest, error) {
+	switch resp.typeURL {
+	case cdsURL:
+		if !nack {
+			idx, err := c.serviceNames(c.deltaBodies(resp.resources))
+			if err != nil {
+				return nil, err
+			}
+			if sub := addSubscribed(c.subscribed, idx, c.f.names); len(sub) > 0 {
+				return &discoveryv3.DeltaDiscoveryRequest{TypeUrl: edsURL, ResourceNamesSubscribe: sub}, nil
+			}
+		}
+	case ldsURL:
+		if !nack {
+			idx, err := c.routeNames(c.deltaBodies(resp.resources))
+			if err != nil {
+				return nil, err
+			}
+			if sub := addSubscribed(c.rdsSubscribed, idx, c.f.routes); len(sub) > 0 {
+				return &discoveryv3.DeltaDiscoveryRequest{TypeUrl: rdsURL, ResourceNamesSubscribe: sub}, nil
+			}
+		}
+	case rdsURL:
+		c.deltaRoutes(resp)
+	case edsURL:
+		c.deltaEndpoints(resp)
+	}
+	return nil, nil
+}
+
+// deltaRoutes takes the route configurations of an RDS response.
+func (c *client) deltaRoutes(resp *deltaResponse) {
+	var removed []int
+	idx := c.idx[:0]
+	for _, r := range resp.resources {
+		if i, ok := c.f.routeIndex[string(r.name)]; ok {
+			idx = append(idx, i)
+		}
+	}
+	for _, n := range resp.removed {
+		if i, ok := c.f.routeIndex[n]; ok {
+			removed = append(removed, i)
+		}
+	}
+	c.idx = idx
+	c.receivedRoutes(idx, removed)
+}
+
+// deltaEndpoints takes the endpoints of an EDS response, at the highest
+// of its system version and its resources' versions.
+func (c *client) deltaEndpoints(resp *deltaResponse) {
+	idx := c.idx[:0]
+	version := parseVersion(resp.systemVersionInfo)
+	for _, r := range resp.resources {
+		if i, ok := c.f.index[string(r.name)]; ok {
+			idx = append(idx, i)
+		}
+		version = max(version, parseVersionBytes(r.version))
+	}
+	var removed []int
+	for _, n := range resp.removed {
+		if i, ok := c.f.index[n]; ok {
+			removed = append(removed, i)
+		}
+	}
+	c.idx = idx
+	c.received(version, idx, removed)
 }
 
 // deltaFirstRequests are a new delta stream's first requests, and whether

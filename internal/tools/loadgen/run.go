@@ -17,110 +17,6 @@ import (
 	"github.com/legation-io/legation/internal/tools/procstat"
 )
 
-// goal is what the clients are waited for: an EDS version, and for the
-// initial sync every cluster held.
-type goal struct {
-	idx      int64 // 0: the initial sync; k: update k
-	version  int64
-	needHeld int32 // EDS resources
-	// needRoutes is the route configurations (with listeners).
-	needRoutes int32
-	reached    atomic.Int64 // clients that reached it
-}
-
-// fleet is the clients of one run and what they count together.
-type fleet struct {
-	cfg   Config
-	names []string       // the fixture's cluster names, by index
-	index map[string]int // names' inverse; read only
-	// routes and routeIndex are the same for route configurations.
-	routes     []string
-	routeIndex map[string]int
-
-	clients []*client
-	goal    atomic.Pointer[goal]
-
-	streamErrors, reconnects, nacks, responses atomic.Int64
-
-	errMu  sync.Mutex
-	errors map[string]int // guarded by errMu: stream end errors by text, at most maxErrorKinds
-}
-
-const maxErrorKinds = 10
-
-func (f *fleet) noteError(err error) {
-	if err == nil {
-		return
-	}
-	f.errMu.Lock()
-	defer f.errMu.Unlock()
-	if _, ok := f.errors[err.Error()]; ok || len(f.errors) < maxErrorKinds {
-		f.errors[err.Error()]++
-	}
-}
-
-// reach counts c as having reached the current goal, once.
-func (f *fleet) reach(c *client) {
-	g := f.goal.Load()
-	if g == nil || c.edsVersion.Load() < g.version || c.heldN.Load() < g.needHeld || c.rdsHeldN.Load() < g.needRoutes {
-		return
-	}
-	for {
-		old := c.counted.Load()
-		if old > g.idx {
-			return
-		}
-		if c.counted.CompareAndSwap(old, g.idx+1) {
-			// Counted on the goal loaded: a client late for the last
-			// goal does not count towards the next.
-			g.reached.Add(1)
-			return
-		}
-	}
-}
-
-// setGoal starts waiting for g; clients already there count at once.
-func (f *fleet) setGoal(g *goal) {
-	f.goal.Store(g)
-	for _, c := range f.clients {
-		f.reach(c)
-	}
-}
-
-// reached is the number of clients that reached the current goal.
-func (f *fleet) reached() int64 {
-	if g := f.goal.Load(); g != nil {
-		return g.reached.Load()
-	}
-	return 0
-}
-
-// wait polls until every client reached the goal, or timeout.
-func (f *fleet) wait(ctx context.Context, timeout time.Duration) error {
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for f.reached() < int64(len(f.clients)) {
-		select {
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		case <-t.C:
-			return fmt.Errorf("%d of %d clients after %s", f.reached(), len(f.clients), timeout)
-		case <-tick.C:
-		}
-	}
-	return nil
-}
-
-func (f *fleet) sums() (bytes, resources int64) {
-	for _, c := range f.clients {
-		bytes += c.bytes.Load()
-		resources += c.resources.Load()
-	}
-	return bytes, resources
-}
-
 // Run runs the scenario: it writes the fixture, opens the streams and
 // waits for every client to hold it, measures the server idle, then makes
 // the updates one after the other, each waited for, and returns what it
@@ -133,6 +29,70 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	s := newScenario(ctx, cfg)
+	if err := s.scrapeBefore(); err != nil {
+		return nil, err
+	}
+	s.setPhase("seed")
+	seed, err := cfg.Target.Seed(ctx, s.fx)
+	if err != nil {
+		return nil, fmt.Errorf("seed the fixture: %w", err)
+	}
+	s.res.Sync.Version = seed.Version
+	conns, err := dial(cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer closeConns(conns)
+	s.connect(conns, seed.Version)
+	stopProgress := s.f.progress(&s.phase)
+	defer stopProgress()
+
+	s.setPhase("sync")
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel() // the clients end before the progress and the connections
+	if err := s.sync(&wg); err != nil {
+		return nil, err
+	}
+	if cfg.Idle > 0 && cfg.MetricsURL != "" {
+		s.setPhase("idle")
+		if err := s.idle(); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.During != nil {
+		s.setPhase("during")
+		if err := cfg.During(ctx); err != nil {
+			return nil, err
+		}
+	}
+	s.setPhase("updates")
+	if err := s.updates(); err != nil {
+		return nil, err
+	}
+	return s.result(), nil
+}
+
+// scenario is one Run: its fleet, the result it fills phase by phase,
+// and the server samples the result's figures are differences of.
+type scenario struct {
+	ctx   context.Context
+	cfg   Config
+	fx    fixture.Set
+	f     *fleet
+	res   *Result
+	etcd  *EtcdResult // nil without EtcdMetricsURL
+	hc    *http.Client
+	phase atomic.Pointer[string] // for the progress lines
+
+	// The server's samples, nil without MetricsURL.
+	before, afterSync, beforeUpdates, afterUpdates *ServerSample
+	// all is every receipt's latency, over every update.
+	all []float64
+}
+
+func newScenario(ctx context.Context, cfg Config) *scenario {
 	res := &Result{
 		Target: cfg.TargetName, Mode: "sotw", Streams: cfg.Streams, Conns: cfg.Conns,
 		Clusters: cfg.Clusters, Endpoints: cfg.Endpoints, Listeners: cfg.Listeners, NackRatio: cfg.NackRatio, Started: time.Now().UTC(),
@@ -140,261 +100,285 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if cfg.Delta {
 		res.Mode = "delta"
 	}
-	f := &fleet{cfg: cfg, index: make(map[string]int, cfg.Clusters), routeIndex: make(map[string]int, cfg.Listeners), errors: map[string]int{}}
-	for i := range cfg.Listeners {
-		f.routes = append(f.routes, fixture.RouteName(i))
-		f.routeIndex[f.routes[i]] = i
-	}
 	fx := fixture.NewSet(cfg.Clusters, cfg.Endpoints, cfg.Listeners, seedPort)
-	for i, name := range fx.Clusters {
-		f.names = append(f.names, name)
-		f.index[name] = i
+	s := &scenario{ctx: ctx, cfg: cfg, fx: fx, f: newFleet(cfg, fx), res: res, hc: &http.Client{Timeout: 10 * time.Second}}
+	if cfg.EtcdMetricsURL != "" {
+		s.etcd = &EtcdResult{}
 	}
-	hc := &http.Client{Timeout: 10 * time.Second}
-	scrape := func() (*ServerSample, error) {
-		if cfg.MetricsURL == "" {
-			return nil, nil
-		}
-		s, err := Scrape(ctx, hc, cfg.MetricsURL)
-		if err != nil {
-			return nil, err
-		}
-		return &s, nil
+	return s
+}
+
+func (s *scenario) setPhase(p string) { s.phase.Store(&p) }
+
+// scrape samples the server's /metrics; nil without MetricsURL.
+func (s *scenario) scrape() (*ServerSample, error) {
+	if s.cfg.MetricsURL == "" {
+		return nil, nil
 	}
-	scrapeEtcd := func() (*ServerSample, error) {
-		if cfg.EtcdMetricsURL == "" {
-			return nil, nil
-		}
-		s, err := Scrape(ctx, hc, cfg.EtcdMetricsURL)
-		if err != nil {
-			return nil, fmt.Errorf("etcd: %w", err)
-		}
-		return &s, nil
-	}
-	before, err := scrape()
+	sample, err := Scrape(s.ctx, s.hc, s.cfg.MetricsURL)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := scrapeEtcd(); err != nil {
-		return nil, err // early: a wrong URL fails before the run
-	}
-	var etcdRes *EtcdResult
-	if cfg.EtcdMetricsURL != "" {
-		etcdRes = &EtcdResult{}
-	}
+	return &sample, nil
+}
 
-	phase := atomic.Pointer[string]{}
-	setPhase := func(p string) { phase.Store(&p) }
-	setPhase("seed")
-
-	seed, err := cfg.Target.Seed(ctx, fx)
+// scrapeEtcd samples etcd's /metrics; nil without EtcdMetricsURL.
+func (s *scenario) scrapeEtcd() (*ServerSample, error) {
+	if s.cfg.EtcdMetricsURL == "" {
+		return nil, nil
+	}
+	sample, err := Scrape(s.ctx, s.hc, s.cfg.EtcdMetricsURL)
 	if err != nil {
-		return nil, fmt.Errorf("seed the fixture: %w", err)
+		return nil, fmt.Errorf("etcd: %w", err)
 	}
-	res.Sync.Version = seed.Version
+	return &sample, nil
+}
 
+// scrapeBefore samples the server before the fixture is written, and
+// scrapes etcd once so that a wrong URL fails before the run.
+func (s *scenario) scrapeBefore() error {
+	var err error
+	if s.before, err = s.scrape(); err != nil {
+		return err
+	}
+	_, err = s.scrapeEtcd()
+	return err
+}
+
+// dial opens the client connections: Conns of them (0: one per stream),
+// spread over XDSAddr's addresses in turn.
+func dial(cfg Config) ([]*grpc.ClientConn, error) {
 	const envoyWindow = 256 << 20
 	nconn := cfg.Conns
 	if nconn == 0 {
 		nconn = cfg.Streams
 	}
-	conns := make([]*grpc.ClientConn, nconn)
+	conns := make([]*grpc.ClientConn, 0, nconn)
 	addrs := cfg.addrs()
-	for i := range conns {
+	for i := range nconn {
 		addr := addrs[i%len(addrs)]
 		// Envoy's HTTP/2 windows (256 MiB, static): a grpc-go client
 		// left to its defaults would also probe the bandwidth with a
 		// ping on every burst of responses, which Envoy never sends.
-		conns[i], err = grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithInitialWindowSize(envoyWindow), grpc.WithInitialConnWindowSize(envoyWindow),
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20)))
 		if err != nil {
+			closeConns(conns)
 			return nil, fmt.Errorf("--xds-addr %s: %w", addr, err)
 		}
-		defer conns[i].Close()
+		conns = append(conns, conn)
 	}
-	for i := range cfg.Streams {
-		f.clients = append(f.clients, newClient(f, i, conns[i%nconn]))
-	}
-	f.setGoal(&goal{idx: 0, version: seed.Version, needHeld: int32(cfg.Clusters), needRoutes: int32(cfg.Listeners)})
-	stopProgress := f.progress(&phase)
-	defer stopProgress()
+	return conns, nil
+}
 
-	setPhase("sync")
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer cancel()
-	syncStart := time.Now()
-	syncCPU := procstat.CPU()
-	for i, c := range f.clients {
-		if cfg.OpenRate > 0 {
-			at := syncStart.Add(time.Duration(float64(i) / cfg.OpenRate * float64(time.Second)))
+// closeConns closes conns, the last opened first.
+func closeConns(conns []*grpc.ClientConn) {
+	for i := len(conns) - 1; i >= 0; i-- {
+		conns[i].Close()
+	}
+}
+
+// connect makes the clients, spread over conns in turn, and sets their
+// first goal: the fixture at version, every cluster and route held.
+func (s *scenario) connect(conns []*grpc.ClientConn, version int64) {
+	for i := range s.cfg.Streams {
+		s.f.clients = append(s.f.clients, newClient(s.f, i, conns[i%len(conns)]))
+	}
+	s.f.setGoal(&goal{idx: 0, version: version, needHeld: int32(s.cfg.Clusters), needRoutes: int32(s.cfg.Listeners)})
+}
+
+// sync opens the streams, at OpenRate, on goroutines of wg that run
+// until the scenario's context ends, and waits for every client to hold
+// the fixture.
+func (s *scenario) sync(wg *sync.WaitGroup) error {
+	start := time.Now()
+	cpu := procstat.CPU()
+	for i, c := range s.f.clients {
+		if s.cfg.OpenRate > 0 {
+			at := start.Add(time.Duration(float64(i) / s.cfg.OpenRate * float64(time.Second)))
 			if d := time.Until(at); d > 0 {
 				select {
-				case <-ctx.Done():
-					return nil, context.Cause(ctx)
+				case <-s.ctx.Done():
+					return context.Cause(s.ctx)
 				case <-time.After(d):
 				}
 			}
 		}
-		wg.Go(func() { c.run(ctx) })
+		wg.Go(func() { c.run(s.ctx) })
 	}
-	if err := f.wait(ctx, cfg.SyncTimeout); err != nil {
-		return nil, fmt.Errorf("initial sync: %w (stream errors: %d, %v)", err, f.streamErrors.Load(), f.errorKinds())
+	if err := s.f.wait(s.ctx, s.cfg.SyncTimeout); err != nil {
+		return fmt.Errorf("initial sync: %w (stream errors: %d, %v)", err, s.f.streamErrors.Load(), s.f.errorKinds())
 	}
-	res.Sync.Seconds = time.Since(syncStart).Seconds()
-	res.Loadgen.SyncCPUSeconds = (procstat.CPU() - syncCPU).Seconds()
-	b, r := f.sums()
-	res.Sync.BytesPerClient, res.Sync.ResourcesPerClient = float64(b)/float64(cfg.Streams), float64(r)/float64(cfg.Streams)
-	afterSync, err := scrape()
-	if err != nil {
-		return nil, err
-	}
+	s.res.Sync.Seconds = time.Since(start).Seconds()
+	s.res.Loadgen.SyncCPUSeconds = (procstat.CPU() - cpu).Seconds()
+	b, r := s.f.sums()
+	streams := float64(s.cfg.Streams)
+	s.res.Sync.BytesPerClient, s.res.Sync.ResourcesPerClient = float64(b)/streams, float64(r)/streams
+	var err error
+	s.afterSync, err = s.scrape()
+	return err
+}
 
-	if cfg.Idle > 0 && cfg.MetricsURL != "" {
-		setPhase("idle")
-		// Let the sync's last ACKs and garbage collections settle, and a
-		// Legation replica write the status of the nodes that synced: its
-		// write budget spreads 10,000 records over about 8 s, work the
-		// sync caused, not the idle streams.
-		if err := settle(ctx, scrape, time.Minute); err != nil {
-			return nil, err
-		}
-		if err := sleep(ctx, time.Second); err != nil {
-			return nil, err
-		}
-		a, err := scrape()
-		if err != nil {
-			return nil, err
-		}
-		ea, err := scrapeEtcd()
-		if err != nil {
-			return nil, err
-		}
-		b0, _ := f.sums()
-		if err := sleep(ctx, cfg.Idle); err != nil {
-			return nil, err
-		}
-		b, err := scrape()
-		if err != nil {
-			return nil, err
-		}
-		if eb, err := scrapeEtcd(); err != nil {
-			return nil, err
-		} else if eb != nil {
-			etcdRes.IdleCPUMillisPerSecond = 1000 * (eb.CPUSeconds - ea.CPUSeconds) / eb.At.Sub(ea.At).Seconds()
-		}
-		b1, _ := f.sums()
-		res.Idle = &IdleResult{Seconds: b.At.Sub(a.At).Seconds(), CPUSeconds: b.CPUSeconds - a.CPUSeconds,
-			BytesPerClient: float64(b1-b0) / float64(cfg.Streams)}
-		res.Idle.CPUMillisPerSecond = 1000 * res.Idle.CPUSeconds / res.Idle.Seconds
+// idle measures the server, and etcd, over Idle with every client synced
+// and nothing written.
+func (s *scenario) idle() error {
+	// Let the sync's last ACKs and garbage collections settle, and a
+	// Legation replica write the status of the nodes that synced: its
+	// write budget spreads 10,000 records over about 8 s, work the
+	// sync caused, not the idle streams.
+	if err := settle(s.ctx, s.scrape, time.Minute); err != nil {
+		return err
 	}
-
-	if cfg.During != nil {
-		setPhase("during")
-		if err := cfg.During(ctx); err != nil {
-			return nil, err
-		}
+	if err := sleep(s.ctx, time.Second); err != nil {
+		return err
 	}
-
-	setPhase("updates")
-	beforeUpdates, err := scrape()
+	a, err := s.scrape()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	etcdBeforeUpdates, err := scrapeEtcd()
+	ea, err := s.scrapeEtcd()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	var all []float64
+	b0, _ := s.f.sums()
+	if err := sleep(s.ctx, s.cfg.Idle); err != nil {
+		return err
+	}
+	b, err := s.scrape()
+	if err != nil {
+		return err
+	}
+	if eb, err := s.scrapeEtcd(); err != nil {
+		return err
+	} else if eb != nil {
+		s.etcd.IdleCPUMillisPerSecond = 1000 * (eb.CPUSeconds - ea.CPUSeconds) / eb.At.Sub(ea.At).Seconds()
+	}
+	b1, _ := s.f.sums()
+	idle := &IdleResult{Seconds: b.At.Sub(a.At).Seconds(), CPUSeconds: b.CPUSeconds - a.CPUSeconds,
+		BytesPerClient: float64(b1-b0) / float64(s.cfg.Streams)}
+	idle.CPUMillisPerSecond = 1000 * idle.CPUSeconds / idle.Seconds
+	s.res.Idle = idle
+	return nil
+}
+
+// updates makes the updates, Interval apart, each waited for, and
+// measures the server, etcd and the load generator itself over them.
+func (s *scenario) updates() error {
+	var err error
+	if s.beforeUpdates, err = s.scrape(); err != nil {
+		return err
+	}
+	etcdBefore, err := s.scrapeEtcd()
+	if err != nil {
+		return err
+	}
 	var next time.Time
 	between := quietgc.New(quietgc.Config{})
-	updatesGCs := automaticGCs()
-	updatesCPU := procstat.CPU()
-	for k := range cfg.Updates {
-		if err := sleep(ctx, time.Until(next)); err != nil {
-			return nil, err
+	gcs := automaticGCs()
+	cpu := procstat.CPU()
+	for k := range s.cfg.Updates {
+		if err := sleep(s.ctx, time.Until(next)); err != nil {
+			return err
 		}
-		next = time.Now().Add(cfg.Interval)
-		setPhase(fmt.Sprintf("update %d/%d", k+1, cfg.Updates))
-		i := k % cfg.Clusters
-		set := fixture.Endpoints(i, cfg.Endpoints, seedPort+1+uint32(k))
-		b0, r0 := f.sums()
-		c, err := cfg.Target.SetEndpoints(ctx, set)
-		if err != nil {
-			return nil, fmt.Errorf("update %d: %w", k+1, err)
+		next = time.Now().Add(s.cfg.Interval)
+		s.setPhase(fmt.Sprintf("update %d/%d", k+1, s.cfg.Updates))
+		if err := s.update(k); err != nil {
+			return err
 		}
-		f.setGoal(&goal{idx: int64(k + 1), version: c.Version})
-		werr := f.wait(ctx, cfg.UpdateTimeout)
-		if ctx.Err() != nil {
-			return nil, context.Cause(ctx)
-		}
-		b1, r1 := f.sums()
-		u := UpdateResult{Index: k + 1, Cluster: set.Cluster, Version: c.Version, Sent: c.Sent.UTC(), WriteSeconds: c.At.Sub(c.Sent).Seconds()}
-		lat := make([]float64, 0, cfg.Streams)
-		for _, cl := range f.clients {
-			at, ok := cl.firstAt(c.Version)
-			if !ok {
-				u.Missing++
-				continue
-			}
-			lat = append(lat, max(0, at.Sub(c.Sent).Seconds()))
-		}
-		u.Received = len(lat)
-		u.Latency = summarize(lat)
-		if werr != nil {
-			u.Error = werr.Error()
-		}
-		u.BytesPerClient = float64(b1-b0) / float64(cfg.Streams)
-		u.ResourcesPerClient = float64(r1-r0) / float64(cfg.Streams)
-		all = append(all, lat...)
-		res.Updates = append(res.Updates, u)
-		if k+1 < cfg.Updates {
-			// The tool's own collection, run inside a fan-out, would
-			// delay the receipts it measures (10,000 clients: some
-			// 200 ms of assists); every client has this update, so now
-			// is the moment, if it is due.
-			if between.CollectIfDue() {
-				res.Loadgen.CollectionsBetween++
-			}
+		// The tool's own collection, run inside a fan-out, would delay
+		// the receipts it measures (10,000 clients: some 200 ms of
+		// assists); every client has this update, so now is the moment,
+		// if it is due.
+		if k+1 < s.cfg.Updates && between.CollectIfDue() {
+			s.res.Loadgen.CollectionsBetween++
 		}
 	}
-	res.Loadgen.UpdatesCPUSeconds = (procstat.CPU() - updatesCPU).Seconds()
-	res.Loadgen.CollectionsIn = int(automaticGCs() - updatesGCs)
-	afterUpdates, err := scrape()
-	if err != nil {
-		return nil, err
+	s.res.Loadgen.UpdatesCPUSeconds = (procstat.CPU() - cpu).Seconds()
+	s.res.Loadgen.CollectionsIn = int(automaticGCs() - gcs)
+	if s.afterUpdates, err = s.scrape(); err != nil {
+		return err
 	}
-	if e, err := scrapeEtcd(); err != nil {
-		return nil, err
+	if e, err := s.scrapeEtcd(); err != nil {
+		return err
 	} else if e != nil {
-		etcdRes.UpdatesCPUSeconds = e.CPUSeconds - etcdBeforeUpdates.CPUSeconds
-		res.Etcd = etcdRes
+		s.etcd.UpdatesCPUSeconds = e.CPUSeconds - etcdBefore.CPUSeconds
+		s.res.Etcd = s.etcd
 	}
-	res.Overall = overall(res.Updates, all)
+	return nil
+}
+
+// update makes update k (from 0), a new port for the endpoints of
+// cluster k modulo Clusters, and waits up to UpdateTimeout for every
+// client to receive it.
+func (s *scenario) update(k int) error {
+	set := fixture.Endpoints(k%s.cfg.Clusters, s.cfg.Endpoints, seedPort+1+uint32(k))
+	b0, r0 := s.f.sums()
+	c, err := s.cfg.Target.SetEndpoints(s.ctx, set)
+	if err != nil {
+		return fmt.Errorf("update %d: %w", k+1, err)
+	}
+	s.f.setGoal(&goal{idx: int64(k + 1), version: c.Version})
+	werr := s.f.wait(s.ctx, s.cfg.UpdateTimeout)
+	if s.ctx.Err() != nil {
+		return context.Cause(s.ctx)
+	}
+	b1, r1 := s.f.sums()
+	u := UpdateResult{Index: k + 1, Cluster: set.Cluster, Version: c.Version, Sent: c.Sent.UTC(), WriteSeconds: c.At.Sub(c.Sent).Seconds()}
+	lat := make([]float64, 0, s.cfg.Streams)
+	for _, cl := range s.f.clients {
+		at, ok := cl.firstAt(c.Version)
+		if !ok {
+			u.Missing++
+			continue
+		}
+		lat = append(lat, max(0, at.Sub(c.Sent).Seconds()))
+	}
+	u.Received = len(lat)
+	u.Latency = summarize(lat)
+	if werr != nil {
+		u.Error = werr.Error()
+	}
+	u.BytesPerClient = float64(b1-b0) / float64(s.cfg.Streams)
+	u.ResourcesPerClient = float64(r1-r0) / float64(s.cfg.Streams)
+	s.all = append(s.all, lat...)
+	s.res.Updates = append(s.res.Updates, u)
+	return nil
+}
+
+// result completes the Result with the fleet's counts and the server's
+// figures.
+func (s *scenario) result() *Result {
+	res, f := s.res, s.f
+	res.Overall = overall(res.Updates, s.all)
 	res.StreamErrors = f.streamErrors.Load()
 	res.Reconnects = f.reconnects.Load()
 	res.Nacks = f.nacks.Load()
 	res.Responses = f.responses.Load()
 	res.ErrorKinds = f.errorKinds()
-	if before != nil {
-		s := &ServerResult{
-			RSSBytesBefore:    before.RSSBytes,
-			RSSBytesAfterSync: afterSync.RSSBytes,
-			RSSBytesAfter:     afterUpdates.RSSBytes,
-			SyncCPUSeconds:    afterSync.CPUSeconds - before.CPUSeconds,
-			UpdatesCPUSeconds: afterUpdates.CPUSeconds - beforeUpdates.CPUSeconds,
-			UpdatesSeconds:    afterUpdates.At.Sub(beforeUpdates.At).Seconds(),
-		}
-		if cfg.Updates > 0 {
-			s.CPUSecondsPerUpdatePerClient = s.UpdatesCPUSeconds / float64(cfg.Updates) / float64(cfg.Streams)
-		}
-		s.RSSBytesPerStream = (s.RSSBytesAfterSync - s.RSSBytesBefore) / float64(cfg.Streams)
-		res.Server = s
+	if s.before != nil {
+		res.Server = s.server()
 	}
 	res.Seconds = time.Since(res.Started).Seconds()
-	setPhase("done")
-	return res, nil
+	s.setPhase("done")
+	return res
+}
+
+// server is the server's figures, from its samples.
+func (s *scenario) server() *ServerResult {
+	r := &ServerResult{
+		RSSBytesBefore:    s.before.RSSBytes,
+		RSSBytesAfterSync: s.afterSync.RSSBytes,
+		RSSBytesAfter:     s.afterUpdates.RSSBytes,
+		SyncCPUSeconds:    s.afterSync.CPUSeconds - s.before.CPUSeconds,
+		UpdatesCPUSeconds: s.afterUpdates.CPUSeconds - s.beforeUpdates.CPUSeconds,
+		UpdatesSeconds:    s.afterUpdates.At.Sub(s.beforeUpdates.At).Seconds(),
+	}
+	if s.cfg.Updates > 0 {
+		r.CPUSecondsPerUpdatePerClient = r.UpdatesCPUSeconds / float64(s.cfg.Updates) / float64(s.cfg.Streams)
+	}
+	r.RSSBytesPerStream = (r.RSSBytesAfterSync - r.RSSBytesBefore) / float64(s.cfg.Streams)
+	return r
 }
 
 // seedPort is the endpoints' port in the fixture; update k writes
@@ -429,45 +413,6 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-t.C:
 		return nil
 	}
-}
-
-func (f *fleet) errorKinds() map[string]int {
-	f.errMu.Lock()
-	defer f.errMu.Unlock()
-	if len(f.errors) == 0 {
-		return nil
-	}
-	out := make(map[string]int, len(f.errors))
-	for k, v := range f.errors {
-		out[k] = v
-	}
-	return out
-}
-
-// progress writes a progress line every ProgressEvery until the returned
-// func is called.
-func (f *fleet) progress(phase *atomic.Pointer[string]) func() {
-	if f.cfg.Progress == nil {
-		return func() {}
-	}
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	start := time.Now()
-	wg.Go(func() {
-		t := time.NewTicker(f.cfg.ProgressEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-			}
-			fmt.Fprintf(f.cfg.Progress, "xds-loadgen: %5.0fs %-14s %d/%d clients there, %d responses, %d NACKs, %d stream errors\n",
-				time.Since(start).Seconds(), *phase.Load(), f.reached(), len(f.clients),
-				f.responses.Load(), f.nacks.Load(), f.streamErrors.Load())
-		}
-	})
-	return func() { close(done); wg.Wait() }
 }
 
 // automaticGCs is how many collections the Go runtime has started on its

@@ -91,72 +91,21 @@ func (c *client) onSotW(s *sotwState, resp *sotwResponse, send func(*discoveryv3
 	// stream that ends on a send must not leave the client presenting an
 	// older version than the configuration it applied.
 	var pre *discoveryv3.DiscoveryRequest
+	var err error
 	switch resp.typeURL {
 	case cdsURL:
-		if !nack {
-			idx, err := c.serviceNames(resp.bodies)
-			if err != nil {
-				return err
-			}
-			// CDS is state of the world: the EDS names are exactly
-			// those of the clusters received.
-			names, changed := setSubscribed(c.subscribed, idx, c.f.names, s.edsNames, c.want)
-			if changed || s.edsNames == nil {
-				s.edsNames = names
-				// Envoy asks for the new EDS names before it ACKs CDS.
-				pre = &discoveryv3.DiscoveryRequest{TypeUrl: edsURL, ResourceNames: s.edsNames,
-					VersionInfo: s.edsVersion, ResponseNonce: s.edsNonce}
-			}
-			s.cdsVersion = resp.versionInfo
-		}
-		req.VersionInfo = s.cdsVersion
+		pre, err = c.sotwClusters(s, resp, nack, req)
 	case ldsURL:
-		if !nack {
-			idx, err := c.routeNames(resp.bodies)
-			if err != nil {
-				return err
-			}
-			names, changed := setSubscribed(c.rdsSubscribed, idx, c.f.routes, s.rdsNames, c.want)
-			if changed || s.rdsNames == nil {
-				s.rdsNames = names
-				pre = &discoveryv3.DiscoveryRequest{TypeUrl: rdsURL, ResourceNames: s.rdsNames,
-					VersionInfo: s.rdsVersion, ResponseNonce: s.rdsNonce}
-			}
-			s.ldsVersion = resp.versionInfo
-		}
-		req.VersionInfo = s.ldsVersion
+		pre, err = c.sotwListeners(s, resp, nack, req)
 	case rdsURL:
-		s.rdsNonce = resp.nonce
-		idx := c.idx[:0]
-		for _, b := range resp.bodies {
-			if i, ok := c.f.routeIndex[string(leanName(b))]; ok {
-				idx = append(idx, i)
-			}
-		}
-		c.idx = idx
-		c.receivedRoutes(idx, nil)
-		if !nack {
-			s.rdsVersion = resp.versionInfo
-		}
-		req.VersionInfo = s.rdsVersion
-		req.ResourceNames = s.rdsNames
+		c.sotwRoutes(s, resp, nack, req)
 	case edsURL:
-		s.edsNonce = resp.nonce
-		idx := c.idx[:0]
-		for _, b := range resp.bodies {
-			if i, ok := c.f.index[string(leanName(b))]; ok {
-				idx = append(idx, i)
-			}
-		}
-		c.idx = idx
-		c.received(parseVersion(resp.versionInfo), idx, nil)
-		if !nack {
-			s.edsVersion = resp.versionInfo
-		}
-		req.VersionInfo = s.edsVersion
-		req.ResourceNames = s.edsNames
+		c.sotwEndpoints(s, resp, nack, req)
 	default:
 		req.VersionInfo = resp.versionInfo
+	}
+	if err != nil {
+		return err
 	}
 	if nack {
 		req.ErrorDetail = nackDetail()
@@ -180,4 +129,87 @@ func (c *client) onSotW(s *sotwState, resp *sotwResponse, send func(*discoveryv3
 		}
 	}
 	return nil
+}
+
+// sotwClusters takes a CDS response into s and req; it returns the EDS
+// request to send before the ACK when the clusters changed.
+func (c *client) sotwClusters(s *sotwState, resp *sotwResponse, nack bool, req *discoveryv3.DiscoveryRequest) (*discoveryv3.DiscoveryRequest, error) {
+	var pre *discoveryv3.DiscoveryRequest
+	if !nack {
+		idx, err := c.serviceNames(resp.bodies)
+		if err != nil {
+			return nil, err
+		}
+		// CDS is state of the world: the EDS names are exactly
+		// those of the clusters received.
+		names, changed := setSubscribed(c.subscribed, idx, c.f.names, s.edsNames, c.want)
+		if changed || s.edsNames == nil {
+			s.edsNames = names
+			// Envoy asks for the new EDS names before it ACKs CDS.
+			pre = &discoveryv3.DiscoveryRequest{TypeUrl: edsURL, ResourceNames: s.edsNames,
+				VersionInfo: s.edsVersion, ResponseNonce: s.edsNonce}
+		}
+		s.cdsVersion = resp.versionInfo
+	}
+	req.VersionInfo = s.cdsVersion
+	return pre, nil
+}
+
+// sotwListeners takes an LDS response into s and req; it returns the RDS
+// request to send before the ACK when the route names changed.
+func (c *client) sotwListeners(s *sotwState, resp *sotwResponse, nack bool, req *discoveryv3.DiscoveryRequest) (*discoveryv3.DiscoveryRequest, error) {
+	var pre *discoveryv3.DiscoveryRequest
+	if !nack {
+		idx, err := c.routeNames(resp.bodies)
+		if err != nil {
+			return nil, err
+		}
+		names, changed := setSubscribed(c.rdsSubscribed, idx, c.f.routes, s.rdsNames, c.want)
+		if changed || s.rdsNames == nil {
+			s.rdsNames = names
+			pre = &discoveryv3.DiscoveryRequest{TypeUrl: rdsURL, ResourceNames: s.rdsNames,
+				VersionInfo: s.rdsVersion, ResponseNonce: s.rdsNonce}
+		}
+		s.ldsVersion = resp.versionInfo
+	}
+	req.VersionInfo = s.ldsVersion
+	return pre, nil
+}
+
+// sotwRoutes takes an RDS response: the route configurations held, and
+// the version and names of the ACK or NACK.
+func (c *client) sotwRoutes(s *sotwState, resp *sotwResponse, nack bool, req *discoveryv3.DiscoveryRequest) {
+	s.rdsNonce = resp.nonce
+	idx := c.idx[:0]
+	for _, b := range resp.bodies {
+		if i, ok := c.f.routeIndex[string(leanName(b))]; ok {
+			idx = append(idx, i)
+		}
+	}
+	c.idx = idx
+	c.receivedRoutes(idx, nil)
+	if !nack {
+		s.rdsVersion = resp.versionInfo
+	}
+	req.VersionInfo = s.rdsVersion
+	req.ResourceNames = s.rdsNames
+}
+
+// sotwEndpoints takes an EDS response: the endpoints held and their
+// version, and the version and names of the ACK or NACK.
+func (c *client) sotwEndpoints(s *sotwState, resp *sotwResponse, nack bool, req *discoveryv3.DiscoveryRequest) {
+	s.edsNonce = resp.nonce
+	idx := c.idx[:0]
+	for _, b := range resp.bodies {
+		if i, ok := c.f.index[string(leanName(b))]; ok {
+			idx = append(idx, i)
+		}
+	}
+	c.idx = idx
+	c.received(parseVersion(resp.versionInfo), idx, nil)
+	if !nack {
+		s.edsVersion = resp.versionInfo
+	}
+	req.VersionInfo = s.edsVersion
+	req.ResourceNames = s.edsNames
 }

@@ -174,6 +174,32 @@ var (
 func (c *Config) Validate() error {
 	var errs []error
 	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	c.validateAddresses(add)
+	c.validateProcesses(add)
+	if !namePattern.MatchString(c.NamePrefix) {
+		add("NamePrefix %q: letters, digits, '-', '_' and '.' only", c.NamePrefix)
+	}
+	if c.EtcdMembers > 0 && c.EtcdBin == "" {
+		add("EtcdBin: empty (Build makes one)")
+	}
+	if c.XDSNodeBin == "" {
+		add("XDSNodeBin: empty (Build makes one)")
+	}
+	if c.Timeout <= 0 {
+		add("Timeout %s: want more than 0", c.Timeout)
+	}
+	if c.Grace < 0 {
+		add("Grace %s: want 0 or more", c.Grace)
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("localcluster: config: %w", errors.Join(errs...))
+}
+
+// validateAddresses checks Dir, whose sockets' paths must fit a Unix
+// socket's, and Net.
+func (c *Config) validateAddresses(add func(format string, a ...any)) {
 	switch {
 	case c.Dir == "":
 		add("Dir: empty")
@@ -197,6 +223,11 @@ func (c *Config) Validate() error {
 			}
 		}
 	}
+}
+
+// validateProcesses checks the etcd members or endpoints, the replicas,
+// and the TLS and proxy options that depend on them.
+func (c *Config) validateProcesses(add func(format string, a ...any)) {
 	switch {
 	case c.EtcdMembers < 0 || c.EtcdMembers > maxEtcdMembers:
 		add("EtcdMembers %d: want 0 to %d", c.EtcdMembers, maxEtcdMembers)
@@ -225,25 +256,6 @@ func (c *Config) Validate() error {
 	if c.EtcdProxies && c.EtcdMembers == 0 {
 		add("EtcdProxies: needs etcd members of its own (EtcdMembers)")
 	}
-	if !namePattern.MatchString(c.NamePrefix) {
-		add("NamePrefix %q: letters, digits, '-', '_' and '.' only", c.NamePrefix)
-	}
-	if c.EtcdMembers > 0 && c.EtcdBin == "" {
-		add("EtcdBin: empty (Build makes one)")
-	}
-	if c.XDSNodeBin == "" {
-		add("XDSNodeBin: empty (Build makes one)")
-	}
-	if c.Timeout <= 0 {
-		add("Timeout %s: want more than 0", c.Timeout)
-	}
-	if c.Grace < 0 {
-		add("Grace %s: want 0 or more", c.Grace)
-	}
-	if len(errs) == 0 {
-		return nil
-	}
-	return fmt.Errorf("localcluster: config: %w", errors.Join(errs...))
 }
 
 // ControlSocket is the path of the control socket of the cluster whose

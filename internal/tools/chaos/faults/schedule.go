@@ -365,72 +365,87 @@ func steps(sched []Fault) []step {
 // untouched, two faults on one process at once, a fault on a replica not
 // there, a fault not healed by the end.
 func Check(sched []Fault, duration time.Duration, s Shape) error {
-	var errs []error
-	there := map[string]bool{}
+	r := &replay{shape: s, there: map[string]bool{}, touched: map[string]int{}}
 	for i := 1; i <= s.Replicas; i++ {
-		there[s.replica(i)] = true
+		r.there[s.replica(i)] = true
 	}
 	for _, f := range sched {
 		if f.End() > duration {
-			errs = append(errs, fmt.Errorf("%s: healed after the end (%s)", f, duration))
+			r.errs = append(r.errs, fmt.Errorf("%s: healed after the end (%s)", f, duration))
 		}
 	}
-	touched := map[string]int{}
-	etcdDown := 0
 	for _, e := range steps(sched) {
-		f := sched[e.i]
-		names := []string{f.Target, f.Peer}
 		if e.heal {
-			for _, n := range names {
-				if n != "" {
-					touched[n]--
-				}
-			}
-			switch f.Kind {
-			case KillEtcd, FreezeEtcd:
-				etcdDown--
-			case AddReplica:
-				delete(there, f.NewName)
-				touched[f.NewName]--
-			case RemoveReplica:
-				delete(there, f.Target)
-				there[f.NewName] = true
-			}
+			r.heal(sched[e.i])
+		} else {
+			r.apply(sched[e.i])
+		}
+	}
+	return errors.Join(r.errs...)
+}
+
+// replay is Check's model of the cluster at a moment of the schedule.
+type replay struct {
+	shape    Shape
+	there    map[string]bool // the replicas there
+	touched  map[string]int  // by process: the faults on it
+	etcdDown int             // etcd members killed or frozen
+	errs     []error
+}
+
+// heal replays the heal of f.
+func (r *replay) heal(f Fault) {
+	for _, n := range []string{f.Target, f.Peer} {
+		if n != "" {
+			r.touched[n]--
+		}
+	}
+	switch f.Kind {
+	case KillEtcd, FreezeEtcd:
+		r.etcdDown--
+	case AddReplica:
+		delete(r.there, f.NewName)
+		r.touched[f.NewName]--
+	case RemoveReplica:
+		delete(r.there, f.Target)
+		r.there[f.NewName] = true
+	}
+}
+
+// apply replays the application of f and checks the promises it may
+// break.
+func (r *replay) apply(f Fault) {
+	for _, n := range []string{f.Target, f.Peer} {
+		if n == "" {
 			continue
 		}
-		for _, n := range names {
-			if n == "" {
-				continue
-			}
-			if touched[n] > 0 {
-				errs = append(errs, fmt.Errorf("%s: %s already has a fault", f, n))
-			}
-			if f.Kind != KillEtcd && f.Kind != FreezeEtcd && !there[n] {
-				errs = append(errs, fmt.Errorf("%s: no replica %s then", f, n))
-			}
-			if f.For > 0 {
-				touched[n]++
-			}
+		if r.touched[n] > 0 {
+			r.errs = append(r.errs, fmt.Errorf("%s: %s already has a fault", f, n))
 		}
-		switch f.Kind {
-		case KillEtcd, FreezeEtcd:
-			etcdDown++
-			if etcdDown > 1 || s.EtcdMembers < 3 {
-				errs = append(errs, fmt.Errorf("%s: %d etcd members down of %d", f, etcdDown, s.EtcdMembers))
-			}
-		case AddReplica:
-			there[f.NewName] = true
-			touched[f.NewName]++
+		if f.Kind != KillEtcd && f.Kind != FreezeEtcd && !r.there[n] {
+			r.errs = append(r.errs, fmt.Errorf("%s: no replica %s then", f, n))
 		}
-		free := 0
-		for n := range there {
-			if touched[n] == 0 {
-				free++
-			}
-		}
-		if free == 0 {
-			errs = append(errs, fmt.Errorf("%s: no replica left untouched", f))
+		if f.For > 0 {
+			r.touched[n]++
 		}
 	}
-	return errors.Join(errs...)
+	switch f.Kind {
+	case KillEtcd, FreezeEtcd:
+		r.etcdDown++
+		if r.etcdDown > 1 || r.shape.EtcdMembers < 3 {
+			r.errs = append(r.errs, fmt.Errorf("%s: %d etcd members down of %d", f, r.etcdDown, r.shape.EtcdMembers))
+		}
+	case AddReplica:
+		r.there[f.NewName] = true
+		r.touched[f.NewName]++
+	}
+	free := 0
+	for n := range r.there {
+		if r.touched[n] == 0 {
+			free++
+		}
+	}
+	if free == 0 {
+		r.errs = append(r.errs, fmt.Errorf("%s: no replica left untouched", f))
+	}
 }

@@ -83,7 +83,8 @@ func (a *applier) run(ctx context.Context, every time.Duration) {
 // apply makes one change. Its parts: the endpoints of 2 to 4 clusters;
 // sometimes a cluster's connect timeout or a route's cluster too; and
 // now and then a cluster deleted with its endpoints, or one deleted
-// earlier created again with them.
+// earlier created again with them. The parts draw from the seed's
+// random source in that order.
 func (a *applier) apply(ctx context.Context) error {
 	if a.stale {
 		if err := a.load(ctx); err != nil {
@@ -101,33 +102,56 @@ func (a *applier) apply(ctx context.Context) error {
 		}
 	}
 	a.rng.Shuffle(len(live), func(i, j int) { live[i], live[j] = live[j], live[i] })
+	n, touched, err := a.changeSome(&req, live)
+	if err != nil {
+		return err
+	}
+	if err := a.deleteOrRestore(&req, live[n:], dead, touched); err != nil {
+		return err
+	}
+	return a.commit(ctx, req)
+}
+
+// changeSome puts into req the new endpoints of the first 2 to 4 of live
+// (shuffled), sometimes a live cluster's connect timeout and sometimes a
+// route's cluster. It returns how many of live got new endpoints, and
+// the clusters it touched.
+func (a *applier) changeSome(req *store.PlanRequest, live []int) (int, map[int]bool, error) {
 	touched := map[int]bool{}
 	n := min(len(live), 2+a.rng.IntN(3))
 	for _, i := range live[:n] {
 		a.port[i] = a.newPort(a.port[i])
-		if err := a.put(&req, resource.Endpoint, fixture.Endpoints(i, a.endpoints, a.port[i]).LoadAssignment()); err != nil {
-			return err
+		if err := a.put(req, resource.Endpoint, fixture.Endpoints(i, a.endpoints, a.port[i]).LoadAssignment()); err != nil {
+			return 0, nil, err
 		}
 		touched[i] = true
 	}
 	if a.rng.IntN(3) == 0 && len(live) > 0 {
 		i := live[a.rng.IntN(len(live))]
 		a.timeout[i] = 100 + a.rng.Int64N(4900)
-		if err := a.put(&req, resource.Cluster, a.cluster(i)); err != nil {
-			return err
+		if err := a.put(req, resource.Cluster, a.cluster(i)); err != nil {
+			return 0, nil, err
 		}
 		touched[i] = true
 	}
 	if a.rng.IntN(4) == 0 && a.listeners > 0 {
 		r := a.rng.IntN(a.listeners)
-		if err := a.put(&req, resource.Route, fixture.RouteResource(r, fixture.ClusterName(a.rng.IntN(a.clusters)))); err != nil {
-			return err
+		if err := a.put(req, resource.Route, fixture.RouteResource(r, fixture.ClusterName(a.rng.IntN(a.clusters)))); err != nil {
+			return 0, nil, err
 		}
 	}
+	return n, touched, nil
+}
+
+// deleteOrRestore, now and then, adds to req the deletion of a cluster
+// of rest that touched does not hold, with its endpoints (while fewer
+// than a quarter of the clusters are gone), or the creation again of one
+// of dead with new endpoints.
+func (a *applier) deleteOrRestore(req *store.PlanRequest, rest, dead []int, touched map[int]bool) error {
 	switch k := a.rng.IntN(10); {
 	case k == 0 && len(dead) < a.clusters/4:
 		// Delete a cluster the change does not touch otherwise.
-		for _, i := range live[n:] {
+		for _, i := range rest {
 			if touched[i] {
 				continue
 			}
@@ -142,13 +166,19 @@ func (a *applier) apply(ctx context.Context) error {
 		i := dead[a.rng.IntN(len(dead))]
 		a.gone[i] = false
 		a.port[i] = a.newPort(a.port[i])
-		if err := a.put(&req, resource.Cluster, a.cluster(i)); err != nil {
+		if err := a.put(req, resource.Cluster, a.cluster(i)); err != nil {
 			return err
 		}
-		if err := a.put(&req, resource.Endpoint, fixture.Endpoints(i, a.endpoints, a.port[i]).LoadAssignment()); err != nil {
+		if err := a.put(req, resource.Endpoint, fixture.Endpoints(i, a.endpoints, a.port[i]).LoadAssignment()); err != nil {
 			return err
 		}
 	}
+	return nil
+}
+
+// commit plans and applies req, and counts the apply; one that wrote
+// something is kept in commits.
+func (a *applier) commit(ctx context.Context, req store.PlanRequest) error {
 	plan, err := a.st.MakePlan(ctx, req)
 	if err != nil {
 		return err

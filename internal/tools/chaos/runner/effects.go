@@ -46,11 +46,60 @@ type window struct {
 	start, end time.Time
 }
 
+// windows is the windows of the faults applied.
+type windows []window
+
+// kinds is the classes whose windows hold t, or NoFault.
+func (ws windows) kinds(t time.Time) []string {
+	var ks []string
+	for _, w := range ws {
+		if !t.Before(w.start) && t.Before(w.end) && !slices.Contains(ks, w.kind) {
+			ks = append(ks, w.kind)
+		}
+	}
+	if len(ks) == 0 {
+		ks = []string{NoFault}
+	}
+	return ks
+}
+
+// seen is a client's endpoints response: when it came, and its version.
+type seen struct {
+	at time.Time
+	v  int64
+}
+
 // effects measures each fault class's Effect from the faults applied, the
 // applies' commits and the recording.
 func effects(log []faults.Applied, commits []commit, events []record.Event, healAt time.Time) map[string]Effect {
 	out := map[string]Effect{}
-	var ws []window
+	ws := faultWindows(log, healAt, out)
+	for _, e := range events {
+		if e.Kind == record.KindEnd && e.Error != "" && !isShutdown(e.Error) {
+			for _, k := range ws.kinds(e.Time) {
+				x := out[k]
+				x.StreamEnds++
+				out[k] = x
+			}
+		}
+	}
+	for k, ls := range applyLags(commits, endpointVersions(events), ws, out) {
+		slices.Sort(ls)
+		x := out[k]
+		x.LagMax = ls[len(ls)-1]
+		x.LagP50 = ls[len(ls)/2]
+		x.LagP99 = ls[min(len(ls)-1, len(ls)*99/100)]
+		out[k] = x
+	}
+	return out
+}
+
+// faultWindows counts the faults of each class and their time into out,
+// and returns their windows: from a fault's application to Aftermath
+// after its heal (or after healAt, for a fault the schedule left to the
+// final heal).
+func faultWindows(log []faults.Applied, healAt time.Time, out map[string]Effect) windows {
+	var ws windows
 	for _, a := range log {
 		healed := a.HealedAt
 		if healed.IsZero() {
@@ -63,49 +112,37 @@ func effects(log []faults.Applied, commits []commit, events []record.Event, heal
 		out[k] = e
 		ws = append(ws, window{k, a.AppliedAt, healed.Add(Aftermath)})
 	}
-	in := func(t time.Time) []string {
-		var ks []string
-		for _, w := range ws {
-			if !t.Before(w.start) && t.Before(w.end) && !slices.Contains(ks, w.kind) {
-				ks = append(ks, w.kind)
-			}
-		}
-		if len(ks) == 0 {
-			ks = []string{NoFault}
-		}
-		return ks
-	}
-	// Each client's endpoints responses, in time order.
-	type seen struct {
-		at time.Time
-		v  int64
-	}
+	return ws
+}
+
+// endpointVersions is each client's endpoints responses in time order,
+// each with the highest version so far: the first response at or past a
+// revision is a binary search in it.
+func endpointVersions(events []record.Event) map[string][]seen {
 	byClient := map[string][]seen{}
 	for _, e := range events {
-		switch {
-		case e.Kind == record.KindEnd && e.Error != "" && !isShutdown(e.Error):
-			for _, k := range in(e.Time) {
-				x := out[k]
-				x.StreamEnds++
-				out[k] = x
-			}
-		case e.Kind == record.KindResponse && e.Type == resource.Endpoint.URL:
+		if e.Kind == record.KindResponse && e.Type == resource.Endpoint.URL {
 			if v, err := strconv.ParseInt(e.Version, 10, 64); err == nil {
 				byClient[e.Client] = append(byClient[e.Client], seen{e.Time, v})
 			}
 		}
 	}
-	// A client's highest version so far, over time: the first response
-	// at or past a revision is a binary search in it.
 	for _, s := range byClient {
 		sort.SliceStable(s, func(i, j int) bool { return s[i].at.Before(s[j].at) })
 		for i := 1; i < len(s); i++ {
 			s[i].v = max(s[i].v, s[i-1].v)
 		}
 	}
+	return byClient
+}
+
+// applyLags counts the applies of each class into out and returns, by
+// class, every client's lag from an apply's return to its first
+// endpoints response at or past the apply's revision.
+func applyLags(commits []commit, byClient map[string][]seen, ws windows, out map[string]Effect) map[string][]time.Duration {
 	lags := map[string][]time.Duration{}
 	for _, c := range commits {
-		ks := in(c.at)
+		ks := ws.kinds(c.at)
 		for _, k := range ks {
 			x := out[k]
 			x.Applies++
@@ -122,15 +159,7 @@ func effects(log []faults.Applied, commits []commit, events []record.Event, heal
 			}
 		}
 	}
-	for k, ls := range lags {
-		slices.Sort(ls)
-		x := out[k]
-		x.LagMax = ls[len(ls)-1]
-		x.LagP50 = ls[len(ls)/2]
-		x.LagP99 = ls[min(len(ls)-1, len(ls)*99/100)]
-		out[k] = x
-	}
-	return out
+	return lags
 }
 
 // isShutdown reports whether a stream's end is the run's own (its clients
