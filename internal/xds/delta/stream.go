@@ -243,43 +243,14 @@ func (st *stream) Flush() error {
 	return st.heartbeats()
 }
 
+// flushType sends what changed of one type: every candidate name (see
+// candidates) is evaluated, the resources the client lacks or holds at
+// another version go out, and the names it may no longer have are
+// removed. A response goes out if there is anything to send, or if the
+// client waits for a first answer.
 func (st *stream) flushType(ts *typeState) error {
-	// A fresh wildcard subscription gets every visible resource: the same
-	// response for every stream of the group at this revision, shared
-	// under a short key.
-	shareKey := ""
-	if ts.needAll && ts.wildcard && ts.names.Len() == 0 && ts.have.Len() == 0 && len(ts.dirty) == 0 {
-		shareKey = "DA\x00" + ts.t.Name + "\x00" + st.Group + "\x00" + strconv.FormatInt(st.Snap.Revision, 10)
-	}
-	var candidates []string
-	if ts.needAll {
-		all := map[string]bool{}
-		for n := range ts.names.All() {
-			all[n] = true
-		}
-		ts.have.Each(func(n string, _ held) { all[n] = true })
-		if ts.wildcard {
-			for _, e := range scope.Entries(st.Snap, ts.t, st.Group, nil, true) {
-				all[e.Name] = true
-			}
-		}
-		for n := range ts.dirty {
-			all[n] = true
-		}
-		candidates = xdsstream.SortedNames(all)
-	} else {
-		// A push: the names it changed, in a slice the stream keeps (no
-		// map, nothing allocated for a push of a few resources).
-		candidates = st.scratch[:0]
-		for n := range ts.dirty {
-			candidates = append(candidates, n)
-		}
-		slices.Sort(candidates)
-		st.scratch = nil
-		if cap(candidates) <= 8 {
-			st.scratch = candidates[:0]
-		}
-	}
+	shareKey := st.freshKey(ts)
+	candidates := st.candidates(ts)
 	respond := ts.respond
 	ts.needAll, ts.respond = false, false
 	ts.dirty = xdsstream.ReuseNames(ts.dirty)
@@ -289,70 +260,28 @@ func (st *stream) flushType(ts *typeState) error {
 	var removed []string
 	var aliases *aliasIndex // built or fetched on the first alias
 	for _, n := range candidates {
-		h, isHeld := ts.have.Get(n)
 		if !ts.wildcard && !ts.names.Has(n) {
 			ts.have.Drop(n) // held but not subscribed: the client drops it
 			continue
 		}
-		e := st.Sendable(scope.Visible(st.Snap, ts.t, st.Group, n))
-		source := ""
-		alias := ""
-		if e != nil {
-			source = e.Scope
-		} else if ts.t == resource.VirtualHost {
-			// VHDS: n may be an alias "<route configuration>/<host>".
-			if aliases == nil {
-				var err error
-				if aliases, err = st.s.aliases.get(st.Snap, st.Group); err != nil {
-					return err
-				}
-			}
-			if e = st.Sendable(aliases.resolve(n)); e != nil {
-				alias, source = n, e.Scope+"/"+e.Name
-			}
+		e, alias, source, err := st.lookup(ts, n, &aliases)
+		if err != nil {
+			return err
 		}
 		if e == nil {
-			switch {
-			case isHeld && holdRemovals:
-				ts.holdRemoval = true // make before break: later
-			case isHeld:
+			if ts.absent(n, holdRemovals) {
 				removed = append(removed, n)
-				ts.have.Drop(n)
-			case ts.names.Has(n) && !ts.toldAbsent[n]:
-				removed = append(removed, n) // asked for, does not exist
-				ts.toldAbsent = xdsstream.MarkName(ts.toldAbsent, n)
 			}
-			delete(ts.force, n)
 			continue
 		}
-		// A version presented in initial_resource_versions names a
-		// mod_revision, not a key: it is trusted unless another resource
-		// the client may have held shares it (an alias that may have
-		// resolved elsewhere, or a group override deleted since).
-		unconfirmed := h.scope == ""
-		ambiguous := unconfirmed && (alias != "" ||
-			(st.Group != "" && e.Scope == store.DefaultScope && st.Snap.LastChange(ts.t, st.Group) > e.ModRevision))
-		if isHeld && h.rev == e.ModRevision && (unconfirmed || h.scope == source) && !ambiguous && !ts.force[n] {
-			if h.scope == "" {
-				st.s.m.notResent.Inc()
-				h.scope = source
-				ts.have.Set(n, h)
-			}
+		if st.current(ts, n, e, alias, source) {
 			continue
 		}
 		delete(ts.force, n)
 		delete(ts.toldAbsent, n)
 		out = append(out, item{Item: xdsstream.Item{Entry: e, Alias: alias}, source: source})
 	}
-	if len(ts.force) == 0 {
-		ts.force = nil
-	}
-	if len(ts.toldAbsent) == 0 {
-		ts.toldAbsent = nil
-	}
-	if !holdRemovals && breaks(ts.t) {
-		ts.holdRemoval = false
-	}
+	ts.settle(holdRemovals)
 	if shareKey != "" && st.KeysWithheld() {
 		shareKey += "\x00k" // without the resources carrying keys
 	}
@@ -362,6 +291,138 @@ func (st *stream) flushType(ts *typeState) error {
 		return nil
 	}
 	return st.send(ts, out, removed, shareKey)
+}
+
+// freshKey is the key of a flush's response in the shared body cache
+// when a fresh wildcard subscription gets every visible resource: the
+// same response for every stream of the group at this revision, shared
+// under a short key. "" for any other flush, whose key send builds from
+// the content.
+func (st *stream) freshKey(ts *typeState) string {
+	if ts.needAll && ts.wildcard && ts.names.Len() == 0 && ts.have.Len() == 0 && len(ts.dirty) == 0 {
+		return "DA\x00" + ts.t.Name + "\x00" + st.Group + "\x00" + strconv.FormatInt(st.Snap.Revision, 10)
+	}
+	return ""
+}
+
+// candidates returns, sorted, the names a flush of ts evaluates: when it
+// needs all, every name subscribed, held, visible to a wildcard or dirty;
+// for a push, the dirty names, in a slice the stream keeps (no map,
+// nothing allocated for a push of a few resources).
+func (st *stream) candidates(ts *typeState) []string {
+	if ts.needAll {
+		return st.allNames(ts)
+	}
+	candidates := st.scratch[:0]
+	for n := range ts.dirty {
+		candidates = append(candidates, n)
+	}
+	slices.Sort(candidates)
+	st.scratch = nil
+	if cap(candidates) <= 8 {
+		st.scratch = candidates[:0]
+	}
+	return candidates
+}
+
+// allNames returns, sorted, every name of ts subscribed, held, visible
+// to its wildcard subscription or dirty.
+func (st *stream) allNames(ts *typeState) []string {
+	all := map[string]bool{}
+	for n := range ts.names.All() {
+		all[n] = true
+	}
+	ts.have.Each(func(n string, _ held) { all[n] = true })
+	if ts.wildcard {
+		for _, e := range scope.Entries(st.Snap, ts.t, st.Group, nil, true) {
+			all[e.Name] = true
+		}
+	}
+	for n := range ts.dirty {
+		all[n] = true
+	}
+	return xdsstream.SortedNames(all)
+}
+
+// lookup returns the entry the client may be sent by name n of ts, nil
+// if none; for a VHDS alias "<route configuration>/<host>", the virtual
+// host it resolves to and alias n. source is what held.scope records of
+// it: the entry's scope, or scope/name for an alias. aliases is the
+// group's alias index, fetched on the flush's first alias.
+func (st *stream) lookup(ts *typeState, n string, aliases **aliasIndex) (e *view.Entry, alias, source string, err error) {
+	if e = st.Sendable(scope.Visible(st.Snap, ts.t, st.Group, n)); e != nil {
+		return e, "", e.Scope, nil
+	}
+	if ts.t != resource.VirtualHost {
+		return nil, "", "", nil
+	}
+	if *aliases == nil {
+		if *aliases, err = st.s.aliases.get(st.Snap, st.Group); err != nil {
+			return nil, "", "", err
+		}
+	}
+	if e = st.Sendable((*aliases).resolve(n)); e != nil {
+		return e, n, e.Scope + "/" + e.Name, nil
+	}
+	return nil, "", "", nil
+}
+
+// absent takes name n of ts, which the client may not be sent (deleted,
+// or never there), and reports whether the response removes it: a held
+// name, unless holdRemovals makes its removal wait for the referrers
+// (make before break), and a name asked for that the client was not told
+// is absent yet.
+func (ts *typeState) absent(n string, holdRemovals bool) (remove bool) {
+	isHeld := ts.have.Has(n)
+	switch {
+	case isHeld && holdRemovals:
+		ts.holdRemoval = true // make before break: later
+	case isHeld:
+		remove = true
+		ts.have.Drop(n)
+	case ts.names.Has(n) && !ts.toldAbsent[n]:
+		remove = true // asked for, does not exist
+		ts.toldAbsent = xdsstream.MarkName(ts.toldAbsent, n)
+	}
+	delete(ts.force, n)
+	return remove
+}
+
+// current reports whether the client holds entry e, by name n of ts, at
+// its version, asked by alias with source (see lookup): then it is not
+// sent again, unless forced.
+func (st *stream) current(ts *typeState, n string, e *view.Entry, alias, source string) bool {
+	h, isHeld := ts.have.Get(n)
+	// A version presented in initial_resource_versions names a
+	// mod_revision, not a key: it is trusted unless another resource
+	// the client may have held shares it (an alias that may have
+	// resolved elsewhere, or a group override deleted since).
+	unconfirmed := h.scope == ""
+	ambiguous := unconfirmed && (alias != "" ||
+		(st.Group != "" && e.Scope == store.DefaultScope && st.Snap.LastChange(ts.t, st.Group) > e.ModRevision))
+	if !isHeld || h.rev != e.ModRevision || (!unconfirmed && h.scope != source) || ambiguous || ts.force[n] {
+		return false
+	}
+	if unconfirmed {
+		st.s.m.notResent.Inc()
+		h.scope = source
+		ts.have.Set(n, h)
+	}
+	return true
+}
+
+// settle ends a flush of ts: the force and toldAbsent sets let go when
+// empty, and removals no longer held once holdRemovals is false.
+func (ts *typeState) settle(holdRemovals bool) {
+	if len(ts.force) == 0 {
+		ts.force = nil
+	}
+	if len(ts.toldAbsent) == 0 {
+		ts.toldAbsent = nil
+	}
+	if !holdRemovals && breaks(ts.t) {
+		ts.holdRemoval = false
+	}
 }
 
 // referrersPending reports whether LDS or RDS have updates to send or a

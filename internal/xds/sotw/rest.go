@@ -39,64 +39,87 @@ var restPaths = map[string]*resource.Type{
 // cannot answer (not loaded, or behind the version presented).
 func (s *Server) RESTHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		t, ok := restPaths[r.URL.Path]
+		t, req, ok := readREST(w, r)
 		if !ok {
-			http.Error(w, "unknown xDS REST endpoint "+r.URL.Path, http.StatusNotFound)
-			return
-		}
-		if r.Method != http.MethodPost {
-			w.Header().Set("Allow", http.MethodPost)
-			http.Error(w, "use POST", http.StatusMethodNotAllowed)
-			return
-		}
-		body, err := io.ReadAll(io.LimitReader(r.Body, MaxRESTBody+1))
-		if err != nil {
-			http.Error(w, "read body: "+err.Error(), http.StatusBadRequest)
-			return
-		}
-		if len(body) > MaxRESTBody {
-			http.Error(w, "request body larger than 1 MiB", http.StatusRequestEntityTooLarge)
-			return
-		}
-		req := new(discoveryv3.DiscoveryRequest)
-		if err := protojson.Unmarshal(body, req); err != nil {
-			msg := strings.ReplaceAll(err.Error(), "\u00a0", " ")
-			http.Error(w, "bad DiscoveryRequest: "+msg, http.StatusBadRequest)
 			return
 		}
 		p, err := s.poll(r.Context(), req, t)
-		switch {
-		case status.Code(err) == codes.InvalidArgument:
-			http.Error(w, status.Convert(err).Message(), http.StatusBadRequest)
+		if err != nil {
+			http.Error(w, status.Convert(err).Message(), restErrorCode(err))
 			return
-		case status.Code(err) == codes.ResourceExhausted:
-			http.Error(w, status.Convert(err).Message(), http.StatusTooManyRequests)
-			return
-		case status.Code(err) == codes.Unauthenticated:
-			http.Error(w, status.Convert(err).Message(), http.StatusUnauthorized)
-			return
-		case status.Code(err) == codes.PermissionDenied:
-			http.Error(w, status.Convert(err).Message(), http.StatusForbidden)
-			return
-		case err != nil:
-			http.Error(w, status.Convert(err).Message(), http.StatusServiceUnavailable)
-			return
-		case p == nil:
+		}
+		if p == nil {
 			w.WriteHeader(http.StatusNotModified)
 			return
 		}
-		// Authorized above: the body may come from the cache.
-		out, err := s.rest.get(p.snap.Revision, restKey(p.t, p.group, p.names, p.wildcard, p.keysOK), func() ([]byte, error) {
-			return protojson.Marshal(p.response(s.core.ControlPlane, s.core.Metrics))
-		})
-		if err != nil {
-			http.Error(w, "encode response: "+err.Error(), http.StatusInternalServerError)
-			return
-		}
-		s.core.Shared.ResponseSize.WithLabelValues("rest", t.Name).Observe(float64(len(out)))
-		w.Header().Set("Content-Type", "application/json")
-		w.Write(out) //nolint:errcheck // the client went away
+		s.writeREST(w, p)
 	})
+}
+
+// readREST reads a REST-JSON poll: the type its path names and the
+// DiscoveryRequest of its body. When the poll is not one (an unknown
+// path, another method, a body too large or not a DiscoveryRequest), it
+// answers it with the error and ok is false.
+func readREST(w http.ResponseWriter, r *http.Request) (t *resource.Type, req *discoveryv3.DiscoveryRequest, ok bool) {
+	t, ok = restPaths[r.URL.Path]
+	if !ok {
+		http.Error(w, "unknown xDS REST endpoint "+r.URL.Path, http.StatusNotFound)
+		return nil, nil, false
+	}
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		http.Error(w, "use POST", http.StatusMethodNotAllowed)
+		return nil, nil, false
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, MaxRESTBody+1))
+	if err != nil {
+		http.Error(w, "read body: "+err.Error(), http.StatusBadRequest)
+		return nil, nil, false
+	}
+	if len(body) > MaxRESTBody {
+		http.Error(w, "request body larger than 1 MiB", http.StatusRequestEntityTooLarge)
+		return nil, nil, false
+	}
+	req = new(discoveryv3.DiscoveryRequest)
+	if err := protojson.Unmarshal(body, req); err != nil {
+		msg := strings.ReplaceAll(err.Error(), "\u00a0", " ")
+		http.Error(w, "bad DiscoveryRequest: "+msg, http.StatusBadRequest)
+		return nil, nil, false
+	}
+	return t, req, true
+}
+
+// restErrorCode is the HTTP status of a poll refused with err: 400 for a
+// bad request, 429 for one over a bound, 401 and 403 for one the
+// Authorizer refused, else 503 (this replica cannot answer).
+func restErrorCode(err error) int {
+	switch status.Code(err) {
+	case codes.InvalidArgument:
+		return http.StatusBadRequest
+	case codes.ResourceExhausted:
+		return http.StatusTooManyRequests
+	case codes.Unauthenticated:
+		return http.StatusUnauthorized
+	case codes.PermissionDenied:
+		return http.StatusForbidden
+	default:
+		return http.StatusServiceUnavailable
+	}
+}
+
+// writeREST answers an authorized poll with its DiscoveryResponse, from
+// the cache of the bodies of the revision polled.
+func (s *Server) writeREST(w http.ResponseWriter, p *polled) {
+	out, err := s.rest.get(p.snap.Revision, restKey(p.t, p.group, p.names, p.wildcard, p.keysOK), func() ([]byte, error) {
+		return protojson.Marshal(p.response(s.core.ControlPlane, s.core.Metrics))
+	})
+	if err != nil {
+		http.Error(w, "encode response: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	s.core.Shared.ResponseSize.WithLabelValues("rest", p.t.Name).Observe(float64(len(out)))
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(out) //nolint:errcheck // the client went away
 }
 
 // RESTPattern is the ServeMux pattern RESTHandler answers under.

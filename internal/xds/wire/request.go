@@ -48,19 +48,46 @@ func unmarshalRequest(b []byte, m *discoveryv3.DiscoveryRequest) (handled bool, 
 	if !ok {
 		return false, nil
 	}
-	opts := protobuf.UnmarshalOptions{Merge: true}
-	if n > 0 && end > 0 {
+	together := n > 0 && end > 0
+	if together {
 		if l := listed(b[start:end]); l != nil {
-			if err := opts.Unmarshal(b[:start], m); err != nil {
-				return true, err
-			}
-			if err := opts.Unmarshal(b[end:], m); err != nil {
-				return true, err
-			}
-			m.ResourceNames = l
-			return true, nil
+			return true, unmarshalShared(b, start, end, m, l)
 		}
 	}
+	list, err := decodeNames(b, n, m)
+	if err != nil {
+		return true, err
+	}
+	if together {
+		list = list[:n:n] // an append to the shared list copies it
+		addList(b[start:end], list)
+	}
+	m.ResourceNames = list
+	return true, nil
+}
+
+// merging decodes a run of a message's fields into what was decoded of
+// the message before.
+var merging = protobuf.UnmarshalOptions{Merge: true}
+
+// unmarshalShared decodes the fields of b around its run of names
+// [start, end) into m, and gives m the shared list l of those names.
+func unmarshalShared(b []byte, start, end int, m *discoveryv3.DiscoveryRequest, l []string) error {
+	if err := merging.Unmarshal(b[:start], m); err != nil {
+		return err
+	}
+	if err := merging.Unmarshal(b[end:], m); err != nil {
+		return err
+	}
+	m.ResourceNames = l
+	return nil
+}
+
+// decodeNames decodes b, which namesRun scanned and found n names in: the
+// runs of other fields into m by the proto runtime, and the names, each
+// interned, into the list it returns. Names decoded for the first time
+// are interned once all are read.
+func decodeNames(b []byte, n int, m *discoveryv3.DiscoveryRequest) ([]string, error) {
 	var list []string
 	if n > 0 {
 		list = make([]string, 0, n)
@@ -81,15 +108,15 @@ func unmarshalRequest(b []byte, m *discoveryv3.DiscoveryRequest) (handled bool, 
 		if !ok {
 			if !utf8.Valid(name) {
 				names.mu.RUnlock()
-				return true, errBadName
+				return nil, errBadName
 			}
 			s = string(name)
 			added = append(added, s)
 		}
 		if from < i {
-			if err := opts.Unmarshal(b[from:i], m); err != nil {
+			if err := merging.Unmarshal(b[from:i], m); err != nil {
 				names.mu.RUnlock()
-				return true, err
+				return nil, err
 			}
 		}
 		list = append(list, s)
@@ -98,17 +125,12 @@ func unmarshalRequest(b []byte, m *discoveryv3.DiscoveryRequest) (handled bool, 
 	}
 	names.mu.RUnlock()
 	if from < len(b) {
-		if err := opts.Unmarshal(b[from:], m); err != nil {
-			return true, err
+		if err := merging.Unmarshal(b[from:], m); err != nil {
+			return nil, err
 		}
 	}
 	intern(added)
-	if n > 0 && end > 0 {
-		list = list[:n:n] // an append to the shared list copies it
-		addList(b[start:end], list)
-	}
-	m.ResourceNames = list
-	return true, nil
+	return list, nil
 }
 
 // namesRun scans b as protobuf fields: n is how many resource names it

@@ -117,36 +117,79 @@ func Serve[Q any, R interface {
 	if err != nil {
 		return err
 	}
-	ctx := gs.Context()
+	s := newStream(c, gs, fixed, snap)
+	r := rules(s)
+	s.changed, s.holds = r.Changed, r.Holds
+	remove := c.streams.Add(s.ID, s)
+	c.statusGen.Add(1) // opened; closed in close
+	defer s.close(remove)
+	// One receive goroutine feeds the loop, the only sender.
+	return serve(s, r, Receive[Q](s.Ctx, gs.RecvMsg))
+}
+
+// newStream is the state of a stream of type fixed (nil on ADS) opened on
+// gs, at snap.
+func newStream[T Reporter](c *Core[T], gs grpc.ServerStream, fixed *resource.Type, snap *view.Snapshot) *Stream[T] {
 	name := c.proto.Name + "-ads"
 	if fixed != nil {
 		name = c.proto.Name + "-" + fixed.Name
 	}
-	s := &Stream[T]{core: c, gs: gs, ID: c.nextID.Add(1), Ctx: ctx, Fixed: fixed, Snap: snap}
+	s := &Stream[T]{core: c, gs: gs, ID: c.nextID.Add(1), Ctx: gs.Context(), Fixed: fixed, Snap: snap}
 	s.Log = c.Config.Logger.With("stream", s.ID, "protocol", name)
 	s.status.stat = Status[T]{ID: s.ID, Protocol: name, ConnectedAt: time.Now().UTC()}
 	s.status.gen = &c.statusGen
-	r := rules(s)
-	s.changed, s.holds = r.Changed, r.Holds
-	defer c.streams.Add(s.ID, s)()
-	c.statusGen.Add(1) // opened; closed below
-	defer c.statusGen.Add(1)
-	defer func() {
-		if s.interest != nil {
-			s.interest.Close()
-		}
-	}()
-	defer func() { c.Metrics.TTLResources.Sub(float64(s.ttlCount)) }()
+	return s
+}
 
-	// One receive goroutine feeds this loop, the only sender.
-	reqc := Receive[Q](ctx, gs.RecvMsg)
+// close undoes what Serve set up for the stream once it ends: its TTL'd
+// resources leave the metric, its interest is closed, the status
+// generation counts it closed, and remove takes it out of the registry.
+func (s *Stream[T]) close(remove func()) {
+	s.core.Metrics.TTLResources.Sub(float64(s.ttlCount))
+	if s.interest != nil {
+		s.interest.Close()
+	}
+	s.core.statusGen.Add(1)
+	remove()
+}
+
+// serve runs the stream's loop on the requests of reqc until the stream
+// ends, turn after turn.
+func serve[Q any, R interface {
+	*Q
+	Request
+}, T Reporter](s *Stream[T], r Rules[R], reqc <-chan Received[Q]) error {
 	// A client that opens a stream and sends nothing holds it for
 	// nothing: it gets FirstRequestTimeout.
 	var firstc <-chan time.Time
-	if d, ok := c.Config.FirstRequestTimeout.Limit(); ok {
+	if d, ok := s.core.Config.FirstRequestTimeout.Limit(); ok {
 		t := time.NewTimer(d)
 		defer t.Stop()
 		firstc = t.C
+	}
+	for {
+		end, err := turn(s, r, reqc, &firstc)
+		if end || err != nil {
+			return err
+		}
+	}
+}
+
+// turn waits for what the stream has to do and does it, then flushes:
+// the requests received (the latest answered), a newer snapshot to
+// advance to, leases extended, the Authorizer's rules changed. end is
+// true when the stream ends, with err nil when the client ended it. A
+// request or a snapshot counts the turn in Config.Busy until its flush is
+// done. The first request stops firstc, the FirstRequestTimeout's
+// channel.
+func turn[Q any, R interface {
+	*Q
+	Request
+}, T Reporter](s *Stream[T], r Rules[R], reqc <-chan Received[Q], firstc *<-chan time.Time) (end bool, err error) {
+	c := s.core
+	var extended <-chan struct{}
+	if s.notice != nil {
+		extended = s.notice.Done()
 	}
 	busy := false // counted in Config.Busy
 	defer func() {
@@ -154,58 +197,52 @@ func Serve[Q any, R interface {
 			c.Config.Busy.Leave()
 		}
 	}()
+	select {
+	case q := <-reqc:
+		busy = enterBusy(c.Config.Busy)
+		*firstc = nil
+		if end, err := handleQueued(s, r, q, reqc); end {
+			return true, err
+		}
+	case <-s.wake():
+		busy = enterBusy(c.Config.Busy)
+		s.Advance()
+	case <-extended:
+		s.leasesExtended()
+	case <-s.recheck:
+		// The rules changed: a stream whose client may no longer
+		// claim its node ends (docs/design.md, "Security").
+		if err := s.authorize(s.Node, s.Group); err != nil {
+			return true, err
+		}
+	case <-*firstc:
+		c.Metrics.LimitHits.WithLabelValues(LimitFirstRequest).Inc()
+		return true, status.Errorf(codes.DeadlineExceeded, "no request within %s of the stream's start (--first-request-timeout)", c.Config.FirstRequestTimeout)
+	case <-s.Ctx.Done():
+		return true, nil
+	}
+	return false, r.Flush()
+}
+
+// handleQueued handles received request q, then those queued behind it,
+// so that the flush answers the latest. end is true when the stream ends:
+// on a receive error (err nil when the client ended the stream: see
+// EndErr), or with the error of a request.
+func handleQueued[Q any, R interface {
+	*Q
+	Request
+}, T Reporter](s *Stream[T], r Rules[R], q Received[Q], reqc <-chan Received[Q]) (end bool, err error) {
 	for {
-		var extended <-chan struct{}
-		if s.notice != nil {
-			extended = s.notice.Done()
+		if q.Err != nil {
+			return true, EndErr(q.Err)
+		}
+		if err := handle(s, r, R(q.Msg)); err != nil {
+			return true, err
 		}
 		select {
-		case q := <-reqc:
-			busy = enterBusy(c.Config.Busy)
-			firstc = nil
-			if q.Err != nil {
-				return EndErr(q.Err)
-			}
-			if err := handle(s, r, R(q.Msg)); err != nil {
-				return err
-			}
-		drain: // answer the latest request: take all that are queued first
-			for {
-				select {
-				case q := <-reqc:
-					if q.Err != nil {
-						return EndErr(q.Err)
-					}
-					if err := handle(s, r, R(q.Msg)); err != nil {
-						return err
-					}
-				default:
-					break drain
-				}
-			}
-		case <-s.wake():
-			busy = enterBusy(c.Config.Busy)
-			s.Advance()
-		case <-extended:
-			s.leasesExtended()
-		case <-s.recheck:
-			// The rules changed: a stream whose client may no longer
-			// claim its node ends (docs/design.md, "Security").
-			if err := s.authorize(s.Node, s.Group); err != nil {
-				return err
-			}
-		case <-firstc:
-			c.Metrics.LimitHits.WithLabelValues(LimitFirstRequest).Inc()
-			return status.Errorf(codes.DeadlineExceeded, "no request within %s of the stream's start (--first-request-timeout)", c.Config.FirstRequestTimeout)
-		case <-ctx.Done():
-			return nil
-		}
-		if err := r.Flush(); err != nil {
-			return err
-		}
-		if busy {
-			c.Config.Busy.Leave()
-			busy = false
+		case q = <-reqc:
+		default:
+			return false, nil
 		}
 	}
 }
