@@ -26,23 +26,24 @@ func socketOwner(addr *net.TCPAddr, pids []int) int {
 		return 0
 	}
 	defer f.Close()
-	inode := ""
+	// Every line of that local address counts but those of inode 0: a
+	// closed connection that used the same port before lingers in
+	// TIME_WAIT, owned by no process, and may come first.
+	links := map[string]bool{}
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		fs := strings.Fields(sc.Text())
-		if len(fs) > 9 && fs[1] == want {
-			inode = fs[9]
-			break
+		if len(fs) > 9 && fs[1] == want && fs[9] != "0" {
+			links["socket:["+fs[9]+"]"] = true
 		}
 	}
-	if inode == "" || inode == "0" {
+	if len(links) == 0 {
 		return 0
 	}
-	link := "socket:[" + inode + "]"
 	for _, pid := range pids {
 		fds, _ := filepath.Glob(filepath.Join("/proc", strconv.Itoa(pid), "fd", "*"))
 		for _, fd := range fds {
-			if l, err := os.Readlink(fd); err == nil && l == link {
+			if l, err := os.Readlink(fd); err == nil && links[l] {
 				return pid
 			}
 		}
