@@ -29,7 +29,7 @@ APT_CACERTS    := ca-certificates
 APT_OPENSSL    := openssl
 
 .PHONY: all build run demo test check-proto fmt-check golangci-lint shellcheck unit \
-	fuzz $(FUZZ_RUNS) e2e bench bench-load chaos lint proto tidy manifests setup clean \
+	fuzz $(FUZZ_RUNS) e2e bench bench-load chaos lint proto tidy manifests docs setup clean \
 	image image-test image-setup
 
 all: build
@@ -159,6 +159,14 @@ image-setup:
 # Regenerates proto/ in place; commit the result (check-proto fails otherwise).
 proto:
 	./proto/gen.sh
+
+# Rewrites the generated parts of the docs (flag tables, the etcd key
+# layout, the metrics catalogue, the bootstraps included from deploy/envoy)
+# from the code: each is a region between <!-- NAME:begin --> and
+# <!-- NAME:end --> that a TestDocs* test renders and `make test` checks
+# (internal/testkit/docgen). Commit the result.
+docs:
+	UPDATE_DOCS=1 $(GO) test -count=1 -run '^TestDocs' ./...
 
 # Renders the Helm chart's default values, with deploy/kubernetes/values.yaml
 # over them (the generated Secrets named, not rendered), into
