@@ -21,13 +21,13 @@ const module = "github.com/legation-io/legation/"
 // import them.
 const outside = 0
 
-// TestPackageMap checks architecture.md's package map against the code:
+// TestPackageMap checks concepts/architecture.md's package map against the code:
 // every package of the module has a row, each row's "may import" list is
 // exactly the internal packages it imports, internal/ holds only the
 // wings the wing table names, and no product package imports a package
 // of a higher wing or of the tools and test kits.
 func TestPackageMap(t *testing.T) {
-	doc, err := os.ReadFile("architecture.md")
+	doc, err := os.ReadFile(filepath.Join("concepts", "architecture.md"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,6 +35,7 @@ import (
 	"github.com/legation-io/legation/internal/admin/fsexport"
 	"github.com/legation-io/legation/internal/replica"
 	"github.com/legation-io/legation/internal/state/resource" // registers every Envoy type, for the Any fields
+	"github.com/legation-io/legation/internal/testkit/docgen"
 )
 
 // The Envoy bootstraps and what each must be. A file added to the
@@ -198,8 +201,8 @@ func checkFiles(t *testing.T, sources map[string]*corev3.ConfigSource) {
 }
 
 // checkCluster checks the static cluster name: one endpoint on port,
-// keepalive (HTTP/2 pings no more often than a replica accepts for gRPC,
-// TCP keepalive for REST's HTTP/1.1), and with mtls a TLS transport socket
+// HTTP/2 for gRPC and HTTP/1.1 for REST, the recommended keepalive
+// (checkKeepalive), and with mtls a TLS transport socket
 // presenting a certificate, checking the replica's, and offering h2.
 func checkCluster(t *testing.T, b *bootstrapv3.Bootstrap, name string, port uint32, api corev3.ApiConfigSource_ApiType, mtls bool) {
 	t.Helper()
@@ -235,31 +238,10 @@ func checkCluster(t *testing.T, b *bootstrapv3.Bootstrap, name string, port uint
 		if opts.GetExplicitHttpConfig().GetHttpProtocolOptions() == nil {
 			t.Errorf("cluster %s: want explicit HTTP/1.1 (the HTTP port has no cleartext HTTP/2)", name)
 		}
-		ka := c.GetUpstreamConnectionOptions().GetTcpKeepalive()
-		if ka.GetKeepaliveTime() == nil || ka.GetKeepaliveInterval() == nil || ka.GetKeepaliveProbes() == nil {
-			t.Errorf("cluster %s: tcp_keepalive %v: want time, interval and probes", name, ka)
-		}
-	} else {
-		h2 := opts.GetExplicitHttpConfig().GetHttp2ProtocolOptions()
-		if h2 == nil {
-			t.Fatalf("cluster %s: want explicit HTTP/2 (gRPC)", name)
-		}
-		ka := h2.GetConnectionKeepalive()
-		if ka.GetInterval() == nil || ka.GetTimeout() == nil {
-			t.Fatalf("cluster %s: connection_keepalive %v: want interval and timeout", name, ka)
-		}
-		// Envoy jitters the interval down by up to interval_jitter (15%
-		// when unset); a replica refuses pings faster than its minimum.
-		jitter := 0.15
-		if ka.GetIntervalJitter() != nil {
-			jitter = ka.GetIntervalJitter().GetValue() / 100
-		}
-		shortest := time.Duration(float64(ka.GetInterval().AsDuration()) * (1 - jitter))
-		if minTime := replica.DefaultConfig().KeepaliveMinTime; shortest < minTime {
-			t.Errorf("cluster %s: keepalive pings as often as every %v; replicas refuse pings faster than %v (--keepalive-min-time)",
-				name, shortest, minTime)
-		}
+	} else if opts.GetExplicitHttpConfig().GetHttp2ProtocolOptions() == nil {
+		t.Fatalf("cluster %s: want explicit HTTP/2 (gRPC)", name)
 	}
+	checkKeepalive(t, c, &opts, api == corev3.ApiConfigSource_REST)
 
 	ts := c.GetTransportSocket()
 	if !mtls {
@@ -449,5 +431,19 @@ func TestGRPCParsesBootstraps(t *testing.T) {
 			}
 			r.Close()
 		})
+	}
+}
+
+// TestDocsBootstraps: docs/reference/bootstraps.md includes every file of
+// deploy/envoy as it is, each in a region named after the file; `make
+// docs` rewrites them.
+func TestDocsBootstraps(t *testing.T) {
+	for _, name := range slices.Sorted(maps.Keys(bootstraps)) {
+		body, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lang := strings.TrimPrefix(filepath.Ext(name), ".")
+		docgen.Region(t, "docs/reference/bootstraps.md", name, "```"+lang+"\n"+string(body)+"```")
 	}
 }

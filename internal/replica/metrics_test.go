@@ -3,6 +3,7 @@ package replica_test
 import (
 	"bufio"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -187,7 +188,7 @@ func labelNames(m *dto.Metric) []string {
 	return out
 }
 
-// catalogueRow is one row of README.md's metric catalogue.
+// catalogueRow is one row of the metrics catalogue.
 type catalogueRow struct {
 	name   string // a metric name, or a prefix ending in '*'
 	typ    string
@@ -195,15 +196,19 @@ type catalogueRow struct {
 	line   int
 }
 
-// catalogueHeading is the README section holding the catalogue table.
-const catalogueHeading = "## Metrics catalogue"
+// The metrics catalogue: the page (relative to the repository's root)
+// and the section of it holding the table.
+const (
+	catalogueFile    = "docs/reference/metrics.md"
+	catalogueHeading = "## Every metric"
+)
 
-// readCatalogue parses the catalogue table of README.md: rows of
+// readCatalogue parses the catalogue table: rows of
 // | `name` | type | labels | meaning |, labels a comma list of
-// backquoted names or "—" for none.
+// backquoted names, "—" or nothing for none.
 func readCatalogue(t *testing.T) []catalogueRow {
 	t.Helper()
-	f, err := os.Open("../../README.md")
+	f, err := os.Open(filepath.Join("..", "..", catalogueFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,14 +232,14 @@ func readCatalogue(t *testing.T) []catalogueRow {
 		tableSeen = true
 		cells := strings.Split(strings.Trim(line, "|"), "|")
 		if len(cells) < 4 {
-			t.Fatalf("README.md:%d: a catalogue row needs 4 cells (name, type, labels, meaning): %q", n, line)
+			t.Fatalf("%s:%d: a catalogue row needs 4 cells (name, type, labels, meaning): %q", catalogueFile, n, line)
 		}
 		name := strings.TrimSpace(cells[0])
 		if name == "metric" || strings.HasPrefix(name, "---") {
 			continue
 		}
 		if !strings.HasPrefix(name, "`") || !strings.HasSuffix(name, "`") {
-			t.Fatalf("README.md:%d: the metric name %q is not in backquotes", n, name)
+			t.Fatalf("%s:%d: the metric name %q is not in backquotes", catalogueFile, n, name)
 		}
 		row := catalogueRow{name: strings.Trim(name, "`"), typ: strings.TrimSpace(cells[1]), line: n}
 		if l := strings.TrimSpace(cells[2]); l != "—" && l != "" {
@@ -244,7 +249,7 @@ func readCatalogue(t *testing.T) []catalogueRow {
 			sort.Strings(row.labels)
 		}
 		if strings.TrimSpace(cells[3]) == "" {
-			t.Errorf("README.md:%d: %s has no meaning", n, row.name)
+			t.Errorf("%s:%d: %s has no meaning", catalogueFile, n, row.name)
 		}
 		rows = append(rows, row)
 	}
@@ -252,12 +257,13 @@ func readCatalogue(t *testing.T) []catalogueRow {
 		t.Fatal(err)
 	}
 	if len(rows) == 0 {
-		t.Fatalf("README.md has no %q table", catalogueHeading)
+		t.Fatalf("%s has no table under %q", catalogueFile, catalogueHeading)
 	}
 	return rows
 }
 
-// TestMetricsCatalogue: README.md's metric catalogue lists exactly what
+// TestMetricsCatalogue: the metrics catalogue (docs/reference/metrics.md)
+// lists exactly what
 // a replica exports: every metric, with its type and labels, and nothing
 // that does not exist. Rows ending in '*' stand for the families of the
 // Go and process collectors (client_golang's), whose members change with
@@ -272,14 +278,14 @@ func TestMetricsCatalogue(t *testing.T) {
 	for _, r := range rows {
 		if p, ok := strings.CutSuffix(r.name, "*"); ok {
 			if !strings.HasPrefix(p, "go_") && !strings.HasPrefix(p, "process_") {
-				t.Errorf("README.md:%d: %s: only the go_ and process_ families may be listed by prefix", r.line, r.name)
+				t.Errorf("%s:%d: %s: only the go_ and process_ families may be listed by prefix", catalogueFile, r.line, r.name)
 			}
 			r.name = p
 			prefixes = append(prefixes, r)
 			continue
 		}
 		if _, dup := listed[r.name]; dup {
-			t.Errorf("README.md:%d: %s is listed twice", r.line, r.name)
+			t.Errorf("%s:%d: %s is listed twice", catalogueFile, r.line, r.name)
 		}
 		listed[r.name] = r
 	}
@@ -301,25 +307,25 @@ func TestMetricsCatalogue(t *testing.T) {
 				}
 			}
 			if !matched {
-				t.Errorf("%s (%s, labels %v) is exported but not in README.md's %q table", n, info.typ, info.labels, catalogueHeading)
+				t.Errorf("%s (%s, labels %v) is exported but not in %s's %q table", n, info.typ, info.labels, catalogueFile, catalogueHeading)
 			}
 			continue
 		}
 		if info.typ != "" && r.typ != info.typ {
-			t.Errorf("README.md:%d: %s is listed as a %s, the code exports a %s", r.line, n, r.typ, info.typ)
+			t.Errorf("%s:%d: %s is listed as a %s, the code exports a %s", catalogueFile, r.line, n, r.typ, info.typ)
 		}
 		if !slices.Equal(r.labels, info.labels) {
-			t.Errorf("README.md:%d: %s is listed with labels %v, the code exports %v", r.line, n, r.labels, info.labels)
+			t.Errorf("%s:%d: %s is listed with labels %v, the code exports %v", catalogueFile, r.line, n, r.labels, info.labels)
 		}
 	}
 	for n, r := range listed {
 		if _, ok := exported[n]; !ok {
-			t.Errorf("README.md:%d: %s is listed but no replica exports it", r.line, n)
+			t.Errorf("%s:%d: %s is listed but no replica exports it", catalogueFile, r.line, n)
 		}
 	}
 	for _, p := range prefixes {
 		if !prefixUsed[p.name] {
-			t.Errorf("README.md:%d: %s* matches no exported metric", p.line, p.name)
+			t.Errorf("%s:%d: %s* matches no exported metric", catalogueFile, p.line, p.name)
 		}
 	}
 }

@@ -2,8 +2,9 @@
 // the configured prefix (DefaultPrefix unless one is given), the keys each
 // holds, what their values are, who writes them and who reads them. Every
 // other package asks it for its prefixes and keys instead of spelling a
-// directory's name; README.md's "etcd key layout" table is checked against
-// Layout by this package's tests.
+// directory's name. The key layout table of
+// docs/reference/etcd-key-layout.md is generated from Layout (`make docs`)
+// and checked against it by this package's tests.
 //
 // Each directory has one kind of writer (Dir.Writer): the replicas, or the
 // operator's tools. etcd's least-privilege roles (package etcdauth) are

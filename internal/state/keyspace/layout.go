@@ -25,8 +25,8 @@ func (w Writer) String() string {
 	return "unknown"
 }
 
-// An Entry is one kind of key of the layout: a row of README.md's "etcd
-// key layout" table.
+// An Entry is one kind of key of the layout: a row of the table of
+// docs/reference/etcd-key-layout.md.
 type Entry struct {
 	// Dir is the directory the keys are in.
 	Dir Dir
@@ -45,7 +45,7 @@ type Entry struct {
 }
 
 // layout is every kind of key under the prefix, in the order of the
-// README's table. A Dir has one Writer in all its entries.
+// docs' table. A Dir has one Writer in all its entries.
 var layout = []Entry{{
 	Dir:       Resources,
 	Key:       "<type>/<scope>/<name>",
@@ -112,7 +112,7 @@ var layout = []Entry{{
 }}
 
 // Layout returns every kind of key under the prefix, in the order of the
-// README's table.
+// docs' table.
 func Layout() []Entry { return append([]Entry(nil), layout...) }
 
 // Dirs returns every directory under the prefix, in Layout's order.
