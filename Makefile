@@ -79,7 +79,7 @@ e2e: setup
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
-# The load scenarios of docs/performance.md (hack/bench-load.sh): Legation
+# The load scenarios of docs/operations/performance.md (hack/bench-load.sh): Legation
 # SotW and delta at BENCH_STREAMS and BENCH_DELTA_STREAMS streams, then
 # Legation beside go-control-plane (bench/gcp) at BENCH_GCP_STREAMS and
 # BENCH_SMALL_STREAMS; 0 skips a scenario. The JSON results go to
@@ -186,7 +186,7 @@ tidy:
 
 # Installs what the tests need from Debian when it is missing: protoc (and
 # the well-known .proto files), haproxy, shellcheck, ip (the network
-# namespaces of internal/testkit/netnstest), openssl (docs/security.md's
+# namespaces of internal/testkit/netnstest), openssl (docs/operations/security.md's
 # certificate recipe), a C compiler for -race, and (through
 # image-setup) podman and the CA bundle for image-test.
 setup: image-setup

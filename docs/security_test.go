@@ -18,34 +18,34 @@ import (
 )
 
 // recipe returns the shell script between the recipe markers of
-// security.md, without its code fence.
+// the security page, without its code fence.
 func recipe(t *testing.T) string {
 	t.Helper()
-	b, err := os.ReadFile("security.md")
+	b, err := os.ReadFile(securityPage)
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, rest, ok := strings.Cut(string(b), "<!-- recipe:begin -->")
 	body, _, ok2 := strings.Cut(rest, "<!-- recipe:end -->")
 	if !ok || !ok2 {
-		t.Fatal("security.md: no <!-- recipe:begin --> ... <!-- recipe:end --> block")
+		t.Fatal(securityPage + ": no <!-- recipe:begin --> ... <!-- recipe:end --> block")
 	}
 	body = strings.TrimSpace(body)
 	body, ok = strings.CutPrefix(body, "```sh\n")
 	body, ok2 = strings.CutSuffix(body, "```")
 	if !ok || !ok2 {
-		t.Fatalf("security.md: the recipe is not one ```sh block:\n%s", body)
+		t.Fatalf("%s: the recipe is not one ```sh block:\n%s", securityPage, body)
 	}
 	return body
 }
 
-// TestCertificateRecipe runs security.md's certificate recipe with
+// TestSecurityCertificateRecipe runs the security page's certificate recipe with
 // OpenSSL and checks that what it makes works as the page says, with
 // Legation's own TLS code: each certificate's identity is the SPIFFE ID
 // of its URI SAN; a replica serves mTLS with it and recognises each
 // client (the replica itself too, relaying as a client); a client
 // certificate, made for clientAuth only, cannot serve.
-func TestCertificateRecipe(t *testing.T) {
+func TestSecurityCertificateRecipe(t *testing.T) {
 	dir := t.TempDir()
 	cmd := exec.Command("sh", "-e", "-c", recipe(t))
 	cmd.Dir = dir

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs xds-loadgen's scenarios (docs/performance.md): an xds-node and
+# Runs xds-loadgen's scenarios (docs/operations/performance.md): an xds-node and
 # bench/gcp's go-control-plane server, each started afresh for each
 # scenario, then
 #   1. Legation, SotW, $STREAMS streams
@@ -174,7 +174,7 @@ loadgen() {
   summary "$OUT/$name.json"
 }
 
-# summary FILE: the figures of docs/performance.md's table.
+# summary FILE: the figures of docs/operations/performance.md's table.
 summary() {
   jq -r '"\(.target) \(.mode) \(.streams) streams: write to receipt p50 \(.overall.latency.p50 * 1000 | round) ms, p99 \(.overall.latency.p99 * 1000 | round) ms, max \(.overall.latency.max * 1000 | round) ms; all received (median) \(.overall.all_received_median * 1000 | round) ms; missing \(.overall.missing); idle CPU \(.idle.cpu_ms_per_s // 0 | . * 10 | round / 10) ms/s\(if .etcd then " (etcd beside it \(.etcd.idle_cpu_ms_per_s | . * 10 | round / 10) ms/s)" else "" end); RSS after sync \(.server.rss_bytes_after_sync / 1048576 | round) MiB (\(.server.rss_bytes_per_stream / 1024 | round) KiB/stream); CPU per update per client \(.server.cpu_seconds_per_update_per_client * 1e6 | . * 10 | round / 10) us; \(.overall.bytes_per_client_per_update | round) bytes/client/update; stream errors \(.stream_errors); load tool collections \(.loadgen.collections_between_updates // 0) between updates, \(.loadgen.collections_in_updates // 0) in them"' "$1"
 }

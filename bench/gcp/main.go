@@ -1,5 +1,5 @@
 // Command gcp-server is the go-control-plane side of xds-loadgen's side by
-// side runs (docs/performance.md): a go-control-plane v0.14 snapshot cache
+// side runs (docs/operations/performance.md): a go-control-plane v0.14 snapshot cache
 // serving ADS, state of the world and delta, to every node from one
 // snapshot, with a control endpoint the load generator writes through and
 // the process CPU and RSS on /metrics, as a Legation replica has them.

@@ -419,7 +419,7 @@ func (c *Config) limitDefaults() {
 	c.PingTime = 2 * time.Hour                 // grpc-go's own default: the kernel finds dead peers
 	c.MaxConnectionAge = 0                     // connections live as long as their clients
 	c.MaxConnectionAgeGrace = 30 * time.Second // once aged, streams get 30s to end
-	c.MaxConnections = 50000                   // five times the 10,000 clients a replica is measured with (docs/performance.md)
+	c.MaxConnections = 50000                   // five times the 10,000 clients a replica is measured with (docs/operations/performance.md)
 	c.HandshakeTimeout = 10 * time.Second      // a TLS handshake takes a few round trips
 	c.MaxStreamsPerConn = 100                  // Envoy and grpc-go open one ADS stream a connection
 	c.StreamRate = 1000                        // new streams a second

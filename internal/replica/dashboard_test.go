@@ -228,21 +228,7 @@ func TestGrafanaDashboard(t *testing.T) {
 	}
 
 	exported := exportedMetrics(t)
-	exists := func(name string) bool {
-		if _, ok := exported[name]; ok {
-			return true
-		}
-		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
-			base, ok := strings.CutSuffix(name, suffix)
-			if !ok {
-				continue
-			}
-			if info, ok := exported[base]; ok && (info.typ == "histogram" || info.typ == "summary" && suffix != "_bucket") {
-				return true
-			}
-		}
-		return false
-	}
+	exists := func(name string) bool { return exportsSeries(exported, name) }
 	n := 0
 	for title, es := range byPanel {
 		for _, e := range es {
@@ -265,4 +251,23 @@ func TestGrafanaDashboard(t *testing.T) {
 	if n == 0 {
 		t.Fatalf("%s: no metric found in any expression", dashboardFile)
 	}
+}
+
+// exportsSeries reports whether name is a series a replica exports: a
+// metric of exported, or a histogram's _bucket, _sum or _count (a
+// summary's _sum or _count).
+func exportsSeries(exported map[string]metricInfo, name string) bool {
+	if _, ok := exported[name]; ok {
+		return true
+	}
+	for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+		base, ok := strings.CutSuffix(name, suffix)
+		if !ok {
+			continue
+		}
+		if info, ok := exported[base]; ok && (info.typ == "histogram" || info.typ == "summary" && suffix != "_bucket") {
+			return true
+		}
+	}
+	return false
 }

@@ -98,7 +98,7 @@ func DefaultConfig() Config {
 		Streams:       100,
 		Conns:         0,    // one per stream
 		OpenRate:      1000, // the replica's default --stream-rate
-		Clusters:      200,  // the fixture of the figures in docs/performance.md
+		Clusters:      200,  // the fixture of the figures in docs/operations/performance.md
 		Endpoints:     20,
 		Updates:       10,
 		Interval:      time.Second,
