@@ -42,8 +42,9 @@ import (
 // skip: the block is not run; WHY says why (a command that cannot run
 // inside a test, such as `make test`).
 //
-// Both: needs=CMD runs the block only where CMD is on PATH (envoy); else
-// the test logs that it left the block out. Values are bare words or are
+// run and start: needs=CMD runs the block only where CMD is on PATH
+// (envoy); elsewhere the test logs that it left the block out, and a run
+// block watching it with of= too. Values are bare words or are
 // quoted with ' or " (no escapes). RE is Go regexp syntax matched anywhere
 // in the output, with `.` matching newlines too.
 //
