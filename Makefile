@@ -27,6 +27,7 @@ APT_IPROUTE    := iproute2
 APT_PODMAN     := podman
 APT_CACERTS    := ca-certificates
 APT_OPENSSL    := openssl
+APT_CURL       := curl
 
 .PHONY: all build run demo test check-proto fmt-check golangci-lint shellcheck unit \
 	fuzz $(FUZZ_RUNS) e2e bench bench-load chaos lint proto tidy manifests docs setup clean \
@@ -187,7 +188,8 @@ tidy:
 # Installs what the tests need from Debian when it is missing: protoc (and
 # the well-known .proto files), haproxy, shellcheck, ip (the network
 # namespaces of internal/testkit/netnstest), openssl (docs/operations/security.md's
-# certificate recipe), a C compiler for -race, and (through
+# certificate recipe), curl (the quick start's commands, which
+# docs/commands_test.go runs), a C compiler for -race, and (through
 # image-setup) podman and the CA bundle for image-test.
 setup: image-setup
 	@set -e; need=""; \
@@ -197,6 +199,7 @@ setup: image-setup
 	command -v shellcheck >/dev/null 2>&1 || need="$$need $(APT_SHELLCHECK)"; \
 	command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || need="$$need $(APT_IPROUTE)"; \
 	command -v openssl >/dev/null 2>&1 || need="$$need $(APT_OPENSSL)"; \
+	command -v curl >/dev/null 2>&1 || need="$$need $(APT_CURL)"; \
 	if [ -n "$(RACE)" ] && ! command -v gcc >/dev/null 2>&1; then need="$$need $(APT_CC)"; fi; \
 	if [ -z "$$need" ]; then echo "setup: nothing to install"; exit 0; fi; \
 	sudo=""; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \

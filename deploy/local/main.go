@@ -3,7 +3,7 @@
 // HAProxy in front of them. `up` runs in the foreground and owns those
 // processes as its children until Ctrl-C, SIGTERM or `down`; the other
 // commands, run from another shell, drive it through its control socket.
-// See README.md.
+// See docs/getting-started/local-cluster.md.
 //
 //	go run ./deploy/local up [-replicas 3 -etcd 3 ...]
 //	go run ./deploy/local status|down|add-replica
