@@ -91,7 +91,7 @@ var commandPages = []struct {
 	path  string
 	every bool
 }{
-	{"../README.md", false},
+	{"../README.md", true},
 	{"getting-started/quick-start.md", true},
 	{"getting-started/demo.md", true},
 	{"getting-started/local-cluster.md", true},
