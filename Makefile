@@ -43,7 +43,7 @@ build:
 run: build
 	./bin/xds-node --insecure-loopback-debug
 
-# The demo of README "Demo": dev mode, two echo backends, examples/ applied
+# The demo of docs/getting-started/demo.md: dev mode, two echo backends, examples/ applied
 # and a proxyless gRPC client printing the split between the backends each
 # second, until Ctrl-C (examples/demo/main.go, internal/tools/demo).
 demo: build
@@ -107,7 +107,7 @@ bench-load:
 	LISTENERS=$(BENCH_LISTENERS) UPDATES=$(BENCH_UPDATES) INTERVAL=$(BENCH_INTERVAL) IDLE=$(BENCH_IDLE) \
 	OUT=$(BENCH_OUT) ETCD=$(BENCH_ETCD) LOADGEN_FLAGS="$(BENCH_LOADGEN_FLAGS)" NODE_FLAGS="$(BENCH_NODE_FLAGS)" ./hack/bench-load.sh
 
-# The chaos run of README "Chaos run" (cmd/xds-chaos): per seed, 3 etcd
+# The chaos run of docs/development/chaos.md (cmd/xds-chaos): per seed, 3 etcd
 # members, 3 replicas, 300 recording clients, applies at a steady rate,
 # random faults for DURATION, heal, and the history check; one line per
 # seed. CHAOS_PARALLEL seeds at once; CHAOS_FLAGS for more (--first-seed,

@@ -41,7 +41,7 @@ import (
 var pemfileWatcher = goleak.IgnoreAnyFunction("google.golang.org/grpc/credentials/tls/certprovider/pemfile.(*watcher).run")
 
 // revokeBound is how soon a revoked identity's streams must end
-// (docs/design.md, "Security").
+// (docs/concepts/design.md, "Security").
 const revokeBound = 10 * time.Second
 
 // clientCreds are the TLS credentials of a load client or a grpc-go
@@ -141,7 +141,7 @@ func TestClusterSecure(t *testing.T) {
 	c.KillReplica(victim)
 	h := waitHomed(t, c, f, want, kill, clusterTimeout)
 	if h.All > failoverBound {
-		t.Errorf("re-homing took %s after the kill, want <= %s (docs/design.md, failover target)", h.All.Round(time.Millisecond), failoverBound)
+		t.Errorf("re-homing took %s after the kill, want <= %s (docs/concepts/design.md, failover target)", h.All.Round(time.Millisecond), failoverBound)
 	}
 	failed, ok, ex, gap := f.rpcStats(kill, time.Now())
 	t.Logf("killed %s (home of %d of %d nodes): every node settled on its new home, over mTLS, %s after the kill; "+

@@ -22,7 +22,7 @@ import (
 	"github.com/legation-io/legation/internal/tools/localcluster"
 )
 
-// failoverBound is the failover target of docs/design.md: every client of a killed
+// failoverBound is the failover target of docs/concepts/design.md: every client of a killed
 // replica re-homed and ACKed within 10s.
 const failoverBound = 10 * time.Second
 
@@ -170,7 +170,7 @@ func TestClusterFailover(t *testing.T) {
 	t.Logf("every node settled on its new home %s after the kill (%d polls); per re-homed raw client: p50 %s, p99 %s, max %s",
 		h.All.Round(time.Millisecond), h.Polls, p50, p99, pmax)
 	if h.All > failoverBound {
-		t.Errorf("re-homing took %s after the kill, want <= %s (docs/design.md, failover target)", h.All.Round(time.Millisecond), failoverBound)
+		t.Errorf("re-homing took %s after the kill, want <= %s (docs/concepts/design.md, failover target)", h.All.Round(time.Millisecond), failoverBound)
 	}
 	var fallbacks []string
 	for n, before := range fallbacksBefore {

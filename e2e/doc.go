@@ -24,5 +24,5 @@
 // (size_full_test.go). BenchmarkFailover (make bench) measures a failover
 // of a replica holding about 1,000 of 3,000 clients.
 //
-// Promises cited by number are those of docs/design.md.
+// Promises cited by number are those of docs/concepts/design.md.
 package e2e

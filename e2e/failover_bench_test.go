@@ -12,7 +12,7 @@ import (
 )
 
 // benchMix is BenchmarkFailover's fleet: with 3 replicas, the busiest
-// holds about 1,000 (the failover target of docs/design.md).
+// holds about 1,000 (the failover target of docs/concepts/design.md).
 var benchMix = clientMix{SotW: 1500, Delta: 1500}
 
 // benchPoll paces BenchmarkFailover's polls of /debug/streams: one costs
@@ -20,7 +20,7 @@ var benchMix = clientMix{SotW: 1500, Delta: 1500}
 // with the clients.
 const benchPoll = 500 * time.Millisecond
 
-// BenchmarkFailover measures the failover target of docs/design.md: 3 replicas
+// BenchmarkFailover measures the failover target of docs/concepts/design.md: 3 replicas
 // behind HAProxy, 3,000 raw clients (half SotW, half delta, each with a
 // connection of its own), kill -9 the replica serving the most nodes, and
 // measure until every node is settled on its new home (served there, every

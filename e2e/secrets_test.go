@@ -1,6 +1,6 @@
 package e2e
 
-// Secrets (docs/design.md, "Security"): SDS secrets go to clients whose
+// Secrets (docs/concepts/design.md, "Security"): SDS secrets go to clients whose
 // identity may see their scope, and, without mTLS, to no one, or with
 // --insecure-loopback-secrets to loopback clients only; a client that is
 // not on loopback (in a network namespace the test makes) is refused

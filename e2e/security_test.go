@@ -1,6 +1,6 @@
 package e2e
 
-// Security end to end (docs/design.md, "Security"): a replica serving xDS
+// Security end to end (docs/concepts/design.md, "Security"): a replica serving xDS
 // and HTTP over mTLS, identities bound to nodes by rules written with
 // xdsadmin, grpc-go's xDS client with TLS channel credentials, refusals at
 // the handshake, PermissionDenied on every transport, revocation, and
@@ -315,7 +315,7 @@ func restPost(t *testing.T, e *env, cfg *tls.Config, typ, id, cluster string) (i
 }
 
 // TestMTLSRevokeEndsStreams: revoking edge's rule ends its SotW and delta
-// streams with PERMISSION_DENIED within 10s (docs/design.md, "Security").
+// streams with PERMISSION_DENIED within 10s (docs/concepts/design.md, "Security").
 func TestMTLSRevokeEndsStreams(t *testing.T) {
 	p := newPKI(t)
 	e := newMTLSEnv(t, p)

@@ -1,5 +1,5 @@
-// Command legation-demo is the traffic demo of `make demo` (README
-// "Demo"). Its code lives in internal/tools/demo; this only wires flags to it.
+// Command legation-demo is the traffic demo of `make demo`
+// (docs/getting-started/demo.md). Its code lives in internal/tools/demo; this only wires flags to it.
 //
 //	legation-demo run       xds-node in dev mode, two echo backends, examples/ applied, the client
 //	legation-demo backend   one echo backend

@@ -14,7 +14,7 @@ import (
 
 // agentConfig is the config of the replica's cluster agent: alone in dev
 // mode and with --standalone, else a member of the cluster of the
-// replicas sharing its etcd prefix (docs/design.md, "The cluster"), at
+// replicas sharing its etcd prefix (docs/concepts/design.md, "The cluster"), at
 // the addresses derived from the flags and the bound listeners.
 func (n *Node) agentConfig() shard.AgentConfig {
 	c := shard.DefaultAgentConfig()

@@ -15,7 +15,7 @@ import (
 )
 
 // Config configures a Node. Each field but Logger, Registerer and Gatherer
-// is a flag of xds-node (README, "xds-node"); errors from Validate name the
+// is a flag of xds-node (docs/reference/xds-node.md); errors from Validate name the
 // flag.
 type Config struct {
 	// EtcdEndpoints are the etcd servers (--etcd-endpoints), as host:port,
@@ -228,7 +228,7 @@ type Config struct {
 	// progress every second).
 	AuthzStaleAfter time.Duration
 
-	// Limits and overload (README, "Limits and overload"; package limits).
+	// Limits and overload (docs/operations/running-a-cluster.md; package limits).
 
 	// KeepaliveMinTime (--keepalive-min-time) is the shortest interval
 	// between a client's HTTP/2 keepalive pings the xDS port accepts,
@@ -365,7 +365,7 @@ type Config struct {
 // healthy, idle watch never turns stale.
 const minAuthzStaleAfter = 2 * time.Second
 
-// DefaultConfig returns the flags' defaults (README, "xds-node"): dev mode
+// DefaultConfig returns the flags' defaults (docs/reference/xds-node.md): dev mode
 // with an embedded etcd on 127.0.0.1:2379, xDS on :18000, HTTP on :18001.
 func DefaultConfig() Config {
 	name, err := os.Hostname()
@@ -388,7 +388,7 @@ func DefaultConfig() Config {
 		DialTimeout:     5 * time.Second,   // etcd client set-up calls
 		ShutdownTimeout: 10 * time.Second,  // graceful stop budget, after the drain
 		DrainPeriod:     10 * time.Second,  // streams closed over it on SIGTERM
-		CatchupTimeout:  5 * time.Second,   // promise 3 (docs/design.md)
+		CatchupTimeout:  5 * time.Second,   // promise 3 (docs/concepts/design.md)
 		MaxRecvMsgSize:  4 << 20,           // gRPC's default
 		// Stream bounds: package xdsstream's defaults.
 		FirstRequestTimeout: xd.FirstRequestTimeout.MaxOrZero(),

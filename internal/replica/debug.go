@@ -23,8 +23,8 @@ import (
 // handleDebug registers the /debug/ endpoints on mux, each answering
 // admins only with mTLS on, else loopback clients only and only with
 // InsecureLoopbackDebug; /debug/pprof/ answers only with Pprof besides.
-// Their JSON is for people and scripts: keep its shape (README,
-// "xds-node").
+// Their JSON is for people and scripts: keep its shape
+// (docs/reference/http-api.md).
 func (n *Node) handleDebug(mux *http.ServeMux) {
 	mux.Handle("GET /debug/view", n.debugOnly(http.HandlerFunc(n.serveDebugView)))
 	mux.Handle("GET /debug/streams", n.debugOnly(http.HandlerFunc(n.serveDebugStreams)))
@@ -40,7 +40,7 @@ func (n *Node) handleDebug(mux *http.ServeMux) {
 	mux.Handle("GET /debug/pprof/trace", n.pprofOnly(http.HandlerFunc(pprof.Trace)))
 }
 
-// debugOnly lets only admins reach h with mTLS on (docs/design.md,
+// debugOnly lets only admins reach h with mTLS on (docs/concepts/design.md,
 // "Security"). Without mTLS a client cannot be told apart, and being on
 // loopback proves nothing (a proxy on the host makes everyone loopback):
 // h answers no one, unless InsecureLoopbackDebug lets loopback clients

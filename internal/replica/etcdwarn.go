@@ -28,7 +28,7 @@ func (c *Config) etcdInsecurity() string {
 	if len(why) == 0 {
 		return ""
 	}
-	return "etcd: " + strings.Join(why, "; ") + " (README, \"etcd over TLS and with authentication\")"
+	return "etcd: " + strings.Join(why, "; ") + " (docs/operations/etcd.md)"
 }
 
 // warnEtcdInsecure logs etcdInsecurity at error level, once at start: the

@@ -1,7 +1,7 @@
 package replica
 
 // warnInsecure says once, at start, what is not authenticated and which
-// risks the operator took by flag (docs/design.md, "Security": never
+// risks the operator took by flag (docs/concepts/design.md, "Security": never
 // silently insecure).
 func (n *Node) warnInsecure() {
 	const plainRisk = "clients are not authenticated: any client may claim any node id and group and read CSDS"

@@ -97,7 +97,7 @@ func (n *Node) logStart() {
 	}
 	if n.cluster.Clustered() && n.cfg.GossipKeyFile == "" {
 		n.log.Warn("gossip is unencrypted and unauthenticated (no --gossip-key-file): any host that reaches the gossip port can join the ring, "+
-			"be made the home of Envoy nodes and be relayed their streams, and reads every replica's record; see README, \"Gossip encryption\"",
+			"be made the home of Envoy nodes and be relayed their streams, and reads every replica's record; see docs/operations/security.md",
 			"gossip_addr", n.cfg.GossipAddr)
 	}
 }

@@ -154,7 +154,7 @@ func TestRESTJSON(t *testing.T) {
 	const clusters, endpoints = "/v3/discovery:clusters", "/v3/discovery:endpoints"
 	n1 := xdstest.Node("n1", "c1")
 
-	// The literal body of the README's curl example.
+	// The literal body of docs/reference/http-api.md's curl example.
 	code, body, h := post(t, r, http.MethodPost, clusters, `{"node":{"id":"n1","cluster":"c1"}}`)
 	if code != http.StatusOK || h.Get("Content-Type") != "application/json" {
 		t.Fatalf("POST %s = %d %q (%s), want 200 JSON", clusters, code, body, h.Get("Content-Type"))
@@ -171,7 +171,7 @@ func TestRESTJSON(t *testing.T) {
 	}
 	checkResponse(t, "clusters with the type_url", resp, xdstest.Version(rev1), resource.Cluster, a, b)
 
-	// As in the README, with the proto field name.
+	// As in docs/reference/http-api.md, with the proto field name.
 	code, body, _ = post(t, r, http.MethodPost, clusters, `{"node":{"id":"n1","cluster":"c1"},"version_info":"`+xdstest.Version(rev1)+`"}`)
 	if code != http.StatusNotModified || body != "" {
 		t.Errorf("clusters at the current version = %d %q, want 304 with an empty body", code, body)

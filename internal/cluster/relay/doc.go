@@ -23,5 +23,5 @@
 // func come from the caller), the gRPC server, or any xDS protocol state:
 // it never looks past a stream's first request.
 //
-// Promises cited by number are those of docs/design.md.
+// Promises cited by number are those of docs/concepts/design.md.
 package relay

@@ -37,7 +37,7 @@ func keyLines(keys ...[]byte) string {
 	return b.String()
 }
 
-// writeFile replaces path's content atomically (a rename), as the README
+// writeFile replaces path's content atomically (a rename), as docs/operations/security.md
 // asks operators to.
 func writeFile(t *testing.T, path, content string) {
 	t.Helper()
@@ -220,7 +220,7 @@ func TestGossipKeyKeepsOutsidersOut(t *testing.T) {
 	}
 }
 
-// TestGossipKeyRotation: the README's rotation, one replica at a time,
+// TestGossipKeyRotation: the rotation of docs/operations/security.md, one replica at a time,
 // through key file rewrites picked up while running: each member reads
 // what the other sends at every step, and the ring stays whole
 // throughout. Then a member with the retired key is kept out, and a

@@ -491,7 +491,7 @@ func (m *Membership) warnClear(members int) {
 	case !m.warnedNoKey:
 		m.warnedNoKey = true
 		m.log.Error("shard: a cluster of more than one replica gossips in clear: any host that reaches the gossip port "+
-			"can join the gossip and read the members' records; set --gossip-key-file on every replica (README: Gossip encryption)",
+			"can join the gossip and read the members' records; set --gossip-key-file on every replica (docs/operations/security.md)",
 			"members", members)
 	}
 }

@@ -1,5 +1,5 @@
 // Package access decides, for one replica, who a client is and what it may
-// claim and see (docs/design.md, "Security"): the identity of a stream or
+// claim and see (docs/concepts/design.md, "Security"): the identity of a stream or
 // request (its verified client certificate, or the identity a replica
 // relaying it forwards), whether it may claim a node id and group under the
 // authorization rules, whether it may be sent secrets, and whether it is an

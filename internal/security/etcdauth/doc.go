@@ -1,5 +1,5 @@
-// Package etcdauth sets up etcd's authentication for Legation, as README
-// "Least privilege in etcd" describes it: the roles legation-replica (read
+// Package etcdauth sets up etcd's authentication for Legation, as
+// docs/operations/etcd.md describes it: the roles legation-replica (read
 // the prefix, write only status records, the membership registry and load
 // windows) and legation-admin (read and write the prefix), a user per
 // client certificate CN holding one of them, the root user, and auth

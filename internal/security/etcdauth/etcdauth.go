@@ -12,7 +12,7 @@ import (
 	"github.com/legation-io/legation/internal/state/keyspace"
 )
 
-// The roles of README "Least privilege in etcd", and etcd's root user and
+// The roles of docs/operations/etcd.md, and etcd's root user and
 // role.
 const (
 	RoleReplica = "legation-replica"

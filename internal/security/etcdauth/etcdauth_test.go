@@ -9,7 +9,7 @@ import (
 	"github.com/legation-io/legation/internal/state/keyspace"
 )
 
-// TestGrants: the roles of README "Least privilege in etcd", on the
+// TestGrants: the roles of docs/operations/etcd.md, on the
 // prefix given.
 func TestGrants(t *testing.T) {
 	read, rw := clientv3.PermissionType(clientv3.PermRead), clientv3.PermissionType(clientv3.PermReadWrite)

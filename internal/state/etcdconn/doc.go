@@ -16,6 +16,5 @@
 //
 // It does not own: the etcd client's lifetime (the caller creates and
 // closes it), timeouts, keepalives and message sizes (the caller sets them
-// on the returned config), or etcd's roles and users (README, "Least
-// privilege in etcd").
+// on the returned config), or etcd's roles and users (docs/operations/etcd.md).
 package etcdconn

@@ -45,7 +45,7 @@ const (
 	prefix = "/legation/"
 )
 
-// setUpRBAC is the README's "Least privilege in etcd", done with
+// setUpRBAC is docs/operations/etcd.md's least privilege, done with
 // clientv3's Auth API: the two roles on prefix (localcluster.AddRoles, as
 // a secure local cluster has them), a user per certificate CN
 // (no password: etcd's --client-cert-auth names them), a user with a
@@ -122,7 +122,7 @@ connect_timeout: 1s
 }
 
 // TestRBAC runs a real etcd process with TLS, client certificate
-// authentication and auth enabled with the README's two roles, and shows
+// authentication and auth enabled with the two roles of docs/operations/etcd.md, and shows
 // that each binary's code works with the least privilege it is given and
 // no more.
 func TestRBAC(t *testing.T) {

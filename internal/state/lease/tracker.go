@@ -1,6 +1,6 @@
 // Package lease tracks when the etcd leases of TTL'd resources expire, so
 // that xDS streams can put the time left on the wire (promise 8 of
-// docs/design.md) and heartbeat a resource when its lease is extended. It
+// docs/concepts/design.md) and heartbeat a resource when its lease is extended. It
 // owns the replica's watch of the lease refresh markers and its lease
 // TimeToLive queries; it does not serve xDS and never writes to etcd.
 //

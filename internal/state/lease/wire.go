@@ -6,7 +6,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 )
 
-// The client features of promise 8 (docs/design.md), from the Node
+// The client features of promise 8 (docs/concepts/design.md), from the Node
 // message.
 const (
 	// FeatureTTL: the client reads Resource.ttl and heartbeats.

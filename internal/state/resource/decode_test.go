@@ -130,7 +130,7 @@ func checkDoc(t *testing.T, d resource.Doc) {
 		t.Errorf("%s: body does not validate: %v", d.Where(), err)
 	}
 	// The stored bytes are stable: marshaling the decoded body again gives
-	// the same bytes (promise 2 of docs/design.md needs identical bytes
+	// the same bytes (promise 2 of docs/concepts/design.md needs identical bytes
 	// for identical input).
 	again, err := resource.Marshal(d.Type, msg)
 	if err != nil {

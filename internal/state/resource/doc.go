@@ -5,5 +5,5 @@
 // It owns no state and does no I/O. Storing resources is package store's
 // job; serving them is ads's and delta's.
 //
-// The promises its comments cite by number are those of docs/design.md.
+// The promises its comments cite by number are those of docs/concepts/design.md.
 package resource

@@ -14,7 +14,7 @@ import (
 )
 
 // Private keys belong in SDS secrets, which are served only to clients
-// allowed the scope's secrets (docs/design.md, "Security"). A key written
+// allowed the scope's secrets (docs/concepts/design.md, "Security"). A key written
 // inline in a listener or a cluster would go to anyone who may see that
 // listener or cluster. InlineKeys finds such keys so that xdsadmin apply
 // can refuse them and the view can mark the resources that carry them.

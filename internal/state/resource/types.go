@@ -26,7 +26,7 @@ type Type struct {
 	URL string
 	// Order is the position of the type in a make-before-break push:
 	// CDS, EDS, LDS, RDS, SRDS, VHDS, then the rest (promise 6,
-	// docs/design.md).
+	// docs/concepts/design.md).
 	Order int
 	// Wildcard is true for the types whose SotW responses carry the full
 	// set (LDS, CDS and the like): omission means removal.

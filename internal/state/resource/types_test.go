@@ -87,7 +87,7 @@ func TestTypeRoundTrip(t *testing.T) {
 }
 
 func TestTypeOrder(t *testing.T) {
-	// Promise 6 (docs/design.md): CDS, EDS, LDS, RDS, SRDS, VHDS, then the
+	// Promise 6 (docs/concepts/design.md): CDS, EDS, LDS, RDS, SRDS, VHDS, then the
 	// rest.
 	want := []string{"cluster", "endpoint", "listener", "route", "scoped-route", "virtual-host"}
 	all := resource.All()

@@ -14,5 +14,5 @@
 // view's.
 //
 // The promises its comments cite by number (promise 1, etcd is the truth;
-// promise 5, atomic applies) are those of docs/design.md.
+// promise 5, atomic applies) are those of docs/concepts/design.md.
 package store

@@ -214,7 +214,7 @@ func collect(t *testing.T, wch clientv3.WatchChan, n int) []clientv3.WatchRespon
 
 // TestApplyIsOneRevision: an apply of many resources is one etcd
 // transaction, so one revision, and a watcher sees all of it at once
-// (promise 5, docs/design.md).
+// (promise 5, docs/concepts/design.md).
 func TestApplyIsOneRevision(t *testing.T) {
 	e := storetest.Start(t, storetest.Options{})
 	c := e.Client(t)
@@ -525,7 +525,7 @@ func TestReadAtRevision(t *testing.T) {
 
 // TestApplyLimits: an apply beyond etcd's limits fails before anything is
 // written and names the limit, unless chunked (promise 5,
-// docs/design.md).
+// docs/concepts/design.md).
 func TestApplyLimits(t *testing.T) {
 	e := storetest.Start(t, storetest.Options{})
 	c := e.Client(t)
@@ -1105,7 +1105,7 @@ func envelope(t testing.TB, m proto.Message) []byte {
 }
 
 // TestMalformedValues: values in etcd that do not decode are reported
-// apart and never hide the others (promise 10, docs/design.md).
+// apart and never hide the others (promise 10, docs/concepts/design.md).
 func TestMalformedValues(t *testing.T) {
 	e := storetest.Start(t, storetest.Options{})
 	c := e.Client(t)

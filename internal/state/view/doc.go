@@ -2,7 +2,7 @@
 // that a replica serves from, which loads every resource under
 // keyspace.Resources at one etcd revision and follows one watch from
 // there, publishing an immutable Snapshot per change (promise 1 of
-// docs/design.md: exactly etcd's resources at one revision, applied in
+// docs/concepts/design.md: exactly etcd's resources at one revision, applied in
 // whole revisions), and the Interests through which readers are woken
 // only by the changes they can see.
 //

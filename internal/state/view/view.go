@@ -17,7 +17,7 @@ import (
 // etcd revision, and publishes an immutable Snapshot per change. It loads
 // the whole state at one revision R with a paginated range, then follows
 // one watch from R+1, applying whole revisions in order (promise 1 of
-// docs/design.md). After a compaction it reloads; its revision never goes
+// docs/concepts/design.md). After a compaction it reloads; its revision never goes
 // backwards.
 //
 // Run does the work; Snapshot, Ready and WaitRevision may be called from

@@ -116,7 +116,7 @@ func count(s *view.Snapshot, t *resource.Type, scope string) int {
 }
 
 // TestViewSeesWholeApplies: every snapshot a view publishes holds all of an
-// apply or none of it (promise 1, docs/design.md).
+// apply or none of it (promise 1, docs/concepts/design.md).
 func TestViewSeesWholeApplies(t *testing.T) {
 	env := newViewEnv(t, storetest.Options{MaxTxnOps: 1000, MaxRequestBytes: 8 << 20})
 	v := env.startView(t, env.client, nil)

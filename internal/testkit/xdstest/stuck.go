@@ -22,7 +22,7 @@ import (
 	"github.com/legation-io/legation/internal/state/store"
 )
 
-// The stuck-client scenario (a promise of docs/design.md): normal clients and
+// The stuck-client scenario (a promise of docs/concepts/design.md): normal clients and
 // one that never reads, endpoint updates applied back to back; the stuck
 // stream must be cut within the send timeout, hold little heap, and leave
 // the others' commit-to-ACK latency as it was.

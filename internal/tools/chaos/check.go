@@ -68,7 +68,7 @@ type Options struct {
 	ConvergeWithin time.Duration
 }
 
-// DocumentedExceptions are the Options of the resends the README
+// DocumentedExceptions are the Options of the resends docs/concepts/serving-xds.md
 // documents as intended.
 func DocumentedExceptions() Options {
 	return Options{SotWNewNames: true, InterimCDS: true}

@@ -100,7 +100,7 @@ func (cfg ClientConfig) Bootstrap() []byte {
 			"server_uri":    cfg.XDSServer,
 			"channel_creds": []any{map[string]any{"type": "insecure"}},
 			// Keep the listener and cluster when a response leaves them
-			// out (see README "Proxyless gRPC").
+			// out (see docs/concepts/serving-xds.md).
 			"server_features": []string{"ignore_resource_deletion"},
 		}},
 		"node": map[string]any{"id": cfg.NodeID, "cluster": cfg.NodeCluster},

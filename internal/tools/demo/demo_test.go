@@ -55,7 +55,7 @@ func TestDemoSplitFollowsWeightsAndTTL(t *testing.T) {
 	}
 	defer b.Stop()
 
-	// examples/ and the override as the README applies them, with the
+	// examples/ and the override as docs/getting-started/demo.md applies them, with the
 	// backends' ports in place of 50051 and 50052.
 	ports := strings.NewReplacer("port_value: 50051", fmt.Sprintf("port_value: %d", a.Port()),
 		"port_value: 50052", fmt.Sprintf("port_value: %d", b.Port()))

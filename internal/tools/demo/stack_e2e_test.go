@@ -15,10 +15,10 @@ import (
 	"github.com/legation-io/legation/internal/tools/demo"
 )
 
-// TestRunStackProcesses is `make demo` and the README's second terminal as
+// TestRunStackProcesses is `make demo` and the demo page's second terminal as
 // processes: RunStack starts the xds-node binary in dev mode and applies
 // examples/ with the xdsadmin binary; the xdsadmin binary then applies the
-// 9:1 override with a TTL, as the README does. Addresses are free ports
+// 9:1 override with a TTL, as docs/getting-started/demo.md does. Addresses are free ports
 // rather than dev mode's defaults, so that it runs beside anything.
 func TestRunStackProcesses(t *testing.T) {
 	bin := t.TempDir()

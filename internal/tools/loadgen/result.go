@@ -9,7 +9,7 @@ import (
 )
 
 // Result is what Run measured; its JSON is xds-loadgen's -o json output
-// (README, "Load testing"). Times are in seconds, sizes in bytes.
+// (docs/development/load-testing.md). Times are in seconds, sizes in bytes.
 type Result struct {
 	Target    string    `json:"target"` // legation or gcp
 	Mode      string    `json:"mode"`   // sotw or delta

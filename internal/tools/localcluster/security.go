@@ -38,7 +38,7 @@ const (
 	ClientIdentity = "spiffe://legation.test/client"
 )
 
-// The etcd roles of the README's "Least privilege in etcd", and the etcd
+// The etcd roles of docs/operations/etcd.md's least privilege, and the etcd
 // users of a secure cluster: each the CN of a client certificate (etcd's
 // --client-cert-auth), with the role of the same name.
 const (

@@ -202,7 +202,7 @@ func (c *Cluster) etcdArgs(p *proc) []string {
 		"--initial-cluster", strings.Join(initial, ","),
 		"--initial-cluster-state", "new",
 		"--initial-cluster-token", "legation-" + c.cfg.NamePrefix + c.cfg.Net,
-		// History and space as the README's cluster example keeps them
+		// History and space as docs/operations/etcd.md's cluster example keeps them
 		// (EtcdFlags, after these, may change them).
 		"--auto-compaction-mode", "revision",
 		"--auto-compaction-retention", "100000",

@@ -23,7 +23,7 @@ import (
 )
 
 // The conformance tests check the delta rules of xds-protocol.rst
-// ("Incremental xDS") and docs/design.md (promises 2, 3, 4, 6, 7) one rule per
+// ("Incremental xDS") and docs/concepts/design.md (promises 2, 3, 4, 6, 7) one rule per
 // test, on raw streams: what must be sent with expect, what must not with
 // expectNone.
 

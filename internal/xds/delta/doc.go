@@ -17,5 +17,5 @@
 // package xdsstream's; registering the gRPC services is package grpcapi's.
 // Scope resolution comes from package scope.
 //
-// Promises cited by number are those of docs/design.md.
+// Promises cited by number are those of docs/concepts/design.md.
 package delta

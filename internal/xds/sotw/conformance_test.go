@@ -1,7 +1,7 @@
 package sotw_test
 
 // The SotW conformance suite: one test per protocol rule Legation keeps
-// (docs/design.md promises 2, 3, 4, 6, 7, 10 and its protocol rules), each on raw gRPC
+// (docs/concepts/design.md promises 2, 3, 4, 6, 7, 10 and its protocol rules), each on raw gRPC
 // streams against the real server, a real view and a real embedded etcd.
 // Each test asserts what is sent (versions, names, nonces) and, with the
 // short timeout, what must not be.

@@ -19,5 +19,5 @@
 // xdsstream's; registering the gRPC services is package grpcapi's. It does
 // not own the view, the gRPC server or membership.
 //
-// Promises cited by number are those of docs/design.md.
+// Promises cited by number are those of docs/concepts/design.md.
 package sotw

@@ -29,7 +29,7 @@ import (
 	"github.com/legation-io/legation/internal/testkit/xdstest"
 )
 
-// The fan-out scenario of the performance targets in docs/design.md: every stream
+// The fan-out scenario of the performance targets in docs/concepts/design.md: every stream
 // subscribes (EDS, by name, over ADS) to the same 200 ClusterLoadAssignments
 // of 20 endpoints each; one push changes one of them.
 const (
@@ -68,7 +68,7 @@ func fanoutSeed(tb testing.TB, e *env) []string {
 // BenchmarkFanout measures one endpoint change fanned out to N SotW ADS
 // streams over real gRPC on 127.0.0.1, all in this process: the server
 // side of the target "one endpoint change, 10,000 SotW streams on one
-// replica" of docs/design.md (the clients' ACKs are the load tool's to
+// replica" of docs/concepts/design.md (the clients' ACKs are the load tool's to
 // measure).
 //
 // Set-up, not measured: a real embedded etcd, view and server; N streams
@@ -149,7 +149,7 @@ func BenchmarkFanout(b *testing.B) {
 }
 
 // BenchmarkIdleStreamMemory reports the memory each idle SotW ADS stream
-// costs holding 400 resources (docs/design.md: "memory per connected
+// costs holding 400 resources (docs/concepts/design.md: "memory per connected
 // stream ... beyond shared state: at most 50 KB"): 200 clusters by
 // wildcard CDS and their 200 endpoint sets by name, the scenario and
 // metrics of xdstest.BenchmarkStreamMemory, which internal/xds/delta's

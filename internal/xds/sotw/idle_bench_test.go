@@ -19,7 +19,7 @@ type everySnapshot struct{ *view.View }
 
 func (everySnapshot) Interest(string, any) *view.Interest { return nil }
 
-// BenchmarkIdleCPU measures what idle streams cost (docs/design.md:
+// BenchmarkIdleCPU measures what idle streams cost (docs/concepts/design.md:
 // "10,000 connected streams, no change: at most 5 ms of server CPU per
 // second"): N SotW ADS streams subscribed to the fan-out's 200
 // assignments and ACKed, then, for 2 s a run, no resource changes while

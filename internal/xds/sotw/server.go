@@ -113,7 +113,7 @@ func (s *Server) poll(ctx context.Context, r *discoveryv3.DiscoveryRequest, t *r
 	group := s.core.Config.GroupBy(r.GetNode())
 	if a := s.core.Config.Authorizer; a != nil {
 		// A poll is checked as a stream's first request is: its node, and
-		// secrets (docs/design.md, "Security").
+		// secrets (docs/concepts/design.md, "Security").
 		_, err := a.Authorize(ctx, r.GetNode(), group)
 		if err == nil && t == resource.Secret {
 			err = a.Secrets(ctx, group)

@@ -48,7 +48,7 @@ type Leases interface {
 var _ Leases = (*lease.Tracker)(nil)
 
 // Authorizer decides what the client of a stream or poll may claim and
-// see (docs/design.md, "Security"). Its methods may be called from many
+// see (docs/concepts/design.md, "Security"). Its methods may be called from many
 // goroutines at once; ctx is the stream's or the request's, which carries
 // the client's identity.
 type Authorizer interface {

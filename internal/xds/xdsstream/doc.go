@@ -21,5 +21,5 @@
 // client presents (promise 3), and the registry of open streams.
 //
 // It knows nothing of subscriptions, wildcards or what a response carries.
-// Promises cited by number are those of docs/design.md.
+// Promises cited by number are those of docs/concepts/design.md.
 package xdsstream

@@ -211,7 +211,7 @@ func turn[Q any, R interface {
 		s.leasesExtended()
 	case <-s.recheck:
 		// The rules changed: a stream whose client may no longer
-		// claim its node ends (docs/design.md, "Security").
+		// claim its node ends (docs/concepts/design.md, "Security").
 		if err := s.authorize(s.Node, s.Group); err != nil {
 			return true, err
 		}

@@ -3,8 +3,7 @@
 // clients (SotW and delta, resuming as Envoy does, spread over the
 // replicas) recording every response, a steady rate of multi-resource
 // applies, the seed's fault schedule, then heal, a wait for the clients
-// to settle, and the history checker over the recording (README, "Chaos
-// run").
+// to settle, and the history checker over the recording (docs/development/chaos.md).
 package runner
 
 import (
