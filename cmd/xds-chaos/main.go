@@ -173,6 +173,10 @@ func (o *options) validate() error {
 	return errors.Join(errs...)
 }
 
+// maxSeeds bounds --seeds: a seed runs for minutes, so more is a typo,
+// and the list of seeds is made before the first runs.
+const maxSeeds = 100000
+
 // seedList is the seeds to run, in order.
 func (o *options) seedList() ([]uint64, error) {
 	if o.only != "" {
@@ -186,8 +190,8 @@ func (o *options) seedList() ([]uint64, error) {
 		}
 		return out, nil
 	}
-	if o.seeds < 1 {
-		return nil, fmt.Errorf("--seeds %d: want 1 or more", o.seeds)
+	if o.seeds < 1 || o.seeds > maxSeeds {
+		return nil, fmt.Errorf("--seeds %d: want 1 to %d", o.seeds, maxSeeds)
 	}
 	out := make([]uint64, o.seeds)
 	for i := range out {

@@ -130,6 +130,8 @@ type app struct {
 	// tracing is on when the OTEL_* variables say so (see package
 	// tracing); never nil.
 	tracing *tracing.Provider
+	// bounded are the contexts commandContext bounded by --timeout.
+	bounded []context.Context
 }
 
 // Run runs xdsadmin with args (without the program name), reading standard
@@ -169,7 +171,7 @@ func run(ctx context.Context, args []string, in io.Reader, out, errOut io.Writer
 	cmd.SetOut(out)
 	cmd.SetErr(errOut)
 	if err := cmd.ExecuteContext(ctx); err != nil {
-		fmt.Fprintf(errOut, "xdsadmin: %v\n", err)
+		fmt.Fprintf(errOut, "xdsadmin: %v\n", a.nameTimeout(err))
 		return 1
 	}
 	return 0
@@ -286,12 +288,35 @@ func completeType(_ *cobra.Command, args []string, _ string) ([]cobra.Completion
 	return resource.Names(), cobra.ShellCompDirectiveNoFileComp
 }
 
-// commandContext bounds ctx by --timeout.
+// commandContext bounds ctx by --timeout; when the bound ends it, its
+// cause says so, naming the flag.
 func (a *app) commandContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	if a.opts.Timeout <= 0 {
 		return context.WithCancel(ctx)
 	}
-	return context.WithTimeout(ctx, a.opts.Timeout)
+	ctx, cancel := context.WithTimeoutCause(ctx, a.opts.Timeout, timeoutError{a.opts.Timeout})
+	a.bounded = append(a.bounded, ctx)
+	return ctx, cancel
+}
+
+// timeoutError is the cause of a command's context ending at --timeout.
+type timeoutError struct{ d time.Duration }
+
+func (e timeoutError) Error() string {
+	return fmt.Sprintf("--timeout %s expired (raise it, or give 0 for no bound)", e.d)
+}
+
+// nameTimeout adds to err that --timeout ended the command's work, when
+// it did and err does not say so already (etcd's client reports only
+// "context deadline exceeded").
+func (a *app) nameTimeout(err error) error {
+	for _, ctx := range a.bounded {
+		var te timeoutError
+		if errors.As(context.Cause(ctx), &te) && !strings.Contains(err.Error(), "--timeout") {
+			return fmt.Errorf("%w: %v", err, te)
+		}
+	}
+	return err
 }
 
 // conn is an open connection to etcd.
