@@ -189,6 +189,10 @@ Every global flag can also be set by an environment variable named
 LEGATION_ and the flag in capitals with '_' for '-', e.g.
 LEGATION_ETCD_ENDPOINTS=10.0.0.1:2379,10.0.0.2:2379. A flag given on the
 command line wins over the environment.`,
+		Example: `  xdsadmin apply -f examples/
+  xdsadmin get clusters
+  xdsadmin status
+  xdsadmin --etcd-endpoints https://10.0.0.1:2379,https://10.0.0.2:2379 --etcd-cacert ca.pem members`,
 		// Errors are printed once, by Run; a runtime error is no reason to
 		// print the usage.
 		SilenceErrors: true,
@@ -213,7 +217,7 @@ command line wins over the environment.`,
 	a.opts.Replica.addFlags(pf)
 	pf.StringVar(&a.opts.Prefix, "etcd-prefix", a.opts.Prefix, "etcd key prefix of Legation's keys")
 	pf.DurationVar(&a.opts.DialTimeout, "dial-timeout", a.opts.DialTimeout, "how long to try to reach etcd before failing")
-	pf.DurationVar(&a.opts.Timeout, "timeout", a.opts.Timeout, "bound on each command's work with etcd (0: none; watch: only the connection)")
+	pf.DurationVar(&a.opts.Timeout, "timeout", a.opts.Timeout, "bound on each command's work with etcd (0: none; watch: only the connection; apply, delete: once the scope's apply lock is taken)")
 	pf.IntVar(&a.opts.MaxTxnOps, "max-txn-ops", a.opts.MaxTxnOps, "the etcd servers' --max-txn-ops: operations allowed in one transaction")
 	pf.IntVar(&a.opts.MaxRequestBytes, "max-request-bytes", a.opts.MaxRequestBytes, "the etcd servers' --max-request-bytes: bytes allowed in one request")
 	pf.StringVarP(&a.opts.Output, "output", "o", a.opts.Output, "output format: table, yaml or json")
@@ -235,7 +239,7 @@ func (a *app) applyEnv(fs *pflag.FlagSet) error {
 		if err != nil || f.Changed || f.Name == etcdconn.FlagPassword {
 			return
 		}
-		name := EnvPrefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		name := envName(f.Name)
 		v, ok := a.lookupEnv(name)
 		if !ok {
 			return
@@ -245,6 +249,12 @@ func (a *app) applyEnv(fs *pflag.FlagSet) error {
 		}
 	})
 	return err
+}
+
+// envName is the environment variable of the global flag name:
+// LEGATION_ETCD_ENDPOINTS for --etcd-endpoints.
+func envName(name string) string {
+	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
 }
 
 // usageError adds a pointer to the help to an error in the command line.

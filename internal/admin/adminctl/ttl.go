@@ -16,6 +16,8 @@ func (a *app) ttlCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "ttl",
 		Short: "Manage TTL'd resources (written with apply --ttl)",
+		Example: `  xdsadmin apply -f incident-override.yaml --ttl 10m
+  xdsadmin ttl refresh runtime incident-override`,
 	}
 	cmd.AddCommand(a.ttlRefreshCommand())
 	return cmd
