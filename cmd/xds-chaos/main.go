@@ -1,4 +1,4 @@
-// Command xds-chaos runs the chaos run of README "Chaos run": for each
+// Command xds-chaos runs the chaos run of docs/development/chaos.md: for each
 // seed, a local cluster of 3 etcd members and 3 replicas, 300 recording
 // clients, applies at a steady rate and the seed's random faults, then
 // heal, and the history checker over what every client received. It
@@ -104,9 +104,18 @@ func parseFlags(args []string) (runner.Config, options, []uint64, error) {
 // cfg and o.
 func flagSet(cfg *runner.Config, o *options) *pflag.FlagSet {
 	fs := pflag.NewFlagSet("xds-chaos", pflag.ContinueOnError)
+	fs.SortFlags = false
+	fs.Usage = func() {
+		fmt.Fprintf(os.Stderr, "Usage: xds-chaos [flags]\n\n"+
+			"Runs the chaos run: per seed, a local cluster of 3 etcd members and 3 replicas, recording clients,\n"+
+			"applies and the seed's random faults, then heal, and the check of what every client received.\n"+
+			"Exit status 0 when every seed passed, 1 when one failed, 2 on a bad flag.\n\nFlags:\n")
+		fs.PrintDefaults()
+		fmt.Fprintf(os.Stderr, "\nExamples:\n%s", usageExamples)
+	}
 	fs.IntVar(&o.seeds, "seeds", 1, "how many seeds to run: --first-seed and the ones after it")
 	fs.Uint64Var(&o.firstSeed, "first-seed", 1, "the first seed")
-	fs.StringVar(&o.only, "seed-list", "", "comma-separated seeds to run instead of --seeds and --first-seed (the named regression seeds: README \"Chaos run\")")
+	fs.StringVar(&o.only, "seed-list", "", "comma-separated seeds to run instead of --seeds and --first-seed (the named regression seeds: docs/development/chaos.md)")
 	fs.IntVar(&o.parallel, "parallel", 1, "seeds run at once, each on a cluster of its own")
 	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "how long faults are injected, per seed")
 	fs.DurationVar(&cfg.Every, "every", cfg.Every, "the mean time between two faults")
@@ -124,10 +133,24 @@ func flagSet(cfg *runner.Config, o *options) *pflag.FlagSet {
 	fs.StringVar(&o.xdsBin, "xds-node-bin", "", "the xds-node binary; empty: built from this module")
 	fs.StringVarP(&o.output, "output", "o", "text", "text (one line per seed) or json (one object per seed, a line each)")
 	fs.BoolVarP(&o.verbose, "verbose", "v", false, "also print each seed's log (faults, processes) on stderr")
-	fs.BoolVar(&o.regress, "regressions", false, "run the named regression seeds instead, each with the shape it found its bug with (README \"Chaos run\"); --duration, --every, --clients and --apply-every are theirs")
+	fs.BoolVar(&o.regress, "regressions", false, "run the named regression seeds instead, each with the shape it found its bug with (docs/development/chaos.md); --duration, --every, --clients and --apply-every are theirs")
 	fs.StringSliceVar(&o.recheck, "recheck", nil, "run nothing: check again the files a failed seed kept in these directories (its summary.json, history.jsonl and recording.jsonl), as after a change of the checker")
 	return fs
 }
+
+// usageExamples is the "Examples:" part of --help; a test parses each
+// command and docs/reference/xds-chaos.md shows them.
+const usageExamples = `  # one seed: 5 minutes of faults; etcd and xds-node built from this module
+  xds-chaos
+  # 20 seeds, 3 at once, each on a cluster of its own
+  xds-chaos --seeds 20 --parallel 3
+  # the named regression seeds, each with the shape it found its bug with
+  xds-chaos --regressions
+  # seed 348 again, with replica faults only, keeping its files
+  xds-chaos --seed-list 348 --kinds kill-replica,freeze-replica,restart-replica --keep
+  # check again the files a failed seed kept, as after a change of the checker
+  xds-chaos --recheck /tmp/legation-chaos-348-1234567
+`
 
 // recheck checks again the files of each --recheck directory, printing
 // each outcome; it reports whether every seed passed.
@@ -173,6 +196,10 @@ func (o *options) validate() error {
 	return errors.Join(errs...)
 }
 
+// maxSeeds bounds --seeds: a seed runs for minutes, so more is a typo,
+// and the list of seeds is made before the first runs.
+const maxSeeds = 100000
+
 // seedList is the seeds to run, in order.
 func (o *options) seedList() ([]uint64, error) {
 	if o.only != "" {
@@ -186,8 +213,8 @@ func (o *options) seedList() ([]uint64, error) {
 		}
 		return out, nil
 	}
-	if o.seeds < 1 {
-		return nil, fmt.Errorf("--seeds %d: want 1 or more", o.seeds)
+	if o.seeds < 1 || o.seeds > maxSeeds {
+		return nil, fmt.Errorf("--seeds %d: want 1 to %d", o.seeds, maxSeeds)
 	}
 	out := make([]uint64, o.seeds)
 	for i := range out {

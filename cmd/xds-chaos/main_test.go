@@ -24,6 +24,9 @@ func TestSeedList(t *testing.T) {
 	if _, err := (&options{only: "348,x"}).seedList(); err == nil || !strings.Contains(err.Error(), `"x"`) {
 		t.Errorf("--seed-list 348,x: %v", err)
 	}
+	if _, err := (&options{seeds: 1 << 30}).seedList(); err == nil || !strings.Contains(err.Error(), "--seeds 1073741824: want 1 to 100000") {
+		t.Errorf("--seeds 1073741824: %v", err)
+	}
 	if _, err := parseKinds("kill-replica,nope"); err == nil || !strings.Contains(err.Error(), "nope") {
 		t.Errorf("--kinds with nope: %v", err)
 	}

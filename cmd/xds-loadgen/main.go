@@ -2,7 +2,7 @@
 // replica (or the go-control-plane server of bench/gcp), writes a scenario
 // of endpoint changes, and reports each client's commit-to-receipt
 // latency, what the clients received, and the server's CPU and RSS
-// (README, "Load testing"). The work is package loadgen's.
+// (docs/development/load-testing.md). The work is package loadgen's.
 //
 // Exit codes: 0 when the run completed, 1 on a runtime error (the initial
 // sync did not complete, a write failed), 2 on a bad flag.
@@ -193,7 +193,7 @@ func connect(ctx context.Context, opts options) (*clientv3.Client, *store.Store,
 // the flag.
 func parseFlags(args []string) (loadgen.Config, options, error) {
 	cfg := loadgen.DefaultConfig()
-	opts := options{target: "legation", mode: "sotw", output: "text", etcdPrefix: keyspace.DefaultPrefix, scope: store.DefaultScope, dialTimeout: 5 * time.Second}
+	opts := defaultOptions()
 	var quiet bool
 	fs := flagSet(&cfg, &opts, &quiet)
 	if err := fs.Parse(args); err != nil {
@@ -219,6 +219,11 @@ func parseFlags(args []string) (loadgen.Config, options, error) {
 	return cfg, opts, errors.Join(errs...)
 }
 
+// defaultOptions are the defaults of the flags beyond loadgen.Config's.
+func defaultOptions() options {
+	return options{target: "legation", mode: "sotw", output: "text", etcdPrefix: keyspace.DefaultPrefix, scope: store.DefaultScope, dialTimeout: 5 * time.Second}
+}
+
 // flagSet is xds-loadgen's flags, in the order --help lists them, set
 // into cfg, opts and quiet.
 func flagSet(cfg *loadgen.Config, opts *options, quiet *bool) *pflag.FlagSet {
@@ -233,9 +238,21 @@ func flagSet(cfg *loadgen.Config, opts *options, quiet *bool) *pflag.FlagSet {
 			"writes a fixture and then one endpoint change per update, and reports commit-to-receipt\n"+
 			"latencies, bytes received, stream errors and the server's CPU and RSS.\n\nFlags:\n")
 		fs.PrintDefaults()
+		fmt.Fprintf(os.Stderr, "\nExamples:\n%s", usageExamples)
 	}
 	return fs
 }
+
+// usageExamples is the "Examples:" part of --help; a test parses each
+// command and docs/reference/xds-loadgen.md shows them.
+const usageExamples = `  # 2,000 SotW clients on 200 connections against a dev-mode xds-node on this host, 10 updates
+  xds-loadgen --streams 2000 --conns 200 --updates 10
+  # the same over delta ADS, the result as JSON
+  xds-loadgen --mode delta --streams 2000 --conns 200 -o json > delta.json
+  # against bench/gcp's go-control-plane server, clients resuming as Envoy does
+  xds-loadgen --target gcp --xds-addr 127.0.0.1:18100 --metrics-url http://127.0.0.1:18101/metrics \
+    --control-url http://127.0.0.1:18101 --streams 500 --resume
+`
 
 // addTargetFlags adds the flags of the server under load: where its
 // clients connect, where its metrics are read and where the fixture is

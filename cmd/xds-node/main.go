@@ -100,12 +100,11 @@ func parseFlags(args []string) (replica.Config, error) {
 	if cfg.DevMode() {
 		// Dev mode is private until the operator picks an address: its
 		// listeners default to loopback, not every interface.
-		for _, f := range []struct {
-			name string
-			addr *string
-		}{{"xds-addr", &cfg.XDSAddr}, {"http-addr", &cfg.HTTPAddr}, {"gossip-addr", &cfg.GossipAddr}} {
-			if !fs.Changed(f.name) {
-				*f.addr = loopbackDefault(*f.addr)
+		for _, name := range devLoopbackFlags {
+			if f := fs.Lookup(name); !f.Changed {
+				if err := f.Value.Set(loopbackDefault(f.Value.String())); err != nil {
+					return cfg, err
+				}
 			}
 		}
 	}
@@ -127,7 +126,7 @@ func applyEnv(fs *pflag.FlagSet) error {
 		if f.Changed || f.Name == etcdconn.FlagPassword {
 			return
 		}
-		env := "LEGATION_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		env := envName(f.Name)
 		v := os.Getenv(env)
 		if v == "" {
 			return
@@ -138,6 +137,10 @@ func applyEnv(fs *pflag.FlagSet) error {
 	})
 	return errors.Join(errs...)
 }
+
+// devLoopbackFlags are the listen addresses that default to loopback in
+// dev mode (loopbackDefault of their default).
+var devLoopbackFlags = []string{"xds-addr", "http-addr", "gossip-addr"}
 
 // loopbackDefault is addr with an empty host replaced by 127.0.0.1.
 func loopbackDefault(addr string) string {

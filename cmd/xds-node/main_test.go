@@ -252,4 +252,7 @@ func TestParseFlagsHelp(t *testing.T) {
 	if !strings.Contains(string(usage), "--etcd-password") || strings.Contains(string(usage), "hunter2") {
 		t.Errorf("usage without --etcd-password, or with the password:\n%s", usage)
 	}
+	if !strings.Contains(string(usage), "\nExamples:\n  ") {
+		t.Errorf("usage without examples:\n%s", usage)
+	}
 }

@@ -46,6 +46,8 @@ second or two.
 Rules written before identities said their kind (a bare name such as
 envoy-7.mesh.example.org) match no client: the replicas skip them and log
 why, list warns about them, and migrate rewrites them.`,
+		Example: `  xdsadmin authz grant spiffe://example.org/ns/edge/sa/envoy --nodes 'edge-*' --groups edge
+  xdsadmin authz list`,
 	}
 	cmd.AddCommand(a.authzGrantCommand(), a.authzRevokeCommand(), a.authzListCommand(), a.authzMigrateCommand())
 	return cmd

@@ -188,6 +188,11 @@ api_listener:
 			want: "--etcd-cacert /no/such/ca.pem: no such file",
 		},
 		{
+			name:    "--timeout ends the work",
+			args:    []string{"get", "cluster", "--timeout", "1ns"},
+			wantSub: "--timeout 1ns expired (raise it, or give 0 for no bound)",
+		},
+		{
 			name: "bad -o",
 			args: []string{"get", "cluster", "-o", "xml"},
 			want: `-o/--output "xml": want one of table, yaml, json`,
@@ -258,7 +263,7 @@ api_listener:
 		{
 			name: "missing file",
 			args: []string{"apply", "-f", "nope.yaml"},
-			want: "stat nope.yaml: no such file or directory",
+			want: "-f nope.yaml: no such file or directory",
 		},
 		{
 			name: "directory without resource files",

@@ -34,7 +34,7 @@ or a type URL.`,
 		},
 	}
 	cmd.Flags().StringVar(&scope, "scope", store.DefaultScope, "scope (node group) to delete from")
-	cmd.Flags().DurationVar(&lockTimeout, "lock-timeout", defaultLockTimeout, "how long to wait for the scope's apply lock, held by another apply or delete")
+	cmd.Flags().DurationVar(&lockTimeout, "lock-timeout", defaultLockTimeout, "how long to wait for the scope's apply lock, held by another apply or delete; then fail, deleting nothing")
 	return cmd
 }
 

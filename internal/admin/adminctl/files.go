@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -47,7 +48,11 @@ func readDocs(paths []string, in io.Reader) ([]resource.Doc, error) {
 		default:
 			fi, err := os.Stat(p)
 			if err != nil {
-				return nil, err
+				var pe *fs.PathError
+				if errors.As(err, &pe) {
+					err = pe.Err // the path is named once, after -f
+				}
+				return nil, fmt.Errorf("-f %s: %w", p, err)
 			}
 			if !fi.IsDir() {
 				files = []string{p}

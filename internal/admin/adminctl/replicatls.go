@@ -48,10 +48,10 @@ func (r ReplicaTLS) Scheme() string {
 
 func (r *ReplicaTLS) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&r.CAFile, flagTLSCA, r.CAFile,
-		"PEM file of the CAs that sign the replicas' certificates; talk to replicas over HTTPS (the chain is checked, not the name: every certificate these CAs issue for servers is trusted)")
+		"members only: PEM file of the CAs that sign the replicas' certificates; talk to replicas over HTTPS (the chain is checked, not the name: every certificate these CAs issue for servers is trusted, so use CAs that sign only replicas)")
 	fs.StringVar(&r.CertFile, flagTLSCert, r.CertFile,
-		"PEM file of a client certificate presented to the replicas (e.g. an admin identity), with --tls-key-file and --tls-ca-file")
-	fs.StringVar(&r.KeyFile, flagTLSKey, r.KeyFile, "PEM file of --tls-cert-file's private key")
+		"members only: PEM file of a client certificate presented to the replicas (e.g. an admin identity), with --tls-key-file and --tls-ca-file")
+	fs.StringVar(&r.KeyFile, flagTLSKey, r.KeyFile, "members only: PEM file of --tls-cert-file's private key")
 }
 
 // Validate checks the flags against each other, without reading a file.

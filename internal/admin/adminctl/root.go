@@ -130,6 +130,8 @@ type app struct {
 	// tracing is on when the OTEL_* variables say so (see package
 	// tracing); never nil.
 	tracing *tracing.Provider
+	// bounded are the contexts commandContext bounded by --timeout.
+	bounded []context.Context
 }
 
 // Run runs xdsadmin with args (without the program name), reading standard
@@ -169,7 +171,7 @@ func run(ctx context.Context, args []string, in io.Reader, out, errOut io.Writer
 	cmd.SetOut(out)
 	cmd.SetErr(errOut)
 	if err := cmd.ExecuteContext(ctx); err != nil {
-		fmt.Fprintf(errOut, "xdsadmin: %v\n", err)
+		fmt.Fprintf(errOut, "xdsadmin: %v\n", a.nameTimeout(err))
 		return 1
 	}
 	return 0
@@ -187,6 +189,10 @@ Every global flag can also be set by an environment variable named
 LEGATION_ and the flag in capitals with '_' for '-', e.g.
 LEGATION_ETCD_ENDPOINTS=10.0.0.1:2379,10.0.0.2:2379. A flag given on the
 command line wins over the environment.`,
+		Example: `  xdsadmin apply -f examples/
+  xdsadmin get clusters
+  xdsadmin status
+  xdsadmin --etcd-endpoints https://10.0.0.1:2379,https://10.0.0.2:2379 --etcd-cacert ca.pem members`,
 		// Errors are printed once, by Run; a runtime error is no reason to
 		// print the usage.
 		SilenceErrors: true,
@@ -211,7 +217,7 @@ command line wins over the environment.`,
 	a.opts.Replica.addFlags(pf)
 	pf.StringVar(&a.opts.Prefix, "etcd-prefix", a.opts.Prefix, "etcd key prefix of Legation's keys")
 	pf.DurationVar(&a.opts.DialTimeout, "dial-timeout", a.opts.DialTimeout, "how long to try to reach etcd before failing")
-	pf.DurationVar(&a.opts.Timeout, "timeout", a.opts.Timeout, "bound on each command's work with etcd (0: none; watch: only the connection)")
+	pf.DurationVar(&a.opts.Timeout, "timeout", a.opts.Timeout, "bound on each command's work with etcd (0: none; watch: only the connection; apply, delete: once the scope's apply lock is taken)")
 	pf.IntVar(&a.opts.MaxTxnOps, "max-txn-ops", a.opts.MaxTxnOps, "the etcd servers' --max-txn-ops: operations allowed in one transaction")
 	pf.IntVar(&a.opts.MaxRequestBytes, "max-request-bytes", a.opts.MaxRequestBytes, "the etcd servers' --max-request-bytes: bytes allowed in one request")
 	pf.StringVarP(&a.opts.Output, "output", "o", a.opts.Output, "output format: table, yaml or json")
@@ -233,7 +239,7 @@ func (a *app) applyEnv(fs *pflag.FlagSet) error {
 		if err != nil || f.Changed || f.Name == etcdconn.FlagPassword {
 			return
 		}
-		name := EnvPrefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		name := envName(f.Name)
 		v, ok := a.lookupEnv(name)
 		if !ok {
 			return
@@ -243,6 +249,12 @@ func (a *app) applyEnv(fs *pflag.FlagSet) error {
 		}
 	})
 	return err
+}
+
+// envName is the environment variable of the global flag name:
+// LEGATION_ETCD_ENDPOINTS for --etcd-endpoints.
+func envName(name string) string {
+	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
 }
 
 // usageError adds a pointer to the help to an error in the command line.
@@ -286,12 +298,35 @@ func completeType(_ *cobra.Command, args []string, _ string) ([]cobra.Completion
 	return resource.Names(), cobra.ShellCompDirectiveNoFileComp
 }
 
-// commandContext bounds ctx by --timeout.
+// commandContext bounds ctx by --timeout; when the bound ends it, its
+// cause says so, naming the flag.
 func (a *app) commandContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	if a.opts.Timeout <= 0 {
 		return context.WithCancel(ctx)
 	}
-	return context.WithTimeout(ctx, a.opts.Timeout)
+	ctx, cancel := context.WithTimeoutCause(ctx, a.opts.Timeout, timeoutError{a.opts.Timeout})
+	a.bounded = append(a.bounded, ctx)
+	return ctx, cancel
+}
+
+// timeoutError is the cause of a command's context ending at --timeout.
+type timeoutError struct{ d time.Duration }
+
+func (e timeoutError) Error() string {
+	return fmt.Sprintf("--timeout %s expired (raise it, or give 0 for no bound)", e.d)
+}
+
+// nameTimeout adds to err that --timeout ended the command's work, when
+// it did and err does not say so already (etcd's client reports only
+// "context deadline exceeded").
+func (a *app) nameTimeout(err error) error {
+	for _, ctx := range a.bounded {
+		var te timeoutError
+		if errors.As(context.Cause(ctx), &te) && !strings.Contains(err.Error(), "--timeout") {
+			return fmt.Errorf("%w: %v", err, te)
+		}
+	}
+	return err
 }
 
 // conn is an open connection to etcd.

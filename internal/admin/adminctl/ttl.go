@@ -16,6 +16,8 @@ func (a *app) ttlCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "ttl",
 		Short: "Manage TTL'd resources (written with apply --ttl)",
+		Example: `  xdsadmin apply -f incident-override.yaml --ttl 10m
+  xdsadmin ttl refresh runtime incident-override`,
 	}
 	cmd.AddCommand(a.ttlRefreshCommand())
 	return cmd
@@ -47,10 +49,13 @@ has no TTL; and for a lease that expired meanwhile (its resources are gone).`,
   xdsadmin ttl refresh --all --scope edge`,
 		ValidArgsFunction: completeType,
 		Args: func(c *cobra.Command, args []string) error {
-			if f.all {
-				return rangeArgs(0, 1)(c, args)
+			switch {
+			case f.all && len(args) > 1:
+				return usageError(c, errors.New("--all refreshes every TTL'd resource of the scope (of TYPE, if given): give no NAME with it, or drop --all"))
+			case !f.all && len(args) < 2:
+				return usageError(c, errors.New("give TYPE and the NAMEs to refresh, or --all [TYPE] for every TTL'd resource of the scope"))
 			}
-			return minArgs(2)(c, args)
+			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.runTTLRefresh(cmd.Context(), args, f)

@@ -243,17 +243,17 @@ func TestTTLRefreshBadInput(t *testing.T) {
 		{
 			name: "no arguments",
 			args: []string{"ttl", "refresh"},
-			want: "requires at least 2 arg(s), only received 0\nRun 'xdsadmin ttl refresh --help' for usage",
+			want: "give TYPE and the NAMEs to refresh, or --all [TYPE] for every TTL'd resource of the scope\nRun 'xdsadmin ttl refresh --help' for usage",
 		},
 		{
 			name: "a type without a name",
 			args: []string{"ttl", "refresh", "cluster"},
-			want: "requires at least 2 arg(s), only received 1\nRun 'xdsadmin ttl refresh --help' for usage",
+			want: "give TYPE and the NAMEs to refresh, or --all [TYPE] for every TTL'd resource of the scope\nRun 'xdsadmin ttl refresh --help' for usage",
 		},
 		{
 			name: "--all with names",
 			args: []string{"ttl", "refresh", "--all", "cluster", "backend-a"},
-			want: "accepts between 0 and 1 arg(s), received 2\nRun 'xdsadmin ttl refresh --help' for usage",
+			want: "--all refreshes every TTL'd resource of the scope (of TYPE, if given): give no NAME with it, or drop --all\nRun 'xdsadmin ttl refresh --help' for usage",
 		},
 		{
 			name: "an empty name",

@@ -124,7 +124,7 @@ func (s *Security) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&s.Username, FlagUsername, s.Username,
 		"etcd user, its password in "+PasswordEnv+" or --"+FlagPasswordFile+" (without: with a client certificate, etcd takes its CN as the user)")
 	fs.StringVar(&s.PasswordFile, FlagPasswordFile, s.PasswordFile,
-		"file holding --etcd-username's password (its first line); or set "+PasswordEnv+"; never on the command line")
+		"file holding --etcd-username's password (its first line); or set "+PasswordEnv+" (not both); never on the command line, nor over plain-text etcd")
 	fs.Var(passwordArg{&s.passwordArg}, FlagPassword, "refused: use "+PasswordEnv+" or --"+FlagPasswordFile)
 	_ = fs.MarkHidden(FlagPassword) // it exists only to be refused clearly
 }

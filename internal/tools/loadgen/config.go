@@ -187,8 +187,11 @@ func (c *Config) validateTiming(add func(format string, a ...any)) {
 	if c.UpdateTimeout <= 0 {
 		add("--update-timeout %s: must be positive", c.UpdateTimeout)
 	}
-	if c.BackoffBase <= 0 || c.BackoffMax < c.BackoffBase {
-		add("backoff %s..%s: the base must be positive and at most the max", c.BackoffBase, c.BackoffMax)
+	switch {
+	case c.BackoffBase <= 0:
+		add("--backoff-base %s: must be positive", c.BackoffBase)
+	case c.BackoffMax < c.BackoffBase:
+		add("--backoff-max %s: must be at least --backoff-base %s", c.BackoffMax, c.BackoffBase)
 	}
 }
 

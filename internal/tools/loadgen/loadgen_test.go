@@ -296,6 +296,8 @@ func TestConfigValidate(t *testing.T) {
 		{"no clusters", func(c *loadgen.Config) { c.Clusters = 0 }, "--clusters 0"},
 		{"no address", func(c *loadgen.Config) { c.XDSAddr = "" }, "--xds-addr"},
 		{"negative interval", func(c *loadgen.Config) { c.Interval = -time.Second }, "--interval -1s"},
+		{"no backoff", func(c *loadgen.Config) { c.BackoffBase = 0 }, "--backoff-base 0s"},
+		{"backoff max below its base", func(c *loadgen.Config) { c.BackoffMax = time.Millisecond }, "--backoff-max 1ms: must be at least --backoff-base"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := loadgen.DefaultConfig()

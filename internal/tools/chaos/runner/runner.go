@@ -90,11 +90,20 @@ func (c *Config) Validate() error {
 	if c.ApplyEvery <= 0 {
 		add("--apply-every %s: want more than 0", c.ApplyEvery)
 	}
-	if c.Clusters < 4 || c.Endpoints < 1 || c.Listeners < 0 {
-		add("fixture %d clusters, %d endpoints, %d listeners: want at least 4, 1, 0", c.Clusters, c.Endpoints, c.Listeners)
+	if c.Clusters < 4 {
+		add("--clusters %d: want 4 or more", c.Clusters)
 	}
-	if c.ConvergeWithin <= 0 || c.Quiet <= 0 {
-		add("--converge-within %s, --quiet %s: want more than 0", c.ConvergeWithin, c.Quiet)
+	if c.Endpoints < 1 {
+		add("--endpoints %d: want 1 or more", c.Endpoints)
+	}
+	if c.Listeners < 0 {
+		add("--listeners %d: must not be negative", c.Listeners)
+	}
+	if c.ConvergeWithin <= 0 {
+		add("--converge-within %s: want more than 0", c.ConvergeWithin)
+	}
+	if c.Quiet <= 0 {
+		add("--quiet %s: want more than 0", c.Quiet)
 	}
 	if c.Dir == "" {
 		add("Dir: empty")

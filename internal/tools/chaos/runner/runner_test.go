@@ -139,7 +139,7 @@ func TestSummaryLine(t *testing.T) {
 	}
 	cfg := Config{}
 	err := cfg.Validate()
-	for _, want := range []string{"--duration", "--clients", "--apply-every", "fixture", "--converge-within", "Dir", "Binaries"} {
+	for _, want := range []string{"--duration", "--clients", "--apply-every", "--clusters", "--endpoints", "--converge-within", "--quiet", "Dir", "Binaries"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate of the zero Config: %v; want it to name %s", err, want)
 		}
