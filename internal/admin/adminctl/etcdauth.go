@@ -18,7 +18,7 @@ func (a *app) etcdAuthCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "etcd-auth",
 		Short: "Set up etcd's least-privilege roles and users, and enable auth",
-		Long: `etcd-auth sets up etcd's authentication as README "Least privilege in etcd"
+		Long: `etcd-auth sets up etcd's authentication as docs/operations/etcd.md
 describes it, on --etcd-prefix: the roles legation-replica (read the
 prefix; write status records, the membership registry and load windows)
 and legation-admin (read and write the prefix), the users of
