@@ -40,11 +40,20 @@ func newFlagSet(cfg *replica.Config) (fs *pflag.FlagSet, logLevel, logFormat *st
 			"a flag given on the command line wins, and an empty variable is ignored.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
+	fs.Bool(flagVersion, false, "print the version (CHANGELOG.md's latest release) and the build's VCS revision, and exit")
 	// Kept, hidden, only to say what replaced it.
 	fs.Bool(flagDebugOpen, false, "removed: see --insecure-loopback-debug")
 	_ = fs.MarkHidden(flagDebugOpen)
 	return fs, logLevel, logFormat
 }
+
+// flagVersion prints the version and exits. It is no setting, so no
+// LEGATION_VERSION variable sets it.
+const flagVersion = "version"
+
+// errVersion is parseFlags' answer to --version: main prints the version
+// and exits 0.
+var errVersion = errors.New("--version")
 
 // flagDebugOpen is a removed flag: it let /debug/ answer any client
 // without mTLS.

@@ -15,9 +15,16 @@ type Member struct {
 	GossipAddr string    `json:"gossip_addr"` // host:port of memberlist
 	Started    time.Time `json:"started"`
 	Ready      bool      `json:"ready"` // its view is current (etcd reachable)
+	// Version is the Legation version the replica runs (its
+	// `xds-node --version`), so that `xdsadmin members` and `xdsadmin
+	// version --replicas` show a rolling upgrade's progress. Only the
+	// registry record carries it, not the gossip meta.
+	Version string `json:"version,omitempty"`
 }
 
-// equal reports whether a and b are the same record.
+// equal reports whether a and b are the same member on the ring: their
+// Versions are not compared, since the ring's copies come from the
+// gossip meta, which does not carry it.
 func (a Member) equal(b Member) bool {
 	return a.Name == b.Name && a.XDSAddr == b.XDSAddr && a.HTTPAddr == b.HTTPAddr &&
 		a.GossipAddr == b.GossipAddr && a.Started.Equal(b.Started) && a.Ready == b.Ready
