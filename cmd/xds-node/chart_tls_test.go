@@ -57,7 +57,11 @@ func TestChartSecureDefault(t *testing.T) {
 		}
 	}
 	if len(r.jobs) != 1 || r.jobs[0].Spec.Template.Spec.Containers[0].Image != image {
-		t.Errorf("want the etcd auth Job, on image %q", image)
+		t.Fatalf("want the etcd auth Job, on image %q", image)
+	}
+	// The roles of a new version are in place before its replicas start.
+	if hook := r.jobs[0].Annotations["helm.sh/hook"]; hook != "post-install,pre-upgrade" {
+		t.Errorf("etcd auth Job: hook %q; want post-install,pre-upgrade", hook)
 	}
 	cfg := rep.cfg
 	if !cfg.MTLS() || cfg.GossipKeyFile == "" || cfg.EtcdSecurity.Cert == "" {
