@@ -31,7 +31,7 @@ APT_CURL       := curl
 
 .PHONY: all build run demo test check-proto fmt-check golangci-lint shellcheck unit \
 	fuzz $(FUZZ_RUNS) e2e bench bench-load chaos lint proto tidy manifests docs setup clean \
-	image image-test image-setup
+	image image-test image-setup release
 
 all: build
 
@@ -136,9 +136,21 @@ shellcheck: setup
 
 # The container image (deploy/image/Containerfile, built by hack/image.sh
 # with podman): static xds-node and xdsadmin and the CA bundle, FROM
-# scratch, as localhost/legation:VERSION and :latest.
+# scratch, as IMAGE_REPOSITORY:VERSION, the image a default install of the
+# chart pulls: IMAGE_REPOSITORY defaults to the chart's image.repository
+# (ghcr.io/legation-io/legation; `make image IMAGE_REPOSITORY=
+# registry.example.com/legation` for your registry), VERSION is
+# CHANGELOG.md's latest release (hack/version.sh).
 image: image-setup
 	GO=$(GO) ./hack/image.sh
+
+# A release of HEAD (hack/release.sh): refuses when CHANGELOG.md, the
+# chart's version and appVersion and the git tags disagree, or the tree
+# has changes; then builds the image as `image` does and packages the
+# chart into dist/ (helm package, the pinned helm). It prints the tag and
+# push commands; it runs none.
+release: image-setup
+	GO=$(GO) HELM="$(HELM)" ./hack/release.sh
 
 # Builds the image in a throw-away podman storage and checks it: user,
 # entrypoint, ports, labels, its files, and its binaries run (needs root).
@@ -208,4 +220,4 @@ setup: image-setup
 	$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$need
 
 clean:
-	rm -rf bin
+	rm -rf bin dist

@@ -5,7 +5,8 @@
 # then its root file system, mounted with `podman image mount` and copied
 # out: nothing but the two binaries and the CA bundle (no shell), and both
 # binaries run chrooted into that copy as 65532:65532, which proves them
-# static. Needs root (as `make test` runs); podman from `make image-setup`.
+# static, and say CHANGELOG.md's version. Needs root (as `make test`
+# runs); podman from `make image-setup`.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -86,6 +87,10 @@ run() { # run WANT-IN-OUTPUT BINARY ARGS...
 run --xds-addr /usr/local/bin/xds-node --help
 run export /usr/local/bin/xdsadmin --help
 run etcd-endpoints /usr/local/bin/xdsadmin export --help
+# Both say the version of CHANGELOG.md's latest release.
+release=$(./hack/version.sh)
+run "xds-node $release" /usr/local/bin/xds-node --version
+run "xdsadmin $release" /usr/local/bin/xdsadmin version
 
 # The binaries' build information: static, trimmed.
 for b in xds-node xdsadmin; do

@@ -2,17 +2,24 @@
 # Builds Legation's container image (deploy/image/Containerfile) with
 # podman: static binaries of xds-node and xdsadmin (CGO_ENABLED=0,
 # -trimpath, -s -w) and the build host's CA bundle, staged in CONTEXT,
-# then `podman build`.
+# then `podman build`, tagged IMAGE_REPOSITORY:VERSION: the image a
+# default install of the Helm chart pulls (a test checks that they agree).
+#
+# Usage: hack/image.sh          build the image
+#        hack/image.sh --print  print the image name it would build, and exit
 #
 # Environment:
-#   GO       the go command (go)
-#   PODMAN   the podman command, with global flags if any (podman)
-#   IMAGE    the image name (localhost/legation:VERSION); it is also tagged
-#            localhost/legation:latest when IMAGE is not set
-#   CONTEXT  the build context directory, emptied first (bin/image)
-#   VERSION  the version label (git describe --tags --always --dirty)
-#   REVISION the revision label (the commit, git rev-parse HEAD)
-#   SOURCE   the source label (https://github.com/legation-io/legation)
+#   GO               the go command (go)
+#   PODMAN           the podman command, with global flags if any (podman)
+#   IMAGE_REPOSITORY the repository (ghcr.io/legation-io/legation, the
+#                    chart's default image.repository)
+#   VERSION          the tag and the version label (CHANGELOG.md's latest
+#                    release, hack/version.sh)
+#   IMAGE            the whole image name (IMAGE_REPOSITORY:VERSION)
+#   CONTEXT          the build context directory, emptied first (bin/image)
+#   REVISION         the revision label (the commit, git rev-parse HEAD, with
+#                    -dirty when the work tree has changes)
+#   SOURCE           the source label (https://github.com/legation-io/legation)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -20,16 +27,21 @@ cd "$root"
 GO=${GO:-go}
 read -r -a podman <<<"${PODMAN:-podman}"
 CONTEXT=${CONTEXT:-bin/image}
-VERSION=${VERSION:-$(git describe --tags --always --dirty)}
-REVISION=${REVISION:-$(git rev-parse HEAD)}
-SOURCE=${SOURCE:-https://github.com/legation-io/legation}
-tags=()
-if [[ -n ${IMAGE:-} ]]; then
-  tags=(--tag "$IMAGE")
-else
-  IMAGE=localhost/legation:$VERSION
-  tags=(--tag "$IMAGE" --tag localhost/legation:latest)
+IMAGE_REPOSITORY=${IMAGE_REPOSITORY:-ghcr.io/legation-io/legation}
+VERSION=${VERSION:-$(./hack/version.sh)}
+IMAGE=${IMAGE:-$IMAGE_REPOSITORY:$VERSION}
+if [[ ${1:-} == --print ]]; then
+  echo "$IMAGE"
+  exit 0
+elif [[ $# -gt 0 ]]; then
+  echo "image: unknown argument '$1' (usage: hack/image.sh [--print])" >&2
+  exit 2
 fi
+if [[ -z ${REVISION:-} ]]; then
+  REVISION=$(git rev-parse HEAD)
+  [[ -z $(git status --porcelain) ]] || REVISION+=-dirty
+fi
+SOURCE=${SOURCE:-https://github.com/legation-io/legation}
 
 cacerts=/etc/ssl/certs/ca-certificates.crt
 if [[ ! -s $cacerts ]]; then
@@ -43,7 +55,9 @@ fi
 
 rm -rf "$CONTEXT"
 mkdir -p "$CONTEXT"
-CGO_ENABLED=0 "$GO" build -trimpath -ldflags='-s -w' \
+# -buildvcs=auto: the binaries say their revision (--version) where git
+# can tell it, whatever GOFLAGS says.
+CGO_ENABLED=0 "$GO" build -trimpath -buildvcs=auto -ldflags='-s -w' \
   -o "$CONTEXT/" ./cmd/xds-node ./cmd/xdsadmin
 cp "$cacerts" "$CONTEXT/ca-certificates.crt"
 chmod 0644 "$CONTEXT/ca-certificates.crt"
@@ -53,5 +67,5 @@ chmod 0755 "$CONTEXT/xds-node" "$CONTEXT/xdsadmin"
 # an earlier build's labels; --layers=false: no intermediate images.
 "${podman[@]}" build --quiet --no-cache --layers=false --file deploy/image/Containerfile \
   --build-arg VERSION="$VERSION" --build-arg REVISION="$REVISION" \
-  --build-arg SOURCE="$SOURCE" "${tags[@]}" "$CONTEXT" >/dev/null
+  --build-arg SOURCE="$SOURCE" --tag "$IMAGE" "$CONTEXT" >/dev/null
 echo "image: built $IMAGE (version $VERSION, revision $REVISION)"

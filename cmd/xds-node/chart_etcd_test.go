@@ -37,8 +37,8 @@ const (
 	etcdShortTimeout = 2 * time.Second
 )
 
-// TestChartEtcdSecure renders the default values with tls.enabled and
-// runs what they describe: the bundled etcd's members, real etcd
+// TestChartEtcdSecure renders the default values and runs what they
+// describe: the bundled etcd's members, real etcd
 // processes started with the StatefulSet's arguments and the rendered
 // Secret's certificates (on 127.0.0.1 ports), refuse a client without a
 // certificate and serve the replicas' (xds-node's rendered flags); the
@@ -46,7 +46,7 @@ const (
 // which the replicas' certificate may not write resources and the
 // operators' may. NetworkPolicies cover every port.
 func TestChartEtcdSecure(t *testing.T) {
-	r, rep, _ := renderChecked(t, "--set", "tls.enabled=true", "--set", "tls.secretName=legation-tls")
+	r, rep, _ := renderChecked(t)
 	checkBundledEtcd(t, r, rep, 3)
 	checkNetworkPolicies(t, r, rep)
 	if len(r.jobs) != 1 {

@@ -14,7 +14,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/spf13/pflag"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -403,9 +402,22 @@ func checkPortsAndProbes(t *testing.T, r rendered, rep chartReplica) {
 	}
 }
 
+// initWriter is the name of an init container of spec that mounts the
+// volume writable, or "".
+func initWriter(spec corev1.PodSpec, volume string) string {
+	for _, ic := range spec.InitContainers {
+		for _, m := range ic.VolumeMounts {
+			if m.Name == volume && !m.ReadOnly {
+				return ic.Name
+			}
+		}
+	}
+	return ""
+}
+
 // checkPodSpec checks the replicas' security context, resources,
 // anti-affinity and disruption budget, and that every file flag names a
-// file of a mounted Secret.
+// file of a mounted Secret or of a volume an init container writes.
 func checkPodSpec(t *testing.T, r rendered, rep chartReplica) {
 	t.Helper()
 	spec := rep.dep.Spec.Template.Spec
@@ -449,11 +461,17 @@ func checkPodSpec(t *testing.T, r rendered, rep chartReplica) {
 		t.Error("no PodDisruptionBudget selects the xds-node pods")
 	}
 
-	secretMounts := map[string]string{} // mount path: Secret
+	secretMounts := map[string]string{} // mount path: Secret, or the init container writing it
 	for _, m := range c.VolumeMounts {
 		for _, v := range spec.Volumes {
-			if v.Name == m.Name && v.Secret != nil {
+			switch {
+			case v.Name != m.Name:
+			case v.Secret != nil:
 				secretMounts[m.MountPath] = v.Secret.SecretName
+			case v.EmptyDir != nil:
+				if w := initWriter(spec, v.Name); w != "" {
+					secretMounts[m.MountPath] = "written by init container " + w
+				}
 			}
 		}
 	}
@@ -467,7 +485,7 @@ func checkPodSpec(t *testing.T, r rendered, rep chartReplica) {
 			continue
 		}
 		if _, ok := secretMounts[filepath.Dir(f.path)]; !ok {
-			t.Errorf("%s %s: not a file of a mounted Secret (Secret mounts: %v)", f.flag, f.path, secretMounts)
+			t.Errorf("%s %s: not a file of a mounted Secret or of a volume an init container writes (mounts: %v)", f.flag, f.path, secretMounts)
 		}
 	}
 }
@@ -572,267 +590,5 @@ func checkBundledEtcd(t *testing.T, r rendered, rep chartReplica, members int32)
 	}
 	if !slices.Equal(rep.cfg.EtcdEndpoints, want) {
 		t.Errorf("--etcd-endpoints %q; want the bundled members %q", rep.cfg.EtcdEndpoints, want)
-	}
-}
-
-// TestChartExternalEtcdTLS renders external etcd over TLS with a user,
-// mTLS on the xDS port and an encrypted gossip.
-func TestChartExternalEtcdTLS(t *testing.T) {
-	r, rep, _ := renderChecked(t,
-		"--set", "etcd.bundled.enabled=false",
-		"--set", "etcd.external.endpoints={https://etcd-0.example.org:2379,https://etcd-1.example.org:2379}",
-		"--set", "etcd.external.tls.secretName=etcd-client",
-		"--set", "etcd.external.username=legation",
-		"--set", "etcd.external.passwordSecret.name=etcd-password",
-		"--set", "tls.enabled=true",
-		"--set", "tls.secretName=legation-tls",
-		"--set", "tls.replicaIdentities={spiffe://example.org/legation/replica}",
-		"--set", "gossip.keySecret.name=legation-gossip",
-		"--set", "config.lrsClusters={a,b}",
-		"--set", "config.maxStreams=50000",
-		"--set", "antiAffinity=hard",
-		"--set", "replicaCount=5")
-	if len(r.statefulSets) != 0 {
-		t.Errorf("external etcd: %d StatefulSets rendered; want none", len(r.statefulSets))
-	}
-	cfg := rep.cfg
-	wantEps := []string{"https://etcd-0.example.org:2379", "https://etcd-1.example.org:2379"}
-	if !slices.Equal(cfg.EtcdEndpoints, wantEps) || cfg.EtcdSecurity.CACert == "" || cfg.EtcdSecurity.Cert == "" ||
-		cfg.EtcdSecurity.Key == "" || cfg.EtcdSecurity.Username != "legation" || cfg.EtcdSecurity.Password == "" {
-		t.Errorf("etcd: endpoints %q, security %+v; want %q with a CA, client certificate, user and password", cfg.EtcdEndpoints, cfg.EtcdSecurity, wantEps)
-	}
-	if cfg.TLSCertFile == "" || cfg.TLSKeyFile == "" || cfg.ClientCAFile == "" || cfg.GossipKeyFile == "" ||
-		!slices.Equal(cfg.ReplicaIdentities, []string{"spiffe://example.org/legation/replica"}) {
-		t.Errorf("TLS %q %q %q, gossip key %q, replica identities %q: want all set", cfg.TLSCertFile, cfg.TLSKeyFile, cfg.ClientCAFile, cfg.GossipKeyFile, cfg.ReplicaIdentities)
-	}
-	if !slices.Equal(cfg.LRSClusters, []string{"a", "b"}) || cfg.MaxStreams != 50000 {
-		t.Errorf("--lrs-clusters %q, --max-streams %d: want [a b], 50000", cfg.LRSClusters, cfg.MaxStreams)
-	}
-	if aa := rep.dep.Spec.Template.Spec.Affinity.PodAntiAffinity; len(aa.RequiredDuringSchedulingIgnoredDuringExecution) != 1 {
-		t.Errorf("antiAffinity=hard: %d required terms; want 1", len(aa.RequiredDuringSchedulingIgnoredDuringExecution))
-	}
-	if n := rep.dep.Spec.Replicas; n == nil || *n != 5 {
-		t.Errorf("replicas %v; want 5", n)
-	}
-}
-
-// TestChartBundledEtcdFiveMembers renders a five-member bundled etcd and
-// changed ports.
-func TestChartBundledEtcdFiveMembers(t *testing.T) {
-	r, rep, _ := renderChecked(t, "--set", "etcd.bundled.replicas=5",
-		"--set", "ports.xds=9000", "--set", "ports.http=9001", "--set", "ports.gossip=9002", "--set", "gossip.joinService=false")
-	checkBundledEtcd(t, r, rep, 5)
-	if rep.cfg.XDSAddr != ":9000" || len(rep.cfg.Join) != 0 {
-		t.Errorf("--xds-addr %q, --join %q: want :9000 and none", rep.cfg.XDSAddr, rep.cfg.Join)
-	}
-}
-
-// TestChartBadValues checks that values the chart cannot honour fail the
-// rendering with a message naming them.
-func TestChartBadValues(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		set  []string
-		want string
-	}{
-		{"tls without a Secret", []string{"tls.enabled=true"}, "tls.secretName"},
-		{"no etcd", []string{"etcd.bundled.enabled=false"}, "etcd.external.endpoints"},
-		{"both etcds", []string{"etcd.external.endpoints={etcd:2379}"}, "choose one"},
-		{"user without password", []string{"etcd.bundled.enabled=false", "etcd.external.endpoints={etcd:2379}", "etcd.external.username=u"}, "passwordSecret"},
-		{"bad anti-affinity", []string{"antiAffinity=maybe"}, "antiAffinity"},
-		// An insecure etcd under tls.enabled: mTLS would guard rules that
-		// anyone reaching etcd rewrites.
-		{"tls with a plain-text bundled etcd", []string{"tls.enabled=true", "tls.secretName=t", "etcd.bundled.tls.enabled=false", "etcd.bundled.auth.enabled=false"}, "etcd.bundled.tls.enabled"},
-		{"tls with a plain-text external etcd", []string{"tls.enabled=true", "tls.secretName=t", "etcd.bundled.enabled=false", "etcd.external.endpoints={etcd:2379}"}, "etcd.external.tls.secretName"},
-		{"tls with an http:// external etcd", []string{"tls.enabled=true", "tls.secretName=t", "etcd.bundled.enabled=false", "etcd.external.endpoints={http://etcd:2379}"}, "etcd.external.tls.secretName"},
-		{"password over plain text", []string{"etcd.bundled.enabled=false", "etcd.external.endpoints={etcd:2379}", "etcd.external.username=u", "etcd.external.passwordSecret.name=p"}, "etcd.external.tls.secretName"},
-		{"auth without TLS", []string{"etcd.bundled.tls.enabled=false"}, "etcd.bundled.tls.enabled"},
-		// A cluster whose gossip anyone may join.
-		{"cluster without a gossip key", []string{"gossip.keySecret.generate=false"}, "gossip.keySecret.name"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var args []string
-			for _, s := range tc.set {
-				args = append(args, "--set", s)
-			}
-			_, err := helmTemplate(t, args...)
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("helm template --set %q: error %v; want one naming %q", tc.set, err, tc.want)
-			}
-		})
-	}
-}
-
-// TestChartUnknownFlagFails makes sure the flag check can fail: a flag
-// xds-node does not define, passed through extraArgs, is rejected.
-func TestChartUnknownFlagFails(t *testing.T) {
-	out, err := helmTemplate(t, "--set", "extraArgs={--no-such-flag=1}")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := decodeManifests(t, out)
-	for _, d := range r.deployments {
-		for _, c := range d.Spec.Template.Spec.Containers {
-			if c.Name != "xds-node" {
-				continue
-			}
-			fs := xdsNodeFlags()
-			if fs.Lookup("no-such-flag") != nil {
-				t.Fatal("--no-such-flag exists")
-			}
-			if !slices.Contains(c.Args, "--no-such-flag=1") {
-				t.Fatalf("extraArgs not passed: %q", c.Args)
-			}
-			if _, err := parseFlags(c.Args); err == nil || !strings.Contains(err.Error(), "no-such-flag") {
-				t.Errorf("parseFlags(%q): %v; want an error naming --no-such-flag", c.Args, err)
-			}
-			return
-		}
-	}
-	t.Fatal("no xds-node container")
-}
-
-// TestStrictDecode makes sure the decoding is strict: a field
-// Kubernetes does not know, or knows under another case, is an error.
-func TestStrictDecode(t *testing.T) {
-	base := "apiVersion: v1\nkind: Service\nmetadata:\n  name: x\n  namespace: legation\nspec:\n"
-	for _, tc := range []struct{ spec, want string }{
-		{"  clusterIp: None\n", "clusterIp"},
-		{"  headless: true\n", "headless"},
-		{"  clusterIP: None\n  clusterIP: None\n", "clusterIP"},
-		{"  ports: 18000\n", "ports"},
-	} {
-		var s corev1.Service
-		if err := strictDecode([]byte(base+tc.spec), &s); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("strictDecode of spec %q: %v; want an error naming %s", tc.spec, err, tc.want)
-		}
-	}
-	var s corev1.Service
-	if err := strictDecode([]byte(base+"  clusterIP: None\n"), &s); err != nil || s.Spec.ClusterIP != corev1.ClusterIPNone {
-		t.Errorf("strictDecode of a valid Service: %v, clusterIP %q", err, s.Spec.ClusterIP)
-	}
-}
-
-// xdsNodeFlags is xds-node's flag set.
-func xdsNodeFlags() *pflag.FlagSet {
-	cfg := replica.DefaultConfig()
-	fs, _, _ := newFlagSet(&cfg)
-	return fs
-}
-
-// flagsLeftOut are the xds-node flags the chart has no value for: dev
-// mode's, --standalone (a replica alone), --etcd-password (refused) and
-// --etcd-password-file (the chart passes LEGATION_ETCD_PASSWORD from a
-// Secret instead).
-var flagsLeftOut = []string{"data-dir", "dev-etcd-addr", "standalone", "etcd-password", "etcd-password-file", flagDebugOpen}
-
-// TestChartCoversFlags checks that every xds-node flag has a value in the
-// chart: one the templates set, a key of values.yaml's config, or one of
-// flagsLeftOut; and that every config key names a flag, null ones too.
-func TestChartCoversFlags(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join(repoRoot(t), chartDir, "values.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var values struct {
-		Config map[string]any `json:"config"`
-	}
-	if err := yaml.Unmarshal(raw, &values); err != nil {
-		t.Fatalf("values.yaml: %v", err)
-	}
-	fs := xdsNodeFlags()
-	covered := map[string]string{}
-	for key := range values.Config {
-		var b strings.Builder
-		for _, r := range key {
-			if r >= 'A' && r <= 'Z' {
-				b.WriteByte('-')
-				r += 'a' - 'A'
-			}
-			b.WriteRune(r)
-		}
-		name := b.String()
-		if fs.Lookup(name) == nil {
-			t.Errorf("values.yaml config.%s: xds-node has no flag --%s", key, name)
-		}
-		covered[name] = "values.yaml config." + key
-	}
-	// The flags the templates set, TLS and etcd authentication on.
-	_, rep, _ := renderChecked(t, "--set", "etcd.bundled.enabled=false",
-		"--set", "etcd.external.endpoints={https://etcd:2379}", "--set", "etcd.external.tls.secretName=etcd-client",
-		"--set", "etcd.external.username=legation", "--set", "etcd.external.passwordSecret.name=etcd-password",
-		"--set", "tls.enabled=true", "--set", "tls.secretName=legation-tls",
-		"--set", "tls.replicaIdentities={spiffe://example.org/r}", "--set", "tls.authzDefaultTrustDomain=example.org",
-		"--set", "gossip.keySecret.name=gossip")
-	for _, a := range rep.args {
-		name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
-		if _, ok := covered[name]; !ok {
-			covered[name] = "the templates"
-		}
-	}
-	for _, name := range flagsLeftOut {
-		covered[name] = "left out"
-	}
-	fs.VisitAll(func(f *pflag.Flag) {
-		if _, ok := covered[f.Name]; !ok {
-			t.Errorf("xds-node --%s: no value in the chart; add it to values.yaml's config (or to flagsLeftOut, saying why)", f.Name)
-		}
-	})
-}
-
-// TestChartNotes renders NOTES.txt (helm template leaves it out, so a
-// copy of the chart holds it as a template) and checks that it points
-// Envoy at the xDS Service and port.
-func TestChartNotes(t *testing.T) {
-	root := repoRoot(t)
-	dir := filepath.Join(t.TempDir(), "legation")
-	if err := os.CopyFS(dir, os.DirFS(filepath.Join(root, chartDir))); err != nil {
-		t.Fatal(err)
-	}
-	notes, err := os.ReadFile(filepath.Join(dir, "templates", "NOTES.txt"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	wrapped := "notes: |\n  " + strings.ReplaceAll(string(notes), "\n", "\n  ") + "\n"
-	if err := os.WriteFile(filepath.Join(dir, "templates", "notes-test.yaml"), []byte(wrapped), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []struct {
-		set  []string
-		want []string
-	}{
-		{nil, []string{"legation-xds.legation.svc:18000", "address: legation-xds.legation.svc, port_value: 18000", "bundled 3-member etcd",
-			"get secret legation-etcd-admin", "--etcd-endpoints https://127.0.0.1:2379"}},
-		{[]string{"ports.xds=9000", "tls.enabled=true", "tls.secretName=legation-tls", "etcd.bundled.enabled=false",
-			"etcd.external.endpoints={https://etcd:2379}", "gossip.keySecret.name=g"},
-			[]string{"port_value: 9000", "Secret legation-tls", "https://etcd:2379", "curl -k https://"}},
-		{[]string{"replicaCount=1", "gossip.keySecret.generate=false", "etcd.bundled.tls.enabled=false", "etcd.bundled.auth.enabled=false"},
-			[]string{"not encrypted", "INSECURE: the bundled etcd is plain text"}},
-	} {
-		args := []string{"tool", "-modfile=hack/tools/go.mod", "helm", "template", chartRelease, dir,
-			"--namespace", chartNamespace, "--show-only", "templates/notes-test.yaml"}
-		for _, s := range tc.set {
-			args = append(args, "--set", s)
-		}
-		cmd := exec.Command("go", args...)
-		cmd.Dir = root
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		var doc struct {
-			Notes string `json:"notes"`
-		}
-		if err := yaml.Unmarshal(out, &doc); err != nil {
-			t.Fatalf("NOTES with %q: %v\n%s", tc.set, err, out)
-		}
-		for _, w := range tc.want {
-			if !strings.Contains(doc.Notes, w) {
-				t.Errorf("NOTES with %q: no %q in\n%s", tc.set, w, doc.Notes)
-			}
-		}
-		if strings.Contains(doc.Notes, "not encrypted") != slices.Contains(tc.set, "gossip.keySecret.generate=false") {
-			t.Errorf("NOTES with %q: the gossip encryption warning is wrong", tc.set)
-		}
 	}
 }

@@ -35,6 +35,9 @@ func newFlagSet(cfg *replica.Config) (fs *pflag.FlagSet, logLevel, logFormat *st
 	area("Overload", func() { overloadFlags(fs, cfg) })
 	area("HTTP", func() { httpFlags(fs, cfg) })
 	area("CSDS", func() { csdsFlags(fs, cfg) })
+	area("Version", func() {
+		fs.Bool(flagVersion, false, "print the version (CHANGELOG.md's latest release) and the build's VCS revision, and exit")
+	})
 	fs.Usage = func() { printUsage(os.Stderr, fs) }
 	// Kept, hidden, only to say what replaced it.
 	fs.Bool(flagDebugOpen, false, "removed: see --insecure-loopback-debug")
@@ -125,6 +128,14 @@ func printUsage(w io.Writer, fs *pflag.FlagSet) {
 func envName(name string) string {
 	return "LEGATION_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
 }
+
+// flagVersion prints the version and exits. It is no setting, so no
+// LEGATION_VERSION variable sets it.
+const flagVersion = "version"
+
+// errVersion is parseFlags' answer to --version: main prints the version
+// and exits 0.
+var errVersion = errors.New("--version")
 
 // flagDebugOpen is a removed flag: it let /debug/ answer any client
 // without mTLS.

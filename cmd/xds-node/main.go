@@ -5,8 +5,8 @@
 // LEGATION_<FLAG> (--etcd-endpoints is LEGATION_ETCD_ENDPOINTS); a flag on
 // the command line wins.
 //
-// Exit codes: 0 after a clean shutdown (SIGINT, SIGTERM), 1 on a runtime
-// error, 2 on a bad flag.
+// Exit codes: 0 after a clean shutdown (SIGINT, SIGTERM) and after
+// --help or --version, 1 on a runtime error, 2 on a bad flag.
 package main
 
 import (
@@ -24,6 +24,7 @@ import (
 	"github.com/spf13/pflag"
 	"go.opentelemetry.io/otel/attribute"
 
+	"github.com/legation-io/legation"
 	"github.com/legation-io/legation/internal/replica"
 	"github.com/legation-io/legation/internal/state/etcdconn"
 	"github.com/legation-io/legation/internal/tracing"
@@ -32,6 +33,10 @@ import (
 func main() {
 	cfg, err := parseFlags(os.Args[1:])
 	if errors.Is(err, pflag.ErrHelp) {
+		os.Exit(0)
+	}
+	if errors.Is(err, errVersion) {
+		fmt.Println("xds-node " + legation.BuildInfo().String())
 		os.Exit(0)
 	}
 	if err != nil {
@@ -82,6 +87,9 @@ func parseFlags(args []string) (replica.Config, error) {
 		}
 		return cfg, err
 	}
+	if v, _ := fs.GetBool(flagVersion); v {
+		return cfg, errVersion
+	}
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected argument %q (see --help)", fs.Arg(0))
 	}
@@ -119,11 +127,12 @@ func parseFlags(args []string) (replica.Config, error) {
 // applyEnv sets each flag not given on the command line from its
 // LEGATION_* variable, when that is set and not empty; but
 // LEGATION_ETCD_PASSWORD is the password itself, which the refused
-// --etcd-password never takes (etcdconn's LoadPassword reads it).
+// --etcd-password never takes (etcdconn's LoadPassword reads it), and
+// --version is an action, not a setting.
 func applyEnv(fs *pflag.FlagSet) error {
 	var errs []error
 	fs.VisitAll(func(f *pflag.Flag) {
-		if f.Changed || f.Name == etcdconn.FlagPassword {
+		if f.Changed || f.Name == etcdconn.FlagPassword || f.Name == flagVersion {
 			return
 		}
 		env := envName(f.Name)

@@ -4,13 +4,17 @@ import (
 	"errors"
 	"io"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/spf13/pflag"
 
+	"github.com/legation-io/legation"
 	"github.com/legation-io/legation/internal/replica"
 	"github.com/legation-io/legation/internal/state/etcdconn"
 )
@@ -254,5 +258,39 @@ func TestParseFlagsHelp(t *testing.T) {
 	}
 	if !strings.Contains(string(usage), "\nExamples:\n  ") {
 		t.Errorf("usage without examples:\n%s", usage)
+	}
+}
+
+// TestParseFlagsVersion: --version is an action that wins over every
+// other flag's check, and no LEGATION_VERSION variable triggers it.
+func TestParseFlagsVersion(t *testing.T) {
+	if _, err := parseFlags([]string{"--version", "--group-by", "labels"}); !errors.Is(err, errVersion) {
+		t.Errorf("parseFlags(--version, a bad --group-by) = %v; want errVersion", err)
+	}
+	t.Setenv("LEGATION_VERSION", "true")
+	if _, err := parseFlags(nil); err != nil {
+		t.Errorf("parseFlags() with LEGATION_VERSION=true: %v; want a dev mode Config", err)
+	}
+}
+
+// TestVersionCommand builds xds-node and runs `xds-node --version`: it
+// prints CHANGELOG.md's latest version and, in a git clone (built with
+// -buildvcs=true, whatever GOFLAGS says), the build's revision, and exits
+// 0. Go stamps the revision only where the repository's root holds a .git
+// directory: not in a git worktree, whose .git is a file.
+func TestVersionCommand(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "xds-node")
+	dotGit, err := os.Stat(filepath.Join("..", "..", ".git"))
+	vcs := err == nil && dotGit.IsDir()
+	if out, err := exec.Command("go", "build", "-buildvcs="+strconv.FormatBool(vcs), "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		t.Fatalf("xds-node --version: %v", err)
+	}
+	got, want := string(out), "xds-node "+legation.Version()+" ("
+	if !strings.HasPrefix(got, want) || strings.Count(got, "\n") != 1 || (vcs && !strings.Contains(got, "(revision ")) {
+		t.Errorf("xds-node --version printed %q; want one line %q (with the revision in a git checkout: %v)", got, want+"...)", vcs)
 	}
 }

@@ -2,11 +2,12 @@ package replica
 
 import (
 	"fmt"
-	"runtime/debug"
 
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/legation-io/legation"
 )
 
 // NewRegistry returns the registry xds-node serves on /metrics, before the
@@ -33,7 +34,7 @@ func newMetrics(reg prometheus.Registerer, ready func() bool) error {
 	version, revision, goVersion := buildInfo()
 	info := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name:        "legation_build_info",
-		Help:        "Always 1; its labels say which build runs: the module version, the VCS revision and the Go version.",
+		Help:        "Always 1; its labels say which build runs: Legation's version, the VCS revision and the Go version.",
 		ConstLabels: prometheus.Labels{"version": version, "revision": revision, "goversion": goVersion},
 	})
 	info.Set(1)
@@ -45,33 +46,21 @@ func newMetrics(reg prometheus.Registerer, ready func() bool) error {
 	return nil
 }
 
-// buildInfo reads the binary's build information: the main module's
-// version ("(devel)" when built from a work tree), its VCS revision
-// (with "-dirty" when the tree was modified; "unknown" when not stamped,
-// as in tests) and the Go version.
+// buildInfo is the labels of legation_build_info: Legation's version
+// (CHANGELOG.md's latest release, as `xds-node --version` prints it), the
+// VCS revision (with "-dirty" when the tree was modified; "unknown" when
+// not stamped, as in tests) and the Go version.
 func buildInfo() (version, revision, goVersion string) {
-	version, revision, goVersion = "unknown", "unknown", "unknown"
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return version, revision, goVersion
+	b := legation.BuildInfo()
+	return orUnknown(b.Version), orUnknown(b.Revision), orUnknown(b.GoVersion)
+}
+
+// orUnknown is s, or "unknown" when s is empty.
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
 	}
-	goVersion = bi.GoVersion
-	if bi.Main.Version != "" {
-		version = bi.Main.Version
-	}
-	dirty := false
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			revision = s.Value
-		case "vcs.modified":
-			dirty = s.Value == "true"
-		}
-	}
-	if dirty && revision != "unknown" {
-		revision += "-dirty"
-	}
-	return version, revision, goVersion
+	return s
 }
 
 // grpcMetrics are go-grpc-middleware's gRPC server metrics

@@ -1,6 +1,6 @@
 // Package adminctl is the xdsadmin command line: its cobra commands
-// (apply, get, delete, diff, watch, ttl, status, members, authz,
-// etcd-auth), their flags and environment variables, the connection to
+// (apply, get, delete, diff, watch, ttl, status, members, load, authz,
+// export, etcd-auth, cert issue, version), their flags and environment variables, the connection to
 // etcd, the probes of the replicas' HTTP port (members asks /readyz, over
 // HTTP or HTTPS), and the table, YAML and JSON output.
 //

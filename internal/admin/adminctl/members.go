@@ -38,7 +38,7 @@ it started, its health as its HTTP /readyz answers now ("ready", "not
 ready: <its reason>", "unreachable" within --health-timeout, or "unknown:
 <why>" when TLS is in the way), its share of the consistent-hash ring that
 picks each node's home, and the nodes it is home to now, as counted from
-the status records (see status).
+the status records (see status), and the Legation version it runs.
 
 Replicas whose HTTP port serves TLS are asked over HTTPS with the global
 --tls-ca-file (the CAs of their certificates; only the chain is checked,
@@ -55,7 +55,7 @@ few nodes.
 
 Output:
   table  NAME, XDS_ADDR, HTTP_ADDR, STARTED (how long ago), HEALTH,
-         RING_SHARE and NODE_SHARE (percent), NODES.
+         RING_SHARE and NODE_SHARE (percent), NODES, VERSION.
   yaml   the same as a list of objects (shares in percent).
   json   the same as JSON.
 
@@ -86,6 +86,8 @@ type memberInfo struct {
 	RingShare float64 `json:"ring_share"`
 	Nodes     int     `json:"nodes"`
 	NodeShare float64 `json:"node_share"`
+	// Version is the Legation version the replica registered.
+	Version string `json:"version"`
 }
 
 func (a *app) runMembers(ctx context.Context, f membersFlags) error {
@@ -144,7 +146,7 @@ func (a *app) memberInfos(ctx context.Context, p *prober, members []shard.Member
 	for i, m := range members {
 		mi := memberInfo{
 			Name: m.Name, XDSAddr: m.XDSAddr, HTTPAddr: m.HTTPAddr, Started: m.Started, Ready: m.Ready,
-			Health: health[i], RingShare: percent(shares[m.Name]), Nodes: homes[m.Name],
+			Health: health[i], RingShare: percent(shares[m.Name]), Nodes: homes[m.Name], Version: m.Version,
 		}
 		if len(recs) > 0 {
 			mi.NodeShare = percent(float64(mi.Nodes) / float64(len(recs)))
@@ -174,10 +176,10 @@ func (a *app) printMembers(out []memberInfo) error {
 	}
 	now := time.Now()
 	w := newTable(a.out)
-	row(w, "NAME", "XDS_ADDR", "HTTP_ADDR", "STARTED", "HEALTH", "RING_SHARE", "NODES", "NODE_SHARE")
+	row(w, "NAME", "XDS_ADDR", "HTTP_ADDR", "STARTED", "HEALTH", "RING_SHARE", "NODES", "NODE_SHARE", "VERSION")
 	for _, m := range out {
 		row(w, m.Name, orDash(m.XDSAddr), orDash(m.HTTPAddr), formatAge(now.Sub(m.Started)), m.Health,
-			fmt.Sprintf("%.1f%%", m.RingShare), m.Nodes, fmt.Sprintf("%.1f%%", m.NodeShare))
+			fmt.Sprintf("%.1f%%", m.RingShare), m.Nodes, fmt.Sprintf("%.1f%%", m.NodeShare), orDash(m.Version))
 	}
 	return w.Flush()
 }

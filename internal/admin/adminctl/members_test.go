@@ -61,7 +61,7 @@ func TestMembers(t *testing.T) {
 	started := time.Now().Add(-3 * time.Hour).UTC().Truncate(time.Millisecond)
 	h := e.newHarness(t)
 	members := []shard.Member{
-		{Name: "replica-a", XDSAddr: "10.0.0.1:18000", HTTPAddr: readyzServer(t, http.StatusOK, "ok\n"), GossipAddr: "10.0.0.1:7946", Started: started, Ready: true},
+		{Name: "replica-a", XDSAddr: "10.0.0.1:18000", HTTPAddr: readyzServer(t, http.StatusOK, "ok\n"), GossipAddr: "10.0.0.1:7946", Started: started, Ready: true, Version: "0.1.0"},
 		{Name: "replica-b", XDSAddr: "10.0.0.2:18000", HTTPAddr: readyzServer(t, http.StatusServiceUnavailable, "not ready: the view has not loaded etcd's state yet\nmore detail\n"), GossipAddr: "10.0.0.2:7946", Started: started, Ready: true},
 		{Name: "replica-c", XDSAddr: "10.0.0.3:18000", HTTPAddr: deadAddr(t), GossipAddr: "10.0.0.3:7946", Started: started, Ready: true},
 		// Registered but not ready: off the ring while others are ready.
@@ -89,7 +89,7 @@ func TestMembers(t *testing.T) {
 		ring := shard.ReadyRing(members, shard.DefaultVNodes).Shares()
 		want := []memberInfo{
 			{Name: "replica-a", XDSAddr: "10.0.0.1:18000", HTTPAddr: members[0].HTTPAddr, Started: started, Ready: true,
-				Health: "ready", RingShare: percent(ring["replica-a"]), Nodes: 3, NodeShare: 60},
+				Health: "ready", RingShare: percent(ring["replica-a"]), Nodes: 3, NodeShare: 60, Version: "0.1.0"},
 			{Name: "replica-b", XDSAddr: "10.0.0.2:18000", HTTPAddr: members[1].HTTPAddr, Started: started, Ready: true,
 				Health: "not ready: the view has not loaded etcd's state yet", RingShare: percent(ring["replica-b"]), Nodes: 1, NodeShare: 20},
 			{Name: "replica-c", XDSAddr: "10.0.0.3:18000", HTTPAddr: members[2].HTTPAddr, Started: started, Ready: true,
@@ -117,7 +117,7 @@ func TestMembers(t *testing.T) {
 		if len(got) != 5 {
 			t.Fatalf("members table: %v", got)
 		}
-		if diff := cmp.Diff([]string{"NAME", "XDS_ADDR", "HTTP_ADDR", "STARTED", "HEALTH", "RING_SHARE", "NODES", "NODE_SHARE"}, got[0]); diff != "" {
+		if diff := cmp.Diff([]string{"NAME", "XDS_ADDR", "HTTP_ADDR", "STARTED", "HEALTH", "RING_SHARE", "NODES", "NODE_SHARE", "VERSION"}, got[0]); diff != "" {
 			t.Errorf("header (-want +got):\n%s", diff)
 		}
 		for i, m := range members {
@@ -126,10 +126,10 @@ func TestMembers(t *testing.T) {
 				t.Errorf("line of %s: %v", m.Name, l)
 			}
 		}
-		if a := got[1]; a[4] != "ready" || !strings.HasSuffix(a[5], "%") || a[6] != "3" || a[7] != "60.0%" {
+		if a := got[1]; a[4] != "ready" || !strings.HasSuffix(a[5], "%") || a[6] != "3" || a[7] != "60.0%" || a[8] != "0.1.0" {
 			t.Errorf("line of replica-a: %v", a)
 		}
-		if d := got[4]; d[4] != "unreachable" || d[5] != "0.0%" || d[6] != "0" || d[7] != "0.0%" {
+		if d := got[4]; d[4] != "unreachable" || d[5] != "0.0%" || d[6] != "0" || d[7] != "0.0%" || d[8] != "-" {
 			t.Errorf("line of replica-d: %v", d)
 		}
 	})

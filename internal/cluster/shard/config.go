@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/legation-io/legation"
 	"github.com/legation-io/legation/internal/state/keyspace"
 )
 
@@ -228,7 +229,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("shard: GossipKeyInterval %v is below 10ms", c.GossipKeyInterval)
 	}
 	// The record must fit memberlist's meta limit: check the longest form.
-	if n := len(encodeMeta(Member{XDSAddr: c.XDSAddr, HTTPAddr: c.HTTPAddr, Started: time.Now(), Ready: true})); n > metaMaxSize {
+	if n := len(encodeMeta(Member{XDSAddr: c.XDSAddr, HTTPAddr: c.HTTPAddr, Started: time.Now(), Ready: true, Version: legation.Version()})); n > metaMaxSize {
 		return fmt.Errorf("shard: XDSAddr and HTTPAddr take %d bytes of gossip meta, over the %d-byte limit", n, metaMaxSize)
 	}
 	return nil

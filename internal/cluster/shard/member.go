@@ -15,12 +15,17 @@ type Member struct {
 	GossipAddr string    `json:"gossip_addr"` // host:port of memberlist
 	Started    time.Time `json:"started"`
 	Ready      bool      `json:"ready"` // its view is current (etcd reachable)
+	// Version is the Legation version the replica runs (its
+	// `xds-node --version`), so that `xdsadmin members` and `xdsadmin
+	// version --replicas` show a rolling upgrade's progress. Empty from a
+	// replica that does not say.
+	Version string `json:"version,omitempty"`
 }
 
 // equal reports whether a and b are the same record.
 func (a Member) equal(b Member) bool {
 	return a.Name == b.Name && a.XDSAddr == b.XDSAddr && a.HTTPAddr == b.HTTPAddr &&
-		a.GossipAddr == b.GossipAddr && a.Started.Equal(b.Started) && a.Ready == b.Ready
+		a.GossipAddr == b.GossipAddr && a.Started.Equal(b.Started) && a.Ready == b.Ready && a.Version == b.Version
 }
 
 // metaVersion is the version of the gossip meta encoding. A replica that
@@ -36,10 +41,11 @@ type meta struct {
 	H string `json:"h,omitempty"` // HTTPAddr
 	S int64  `json:"s"`           // Started, Unix milliseconds
 	R bool   `json:"r,omitempty"` // Ready
+	L string `json:"l,omitempty"` // Version (Legation's)
 }
 
 func encodeMeta(m Member) []byte {
-	b, err := json.Marshal(meta{V: metaVersion, X: m.XDSAddr, H: m.HTTPAddr, S: m.Started.UnixMilli(), R: m.Ready})
+	b, err := json.Marshal(meta{V: metaVersion, X: m.XDSAddr, H: m.HTTPAddr, S: m.Started.UnixMilli(), R: m.Ready, L: m.Version})
 	if err != nil {
 		// meta holds strings, an int and a bool: Marshal cannot fail.
 		panic(fmt.Sprintf("shard: encode meta: %v", err))
@@ -72,5 +78,6 @@ func decodeMeta(name, gossipAddr string, b []byte) (Member, error) {
 		GossipAddr: gossipAddr,
 		Started:    time.UnixMilli(mt.S).UTC(),
 		Ready:      mt.R,
+		Version:    mt.L,
 	}, nil
 }

@@ -17,6 +17,8 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/legation-io/legation"
 )
 
 // Membership is this replica's place in the cluster: its memberlist
@@ -161,6 +163,7 @@ func newMembership(cfg Config) *Membership {
 			// Milliseconds: what the gossip meta carries, so that Self and
 			// the ring's copy of this member are equal.
 			Started: time.Now().UTC().Truncate(time.Millisecond),
+			Version: legation.Version(),
 		},
 	}
 	m.ring.Store(NewRing(nil, cfg.VNodes))

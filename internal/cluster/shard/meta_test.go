@@ -7,7 +7,7 @@ import (
 
 func TestMetaRoundTrip(t *testing.T) {
 	want := Member{Name: "xds-0", XDSAddr: "10.0.0.1:18000", HTTPAddr: "10.0.0.1:18001", GossipAddr: "10.0.0.1:7946",
-		Started: time.Date(2026, 1, 2, 3, 4, 5, 6_000_000, time.UTC), Ready: true}
+		Started: time.Date(2026, 1, 2, 3, 4, 5, 6_000_000, time.UTC), Ready: true, Version: "0.1.0"}
 	b := encodeMeta(want)
 	got, err := decodeMeta(want.Name, want.GossipAddr, b)
 	if err != nil {

@@ -1,11 +1,13 @@
 package shard_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/legation-io/legation"
 	"github.com/legation-io/legation/internal/cluster/shard"
 	"github.com/legation-io/legation/internal/testkit/storetest"
 	"github.com/legation-io/legation/internal/testkit/testbase"
@@ -67,5 +69,13 @@ func TestListRegistry(t *testing.T) {
 	m := c.start(c.config("xds-2"))
 	if got := m.Ring().Len(); got != 1 {
 		t.Errorf("ring with unreachable registered peers: %v, want xds-2 alone", names(m.Ring().Members()))
+	}
+	// Its record says which version it runs.
+	got, err = shard.ListRegistry(ctx, client, "/legation/")
+	if err != nil {
+		t.Fatalf("ListRegistry: %v", err)
+	}
+	if i := slices.IndexFunc(got, func(m shard.Member) bool { return m.Name == "xds-2" }); i < 0 || got[i].Version != legation.Version() {
+		t.Errorf("registry %+v: want xds-2 with version %q", got, legation.Version())
 	}
 }

@@ -68,9 +68,54 @@ app.kubernetes.io/component: etcd
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}
 
+{{/*
+What is on, once insecure is applied: each is "true" or empty.
+tlsOn: TLS (mTLS) on the xDS and HTTP ports. tlsIssued: with the
+certificates issued at start from the chart's CA (no tls.secretName).
+etcdTLSOn: the bundled etcd over TLS. etcdAuthOn: its roles and auth Job.
+*/}}
+{{- define "legation.tlsOn" -}}
+{{- if and .Values.tls.enabled (not .Values.insecure) }}true{{ end }}
+{{- end }}
+
+{{- define "legation.tlsIssued" -}}
+{{- if and (include "legation.tlsOn" .) (not .Values.tls.secretName) }}true{{ end }}
+{{- end }}
+
+{{- define "legation.etcdTLSOn" -}}
+{{- $b := .Values.etcd.bundled }}
+{{- if and $b.enabled $b.tls.enabled (not .Values.insecure) }}true{{ end }}
+{{- end }}
+
+{{- define "legation.etcdAuthOn" -}}
+{{- if and (include "legation.etcdTLSOn" .) .Values.etcd.bundled.auth.enabled }}true{{ end }}
+{{- end }}
+
+{{/* The chart's CA's Secret (tls.ca). */}}
+{{- define "legation.caSecret" -}}
+{{- default (printf "%s-ca" (include "legation.fullname" .) | trunc 63 | trimSuffix "-") .Values.tls.ca.secretName }}
+{{- end }}
+
+{{/* The SPIFFE ID of the certificates issued to the replicas. */}}
+{{- define "legation.replicaSPIFFE" -}}
+{{- printf "spiffe://%s/ns/%s/%s/replica" .Values.tls.issue.trustDomain .Release.Namespace (include "legation.fullname" .) }}
+{{- end }}
+
+{{/*
+The xds-node pods' TLS files, as a dict: the files under /etc/legation/tls
+(issued there by the init container, or the keys of tls.secretName).
+*/}}
+{{- define "legation.replicaTLS" -}}
+{{- if include "legation.tlsIssued" . }}
+{{- toJson (dict "cert" "tls.crt" "key" "tls.key" "ca" "ca.crt") }}
+{{- else }}
+{{- toJson (dict "cert" .Values.tls.certKey "key" .Values.tls.keyKey "ca" .Values.tls.caKey) }}
+{{- end }}
+{{- end }}
+
 {{/* The bundled etcd's URL scheme: https with TLS. */}}
 {{- define "legation.etcdScheme" -}}
-{{- ternary "https" "http" (and .Values.etcd.bundled.enabled .Values.etcd.bundled.tls.enabled) }}
+{{- ternary "https" "http" (eq (include "legation.etcdTLSOn" .) "true") }}
 {{- end }}
 
 {{/* The bundled etcd's TLS Secrets, by role: server, replica, admin, root. */}}
@@ -102,7 +147,7 @@ The xds-node pods' etcd client TLS: the Secret mounted at
 */}}
 {{- define "legation.etcdClientTLS" -}}
 {{- if .Values.etcd.bundled.enabled }}
-{{- if .Values.etcd.bundled.tls.enabled }}
+{{- if include "legation.etcdTLSOn" . }}
 {{- toJson (dict "secret" (include "legation.etcdSecret" (list . "replica")) "ca" "ca.crt" "cert" "tls.crt" "key" "tls.key") }}
 {{- else }}
 {{- toJson (dict "secret" "") }}
@@ -115,33 +160,32 @@ The xds-node pods' etcd client TLS: the Secret mounted at
 
 {{/*
 Values the chart refuses, each failing with a message naming the value to
-set: an insecure etcd under tls.enabled, a cluster without a gossip key,
-and settings that contradict each other.
+set: an insecure etcd under TLS, a cluster without a gossip key, and
+settings that contradict each other. insecure: true is the one way to
+turn TLS off everywhere.
 */}}
 {{- define "legation.checks" -}}
 {{- $b := .Values.etcd.bundled }}
-{{- if and .Values.tls.enabled (not .Values.tls.secretName) }}
-{{- fail "tls.enabled: set tls.secretName, the Secret with the certificate, key and client CA" }}
-{{- end }}
+{{- $tlsOn := include "legation.tlsOn" . }}
 {{- if and $b.enabled .Values.etcd.external.endpoints }}
 {{- fail "etcd: etcd.external.endpoints is set and etcd.bundled.enabled is true; choose one" }}
 {{- end }}
 {{- if and .Values.etcd.external.username (not .Values.etcd.external.passwordSecret.name) }}
 {{- fail "etcd.external.username: set etcd.external.passwordSecret.name too (a user needs its password)" }}
 {{- end }}
-{{- if and $b.enabled (not $b.tls.enabled) .Values.tls.enabled }}
-{{- fail "tls.enabled with a plain-text bundled etcd: set etcd.bundled.tls.enabled=true (any pod reaching etcd could rewrite the rules that mTLS enforces)" }}
+{{- if and $b.enabled (not $b.tls.enabled) $tlsOn }}
+{{- fail "tls.enabled with a plain-text bundled etcd: set etcd.bundled.tls.enabled=true (any pod reaching etcd could rewrite the rules that mTLS enforces), or insecure=true for a lab without TLS" }}
 {{- end }}
-{{- if and $b.enabled $b.auth.enabled (not $b.tls.enabled) }}
-{{- fail "etcd.bundled.auth.enabled needs client certificates: set etcd.bundled.tls.enabled=true (or etcd.bundled.auth.enabled=false)" }}
+{{- if and $b.enabled $b.auth.enabled (not $b.tls.enabled) (not .Values.insecure) }}
+{{- fail "etcd.bundled.auth.enabled needs client certificates: set etcd.bundled.tls.enabled=true (or insecure=true for a lab without TLS)" }}
 {{- end }}
 {{- if not $b.enabled }}
 {{- $tls := .Values.etcd.external.tls.secretName }}
 {{- range .Values.etcd.external.endpoints }}
 {{- if hasPrefix "https://" . }}{{ $tls = true }}{{ end }}
 {{- end }}
-{{- if and .Values.tls.enabled (not $tls) }}
-{{- fail "tls.enabled with a plain-text external etcd: set etcd.external.tls.secretName (its CA and a client certificate), or use https:// etcd.external.endpoints" }}
+{{- if and $tlsOn (not $tls) }}
+{{- fail "tls.enabled with a plain-text external etcd: set etcd.external.tls.secretName (its CA and a client certificate), or use https:// etcd.external.endpoints, or insecure=true for a lab without TLS" }}
 {{- end }}
 {{- if and .Values.etcd.external.username (not $tls) }}
 {{- fail "etcd.external.username over plain text would send the password in clear: set etcd.external.tls.secretName, or use https:// etcd.external.endpoints" }}
