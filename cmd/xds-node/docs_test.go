@@ -26,7 +26,7 @@ func TestDocsXdsNode(t *testing.T) {
 		def := fs.Lookup(name).DefValue
 		defaults[name] = fmt.Sprintf("`%s`; dev mode: `%s`", def, loopbackDefault(def))
 	}
-	table := docgen.FlagTable{Env: func(f *pflag.Flag) string { return envName(f.Name) }, Defaults: defaults}
+	table := docgen.FlagTable{Env: func(f *pflag.Flag) string { return flagEnv(f.Name) }, Defaults: defaults}
 	var b strings.Builder
 	for i, a := range flagAreas(fs) {
 		if i > 0 {

@@ -124,18 +124,26 @@ func parseFlags(args []string) (replica.Config, error) {
 	return cfg, cfg.Validate()
 }
 
+// flagEnv is the variable applyEnv sets the flag name from, or "" for
+// the flags no variable sets: LEGATION_ETCD_PASSWORD is the password
+// itself, which the refused --etcd-password never takes (etcdconn's
+// LoadPassword reads it), and --version is an action, not a setting.
+func flagEnv(name string) string {
+	if name == etcdconn.FlagPassword || name == flagVersion {
+		return ""
+	}
+	return envName(name)
+}
+
 // applyEnv sets each flag not given on the command line from its
-// LEGATION_* variable, when that is set and not empty; but
-// LEGATION_ETCD_PASSWORD is the password itself, which the refused
-// --etcd-password never takes (etcdconn's LoadPassword reads it), and
-// --version is an action, not a setting.
+// LEGATION_* variable (flagEnv), when that is set and not empty.
 func applyEnv(fs *pflag.FlagSet) error {
 	var errs []error
 	fs.VisitAll(func(f *pflag.Flag) {
-		if f.Changed || f.Name == etcdconn.FlagPassword || f.Name == flagVersion {
+		env := flagEnv(f.Name)
+		if f.Changed || env == "" {
 			return
 		}
-		env := envName(f.Name)
 		v := os.Getenv(env)
 		if v == "" {
 			return

@@ -46,6 +46,7 @@ func (a *app) certCommand() *cobra.Command {
 		Long: `cert works with certificates and needs no etcd. Its one subcommand,
 issue, signs a certificate with a CA's certificate and key: an Envoy's or
 a proxyless gRPC client's client certificate, or a replica's.`,
+		Example: `  xdsadmin cert issue --ca-cert ca.crt --ca-key ca.key --spiffe-id spiffe://example.org/ns/edge/envoy --out-dir envoy-certs`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
@@ -73,9 +74,9 @@ other over mTLS), an Envoy's only the first.
 
 The Helm chart's replicas run it at start to get their certificate from
 the chart's CA; the same CA's Secret lets you issue your Envoys'.`,
-		Example: `  # An Envoy's client certificate from the Helm chart's CA (Secret legation-ca)
-  kubectl -n legation get secret legation-ca -o jsonpath='{.data.tls\.crt}' | base64 -d > ca.crt
-  kubectl -n legation get secret legation-ca -o jsonpath='{.data.tls\.key}' | base64 -d > ca.key
+		Example: `  # An Envoy's client certificate from the Helm chart's CA (Secret legation-ca:
+  # kubectl -n legation get secret legation-ca -o jsonpath='{.data.tls\.crt}' | base64 -d > ca.crt,
+  # and the same with tls\.key into ca.key)
   xdsadmin cert issue --ca-cert ca.crt --ca-key ca.key \
     --spiffe-id spiffe://cluster.local/ns/edge/envoy --out-dir envoy-certs
   # A replica's certificate, with its DNS names

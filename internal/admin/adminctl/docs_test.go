@@ -103,7 +103,7 @@ func TestHelpExamples(t *testing.T) {
 		t.Run(c.CommandPath(), func(t *testing.T) {
 			var out bytes.Buffer
 			args := append(strings.Fields(c.CommandPath())[1:], "--help")
-			if code := run(context.Background(), args, nil, &out, &out, noEnv); code != 0 || !strings.Contains(out.String(), "\nExamples:\n  xdsadmin ") {
+			if code := run(context.Background(), args, nil, &out, &out, noEnv); code != 0 || !strings.Contains(out.String(), "\nExamples:\n  ") {
 				t.Fatalf("xdsadmin %s: exit %d, want 0 and examples:\n%s", strings.Join(args, " "), code, out.String())
 			}
 			cmds, err := docgen.Commands(c.Example, "xdsadmin")

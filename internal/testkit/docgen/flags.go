@@ -12,7 +12,8 @@ import (
 // sets it, its default and its meaning (the usage string).
 type FlagTable struct {
 	// Env names the environment variable that sets a flag, shown in a
-	// column of its own; nil: the table has no such column.
+	// column of its own ("-" where it returns "", no variable sets the
+	// flag); nil: the table has no such column.
 	Env func(f *pflag.Flag) string
 	// Defaults are Markdown shown as the default of the flags they name,
 	// in place of the flag set's, for defaults that depend on the machine
@@ -52,7 +53,7 @@ func (t FlagTable) Render(flags []*pflag.Flag) string {
 		}
 		cells := []string{name}
 		if t.Env != nil {
-			cells = append(cells, "`"+t.Env(f)+"`")
+			cells = append(cells, envCell(t.Env(f)))
 		}
 		def, ok := t.Defaults[f.Name]
 		if !ok {
@@ -110,4 +111,12 @@ func Code(lang, text string) string {
 	}
 	b.WriteString("```\n")
 	return b.String()
+}
+
+// envCell is the environment variable's cell: "-" when none sets the flag.
+func envCell(env string) string {
+	if env == "" {
+		return "-"
+	}
+	return "`" + env + "`"
 }
