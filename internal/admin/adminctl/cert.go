@@ -47,8 +47,8 @@ func (a *app) certCommand() *cobra.Command {
 issue, signs a certificate with a CA's certificate and key: an Envoy's or
 a proxyless gRPC client's client certificate, or a replica's.`,
 		Example: `  xdsadmin cert issue --ca-cert ca.crt --ca-key ca.key --spiffe-id spiffe://example.org/ns/edge/envoy --out-dir envoy-certs`,
-		Args: exactArgs(0),
-		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+		Args:    exactArgs(0),
+		RunE:    func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	cmd.AddCommand(a.certIssueCommand())
 	return cmd
