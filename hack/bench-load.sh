@@ -25,7 +25,8 @@ STREAMS=${STREAMS:-10000}
 DELTA_STREAMS=${DELTA_STREAMS:-10000}
 GCP_STREAMS=${GCP_STREAMS:-2000}
 SMALL_STREAMS=${SMALL_STREAMS:-500}
-STREAMS_PER_CONN=${STREAMS_PER_CONN:-10}
+STREAMS_PER_CONN=${STREAMS_PER_CONN:-1} # 1: one connection per simulated Envoy, as a real fleet
+KEEPALIVE=${KEEPALIVE:-15s}            # the clients' HTTP/2 pings, as deploy/envoy's bootstraps; 0: none
 CLUSTERS=${CLUSTERS:-200}
 ENDPOINTS=${ENDPOINTS:-20}
 LISTENERS=${LISTENERS:-0}
@@ -154,7 +155,7 @@ start_gcp() {
 loadgen() {
   local name=$1 target=$2 mode=$3 streams=$4 conns
   conns=$(((streams + STREAMS_PER_CONN - 1) / STREAMS_PER_CONN))
-  local args=(--target "$target" --mode "$mode" --streams "$streams" --conns "$conns"
+  local args=(--target "$target" --mode "$mode" --streams "$streams" --conns "$conns" --keepalive-time "$KEEPALIVE"
     --clusters "$CLUSTERS" --endpoints "$ENDPOINTS" --listeners "$LISTENERS" --updates "$UPDATES"
     --interval "$INTERVAL" --idle "$IDLE" --nack-ratio "$NACK_RATIO" -o json)
   if [[ -n $LOADGEN_FLAGS ]]; then

@@ -274,7 +274,9 @@ func addTargetFlags(fs *pflag.FlagSet, cfg *loadgen.Config, opts *options) {
 // fixture, the updates and their bounds.
 func addScenarioFlags(fs *pflag.FlagSet, cfg *loadgen.Config) {
 	fs.IntVar(&cfg.Streams, "streams", cfg.Streams, "simulated Envoys, one ADS stream each")
-	fs.IntVar(&cfg.Conns, "conns", cfg.Conns, "gRPC connections the streams share round robin; 0: one per stream")
+	fs.IntVar(&cfg.Conns, "conns", cfg.Conns, "gRPC connections the streams share round robin; 0: one per stream, as a real fleet (a shared connection is a load shape no Envoy fleet has)")
+	fs.DurationVar(&cfg.KeepaliveTime, "keepalive-time", cfg.KeepaliveTime, "HTTP/2 ping after this long without activity on a connection, as deploy/envoy's bootstraps (connection_keepalive interval); 0: no pings, else at least 10s")
+	fs.DurationVar(&cfg.KeepaliveTimeout, "keepalive-timeout", cfg.KeepaliveTimeout, "close a connection whose ping has no answer within this")
 	fs.Float64Var(&cfg.OpenRate, "open-rate", cfg.OpenRate, "streams opened per second at the start; 0: all at once")
 	fs.Float64Var(&cfg.NackRatio, "nack-ratio", cfg.NackRatio, "fraction of responses a synced client NACKs, in [0, 1)")
 	fs.IntVar(&cfg.Clusters, "clusters", cfg.Clusters, "EDS clusters in the fixture")

@@ -37,6 +37,13 @@ type Config struct {
 	// Conns is the number of gRPC connections the streams share round
 	// robin. Zero: one connection per stream.
 	Conns int
+	// KeepaliveTime is how long a connection waits without activity
+	// before it sends an HTTP/2 ping, and KeepaliveTimeout how long it
+	// then waits for the answer before it closes: by default those of
+	// the bootstraps in deploy/envoy (Envoy's connection_keepalive), so
+	// that the replica answers the pings a real fleet sends. Zero
+	// KeepaliveTime: no pings.
+	KeepaliveTime, KeepaliveTimeout time.Duration
 	// OpenRate is the streams opened per second at the start. Zero: all
 	// at once.
 	OpenRate float64
@@ -91,25 +98,32 @@ type Config struct {
 	ProgressEvery time.Duration
 }
 
+// minKeepaliveTime is the shortest ping interval grpc-go's client
+// keeps; it raises a shorter one to this.
+const minKeepaliveTime = 10 * time.Second
+
 // DefaultConfig returns the defaults of xds-loadgen's flags.
 func DefaultConfig() Config {
 	return Config{
-		TargetName:    "legation",
-		Streams:       100,
-		Conns:         0,    // one per stream
-		OpenRate:      1000, // the replica's default --stream-rate
-		Clusters:      200,  // the fixture of the figures in docs/operations/performance.md
-		Endpoints:     20,
-		Updates:       10,
-		Interval:      time.Second,
-		Idle:          10 * time.Second,
-		SyncTimeout:   5 * time.Minute,
-		UpdateTimeout: time.Minute,
-		BackoffBase:   500 * time.Millisecond, // Envoy's default base interval
-		BackoffMax:    10 * time.Second,
-		NodePrefix:    "xds-loadgen",
-		Seed:          1,
-		ProgressEvery: 2 * time.Second,
+		TargetName: "legation",
+		Streams:    100,
+		Conns:      0, // one per stream
+		// deploy/envoy's connection_keepalive {interval: 15s, timeout: 5s}
+		KeepaliveTime:    15 * time.Second,
+		KeepaliveTimeout: 5 * time.Second,
+		OpenRate:         1000, // the replica's default --stream-rate
+		Clusters:         200,  // the fixture of the figures in docs/operations/performance.md
+		Endpoints:        20,
+		Updates:          10,
+		Interval:         time.Second,
+		Idle:             10 * time.Second,
+		SyncTimeout:      5 * time.Minute,
+		UpdateTimeout:    time.Minute,
+		BackoffBase:      500 * time.Millisecond, // Envoy's default base interval
+		BackoffMax:       10 * time.Second,
+		NodePrefix:       "xds-loadgen",
+		Seed:             1,
+		ProgressEvery:    2 * time.Second,
 	}
 }
 
@@ -147,6 +161,12 @@ func (c *Config) validateClients(add func(format string, a ...any)) {
 	}
 	if c.Conns < 0 || c.Conns > c.Streams {
 		add("--conns %d: must be in [0, --streams] (0: one per stream)", c.Conns)
+	}
+	if c.KeepaliveTime != 0 && c.KeepaliveTime < minKeepaliveTime {
+		add("--keepalive-time %s: must be 0 (no pings) or at least %s (grpc-go's least)", c.KeepaliveTime, minKeepaliveTime)
+	}
+	if c.KeepaliveTime > 0 && c.KeepaliveTimeout <= 0 {
+		add("--keepalive-timeout %s: must be above 0 with --keepalive-time", c.KeepaliveTimeout)
 	}
 	if !(c.OpenRate >= 0) {
 		add("--open-rate %v: must be 0 (all at once) or positive", c.OpenRate)

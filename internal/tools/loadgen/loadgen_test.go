@@ -292,6 +292,8 @@ func TestConfigValidate(t *testing.T) {
 	}{
 		{"no streams", func(c *loadgen.Config) { c.Streams = 0 }, "--streams 0"},
 		{"more conns than streams", func(c *loadgen.Config) { c.Conns = c.Streams + 1 }, "--conns"},
+		{"pings too often", func(c *loadgen.Config) { c.KeepaliveTime = time.Second }, "--keepalive-time 1s"},
+		{"pings without a timeout", func(c *loadgen.Config) { c.KeepaliveTimeout = 0 }, "--keepalive-timeout 0s"},
 		{"NACK everything", func(c *loadgen.Config) { c.NackRatio = 1 }, "--nack-ratio 1"},
 		{"no clusters", func(c *loadgen.Config) { c.Clusters = 0 }, "--clusters 0"},
 		{"no address", func(c *loadgen.Config) { c.XDSAddr = "" }, "--xds-addr"},

@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/legation-io/legation/internal/replica/quietgc"
 	"github.com/legation-io/legation/internal/testkit/fixture"
@@ -148,7 +149,6 @@ func (s *scenario) scrapeBefore() error {
 // dial opens the client connections: Conns of them (0: one per stream),
 // spread over XDSAddr's addresses in turn.
 func dial(cfg Config) ([]*grpc.ClientConn, error) {
-	const envoyWindow = 256 << 20
 	nconn := cfg.Conns
 	if nconn == 0 {
 		nconn = cfg.Streams
@@ -157,12 +157,7 @@ func dial(cfg Config) ([]*grpc.ClientConn, error) {
 	addrs := cfg.addrs()
 	for i := range nconn {
 		addr := addrs[i%len(addrs)]
-		// Envoy's HTTP/2 windows (256 MiB, static): a grpc-go client
-		// left to its defaults would also probe the bandwidth with a
-		// ping on every burst of responses, which Envoy never sends.
-		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithInitialWindowSize(envoyWindow), grpc.WithInitialConnWindowSize(envoyWindow),
-			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20)))
+		conn, err := grpc.NewClient(addr, cfg.dialOptions()...)
 		if err != nil {
 			closeConns(conns)
 			return nil, fmt.Errorf("--xds-addr %s: %w", addr, err)
@@ -170,6 +165,27 @@ func dial(cfg Config) ([]*grpc.ClientConn, error) {
 		conns = append(conns, conn)
 	}
 	return conns, nil
+}
+
+// envoyWindow is Envoy's HTTP/2 stream and connection window.
+const envoyWindow = 256 << 20
+
+// dialOptions are the options of each connection: plain text, Envoy's
+// HTTP/2 windows (256 MiB, static: a grpc-go client left to its defaults
+// would also probe the bandwidth with a ping on every burst of responses,
+// which Envoy never sends), and the keepalive pings of the bootstraps.
+func (c *Config) dialOptions() []grpc.DialOption {
+	opts := []grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithInitialWindowSize(envoyWindow), grpc.WithInitialConnWindowSize(envoyWindow),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256 << 20)),
+	}
+	if c.KeepaliveTime > 0 {
+		opts = append(opts, grpc.WithKeepaliveParams(keepalive.ClientParameters{
+			Time: c.KeepaliveTime, Timeout: c.KeepaliveTimeout,
+		}))
+	}
+	return opts
 }
 
 // closeConns closes conns, the last opened first.
