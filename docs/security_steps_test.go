@@ -1,7 +1,6 @@
 package docs
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -25,8 +24,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
-	"github.com/legation-io/legation/internal/state/devetcd"
 	"github.com/legation-io/legation/internal/testkit/docgen"
+	"github.com/legation-io/legation/internal/testkit/testbase"
 )
 
 // securityPage is the page whose commands the tests of this file run.
@@ -44,45 +43,22 @@ type shBlock struct {
 // (output, which they do not), so that no command escapes the tests.
 func shBlocks(t *testing.T, page string) []shBlock {
 	t.Helper()
-	f, err := os.Open(page)
+	p, err := readFences(page)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
 	var out []shBlock
-	var cur *shBlock
-	sc := bufio.NewScanner(f)
-	for n := 1; sc.Scan(); n++ {
-		line := sc.Text()
-		fence, isFence := strings.CutPrefix(strings.TrimSpace(line), "```")
-		switch {
-		case cur != nil && isFence:
-			out = append(out, *cur)
-			cur = nil
-		case cur != nil:
-			cur.body += line + "\n"
-		case isFence && fence == "sh":
-			cur = &shBlock{line: n + 1}
-		case isFence && fence == "text":
-			// Output: read on to its end as a block nobody runs.
-			cur = &shBlock{line: -1}
-		case isFence:
-			t.Fatalf("%s:%d: a ``` block of kind %q: use sh for commands (run by the tests) or text for output", page, n, fence)
+	for _, f := range p.fences {
+		switch f.info {
+		case "sh":
+			out = append(out, shBlock{line: f.line + 1, body: f.body})
+		case "text":
+			// Output, which nobody runs.
+		default:
+			t.Fatalf("%s:%d: a ``` block of kind %q: use sh for commands (run by the tests) or text for output", page, f.line, f.info)
 		}
 	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if cur != nil {
-		t.Fatalf("%s: a ``` block is not closed", page)
-	}
-	runnable := out[:0]
-	for _, b := range out {
-		if b.line > 0 {
-			runnable = append(runnable, b)
-		}
-	}
-	return runnable
+	return out
 }
 
 // TestSecurityHardeningSteps runs every command of security.md, block by
@@ -184,18 +160,8 @@ func newStepsEnv(t *testing.T, dir string) *stepsEnv {
 			t.Fatal(err)
 		}
 	}
-	e.xdsAddr, e.httpAddr, e.gossipAddr = freeAddr(t), freeAddr(t), freeAddr(t)
+	e.xdsAddr, e.httpAddr, e.gossipAddr = testbase.FreeAddr(t), testbase.FreeAddr(t), testbase.FreeAddr(t)
 	return e
-}
-
-// freeAddr returns a 127.0.0.1 address with a port free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	a, err := devetcd.ResolvePort("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return a
 }
 
 // command is sh running a block in the directory with the wrappers first
@@ -227,7 +193,7 @@ func (e *stepsEnv) run(t *testing.T, b shBlock) string {
 // certificates and requiring client certificates, until the test ends.
 func (e *stepsEnv) startEtcd(t *testing.T) {
 	t.Helper()
-	client, peer := freeAddr(t), freeAddr(t)
+	client, peer := testbase.FreeAddr(t), testbase.FreeAddr(t)
 	ec := embed.NewConfig()
 	ec.Name = "etcd-0"
 	ec.Dir = t.TempDir()

@@ -228,10 +228,13 @@ func newEtcdCluster(t *testing.T, r rendered) *etcdCluster {
 	for _, p := range ec.sts.Spec.Template.Spec.Containers[0].Ports {
 		ec.ports[p.ContainerPort] = p.Name
 	}
-	for range *ec.sts.Spec.Replicas {
+	// Distinct ports for every member: client, peer and metrics.
+	addrs := testbase.FreeAddrs(t, 3*int(*ec.sts.Spec.Replicas))
+	for i := range *ec.sts.Spec.Replicas {
 		var m [3]int
 		for k := range m {
-			m[k] = freePort(t)
+			_, p, _ := net.SplitHostPort(addrs[3*int(i)+k])
+			m[k], _ = strconv.Atoi(p)
 		}
 		ec.free = append(ec.free, m)
 	}
@@ -248,16 +251,6 @@ func buildEtcd(t *testing.T, dir string) string {
 		t.Fatalf("go build etcd: %v\n%s", err, out)
 	}
 	return bin
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 func (ec *etcdCluster) clientURLs() []string {

@@ -23,6 +23,7 @@ import (
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/store"
 	"github.com/legation-io/legation/internal/testkit/storetest"
+	"github.com/legation-io/legation/internal/testkit/testbase"
 	"github.com/legation-io/legation/internal/testkit/xdstest"
 )
 
@@ -216,17 +217,6 @@ func checkHealth(t *testing.T, hc healthpb.HealthClient) healthpb.HealthCheckRes
 	return resp.GetStatus()
 }
 
-// freeAddr returns a 127.0.0.1 address with a port free when checked.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // checkClosed checks that nothing listens on addr any more.
 func checkClosed(t *testing.T, what, addr string) {
 	t.Helper()
@@ -296,7 +286,7 @@ func TestEtcdMode(t *testing.T) {
 // live but not ready, and becomes ready once etcd is up.
 func TestNotReadyUntilEtcdAnswers(t *testing.T) {
 	checkLeaks(t)
-	etcdAddr := freeAddr(t)
+	etcdAddr := testbase.FreeAddr(t)
 	cfg := testConfig(t)
 	cfg.EtcdEndpoints = []string{etcdAddr}
 	r := start(t, cfg)
@@ -359,7 +349,7 @@ func TestDevMode(t *testing.T) {
 
 	cfg = testConfig(t)
 	cfg.DataDir = dataDir
-	cfg.DevEtcdAddr = freeAddr(t)
+	cfg.DevEtcdAddr = testbase.FreeAddr(t)
 	r = start(t, cfg)
 	waitReady(t, r)
 	c := etcdClient(t, cfg.DevEtcdAddr)

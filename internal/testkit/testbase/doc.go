@@ -1,6 +1,6 @@
 // Package testbase holds the few helpers every test of Legation shares: a
-// context bounded by a timeout, a goroutine-safe buffer to capture logs,
-// and test loggers (kept and printed when the test fails, or written to the
+// context bounded by a timeout, free loopback addresses, a goroutine-safe
+// buffer to capture logs, and test loggers (kept and printed when the test fails, or written to the
 // test's log as they come).
 //
 // It is a leaf: it imports only the standard library, so that any test,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -49,4 +50,21 @@ func TestLoggerTo(t *testing.T) {
 	}
 	testbase.Logger(t).Info("kept unless the test fails")
 	fmt.Fprintln(testbase.LogWriter(t), "a line on the test log")
+}
+
+func TestFreeAddrs(t *testing.T) {
+	addrs := testbase.FreeAddrs(t, 3)
+	seen := map[string]bool{}
+	for _, a := range addrs {
+		if seen[a] {
+			t.Errorf("FreeAddrs gave %s twice: %v", a, addrs)
+		}
+		seen[a] = true
+		l, err := net.Listen("tcp", a)
+		if err != nil {
+			t.Errorf("%s is not free: %v", a, err)
+			continue
+		}
+		l.Close()
+	}
 }

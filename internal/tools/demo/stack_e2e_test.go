@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/legation-io/legation/internal/testkit/testbase"
 	"github.com/legation-io/legation/internal/tools/demo"
 )
 
@@ -29,7 +30,7 @@ func TestRunStackProcesses(t *testing.T) {
 			t.Fatalf("go build ./cmd/%s: %v\n%s", cmd, err, out)
 		}
 	}
-	addrs := freeAddrs(t, 6)
+	addrs := testbase.FreeAddrs(t, 6)
 	etcdAddr, xdsAddr, httpAddr, gossipAddr := addrs[0], addrs[1], addrs[2], addrs[3]
 	ports := strings.NewReplacer("127.0.0.1:50051", addrs[4], "127.0.0.1:50052", addrs[5],
 		"port_value: 50051", "port_value: "+port(addrs[4]), "port_value: 50052", "port_value: "+port(addrs[5]))
@@ -78,21 +79,6 @@ func TestRunStackProcesses(t *testing.T) {
 	if back.Sub(applied) < ttl {
 		t.Fatalf("the split was even again %s after the apply, before the %s TTL ran out", back.Sub(applied), ttl)
 	}
-}
-
-// freeAddrs returns n addresses of 127.0.0.1 with ports free a moment ago.
-func freeAddrs(t *testing.T, n int) []string {
-	t.Helper()
-	var addrs []string
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		addrs = append(addrs, l.Addr().String())
-	}
-	return addrs
 }
 
 func port(addr string) string {
