@@ -1,7 +1,6 @@
 package docs
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -120,67 +119,54 @@ var markerRE = regexp.MustCompile(`^<!--\s*test(?::\s*(.*?))?\s*-->$`)
 // fence, an unknown attribute, an of= naming no earlier start block, a
 // page without marked blocks, and, with every, an unmarked ```sh fence.
 func parseCommandBlocks(path string, every bool) ([]cmdBlock, error) {
-	f, err := os.Open(path)
+	p, err := readFences(path)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	var (
-		blocks  []cmdBlock
-		cur     *cmdBlock // the block whose fence is open, if marked
-		inFence bool
-		prev    string
-		ids     = map[string]bool{}
-	)
-	sc := bufio.NewScanner(f)
-	for n := 1; sc.Scan(); n++ {
-		line := sc.Text()
-		trimmed := strings.TrimSpace(line)
-		if !inFence && strings.HasPrefix(prev, "<!-- test") && !markerRE.MatchString(prev) {
-			return nil, fmt.Errorf("%s:%d: malformed test marker %q", path, n-1, prev)
-		}
-		switch {
-		case inFence && strings.HasPrefix(trimmed, "```"):
-			inFence = false
-			if cur != nil {
-				blocks = append(blocks, *cur)
-				cur = nil
-			}
-		case inFence:
-			if cur != nil {
-				cur.script += line + "\n"
-			}
-		case strings.HasPrefix(trimmed, "```"):
-			inFence = true
-			marked := markerRE.MatchString(prev)
-			if trimmed == "```sh" && every && !marked {
-				return nil, fmt.Errorf("%s:%d: a ```sh block without a <!-- test: ... --> marker", path, n)
-			}
-			if marked {
-				b, err := parseMarker(markerRE.FindStringSubmatch(prev)[1], n-1, ids)
-				if err != nil {
-					return nil, fmt.Errorf("%s:%d: %w", path, n-1, err)
-				}
-				if trimmed != "```sh" {
-					return nil, fmt.Errorf("%s:%d: a test marker must precede a ```sh fence, not %q", path, n-1, trimmed)
-				}
-				cur = &b
-			}
-		case markerRE.MatchString(prev):
-			return nil, fmt.Errorf("%s:%d: a test marker must precede a ```sh fence", path, n-1)
-		}
-		prev = line
-	}
-	if err := sc.Err(); err != nil {
+	if err := checkMarkerLines(path, p); err != nil {
 		return nil, err
 	}
-	if inFence {
-		return nil, fmt.Errorf("%s: a code fence is never closed", path)
+	var blocks []cmdBlock
+	ids := map[string]bool{}
+	for _, f := range p.fences {
+		if !markerRE.MatchString(f.before) {
+			if f.info == "sh" && every {
+				return nil, fmt.Errorf("%s:%d: a ```sh block without a <!-- test: ... --> marker", path, f.line)
+			}
+			continue
+		}
+		b, err := parseMarker(markerRE.FindStringSubmatch(f.before)[1], f.line-1, ids)
+		if err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", path, f.line-1, err)
+		}
+		if f.info != "sh" {
+			return nil, fmt.Errorf("%s:%d: a test marker must precede a ```sh fence, not %q", path, f.line-1, "```"+f.info)
+		}
+		b.script = f.body
+		blocks = append(blocks, b)
 	}
 	if len(blocks) == 0 {
 		return nil, fmt.Errorf("%s: no <!-- test --> block", path)
 	}
 	return blocks, nil
+}
+
+// checkMarkerLines checks the marker lines outside the page's fences:
+// each is well formed and directly above a fence.
+func checkMarkerLines(path string, p *fenced) error {
+	for i, line := range p.lines {
+		n := i + 1
+		if p.inside[n] || !strings.HasPrefix(line, "<!-- test") {
+			continue
+		}
+		if !markerRE.MatchString(line) {
+			return fmt.Errorf("%s:%d: malformed test marker %q", path, n, line)
+		}
+		if !p.inside[n+1] {
+			return fmt.Errorf("%s:%d: a test marker must precede a ```sh fence", path, n)
+		}
+	}
+	return nil
 }
 
 // parseMarker parses what follows "test:" in the marker at line; ids holds

@@ -1,12 +1,12 @@
 package docs
 
 import (
-	"bufio"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -30,10 +30,10 @@ var narration = regexp.MustCompile(`(?i)session [0-9]+|issue [0-9]+|\brun [A-O]\
 var testName = regexp.MustCompile(`\b(Test|Benchmark|Fuzz)[A-Z][A-Za-z0-9_]*`)
 
 // page is one Markdown file of the docs, by its path from the repository's
-// root.
+// root, with its lines and fences.
 type page struct {
-	path  string
-	lines []string
+	path string
+	*fenced
 }
 
 // pages reads README.md and every .md under docs/.
@@ -51,11 +51,11 @@ func pages(t *testing.T) []page {
 	}
 	var out []page
 	for _, p := range paths {
-		b, err := os.ReadFile(filepath.Join("..", p))
+		f, err := readFences(filepath.Join("..", p))
 		if err != nil {
 			t.Fatal(err)
 		}
-		out = append(out, page{p, strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")})
+		out = append(out, page{p, f})
 	}
 	return out
 }
@@ -137,12 +137,8 @@ var link = regexp.MustCompile(`\]\(([^)\s]+)\)`)
 func TestDocsLinks(t *testing.T) {
 	anchors := map[string][]string{}
 	for _, p := range pages(t) {
-		inFence := false
 		for i, l := range p.lines {
-			if strings.HasPrefix(strings.TrimSpace(l), "```") {
-				inFence = !inFence
-			}
-			if inFence {
+			if p.inside[i+1] {
 				continue
 			}
 			for _, m := range link.FindAllStringSubmatch(l, -1) {
@@ -183,26 +179,19 @@ func checkLink(t *testing.T, page string, line int, target string, anchors map[s
 // as hyphens, and -1, -2 after a repeated one.
 func headingAnchors(t *testing.T, path string) []string {
 	t.Helper()
-	f, err := os.Open(filepath.Join("..", path))
+	p, err := readFences(filepath.Join("..", path))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
 	var out []string
 	seen := map[string]int{}
-	inFence := false
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		l := sc.Text()
-		if strings.HasPrefix(strings.TrimSpace(l), "```") {
-			inFence = !inFence
-		}
-		if inFence || !strings.HasPrefix(l, "#") {
+	for i, l := range p.lines {
+		if p.inside[i+1] || !strings.HasPrefix(l, "#") {
 			continue
 		}
 		a := slug(strings.TrimLeft(l, "# "))
 		if n := seen[a]; n > 0 {
-			out = append(out, a+"-"+itoa(n))
+			out = append(out, a+"-"+strconv.Itoa(n))
 		} else {
 			out = append(out, a)
 		}
@@ -223,14 +212,6 @@ func slug(heading string) string {
 		}
 	}
 	return b.String()
-}
-
-func itoa(n int) string {
-	const digits = "0123456789"
-	if n < 10 {
-		return digits[n : n+1]
-	}
-	return itoa(n/10) + itoa(n%10)
 }
 
 func TestSlug(t *testing.T) {

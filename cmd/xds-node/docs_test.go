@@ -84,7 +84,7 @@ func TestFlagErrorsNameTheFlag(t *testing.T) {
 		for _, f := range docgen.Flags(fs) {
 			for _, v := range values[f.Value.Type()] {
 				args := append(append([]string{}, mode...), "--"+f.Name+"="+v)
-				if _, err := parseFlags(args); err != nil && !strings.Contains(err.Error(), "--"+f.Name) {
+				if _, err := parseFlags(args); !docgen.NamesFlag(err, f) {
 					t.Errorf("xds-node %s: %v; want the error to name --%s", strings.Join(args, " "), err, f.Name)
 				}
 			}

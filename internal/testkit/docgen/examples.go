@@ -103,16 +103,9 @@ func shellWords(line string) ([]word, error) {
 		case c == '|' || c == '>' || c == '<':
 			flush()
 			out = append(out, word{text: string(c), op: true})
-		case c == '\'':
-			j := strings.IndexByte(line[i+1:], '\'')
-			if j < 0 {
-				return nil, fmt.Errorf("unterminated quote")
-			}
-			cur.WriteString(line[i+1 : i+1+j])
-			i += j + 1
-			inWord = true
-		case c == '"':
-			j := strings.IndexByte(line[i+1:], '"')
+		case c == '\'' || c == '"':
+			// No escapes inside quotes: examples need none.
+			j := strings.IndexByte(line[i+1:], c)
 			if j < 0 {
 				return nil, fmt.Errorf("unterminated quote")
 			}

@@ -120,3 +120,14 @@ func envCell(env string) string {
 	}
 	return "`" + env + "`"
 }
+
+// NamesFlag reports whether err, the refusal of a value of flag f, names
+// the flag (--name, or its shorthand), so that a user knows what to
+// change; a nil err (the value was taken) names nothing and needs not.
+func NamesFlag(err error, f *pflag.Flag) bool {
+	if err == nil {
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "--"+f.Name) || f.Shorthand != "" && strings.Contains(msg, "-"+f.Shorthand)
+}

@@ -1,6 +1,7 @@
 package docgen
 
 import (
+	"errors"
 	"reflect"
 	"strings"
 	"testing"
@@ -64,6 +65,28 @@ func TestCommands(t *testing.T) {
 	for _, bad := range []string{"other --flag", "prog 'open"} {
 		if _, err := Commands(bad, "prog"); err == nil {
 			t.Errorf("Commands(%q) = no error", bad)
+		}
+	}
+}
+
+func TestNamesFlag(t *testing.T) {
+	fs := pflag.NewFlagSet("x", pflag.ContinueOnError)
+	fs.StringP("output", "o", "", "")
+	fs.Int("streams", 1, "")
+	out, streams := fs.Lookup("output"), fs.Lookup("streams")
+	for _, tc := range []struct {
+		err  error
+		f    *pflag.Flag
+		want bool
+	}{
+		{nil, streams, true},
+		{errors.New("--streams 0: must be in [1, 10]"), streams, true},
+		{errors.New("must be in [1, 10]"), streams, false},
+		{errors.New(`-o "xml": want table or json`), out, true},
+		{errors.New("--stream 0"), out, false},
+	} {
+		if got := NamesFlag(tc.err, tc.f); got != tc.want {
+			t.Errorf("NamesFlag(%v, --%s) = %v, want %v", tc.err, tc.f.Name, got, tc.want)
 		}
 	}
 }
