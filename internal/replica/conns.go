@@ -137,6 +137,9 @@ func (l *connTracker) track(c net.Conn) net.Conn {
 	l.mu.Lock()
 	l.conns[tc.key] = tc
 	l.mu.Unlock()
+	if rr := newReadyConn(tc); rr != nil {
+		return rr
+	}
 	return tc
 }
 

@@ -49,27 +49,8 @@ func BenchmarkIdleStreams(b *testing.B) {
 	r := startXDS(b, cfg, rev)
 	before := idleSample()
 	b.ResetTimer()
-	clients := exec.Command(os.Args[0], "-test.run=^$")
-	clients.Env = append(os.Environ(), fmt.Sprintf("%s=%s %d", idleClientEnv, r.XDSAddr(), b.N))
-	clients.Stderr = os.Stderr
-	stdin, err := clients.StdinPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	stdout, err := clients.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := clients.Start(); err != nil {
-		b.Fatal(err)
-	}
-	defer func() {
-		stdin.Close()
-		clients.Wait() //nolint:errcheck // its errors went to stderr
-	}()
-	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != "open\n" {
-		b.Fatalf("the clients said %q (%v), want open", line, err)
-	}
+	stop := openIdleStreams(b, r.XDSAddr(), b.N)
+	defer stop()
 	b.StopTimer()
 	after := idleSample()
 	n := float64(b.N)
@@ -78,6 +59,59 @@ func BenchmarkIdleStreams(b *testing.B) {
 	b.ReportMetric(float64(after.heap-before.heap)/n, "heap-B/stream")
 	b.ReportMetric(float64(after.goroutines-before.goroutines)/n, "goroutines/stream")
 	b.ReportMetric(float64((after.gc-before.gc).Nanoseconds())/n, "gc-ns/stream")
+}
+
+// TestIdleConnectionHoldsNoBuffers: an idle Envoy's connection holds
+// neither a read nor a write buffer (32 KiB each in gRPC, unless read on
+// readiness, see readyConn, and written through gRPC's shared pool, its
+// default): the heap a replica keeps per idle stream, each on a
+// connection of its own, stays well under one such buffer.
+func TestIdleConnectionHoldsNoBuffers(t *testing.T) {
+	e := newXDSEnv(t)
+	rev := e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("a", 100))})
+	cfg := e.config(t)
+	cfg.StreamRate = 0
+	r := startXDS(t, cfg, rev)
+	const n = 300
+	before := idleSample()
+	stop := openIdleStreams(t, r.XDSAddr(), n)
+	defer stop()
+	after := idleSample()
+	perStream := (int64(after.heap) - int64(before.heap)) / n
+	t.Logf("heap per idle stream: %d B", perStream)
+	if perStream > 28<<10 {
+		t.Errorf("the replica holds %d B of heap per idle stream: over 28 KiB, so a connection keeps a read or write buffer", perStream)
+	}
+}
+
+// openIdleStreams starts the clients' process: n ADS streams to addr, each
+// on a connection of its own, answered and ACKed. It returns once all are
+// open; stop closes them.
+func openIdleStreams(tb testing.TB, addr string, n int) (stop func()) {
+	tb.Helper()
+	clients := exec.Command(os.Args[0], "-test.run=^$")
+	clients.Env = append(os.Environ(), fmt.Sprintf("%s=%s %d", idleClientEnv, addr, n))
+	clients.Stderr = os.Stderr
+	stdin, err := clients.StdinPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	stdout, err := clients.StdoutPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := clients.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	stop = func() {
+		stdin.Close()
+		clients.Wait() //nolint:errcheck // its errors went to stderr
+	}
+	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != "open\n" {
+		stop()
+		tb.Fatalf("the clients said %q (%v), want open", line, err)
+	}
+	return stop
 }
 
 // sample is what idleSample reads of the process.
