@@ -73,11 +73,12 @@ type idleClient struct {
 // last request sent and the nonces received (the last one's response
 // in resp); across streams, the version it holds and its names.
 type idleType struct {
-	last   *discoveryv3.DiscoveryRequest
-	resp   *discoveryv3.DiscoveryResponse
-	nonces []string
-	acked  string
-	names  []string
+	last     *discoveryv3.DiscoveryRequest
+	resp     *discoveryv3.DiscoveryResponse
+	answered bool // resp was answered (a request carried its nonce)
+	nonces   []string
+	acked    string
+	names    []string
 }
 
 // open opens a new stream, forgetting the last one's nonces.
@@ -90,7 +91,7 @@ func (c *idleClient) open() {
 		c.types = map[*resource.Type]*idleType{}
 	}
 	for _, ts := range c.types {
-		ts.last, ts.resp, ts.nonces = nil, nil, nil
+		ts.last, ts.resp, ts.answered, ts.nonces = nil, nil, false, nil
 	}
 }
 
@@ -164,7 +165,11 @@ func (c *idleClient) send(typ *resource.Type, req *discoveryv3.DiscoveryRequest)
 	if !c.named {
 		req.Node, c.named = xdstest.Node(c.id, "idle"), true
 	}
-	c.types[typ].last = req
+	ts := c.types[typ]
+	ts.last = req
+	if ts.resp != nil && req.GetResponseNonce() == ts.resp.GetNonce() {
+		ts.answered = true
+	}
 	c.st.Send(req)
 	c.sent++
 }
@@ -200,7 +205,7 @@ func (c *idleClient) read(own bool) int {
 			if ts == nil {
 				c.t.Fatalf("client %s: a response of %s, never asked for", c.id, resp.GetTypeUrl())
 			}
-			ts.resp, ts.nonces = resp, append(ts.nonces, resp.GetNonce())
+			ts.resp, ts.answered, ts.nonces = resp, false, append(ts.nonces, resp.GetNonce())
 			switch {
 			case !own:
 				c.answer(resp, false, false)
@@ -232,8 +237,16 @@ func (c *idleClient) answer(resp *discoveryv3.DiscoveryResponse, own, nack bool)
 	}
 }
 
-// Answer implements xdstest.IdleClient.
-func (c *idleClient) Answer() int { return c.read(false) }
+// Answer implements xdstest.IdleClient: it ACKs the latest responses
+// left unanswered, then those that arrived.
+func (c *idleClient) Answer() int {
+	for _, typ := range idleTypes {
+		if ts := c.types[typ]; ts != nil && ts.resp != nil && !ts.answered {
+			c.answer(ts.resp, false, false)
+		}
+	}
+	return c.read(false)
+}
 
 // Probe implements xdstest.IdleClient: every type's last request again,
 // then one with the names it holds and an older nonce.
