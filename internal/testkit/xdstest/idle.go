@@ -6,15 +6,16 @@ import (
 	"time"
 )
 
-// The idle-cost property (docs/concepts/design.md: an idle stream costs
-// no CPU): whatever legal requests a client sent, once it only answers
-// what it receives, as an Envoy does, the server's responses come to an
-// end, bounded by what the client asked and what changed; a request that
-// repeats the client's subscriptions (an ACK, a stale nonce) is answered
-// by nothing; and once the client sends nothing, the server's streams do
-// nothing: no response, no turn of a stream's loop. TestIdleCostSotW and
-// TestIdleCostDelta check it with random clients (IdleClient) through
-// CheckIdle.
+// The idle-cost property, docs/concepts/design.md's target for connected
+// streams with no change (an unchanged stream is never woken) whatever
+// its client did: whatever legal requests a client sent, once it only
+// answers what it receives, as an Envoy does, the server's responses come
+// to an end, bounded by what the client asked and what changed; a
+// request that repeats the client's subscriptions (an ACK, a stale nonce)
+// is answered by nothing; and once the client sends nothing, the server's
+// streams do nothing: no response, no turn of a stream's loop.
+// TestIdleCostSotW and TestIdleCostDelta check it with random clients
+// (IdleClient) through CheckIdle.
 
 // Turns counts the turns of a server's stream loops: given as the
 // server's Config.Busy (xdsstream.Busy), it is told of every turn in
