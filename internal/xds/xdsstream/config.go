@@ -65,9 +65,10 @@ type Authorizer interface {
 }
 
 // Busy is told when a stream starts handling something (a request, a
-// newer snapshot) and when it is done, so that a caller can find the
-// quiet moments between pushes (the replica's collector between pushes
-// does). Its methods are called from every stream's loop at once: they
+// newer snapshot, leases extended, the Authorizer's rules changed) and
+// when it is done, so that a caller can find the quiet moments between
+// pushes (the replica's collector between pushes does). A stream does no
+// work but in such a turn: with no request and no change, it enters none. Its methods are called from every stream's loop at once: they
 // must be safe for concurrent use and must not block.
 type Busy interface {
 	// Enter records that a stream started handling something. Leave is
@@ -136,8 +137,8 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer gets the server's metrics; nil registers none.
 	Registerer prometheus.Registerer
-	// Busy, if set, is told when a stream starts and ends handling a
-	// request or a newer snapshot; nil: no one is.
+	// Busy, if set, is told when a stream starts and ends each turn of
+	// its loop (see Busy); nil: no one is.
 	Busy Busy
 	// PushTracer, if set, is told of every response sent and answered
 	// (traces); nil: none is.

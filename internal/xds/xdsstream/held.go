@@ -57,12 +57,18 @@ func (h *Holding[V]) Set(n string, x V) {
 	h.own[n] = x
 }
 
-// Drop records that the client no longer holds name n.
+// Drop records that the client no longer holds name n. Once it holds
+// nothing, the holding lets go of its base and own changes: a client
+// that unsubscribes from everything keeps no mark per name it dropped.
 func (h *Holding[V]) Drop(n string) {
 	if !h.Has(n) {
 		return
 	}
 	h.n--
+	if h.n == 0 {
+		h.base, h.own = nil, nil
+		return
+	}
 	if _, inBase := h.baseMap()[n]; !inBase {
 		delete(h.own, n)
 		return

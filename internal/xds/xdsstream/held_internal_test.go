@@ -134,3 +134,34 @@ func TestHoldingSharedVersions(t *testing.T) {
 		t.Error("a response at an older revision took the shared set")
 	}
 }
+
+// TestHoldingDropAll: a client that unsubscribes from everything it was
+// sent in a shared response (a SotW ACK naming nothing, a delta
+// unsubscribe of each name) holds nothing, and its holding keeps neither
+// the shared set nor a mark per name dropped; it takes a shared set again
+// with its next response.
+func TestHoldingDropAll(t *testing.T) {
+	var sets HeldSets[*view.Entry]
+	names := make([]string, 200)
+	for i := range names {
+		names[i] = fmt.Sprintf("e%03d", i)
+	}
+	all := sentEntries(5, names...)
+	var a, b Holding[*view.Entry]
+	a.Sent(&sets, 5, "k1", len(all), byName(all), nil)
+	b.Sent(&sets, 5, "k1", len(all), byName(all), nil)
+	a.Set("e000", sentEntries(6, "e000")[0]) // a change of its own too
+	for _, n := range names {
+		a.Drop(n)
+	}
+	if a.Len() != 0 || a.base != nil || a.own != nil {
+		t.Fatalf("after dropping every name: len %d, base %v, %d own marks; want nothing held or kept", a.Len(), a.base != nil, len(a.own))
+	}
+	if b.Len() != 200 || getEntry(&b, "e001") != all[1] {
+		t.Fatal("the other stream's holding changed")
+	}
+	a.Sent(&sets, 5, "k1", len(all), byName(all), nil)
+	if a.base != b.base || a.Len() != 200 {
+		t.Error("a response after dropping everything did not take the shared set")
+	}
+}

@@ -178,10 +178,10 @@ func serve[Q any, R interface {
 // turn waits for what the stream has to do and does it, then flushes:
 // the requests received (the latest answered), a newer snapshot to
 // advance to, leases extended, the Authorizer's rules changed. end is
-// true when the stream ends, with err nil when the client ended it. A
-// request or a snapshot counts the turn in Config.Busy until its flush is
-// done. The first request stops firstc, the FirstRequestTimeout's
-// channel.
+// true when the stream ends, with err nil when the client ended it. Each
+// of those counts the turn in Config.Busy until its flush is done: a
+// stream does no work outside a turn counted there. The first request
+// stops firstc, the FirstRequestTimeout's channel.
 func turn[Q any, R interface {
 	*Q
 	Request
@@ -208,8 +208,10 @@ func turn[Q any, R interface {
 		busy = enterBusy(c.Config.Busy)
 		s.Advance()
 	case <-extended:
+		busy = enterBusy(c.Config.Busy)
 		s.leasesExtended()
 	case <-s.recheck:
+		busy = enterBusy(c.Config.Busy)
 		// The rules changed: a stream whose client may no longer
 		// claim its node ends (docs/concepts/design.md, "Security").
 		if err := s.authorize(s.Node, s.Group); err != nil {
