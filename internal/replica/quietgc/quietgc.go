@@ -45,9 +45,10 @@ import (
 )
 
 // Busy counts the streams handling something (a request, a newer
-// snapshot, a lease extension's heartbeats) right now, and keeps when the last one was done: a push is
-// over when the streams have sent and the clients' ACKs have been taken,
-// each a moment's work, so sampling the count alone would miss them. The
+// snapshot, a lease extension's heartbeats) right now, and keeps when
+// the last one was done: a push is over when the streams have sent and
+// the clients' ACKs have been taken, each a moment's work, so sampling
+// the count alone would miss them. The
 // zero value is ready; a nil *Busy counts nothing. Its methods may be
 // called concurrently.
 type Busy struct {
