@@ -281,11 +281,11 @@ func connectionFlags(fs *pflag.FlagSet, cfg *replica.Config) {
 	fs.DurationVar(&cfg.KeepaliveMinTime, "keepalive-min-time", cfg.KeepaliveMinTime,
 		"shortest interval between a client's keepalive pings accepted, with or without streams (faster: GOAWAY too_many_pings)")
 	fs.DurationVar(&cfg.KeepaliveTime, "keepalive-time", cfg.KeepaliveTime,
-		"the kernel sends a TCP keepalive probe after this long with nothing received on a connection (at least 1s)")
+		"the kernel sends TCP keepalive probes after this long with nothing received on a connection (plus or minus 10% on the xDS port; at least 1s)")
 	fs.DurationVar(&cfg.KeepaliveTimeout, "keepalive-timeout", cfg.KeepaliveTimeout,
-		"close a connection whose client does not answer a keepalive probe or an HTTP/2 ping within this (at least 1s)")
+		"close a connection whose client answers none of 3 keepalive probes, or not an HTTP/2 ping, within this (at least 1s)")
 	fs.DurationVar(&cfg.PingTime, "ping-time", cfg.PingTime,
-		"send an HTTP/2 ping after this long without activity on an xDS connection, and close it without an answer within --keepalive-timeout (each ping costs the process some 200µs of CPU); behind a proxy that ends TCP, what a dead client may hold, e.g. 5m")
+		"send an HTTP/2 ping after this long without activity on an xDS connection, and close it without an answer within --keepalive-timeout (each ping costs the process some 90µs of CPU); behind a proxy that ends TCP, what a dead client may hold, e.g. 5m")
 	fs.DurationVar(&cfg.MaxConnectionAge, "max-connection-age", cfg.MaxConnectionAge,
 		"send GOAWAY to connections older than this (plus or minus 10%); 0: no age")
 	fs.DurationVar(&cfg.MaxConnectionAgeGrace, "max-connection-age-grace", cfg.MaxConnectionAgeGrace,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -45,8 +46,38 @@ type connTracker struct {
 
 	pending chan pendingClose // closeSoon to run; full: the close is left to the server's stop
 
-	userTimeout time.Duration // TCP_USER_TIMEOUT of each connection
-	log         *slog.Logger
+	ka  connKeepalive
+	log *slog.Logger
+}
+
+// connKeepalive is how the kernel finds a dead client on an xDS
+// connection: after Idle with nothing received it sends a TCP keepalive
+// probe, and closes the connection when none is answered within
+// Timeout; data the replica sent that stays unacknowledged for both
+// together closes it too (TCP_USER_TIMEOUT).
+//
+// Each connection's Idle is jittered, up to a tenth either way, and a
+// dead peer gets three probes, not one: connections that went quiet
+// together (after a push, all of them) would otherwise be probed in the
+// same instant, and a burst of thousands of probes overflows a queue on
+// the way (a loopback's backlog, a qdisc's 1,000 packets); one lost
+// probe would close a live client's connection, and the reconnects make
+// the next burst.
+type connKeepalive struct {
+	Idle, Timeout time.Duration
+}
+
+// keepaliveProbes is how many probes a quiet connection is sent before
+// it is closed.
+const keepaliveProbes = 3
+
+// config returns the keepalive of one connection, its idle time drawn
+// by jitter, a number in [0, 1), and its TCP_USER_TIMEOUT.
+func (k connKeepalive) config(jitter float64) (net.KeepAliveConfig, time.Duration) {
+	idle := time.Duration(float64(k.Idle) * (0.9 + 0.2*jitter)).Truncate(time.Second)
+	idle = max(idle, time.Second)
+	interval := max((k.Timeout / keepaliveProbes).Truncate(time.Second), time.Second)
+	return net.KeepAliveConfig{Enable: true, Idle: idle, Interval: interval, Count: keepaliveProbes}, idle + k.Timeout
 }
 
 // pendingClose is a connection to close at a time.
@@ -55,15 +86,14 @@ type pendingClose struct {
 	at   time.Time
 }
 
-// newConnTracker tracks l's connections, and gives each a TCP_USER_TIMEOUT
-// of userTimeout: data the replica sent that stays unacknowledged that
-// long closes the connection. (grpc-go sets one from its keepalive
+// newConnTracker tracks l's connections, and gives each the keepalive
+// ka and a TCP_USER_TIMEOUT. (grpc-go sets one from its keepalive
 // timeout only on a *net.TCPConn, which a tracked connection is not.)
 // At most max connections are open at once (0: no bound).
-func newConnTracker(l net.Listener, userTimeout time.Duration, max int, log *slog.Logger) *connTracker {
+func newConnTracker(l net.Listener, ka connKeepalive, max int, log *slog.Logger) *connTracker {
 	return &connTracker{
 		Listener: l, conns: map[string]*trackedConn{}, pending: make(chan pendingClose, 4096),
-		userTimeout: userTimeout, log: log, max: max,
+		ka: ka, log: log, max: max,
 		refused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "legation_node_xds_connections_refused_total",
 			Help: "Connections to --xds-addr closed as soon as accepted: --max-connections were open."}),
@@ -127,7 +157,11 @@ func (l *connTracker) full() bool {
 // track sets up and tracks an accepted connection.
 func (l *connTracker) track(c net.Conn) net.Conn {
 	if tc, ok := c.(*net.TCPConn); ok {
-		if err := setUserTimeout(tc, l.userTimeout); err != nil {
+		ka, userTimeout := l.ka.config(rand.Float64())
+		if err := tc.SetKeepAliveConfig(ka); err != nil {
+			l.log.Warn("could not set TCP keepalive on an xDS connection", "remote", c.RemoteAddr().String(), "err", err)
+		}
+		if err := setUserTimeout(tc, userTimeout); err != nil {
 			// The connection is served anyway: the kernel's keepalive
 			// still finds a dead peer once the connection is idle.
 			l.log.Warn("could not set TCP_USER_TIMEOUT on an xDS connection", "remote", c.RemoteAddr().String(), "err", err)

@@ -10,18 +10,18 @@ import (
 // open.
 func (n *Node) listen() error {
 	cfg := n.cfg
-	// Dead peers are found by the kernel (Config.KeepaliveTime): a probe
+	// Dead peers are found by the kernel (Config.KeepaliveTime): probes
 	// after KeepaliveTime of silence, the connection closed when none is
-	// answered within KeepaliveTimeout. One probe, answered or not, is
-	// the verdict, as one HTTP/2 ping would be.
-	lc := net.ListenConfig{KeepAliveConfig: net.KeepAliveConfig{
-		Enable: true, Idle: cfg.KeepaliveTime, Interval: cfg.KeepaliveTimeout, Count: 1,
-	}}
+	// answered within KeepaliveTimeout. The xDS port's connections, by
+	// the thousand, get theirs from the tracker (connKeepalive), jittered.
+	ka := connKeepalive{Idle: cfg.KeepaliveTime, Timeout: cfg.KeepaliveTimeout}
+	kc, _ := ka.config(0.5) // no jitter
+	lc := net.ListenConfig{KeepAliveConfig: kc}
 	var err error
 	if n.xdsLis, err = lc.Listen(context.Background(), "tcp", cfg.XDSAddr); err != nil {
 		return fmt.Errorf("node: --xds-addr: %w", err)
 	}
-	n.xdsConns = newConnTracker(n.xdsLis, cfg.KeepaliveTime+cfg.KeepaliveTimeout, cfg.MaxConnections, n.log)
+	n.xdsConns = newConnTracker(n.xdsLis, ka, cfg.MaxConnections, n.log)
 	n.xdsLis = n.xdsConns
 	if n.httpLis, err = lc.Listen(context.Background(), "tcp", cfg.HTTPAddr); err != nil {
 		n.xdsLis.Close()
