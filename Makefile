@@ -82,8 +82,9 @@ bench:
 
 # The load scenarios of docs/operations/performance.md (hack/bench-load.sh): Legation
 # SotW and delta at BENCH_STREAMS and BENCH_DELTA_STREAMS streams, then
-# Legation beside go-control-plane (bench/gcp) at BENCH_GCP_STREAMS and
-# BENCH_SMALL_STREAMS; 0 skips a scenario. The JSON results go to
+# Legation beside go-control-plane (bench/gcp) at BENCH_GCP_STREAMS (one
+# size or several, "2000 10000") and BENCH_SMALL_STREAMS, in each of
+# BENCH_GCP_MODES; 0 skips a scenario. The JSON results go to
 # BENCH_OUT. BENCH_ETCD=external runs the replica beside an etcd process
 # (production's shape: their CPU apart), dev with its embedded etcd.
 # 10,000 streams take minutes on 2 cores: make bench-load
@@ -92,15 +93,19 @@ BENCH_STREAMS       ?= 10000
 BENCH_DELTA_STREAMS ?= 10000
 BENCH_GCP_STREAMS   ?= 2000
 BENCH_SMALL_STREAMS ?= 500
-BENCH_LISTENERS     ?= 0
+BENCH_LISTENERS     ?= 4
+BENCH_GCP_MODES     ?= sotw delta
 # One connection per simulated Envoy and the bootstraps' keepalive pings:
 # a real fleet's shape. BENCH_STREAMS_PER_CONN=10 BENCH_KEEPALIVE=0 is
 # the shared-connection shape without pings.
 BENCH_STREAMS_PER_CONN ?= 1
-BENCH_KEEPALIVE        ?= 15s
+BENCH_KEEPALIVE        ?= 300s
 BENCH_UPDATES       ?= 10
 BENCH_INTERVAL      ?= 1s
 BENCH_IDLE          ?= 10s
+# The idle window of the two 10,000-Envoy scenarios, whose idle CPU is
+# held to its target: a round of the clients' pings.
+BENCH_TARGETS_IDLE  ?= 320s
 BENCH_OUT           ?= bench-load-out
 BENCH_ETCD          ?= external
 BENCH_LOADGEN_FLAGS ?=
@@ -108,8 +113,8 @@ BENCH_NODE_FLAGS    ?=
 
 bench-load:
 	GO=$(GO) STREAMS=$(BENCH_STREAMS) DELTA_STREAMS=$(BENCH_DELTA_STREAMS) \
-	GCP_STREAMS=$(BENCH_GCP_STREAMS) SMALL_STREAMS=$(BENCH_SMALL_STREAMS) \
-	LISTENERS=$(BENCH_LISTENERS) STREAMS_PER_CONN=$(BENCH_STREAMS_PER_CONN) KEEPALIVE=$(BENCH_KEEPALIVE) UPDATES=$(BENCH_UPDATES) INTERVAL=$(BENCH_INTERVAL) IDLE=$(BENCH_IDLE) \
+	GCP_STREAMS="$(BENCH_GCP_STREAMS)" GCP_MODES="$(BENCH_GCP_MODES)" SMALL_STREAMS=$(BENCH_SMALL_STREAMS) \
+	LISTENERS=$(BENCH_LISTENERS) STREAMS_PER_CONN=$(BENCH_STREAMS_PER_CONN) KEEPALIVE=$(BENCH_KEEPALIVE) UPDATES=$(BENCH_UPDATES) INTERVAL=$(BENCH_INTERVAL) IDLE=$(BENCH_IDLE) TARGETS_IDLE=$(BENCH_TARGETS_IDLE) \
 	OUT=$(BENCH_OUT) ETCD=$(BENCH_ETCD) LOADGEN_FLAGS="$(BENCH_LOADGEN_FLAGS)" NODE_FLAGS="$(BENCH_NODE_FLAGS)" ./hack/bench-load.sh
 
 # The chaos run of docs/development/chaos.md (cmd/xds-chaos): per seed, 3 etcd

@@ -4,7 +4,8 @@
 # scenario, then
 #   1. Legation, SotW, $STREAMS streams
 #   2. Legation, delta, $DELTA_STREAMS streams
-#   3. Legation and go-control-plane, SotW, $GCP_STREAMS streams each
+#   3. Legation and go-control-plane, $GCP_STREAMS streams each, SotW and
+#      delta ($GCP_MODES)
 #   4. the same at $SMALL_STREAMS streams
 # and prints each run's summary and, for 3 and 4, the ratios Legation /
 # go-control-plane of the server CPU per update per client and of the bytes
@@ -23,16 +24,21 @@ cd "$(dirname "$0")/.."
 GO=${GO:-go}
 STREAMS=${STREAMS:-10000}
 DELTA_STREAMS=${DELTA_STREAMS:-10000}
-GCP_STREAMS=${GCP_STREAMS:-2000}
+GCP_STREAMS=${GCP_STREAMS:-2000}    # one size or several: "2000 10000"
+GCP_MODES=${GCP_MODES:-sotw delta} # the side by side runs' modes
 SMALL_STREAMS=${SMALL_STREAMS:-500}
 STREAMS_PER_CONN=${STREAMS_PER_CONN:-1} # 1: one connection per simulated Envoy, as a real fleet
-KEEPALIVE=${KEEPALIVE:-15s}            # the clients' HTTP/2 pings, as deploy/envoy's bootstraps; 0: none
+KEEPALIVE=${KEEPALIVE:-300s}           # the clients' HTTP/2 pings, as deploy/envoy's bootstraps; 0: none
 CLUSTERS=${CLUSTERS:-200}
 ENDPOINTS=${ENDPOINTS:-20}
-LISTENERS=${LISTENERS:-0}
+LISTENERS=${LISTENERS:-4}                # each with its route: clients take LDS and RDS too, as an Envoy
 UPDATES=${UPDATES:-10}
 INTERVAL=${INTERVAL:-1s}
 IDLE=${IDLE:-10s}
+# TARGETS_IDLE is the idle window of scenarios 1 and 2, whose idle CPU is
+# held to its target: long enough for every client to ping once at the
+# bootstraps' interval (0 or empty: IDLE).
+TARGETS_IDLE=${TARGETS_IDLE:-320s}
 NACK_RATIO=${NACK_RATIO:-0}
 PORT_BASE=${PORT_BASE:-28000}
 OUT=${OUT:-bench-load-out}
@@ -150,14 +156,15 @@ start_gcp() {
   wait_http "http://$gcp_http_addr/metrics"
 }
 
-# loadgen NAME TARGET MODE STREAMS: one run against the server started,
-# its JSON in $OUT/NAME.json and its summary on stdout.
+# loadgen NAME TARGET MODE STREAMS [IDLE]: one run against the server
+# started, idle for IDLE (default $IDLE), its JSON in $OUT/NAME.json and
+# its summary on stdout.
 loadgen() {
-  local name=$1 target=$2 mode=$3 streams=$4 conns
+  local name=$1 target=$2 mode=$3 streams=$4 idle=${5:-$IDLE} conns
   conns=$(((streams + STREAMS_PER_CONN - 1) / STREAMS_PER_CONN))
   local args=(--target "$target" --mode "$mode" --streams "$streams" --conns "$conns" --keepalive-time "$KEEPALIVE"
     --clusters "$CLUSTERS" --endpoints "$ENDPOINTS" --listeners "$LISTENERS" --updates "$UPDATES"
-    --interval "$INTERVAL" --idle "$IDLE" --nack-ratio "$NACK_RATIO" -o json)
+    --interval "$INTERVAL" --idle "$idle" --nack-ratio "$NACK_RATIO" -o json)
   if [[ -n $LOADGEN_FLAGS ]]; then
     read -r -a extra <<<"$LOADGEN_FLAGS"
     args+=("${extra[@]}")
@@ -173,20 +180,36 @@ loadgen() {
   echo "bench-load: $name: ${args[*]}" >&2
   ./bin/xds-loadgen "${args[@]}" >"$OUT/$name.json"
   summary "$OUT/$name.json"
+  if [[ $target == legation ]]; then
+    targets "$OUT/$name.json"
+  fi
 }
 
 # summary FILE: the figures of docs/operations/performance.md's table.
 summary() {
-  jq -r '"\(.target) \(.mode) \(.streams) streams: write to receipt p50 \(.overall.latency.p50 * 1000 | round) ms, p99 \(.overall.latency.p99 * 1000 | round) ms, max \(.overall.latency.max * 1000 | round) ms; all received (median) \(.overall.all_received_median * 1000 | round) ms; missing \(.overall.missing); idle CPU \(.idle.cpu_ms_per_s // 0 | . * 10 | round / 10) ms/s\(if .etcd then " (etcd beside it \(.etcd.idle_cpu_ms_per_s | . * 10 | round / 10) ms/s)" else "" end); RSS after sync \(.server.rss_bytes_after_sync / 1048576 | round) MiB (\(.server.rss_bytes_per_stream / 1024 | round) KiB/stream); CPU per update per client \(.server.cpu_seconds_per_update_per_client * 1e6 | . * 10 | round / 10) us; \(.overall.bytes_per_client_per_update | round) bytes/client/update; stream errors \(.stream_errors); load tool collections \(.loadgen.collections_between_updates // 0) between updates, \(.loadgen.collections_in_updates // 0) in them"' "$1"
+  jq -r '"\(.target) \(.mode) \(.streams) streams: write to receipt p50 \(.overall.latency.p50 * 1000 | round) ms, p99 \(.overall.latency.p99 * 1000 | round) ms, max \(.overall.latency.max * 1000 | round) ms; all received (median) \(.overall.all_received_median * 1000 | round) ms; missing \(.overall.missing); idle CPU \(.idle.cpu_ms_per_s // 0 | . * 10 | round / 10) ms/s\(if .etcd then " (etcd beside it \(.etcd.idle_cpu_ms_per_s | . * 10 | round / 10) ms/s)" else "" end); RSS after sync \(.server.rss_bytes_after_sync / 1048576 | round) MiB (\(.per_envoy.rss_bytes / 1024 | round) KiB per Envoy); CPU per update per Envoy \(.per_envoy.cpu_us_per_update | . * 10 | round / 10) us; \(.per_envoy.bytes_per_update | round) bytes per Envoy per update; stream errors \(.stream_errors); load tool collections \(.loadgen.collections_between_updates // 0) between updates, \(.loadgen.collections_in_updates // 0) in them"' "$1"
+}
+
+# targets FILE: a 10,000-Envoy run's figures beside the per-Envoy targets
+# of docs/operations/performance.md, when its shape is a real fleet's (one
+# connection per simulated Envoy).
+targets() {
+  if ((STREAMS_PER_CONN != 1)); then
+    return
+  fi
+  jq -r 'select(.streams == 10000) |
+    def verdict(ok): if ok then "holds" else "missed" end;
+    (.server.rss_bytes_per_stream / 1024) as $mem | (.idle.cpu_ms_per_s // 0) as $idle | .overall.latency.p99 as $p99 |
+    "targets, \(.mode), 10,000 Envoys, one connection each: memory per Envoy \($mem | round) KiB (at most 40: \(verdict($mem <= 40))); idle CPU \($idle * 10 | round / 10) ms/s (at most 10: \(verdict($idle <= 10))); write to receipt p99 \($p99 * 1000 | round) ms (at most 300: \(verdict($p99 <= 0.3)))"' "$1"
 }
 
 # ratio A B: Legation (A) over go-control-plane (B).
 ratio() {
   jq -rn --slurpfile a "$1" --slurpfile b "$2" '
     def r(x; y): if y == 0 then "n/a" else (x / y * 1000 | round / 1000 | tostring) + "x" end;
-    "Legation / go-control-plane at \($a[0].streams) \($a[0].mode) streams: CPU per update per client " +
+    "Legation / go-control-plane at \($a[0].streams) \($a[0].mode) streams: CPU per update per Envoy " +
     r($a[0].server.cpu_seconds_per_update_per_client; $b[0].server.cpu_seconds_per_update_per_client) +
-    ", bytes per client per update " + r($a[0].overall.bytes_per_client_per_update; $b[0].overall.bytes_per_client_per_update) +
+    ", bytes per Envoy per update " + r($a[0].overall.bytes_per_client_per_update; $b[0].overall.bytes_per_client_per_update) +
     ", p99 " + r($a[0].overall.latency.p99; $b[0].overall.latency.p99) +
     ", RSS after sync " + r($a[0].server.rss_bytes_after_sync; $b[0].server.rss_bytes_after_sync)'
 }
@@ -196,25 +219,36 @@ ratio() {
 main() {
   if ((STREAMS > 0)); then
     start_legation
-    loadgen legation-sotw-"$STREAMS" legation sotw "$STREAMS"
+    loadgen legation-sotw-"$STREAMS" legation sotw "$STREAMS" "${TARGETS_IDLE:-$IDLE}"
     stop_server
   fi
   if ((DELTA_STREAMS > 0)); then
     start_legation
-    loadgen legation-delta-"$DELTA_STREAMS" legation delta "$DELTA_STREAMS"
+    loadgen legation-delta-"$DELTA_STREAMS" legation delta "$DELTA_STREAMS" "${TARGETS_IDLE:-$IDLE}"
     stop_server
   fi
-  for n in "$GCP_STREAMS" "$SMALL_STREAMS"; do
-    if ((n > 0)); then
-      start_legation
-      loadgen legation-sotw-"$n" legation sotw "$n"
-      stop_server
-      start_gcp
-      loadgen gcp-sotw-"$n" gcp sotw "$n"
-      stop_server
-      ratio "$OUT/legation-sotw-$n.json" "$OUT/gcp-sotw-$n.json"
-    fi
+  local n mode
+  # shellcheck disable=SC2086 # GCP_STREAMS and GCP_MODES are lists
+  for n in $GCP_STREAMS $SMALL_STREAMS; do
+    for mode in $GCP_MODES; do
+      if ((n > 0)); then
+        side_by_side "$mode" "$n"
+      fi
+    done
   done
+}
+
+# side_by_side MODE N: Legation, then go-control-plane, at N streams, and
+# the ratios.
+side_by_side() {
+  local mode=$1 n=$2
+  start_legation
+  loadgen legation-"$mode"-"$n" legation "$mode" "$n"
+  stop_server
+  start_gcp
+  loadgen gcp-"$mode"-"$n" gcp "$mode" "$n"
+  stop_server
+  ratio "$OUT/legation-$mode-$n.json" "$OUT/gcp-$mode-$n.json"
 }
 
 main

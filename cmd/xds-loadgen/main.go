@@ -277,6 +277,7 @@ func addScenarioFlags(fs *pflag.FlagSet, cfg *loadgen.Config) {
 	fs.IntVar(&cfg.Conns, "conns", cfg.Conns, "gRPC connections the streams share round robin; 0: one per stream, as a real fleet (a shared connection is a load shape no Envoy fleet has)")
 	fs.DurationVar(&cfg.KeepaliveTime, "keepalive-time", cfg.KeepaliveTime, "HTTP/2 ping after this long without activity on a connection, as deploy/envoy's bootstraps (connection_keepalive interval); 0: no pings, else at least 10s")
 	fs.DurationVar(&cfg.KeepaliveTimeout, "keepalive-timeout", cfg.KeepaliveTimeout, "close a connection whose ping has no answer within this")
+	fs.DurationVar(&cfg.TCPKeepalive, "tcp-keepalive", cfg.TCPKeepalive, "first TCP keepalive probe after this long idle, then every 5s, 3 probes, as deploy/envoy's bootstraps (tcp_keepalive); 0: the kernel's default (on loopback, raise net.core.netdev_max_backlog for thousands of connections: probes of connections idle since the same push come in one burst)")
 	fs.Float64Var(&cfg.OpenRate, "open-rate", cfg.OpenRate, "streams opened per second at the start; 0: all at once")
 	fs.Float64Var(&cfg.NackRatio, "nack-ratio", cfg.NackRatio, "fraction of responses a synced client NACKs, in [0, 1)")
 	fs.IntVar(&cfg.Clusters, "clusters", cfg.Clusters, "EDS clusters in the fixture")

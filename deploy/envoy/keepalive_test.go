@@ -26,18 +26,22 @@ var keepalive = struct {
 	// H2Interval and H2Timeout: HTTP/2 pings on the xDS cluster of an
 	// Envoy taking xDS over gRPC (connection_keepalive). Envoy jitters the
 	// interval down by up to 15%, which must stay above the replicas'
-	// --keepalive-min-time.
+	// --keepalive-min-time. Long, because a ping costs the replica's
+	// process CPU (docs/operations/performance.md, keepalive): pings only
+	// find what TCP keepalive cannot, a replica whose process hangs or a
+	// dead one while a request is unacknowledged.
 	H2Interval, H2Timeout time.Duration
-	// TCPTime, TCPInterval and TCPProbes: TCP keepalive of the REST-JSON
-	// cluster (upstream_connection_options.tcp_keepalive), whose HTTP/1.1
-	// connection has no pings; and of any other cluster that sets it.
+	// TCPTime, TCPInterval and TCPProbes: TCP keepalive of every cluster
+	// to the replicas (upstream_connection_options.tcp_keepalive): the
+	// kernel's probes find a dead replica host or a cut path, at no cost
+	// to the replica's process.
 	TCPTime, TCPInterval time.Duration
 	TCPProbes            uint32
 	// GRPCTime and GRPCTimeout: what grpc-go's xDS client uses; gRPC's
 	// bootstrap format has no keepalive setting.
 	GRPCTime, GRPCTimeout time.Duration
 }{
-	H2Interval: 15 * time.Second, H2Timeout: 5 * time.Second,
+	H2Interval: 5 * time.Minute, H2Timeout: 20 * time.Second,
 	TCPTime: 15 * time.Second, TCPInterval: 5 * time.Second, TCPProbes: 3,
 	GRPCTime: 5 * time.Minute, GRPCTimeout: 20 * time.Second,
 }
@@ -47,18 +51,16 @@ var keepalive = struct {
 const envoyJitter = 0.15
 
 // checkKeepalive checks the keepalive of cluster c, whose HTTP options are
-// opts: HTTP/2 pings as recommended for gRPC, TCP keepalive as
-// recommended for REST (and for gRPC if set).
+// opts: TCP keepalive as recommended, and HTTP/2 pings as recommended
+// for gRPC.
 func checkKeepalive(t *testing.T, c *clusterv3.Cluster, opts *httpv3.HttpProtocolOptions, rest bool) {
 	t.Helper()
 	name := c.GetName()
 	tcp := c.GetUpstreamConnectionOptions().GetTcpKeepalive()
-	if tcp != nil || rest {
-		got := [3]uint32{tcp.GetKeepaliveTime().GetValue(), tcp.GetKeepaliveInterval().GetValue(), tcp.GetKeepaliveProbes().GetValue()}
-		want := [3]uint32{uint32(keepalive.TCPTime.Seconds()), uint32(keepalive.TCPInterval.Seconds()), keepalive.TCPProbes}
-		if got != want {
-			t.Errorf("cluster %s: tcp_keepalive time, interval, probes %v: want %v (docs/reference/bootstraps.md)", name, got, want)
-		}
+	got := [3]uint32{tcp.GetKeepaliveTime().GetValue(), tcp.GetKeepaliveInterval().GetValue(), tcp.GetKeepaliveProbes().GetValue()}
+	want := [3]uint32{uint32(keepalive.TCPTime.Seconds()), uint32(keepalive.TCPInterval.Seconds()), keepalive.TCPProbes}
+	if got != want {
+		t.Errorf("cluster %s: tcp_keepalive time, interval, probes %v: want %v (docs/reference/bootstraps.md)", name, got, want)
 	}
 	if rest {
 		return
@@ -102,14 +104,22 @@ func TestHelmNotesKeepalive(t *testing.T) {
 		t.Fatal("NOTES.txt: no connection_keepalive: {interval: ..., timeout: ...}")
 	}
 	for _, sm := range m {
-		if string(sm[1]) != duration(keepalive.H2Interval) || string(sm[2]) != duration(keepalive.H2Timeout) {
+		if string(sm[1]) != seconds(keepalive.H2Interval) || string(sm[2]) != seconds(keepalive.H2Timeout) {
 			t.Errorf("NOTES.txt: %s: want interval %s, timeout %s (docs/reference/bootstraps.md)",
-				sm[0], duration(keepalive.H2Interval), duration(keepalive.H2Timeout))
+				sm[0], seconds(keepalive.H2Interval), seconds(keepalive.H2Timeout))
 		}
+	}
+	tcp := fmt.Sprintf("tcp_keepalive: {keepalive_time: %d, keepalive_interval: %d, keepalive_probes: %d}",
+		int(keepalive.TCPTime.Seconds()), int(keepalive.TCPInterval.Seconds()), keepalive.TCPProbes)
+	if !strings.Contains(string(notes), tcp) {
+		t.Errorf("NOTES.txt: no %s (docs/reference/bootstraps.md)", tcp)
 	}
 }
 
-// duration writes d as a bootstrap does: 15s, 5m, 1m30s.
+// seconds writes d as a bootstrap's Duration: 300s.
+func seconds(d time.Duration) string { return fmt.Sprintf("%ds", int(d.Seconds())) }
+
+// duration writes d for prose: 15s, 5m, 1m30s.
 func duration(d time.Duration) string {
 	s := d.String()
 	if strings.HasSuffix(s, "m0s") {
@@ -140,12 +150,12 @@ func keepaliveTable() string {
 	rows := []string{
 		"| bootstraps | setting | value |",
 		"| --- | --- | --- |",
-		fmt.Sprintf("| %s | `connection_keepalive` in the xDS cluster's `http2_protocol_options` | `{interval: %s, timeout: %s}`: an HTTP/2 ping every %s (Envoy jitters it down by up to %d%%), the connection closed when no answer comes within %s: a dead replica or path is found within %s |",
-			files(".yaml", grpc...), duration(k.H2Interval), duration(k.H2Timeout), duration(k.H2Interval), int(envoyJitter*100), duration(k.H2Timeout),
-			duration(k.H2Interval+k.H2Timeout)),
-		fmt.Sprintf("| %s | `tcp_keepalive` in the cluster's `upstream_connection_options` | `{keepalive_time: %d, keepalive_interval: %d, keepalive_probes: %d}`: TCP probes after %s idle, %s apart, the connection closed after %d unanswered: a dead replica or path is found within %s |",
-			files(".yaml", rest), int(k.TCPTime.Seconds()), int(k.TCPInterval.Seconds()), k.TCPProbes, duration(k.TCPTime), duration(k.TCPInterval), k.TCPProbes,
+		fmt.Sprintf("| %s | `tcp_keepalive` in the xDS cluster's `upstream_connection_options` | `{keepalive_time: %d, keepalive_interval: %d, keepalive_probes: %d}`: the kernel's TCP probes after %s idle, %s apart, the connection closed after %d unanswered: a dead replica host or a cut path is found within %s, at no cost to the replica's process |",
+			files(".yaml", append(grpc, rest)...), int(k.TCPTime.Seconds()), int(k.TCPInterval.Seconds()), k.TCPProbes, duration(k.TCPTime), duration(k.TCPInterval), k.TCPProbes,
 			duration(k.TCPTime+time.Duration(k.TCPProbes)*k.TCPInterval)),
+		fmt.Sprintf("| %s | `connection_keepalive` in the xDS cluster's `http2_protocol_options` | `{interval: %s, timeout: %s}`: an HTTP/2 ping every %s (Envoy jitters it down by up to %d%%), the connection closed when no answer comes within %s: a replica whose process hangs, or a dead one while a request is unacknowledged (when TCP does not probe), is found within %s |",
+			files(".yaml", grpc...), seconds(k.H2Interval), seconds(k.H2Timeout), duration(k.H2Interval), int(envoyJitter*100), duration(k.H2Timeout),
+			duration(k.H2Interval+k.H2Timeout)),
 		fmt.Sprintf("| %s | none: gRPC's bootstrap format has no keepalive setting | grpc-go's xDS client pings after %s without activity and closes the connection when no answer comes within %s |",
 			files(".json"), duration(k.GRPCTime), duration(k.GRPCTimeout)),
 		fmt.Sprintf("| %s | none | no connection to a replica |", files(".yaml", -1)),

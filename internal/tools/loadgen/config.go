@@ -44,6 +44,18 @@ type Config struct {
 	// that the replica answers the pings a real fleet sends. Zero
 	// KeepaliveTime: no pings.
 	KeepaliveTime, KeepaliveTimeout time.Duration
+	// TCPKeepalive is how long a connection is idle before the client's
+	// kernel sends the first TCP keepalive probe, then one every
+	// tcpKeepaliveInterval, tcpKeepaliveProbes in all, as the bootstraps
+	// in deploy/envoy set (tcp_keepalive). Zero, the default: the
+	// kernel's defaults (the first probe after two hours), as grpc-go's
+	// dialer. The probes cost the replica's process nothing (its kernel
+	// answers them), but on loopback, where the load tool runs, the
+	// probes of connections that went idle together (after a push) come
+	// in one burst, which beyond net.core.netdev_max_backlog (1000
+	// packets by default) are dropped: at 10,000 connections, enough to
+	// time some out.
+	TCPKeepalive time.Duration
 	// OpenRate is the streams opened per second at the start. Zero: all
 	// at once.
 	OpenRate float64
@@ -108,12 +120,13 @@ func DefaultConfig() Config {
 		TargetName: "legation",
 		Streams:    100,
 		Conns:      0, // one per stream
-		// deploy/envoy's connection_keepalive {interval: 15s, timeout: 5s}
-		KeepaliveTime:    15 * time.Second,
-		KeepaliveTimeout: 5 * time.Second,
+		// deploy/envoy's connection_keepalive {interval: 300s, timeout: 20s}
+		KeepaliveTime:    5 * time.Minute,
+		KeepaliveTimeout: 20 * time.Second,
 		OpenRate:         1000, // the replica's default --stream-rate
 		Clusters:         200,  // the fixture of the figures in docs/operations/performance.md
 		Endpoints:        20,
+		Listeners:        4, // LDS and RDS too, as an Envoy with a listener config
 		Updates:          10,
 		Interval:         time.Second,
 		Idle:             10 * time.Second,
@@ -164,6 +177,9 @@ func (c *Config) validateClients(add func(format string, a ...any)) {
 	}
 	if c.KeepaliveTime != 0 && c.KeepaliveTime < minKeepaliveTime {
 		add("--keepalive-time %s: must be 0 (no pings) or at least %s (grpc-go's least)", c.KeepaliveTime, minKeepaliveTime)
+	}
+	if c.TCPKeepalive < 0 || c.TCPKeepalive%time.Second != 0 {
+		add("--tcp-keepalive %s: must be whole seconds, 0 for the kernel's default", c.TCPKeepalive)
 	}
 	if c.KeepaliveTime > 0 && c.KeepaliveTimeout <= 0 {
 		add("--keepalive-timeout %s: must be above 0 with --keepalive-time", c.KeepaliveTimeout)

@@ -87,6 +87,10 @@ func TestRunAgainstReplica(t *testing.T) {
 		{"delta in the clients' group scope", true, 4, 0, "lg-group", 0},
 		{"sotw with listeners and routes", false, 4, 0.2, "", 5},
 		{"delta with listeners and routes", true, 4, 0.2, "", 5},
+		// make bench-load's shape: one connection per simulated Envoy,
+		// the bootstraps' keepalive, listeners and routes.
+		{"sotw in a real fleet's shape", false, 0, 0, "", loadgen.DefaultConfig().Listeners},
+		{"delta in a real fleet's shape", true, 0, 0, "", loadgen.DefaultConfig().Listeners},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			const streams, clusters, updates = 20, 20, 3
@@ -130,6 +134,9 @@ func TestRunAgainstReplica(t *testing.T) {
 			}
 			if len(res.Updates) != updates {
 				t.Fatalf("%d updates in the result, want %d", len(res.Updates), updates)
+			}
+			if p := res.PerEnvoy; p == nil || p.BytesPerUpdate <= 0 || p.BytesPerUpdate != res.Overall.BytesPerClient {
+				t.Errorf("per Envoy %+v: want the bytes per update (%v) and the server's figures per Envoy", p, res.Overall.BytesPerClient)
 			}
 			last := res.Sync.Version
 			for _, u := range res.Updates {
@@ -294,6 +301,8 @@ func TestConfigValidate(t *testing.T) {
 		{"more conns than streams", func(c *loadgen.Config) { c.Conns = c.Streams + 1 }, "--conns"},
 		{"pings too often", func(c *loadgen.Config) { c.KeepaliveTime = time.Second }, "--keepalive-time 1s"},
 		{"pings without a timeout", func(c *loadgen.Config) { c.KeepaliveTimeout = 0 }, "--keepalive-timeout 0s"},
+		{"TCP keepalive in fractions", func(c *loadgen.Config) { c.TCPKeepalive = 1500 * time.Millisecond }, "--tcp-keepalive 1.5s"},
+		{"TCP keepalive negative", func(c *loadgen.Config) { c.TCPKeepalive = -time.Second }, "--tcp-keepalive -1s"},
 		{"NACK everything", func(c *loadgen.Config) { c.NackRatio = 1 }, "--nack-ratio 1"},
 		{"no clusters", func(c *loadgen.Config) { c.Clusters = 0 }, "--clusters 0"},
 		{"no address", func(c *loadgen.Config) { c.XDSAddr = "" }, "--xds-addr"},

@@ -34,7 +34,10 @@ type Result struct {
 	ErrorKinds   map[string]int `json:"error_kinds,omitempty"` // stream end errors by text (the first 10 kinds)
 
 	Server *ServerResult `json:"server,omitempty"` // absent without --metrics-url
-	Etcd   *EtcdResult   `json:"etcd,omitempty"`   // absent without --etcd-metrics-url
+	// PerEnvoy is what one simulated Envoy costs the server; absent
+	// without --metrics-url.
+	PerEnvoy *PerEnvoy   `json:"per_envoy,omitempty"`
+	Etcd     *EtcdResult `json:"etcd,omitempty"` // absent without --etcd-metrics-url
 	// Loadgen is the load generator's own CPU: on a machine it shares with
 	// the server, what it took from it.
 	Loadgen LoadgenResult `json:"loadgen"`
@@ -117,6 +120,37 @@ type EtcdResult struct {
 	UpdatesCPUSeconds      float64 `json:"updates_cpu_seconds"`
 }
 
+// PerEnvoy is the server's figures divided by the simulated Envoys (the
+// streams): what each costs it, whatever the fleet's size.
+type PerEnvoy struct {
+	// RSSBytes is the server's resident memory after the sync, less what
+	// it held before the fixture and the streams, per Envoy.
+	RSSBytes float64 `json:"rss_bytes"`
+	// IdleCPUMicrosPerSecond is the server's idle CPU per Envoy, in µs a
+	// second (zero without an idle measure).
+	IdleCPUMicrosPerSecond float64 `json:"idle_cpu_us_per_s"`
+	// CPUMicrosPerUpdate is the server's CPU per update per Envoy.
+	CPUMicrosPerUpdate float64 `json:"cpu_us_per_update"`
+	// BytesPerUpdate is what an Envoy received per update.
+	BytesPerUpdate float64 `json:"bytes_per_update"`
+}
+
+// perEnvoy divides the server's figures by the streams.
+func (r *Result) perEnvoy() *PerEnvoy {
+	if r.Server == nil {
+		return nil
+	}
+	p := &PerEnvoy{
+		RSSBytes:           r.Server.RSSBytesPerStream,
+		CPUMicrosPerUpdate: r.Server.CPUSecondsPerUpdatePerClient * 1e6,
+		BytesPerUpdate:     r.Overall.BytesPerClient,
+	}
+	if r.Idle != nil && r.Streams > 0 {
+		p.IdleCPUMicrosPerSecond = 1000 * r.Idle.CPUMillisPerSecond / float64(r.Streams)
+	}
+	return p
+}
+
 // ServerResult is read from the server's /metrics
 // (process_cpu_seconds_total, process_resident_memory_bytes).
 type ServerResult struct {
@@ -191,6 +225,10 @@ func (r *Result) WriteText(w io.Writer) {
 		fmt.Fprintf(w, "server: RSS %.0f MiB after sync (%.0f before, %.0f after the updates; %.1f KiB per stream), CPU %.2fs sync, %.2fs updates, %.2f µs per update per client\n",
 			s.RSSBytesAfterSync/(1<<20), s.RSSBytesBefore/(1<<20), s.RSSBytesAfter/(1<<20), s.RSSBytesPerStream/1024,
 			s.SyncCPUSeconds, s.UpdatesCPUSeconds, s.CPUSecondsPerUpdatePerClient*1e6)
+	}
+	if p := r.PerEnvoy; p != nil {
+		fmt.Fprintf(w, "per Envoy: %.1f KiB of server memory, %.2f µs/s of idle server CPU, %.1f µs of server CPU and %.0f bytes per update\n",
+			p.RSSBytes/1024, p.IdleCPUMicrosPerSecond, p.CPUMicrosPerUpdate, p.BytesPerUpdate)
 	}
 	fmt.Fprintf(w, "xds-loadgen's own CPU: %.2fs sync, %.2fs updates\n", r.Loadgen.SyncCPUSeconds, r.Loadgen.UpdatesCPUSeconds)
 }

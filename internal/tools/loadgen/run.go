@@ -3,6 +3,7 @@ package loadgen
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"runtime/metrics"
 	"sync"
@@ -185,8 +186,24 @@ func (c *Config) dialOptions() []grpc.DialOption {
 			Time: c.KeepaliveTime, Timeout: c.KeepaliveTimeout,
 		}))
 	}
+	if c.TCPKeepalive > 0 {
+		d := &net.Dialer{KeepAliveConfig: net.KeepAliveConfig{
+			Enable: true, Idle: c.TCPKeepalive, Interval: tcpKeepaliveInterval, Count: tcpKeepaliveProbes,
+		}}
+		opts = append(opts, grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return d.DialContext(ctx, "tcp", addr)
+		}))
+	}
 	return opts
 }
+
+// tcpKeepaliveInterval and tcpKeepaliveProbes are those of the
+// bootstraps in deploy/envoy (tcp_keepalive keepalive_interval and
+// keepalive_probes).
+const (
+	tcpKeepaliveInterval = 5 * time.Second
+	tcpKeepaliveProbes   = 3
+)
 
 // closeConns closes conns, the last opened first.
 func closeConns(conns []*grpc.ClientConn) {
@@ -374,6 +391,7 @@ func (s *scenario) result() *Result {
 	res.ErrorKinds = f.errorKinds()
 	if s.before != nil {
 		res.Server = s.server()
+		res.PerEnvoy = res.perEnvoy()
 	}
 	res.Seconds = time.Since(res.Started).Seconds()
 	s.setPhase("done")
