@@ -13,7 +13,18 @@ import (
 
 // benchMix is BenchmarkFailover's fleet: with 3 replicas, the busiest
 // holds about 1,000 (the failover target of docs/concepts/design.md).
-var benchMix = clientMix{SotW: 1500, Delta: 1500}
+// LEGATION_FAILOVER_CLIENTS sets another size (9000: about 3,000 on the
+// busiest), half SotW and half delta.
+func benchMix(b *testing.B) clientMix {
+	n := 3000
+	if v := os.Getenv("LEGATION_FAILOVER_CLIENTS"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 2 {
+			b.Fatalf("LEGATION_FAILOVER_CLIENTS=%q: want a number of clients, at least 2", v)
+		}
+	}
+	return clientMix{SotW: n / 2, Delta: n - n/2}
+}
 
 // benchPoll paces BenchmarkFailover's polls of /debug/streams: one costs
 // the survivors about 0.1 CPU s with 3,000 streams, on two cores shared
@@ -69,11 +80,12 @@ func benchFailoverOnce(b *testing.B) {
 	rev := clusterApply(b, c, fleetYAML(1, 1)) // no grpc-go clients: svc-cluster's endpoint is never dialed
 	c.WaitRevision(rev)
 	start := time.Now()
-	f := startFleet(b, c.LBAddr, "bench", benchMix, 1)
+	mix := benchMix(b)
+	f := startFleet(b, c.LBAddr, "bench", mix, 1)
 	synced := f.waitSynced(b, 1, rev)
 	want := f.expect(rev, rev)
 	h := waitHomed(b, c, f, want, start, 3*clusterTimeout)
-	b.Logf("%s synced through HAProxy in %s, settled on their homes in %s", benchMix, synced.Round(time.Millisecond), h.All.Round(time.Millisecond))
+	b.Logf("%s synced through HAProxy in %s, settled on their homes in %s", mix, synced.Round(time.Millisecond), h.All.Round(time.Millisecond))
 
 	victim, held := busiest(b, c, want)
 	var survivors []localcluster.Replica
