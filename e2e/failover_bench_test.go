@@ -14,16 +14,41 @@ import (
 // benchMix is BenchmarkFailover's fleet: with 3 replicas, the busiest
 // holds about 1,000 (the failover target of docs/concepts/design.md).
 // LEGATION_FAILOVER_CLIENTS sets another size (9000: about 3,000 on the
-// busiest), half SotW and half delta.
-func benchMix(b *testing.B) clientMix {
-	n := 3000
-	if v := os.Getenv("LEGATION_FAILOVER_CLIENTS"); v != "" {
+// busiest).
+func benchMix(b *testing.B) clientMix { return envClients(b, "LEGATION_FAILOVER_CLIENTS", 3000) }
+
+// envClients is a benchmark's fleet: the number of clients in the
+// environment variable name, or def, half SotW and half delta.
+func envClients(b *testing.B, name string, def int) clientMix {
+	n := def
+	if v := os.Getenv(name); v != "" {
 		var err error
 		if n, err = strconv.Atoi(v); err != nil || n < 2 {
-			b.Fatalf("LEGATION_FAILOVER_CLIENTS=%q: want a number of clients, at least 2", v)
+			b.Fatalf("%s=%q: want a number of clients, at least 2", name, v)
 		}
 	}
 	return clientMix{SotW: n / 2, Delta: n - n/2}
+}
+
+// benchCluster starts a benchmark's cluster (3 etcd members, 3 replicas,
+// HAProxy) and the fleet mix through HAProxy, its node ids prefixed
+// with prefix, and returns once every node is settled on its home, with
+// what each node must hold.
+func benchCluster(b *testing.B, prefix string, mix clientMix) (*localcluster.TestCluster, *fleet, map[string]nodeExpect) {
+	b.Helper()
+	cfg := clusterConfig(clusterFlags)
+	cfg.Timeout = 2 * time.Minute
+	c := localcluster.StartForTest(b, cfg)
+	c.WaitRing()
+	rev := clusterApply(b, c, fleetYAML(1, 1)) // no grpc-go clients: svc-cluster's endpoint is never dialed
+	c.WaitRevision(rev)
+	start := time.Now()
+	f := startFleet(b, c.LBAddr, prefix, mix, 1)
+	synced := f.waitSynced(b, 1, rev)
+	want := f.expect(rev, rev)
+	h := waitHomed(b, c, f, want, start, 3*clusterTimeout)
+	b.Logf("%s synced through HAProxy in %s, settled on their homes in %s", mix, synced.Round(time.Millisecond), h.All.Round(time.Millisecond))
+	return c, f, want
 }
 
 // benchPoll paces BenchmarkFailover's polls of /debug/streams: one costs
@@ -73,20 +98,7 @@ func BenchmarkFailover(b *testing.B) {
 
 func benchFailoverOnce(b *testing.B) {
 	b.StopTimer()
-	cfg := clusterConfig(clusterFlags)
-	cfg.Timeout = 2 * time.Minute
-	c := localcluster.StartForTest(b, cfg)
-	c.WaitRing()
-	rev := clusterApply(b, c, fleetYAML(1, 1)) // no grpc-go clients: svc-cluster's endpoint is never dialed
-	c.WaitRevision(rev)
-	start := time.Now()
-	mix := benchMix(b)
-	f := startFleet(b, c.LBAddr, "bench", mix, 1)
-	synced := f.waitSynced(b, 1, rev)
-	want := f.expect(rev, rev)
-	h := waitHomed(b, c, f, want, start, 3*clusterTimeout)
-	b.Logf("%s synced through HAProxy in %s, settled on their homes in %s", mix, synced.Round(time.Millisecond), h.All.Round(time.Millisecond))
-
+	c, f, want := benchCluster(b, "bench", benchMix(b))
 	victim, held := busiest(b, c, want)
 	var survivors []localcluster.Replica
 	for i, r := range c.Replicas() {
@@ -109,7 +121,7 @@ func benchFailoverOnce(b *testing.B) {
 	b.StartTimer()
 	kill := time.Now()
 	c.KillReplica(victim)
-	h = waitHomedEvery(b, c, f, want, kill, 3*clusterTimeout, benchPoll)
+	h := waitHomedEvery(b, c, f, want, kill, 3*clusterTimeout, benchPoll)
 	b.StopTimer()
 	cpu := cpuSeconds(b, survivors) - cpu0
 

@@ -2,16 +2,12 @@ package e2e
 
 import (
 	"context"
-	"os"
-	"strconv"
 	"testing"
 	"time"
-
-	"github.com/legation-io/legation/internal/tools/localcluster"
 )
 
 // BenchmarkReconnectStorm measures a load balancer restart: 3 replicas
-// behind HAProxy, stormClients raw clients (half SotW, half delta, each
+// behind HAProxy, 9,000 raw clients (half SotW, half delta, each
 // on a connection of its own) settled on their homes; then HAProxy is
 // killed, which closes every client's connection at once, and started
 // again. Every client reconnects at once, each after its own backoff,
@@ -32,7 +28,8 @@ import (
 //     first poll that saw it settled.
 //   - lb-down-s: how long HAProxy was down (the kill and the start).
 //   - streams-ended/client: the streams each client saw end after the
-//     kill (1: the restart alone; more: a stream refused or moved).
+//     kill (1: the restart alone; more: attempts while HAProxy was
+//     down, streams refused or moved).
 //   - replica-cpu-s: CPU seconds the replicas used from the kill until
 //     all settled.
 func BenchmarkReconnectStorm(b *testing.B) {
@@ -45,35 +42,9 @@ func BenchmarkReconnectStorm(b *testing.B) {
 	}
 }
 
-// stormClients is BenchmarkReconnectStorm's fleet size:
-// LEGATION_STORM_CLIENTS, or 9,000.
-func stormClients(b *testing.B) clientMix {
-	n := 9000
-	if v := os.Getenv("LEGATION_STORM_CLIENTS"); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil || n < 2 {
-			b.Fatalf("LEGATION_STORM_CLIENTS=%q: want a number of clients, at least 2", v)
-		}
-	}
-	return clientMix{SotW: n / 2, Delta: n - n/2}
-}
-
 func benchStormOnce(b *testing.B) {
 	b.StopTimer()
-	cfg := clusterConfig(clusterFlags)
-	cfg.Timeout = 2 * time.Minute
-	c := localcluster.StartForTest(b, cfg)
-	c.WaitRing()
-	rev := clusterApply(b, c, fleetYAML(1, 1))
-	c.WaitRevision(rev)
-	start := time.Now()
-	mix := stormClients(b)
-	f := startFleet(b, c.LBAddr, "storm", mix, 1)
-	synced := f.waitSynced(b, 1, rev)
-	want := f.expect(rev, rev)
-	h := waitHomed(b, c, f, want, start, 3*clusterTimeout)
-	b.Logf("%s synced through HAProxy in %s, settled on their homes in %s", mix, synced.Round(time.Millisecond), h.All.Round(time.Millisecond))
-
+	c, f, want := benchCluster(b, "storm", envClients(b, "LEGATION_STORM_CLIENTS", 9000))
 	lb := c.Cluster().Config().NamePrefix + "haproxy"
 	replicas := c.Replicas()
 	cpu0 := cpuSeconds(b, replicas)
@@ -87,7 +58,7 @@ func benchStormOnce(b *testing.B) {
 		b.Fatal(err)
 	}
 	lbDown := time.Since(kill)
-	h = waitHomedEvery(b, c, f, want, kill, 3*clusterTimeout, benchPoll)
+	h := waitHomedEvery(b, c, f, want, kill, 3*clusterTimeout, benchPoll)
 	b.StopTimer()
 	cpu := cpuSeconds(b, replicas) - cpu0
 

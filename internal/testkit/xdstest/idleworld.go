@@ -1,6 +1,7 @@
 package xdstest
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"testing"
 
@@ -113,4 +114,41 @@ func idleVHost(name, domain string) *routev3.VirtualHost {
 		Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
 		Action: &routev3.Route_Route{Route: &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: "a"}}},
 	}}}
+}
+
+// RandomIdleClient is an IdleClient that also takes random steps.
+type RandomIdleClient interface {
+	IdleClient
+	// Step does one random thing a client may do.
+	Step()
+}
+
+// RunIdleRounds runs the idle-cost property in rounds, one per seed, on
+// the world w: each round opens 12 clients (newClient, given the round's
+// test, its own random source and an id), has each take 40 random
+// steps with a change of the world every 10, and checks the property
+// (CheckIdle) with turns, the server's stream loops' counter. A failure
+// names its round's seed.
+func RunIdleRounds(t *testing.T, w *IdleWorld, turns *Turns, newClient func(t *testing.T, r *rand.Rand, id string) RandomIdleClient) {
+	for _, seed := range []uint64{1, 2, 3} {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			r := rand.New(rand.NewPCG(seed, 0))
+			clients := make([]IdleClient, 0, 12)
+			steppers := make([]RandomIdleClient, 0, 12)
+			changes := w.Changes
+			for i := range 12 {
+				c := newClient(t, rand.New(rand.NewPCG(seed, uint64(i+1))), fmt.Sprintf("idle-%d-%d", seed, i))
+				clients, steppers = append(clients, c), append(steppers, c)
+			}
+			for step := range 40 {
+				for _, c := range steppers {
+					c.Step()
+				}
+				if step%10 == 9 {
+					w.Change(t, r)
+				}
+			}
+			CheckIdle(t, clients, w.Changes-changes, turns)
+		})
+	}
 }

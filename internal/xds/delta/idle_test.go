@@ -1,7 +1,6 @@
 package delta_test
 
 import (
-	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -32,27 +31,11 @@ func TestIdleCostDelta(t *testing.T) {
 	turns := &xdstest.Turns{}
 	e := newEnvWith(t, xdstest.Options{}, func(c *delta.Config) { c.Busy = turns })
 	w := xdstest.NewIdleWorld(t, e.Env)
-	for _, seed := range []uint64{1, 2, 3} {
-		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			r := rand.New(rand.NewPCG(seed, 0))
-			var clients []xdstest.IdleClient
-			changes := w.Changes
-			for i := range 12 {
-				c := &idleClient{t: t, cc: e.dial(t), r: rand.New(rand.NewPCG(seed, uint64(i+1))), id: fmt.Sprintf("idle-%d-%d", seed, i)}
-				c.open()
-				clients = append(clients, c)
-			}
-			for step := range 40 {
-				for _, c := range clients {
-					c.(*idleClient).step()
-				}
-				if step%10 == 9 {
-					w.Change(t, r)
-				}
-			}
-			xdstest.CheckIdle(t, clients, w.Changes-changes, turns)
-		})
-	}
+	xdstest.RunIdleRounds(t, w, turns, func(t *testing.T, r *rand.Rand, id string) xdstest.RandomIdleClient {
+		c := &idleClient{t: t, cc: e.dial(t), r: r, id: id}
+		c.open()
+		return c
+	})
 }
 
 // idleClient is one random delta client of TestIdleCostDelta.
@@ -99,8 +82,8 @@ func (c *idleClient) open() {
 
 func (c *idleClient) openDelta() *xdstest.DeltaStream { return xdstest.OpenDelta(c.t, c.cc) }
 
-// step does one random thing a client may do.
-func (c *idleClient) step() {
+// Step does one random thing a client may do.
+func (c *idleClient) Step() {
 	typ := idleTypes[c.r.IntN(len(idleTypes))]
 	ts := c.types[typ]
 	req := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: typ.URL}

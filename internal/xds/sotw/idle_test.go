@@ -1,7 +1,6 @@
 package sotw_test
 
 import (
-	"fmt"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -31,28 +30,11 @@ func TestIdleCostSotW(t *testing.T) {
 	turns := &xdstest.Turns{}
 	e := newEnv(t, func(c *sotw.Config) { c.Busy = turns })
 	w := xdstest.NewIdleWorld(t, e.Env)
-	for _, seed := range []uint64{1, 2, 3} {
-		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			r := rand.New(rand.NewPCG(seed, 0))
-			var clients []xdstest.IdleClient
-			changes := w.Changes
-			for i := range 12 {
-				cc := e.conn(t)
-				c := &idleClient{t: t, cc: cc, r: rand.New(rand.NewPCG(seed, uint64(i+1))), id: fmt.Sprintf("idle-%d-%d", seed, i)}
-				c.open()
-				clients = append(clients, c)
-			}
-			for step := range 40 {
-				for _, c := range clients {
-					c.(*idleClient).step()
-				}
-				if step%10 == 9 {
-					w.Change(t, r)
-				}
-			}
-			xdstest.CheckIdle(t, clients, w.Changes-changes, turns)
-		})
-	}
+	xdstest.RunIdleRounds(t, w, turns, func(t *testing.T, r *rand.Rand, id string) xdstest.RandomIdleClient {
+		c := &idleClient{t: t, cc: e.conn(t), r: r, id: id}
+		c.open()
+		return c
+	})
 }
 
 // idleClient is one random SotW client of TestIdleCostSotW.
@@ -95,8 +77,8 @@ func (c *idleClient) open() {
 	}
 }
 
-// step does one random thing a client may do.
-func (c *idleClient) step() {
+// Step does one random thing a client may do.
+func (c *idleClient) Step() {
 	typ := idleTypes[c.r.IntN(len(idleTypes))]
 	ts := c.types[typ]
 	switch x := c.r.IntN(100); {
