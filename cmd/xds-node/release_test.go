@@ -103,6 +103,9 @@ func newGitRepo(t *testing.T, root string) *gitRepo {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if f == "CHANGELOG.md" {
+			b = []byte(asReleased(string(b)))
+		}
 		r.write(f, string(b))
 	}
 	for _, f := range []string{"hack/version.sh", "hack/release.sh"} {
@@ -115,6 +118,20 @@ func newGitRepo(t *testing.T, root string) *gitRepo {
 	r.git("commit", "-q", "-m", "files")
 	r.git("commit", "-q", "--allow-empty", "-m", "head")
 	return r
+}
+
+// asReleased is changelog as it stands at its latest release: without
+// the changes under "## Unreleased" that the work tree may hold.
+func asReleased(changelog string) string {
+	i := strings.Index(changelog, "\n## Unreleased\n")
+	if i < 0 {
+		return changelog
+	}
+	j := strings.Index(changelog[i+1:], "\n## ")
+	if j < 0 {
+		return changelog[:i+1]
+	}
+	return changelog[:i+1] + changelog[i+1+j+1:]
 }
 
 func (r *gitRepo) write(name, content string) {
