@@ -63,6 +63,9 @@ func main() {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(loadgenGCPercent)
 	}
+	if os.Getenv(workerEnv) == "1" {
+		os.Exit(serveWorker())
+	}
 	cfg, opts, err := parseFlags(os.Args[1:])
 	if errors.Is(err, pflag.ErrHelp) {
 		os.Exit(0)
@@ -210,6 +213,7 @@ func parseFlags(args []string) (loadgen.Config, options, error) {
 	if !quiet {
 		cfg.Progress = os.Stderr
 	}
+	cfg.StartWorker = startWorker
 	// The target is set by run; Validate checks the rest.
 	cfg.Target = &loadgen.HTTPTarget{}
 	if err := cfg.Validate(); err != nil {
@@ -261,7 +265,7 @@ func addTargetFlags(fs *pflag.FlagSet, cfg *loadgen.Config, opts *options) {
 	fs.StringVar(&opts.target, "target", opts.target, "legation (writes to etcd) or gcp (writes to bench/gcp's control endpoint)")
 	fs.StringVar(&opts.mode, "mode", opts.mode, "sotw or delta ADS")
 	fs.StringVar(&cfg.XDSAddr, "xds-addr", "127.0.0.1:18000", "the server's ADS address, or several separated by commas (connection i dials the (i mod n)th)")
-	fs.StringVar(&cfg.MetricsURL, "metrics-url", "http://127.0.0.1:18001/metrics", "the server's /metrics, for its process CPU and RSS; empty: not read")
+	fs.StringVar(&cfg.MetricsURL, "metrics-url", "http://127.0.0.1:18001/metrics", "the server's /metrics, for its process CPU and RSS, or several separated by commas (a cluster's replicas: added up); empty: not read")
 	fs.StringVar(&cfg.EtcdMetricsURL, "etcd-metrics-url", "", "with --target legation and etcd in a process of its own: its /metrics, for etcd's CPU beside the server's; empty: not read")
 	fs.StringVar(&opts.controlURL, "control-url", "http://127.0.0.1:18101", "with --target gcp: the server's control endpoint")
 	fs.StringSliceVar(&opts.etcd.Endpoints, etcdconn.FlagEndpoints, []string{"127.0.0.1:2379"}, "with --target legation: etcd endpoints, comma separated")
@@ -274,6 +278,7 @@ func addTargetFlags(fs *pflag.FlagSet, cfg *loadgen.Config, opts *options) {
 // fixture, the updates and their bounds.
 func addScenarioFlags(fs *pflag.FlagSet, cfg *loadgen.Config) {
 	fs.IntVar(&cfg.Streams, "streams", cfg.Streams, "simulated Envoys, one ADS stream each")
+	fs.IntVar(&cfg.Processes, "processes", cfg.Processes, "spread the streams over this many worker processes of xds-loadgen (each opens its share of the connections within its own open-file limit)")
 	fs.IntVar(&cfg.Conns, "conns", cfg.Conns, "gRPC connections the streams share round robin; 0: one per stream, as a real fleet (a shared connection is a load shape no Envoy fleet has)")
 	fs.DurationVar(&cfg.KeepaliveTime, "keepalive-time", cfg.KeepaliveTime, "HTTP/2 ping after this long without activity on a connection, as deploy/envoy's bootstraps (connection_keepalive interval); 0: no pings, else at least 10s")
 	fs.DurationVar(&cfg.KeepaliveTimeout, "keepalive-timeout", cfg.KeepaliveTimeout, "close a connection whose ping has no answer within this")

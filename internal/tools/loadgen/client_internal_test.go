@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"io"
+	"net/rpc"
 	"slices"
 	"testing"
 
@@ -98,5 +99,33 @@ func TestResumePresentsWhatWasApplied(t *testing.T) {
 	}
 	if got := d.presentedDelta()[cdsURL][fixture.ClusterName(7)]; got != "6" {
 		t.Errorf("delta presents %s at %q after its stream ended on the EDS subscription, want 6", fixture.ClusterName(7), got)
+	}
+}
+
+// TestWorkerShares: the streams are split over the workers as evenly as
+// they go, numbered on from one worker to the next (node ids and the
+// spread over --xds-addr's addresses are the fleet's, not the
+// worker's), with the connections in proportion, at least one each,
+// and the open rate divided.
+func TestWorkerShares(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Streams, cfg.Conns, cfg.OpenRate, cfg.Processes = 10, 5, 900, 3
+	p := &processSet{cfg: cfg, workers: make([]*rpc.Client, 3)}
+	var streams, conns []int
+	var firsts []int
+	for i := range 3 {
+		c, first := p.share(i)
+		if c.Processes != 1 || c.StartWorker != nil || c.OpenRate != 300 {
+			t.Errorf("worker %d: processes %d, start worker set %v, open rate %v; want 1, false, 300", i, c.Processes, c.StartWorker != nil, c.OpenRate)
+		}
+		streams, conns, firsts = append(streams, c.Streams), append(conns, c.Conns), append(firsts, first)
+	}
+	if !slices.Equal(streams, []int{4, 3, 3}) || !slices.Equal(firsts, []int{0, 4, 7}) || !slices.Equal(conns, []int{2, 1, 1}) {
+		t.Errorf("streams %v from %v on %v conns; want [4 3 3] from [0 4 7] on [2 1 1]", streams, firsts, conns)
+	}
+	cfg.Conns = 0
+	p.cfg = cfg
+	if c, _ := p.share(2); c.Conns != 0 {
+		t.Errorf("one connection per stream: a worker got --conns %d, want 0", c.Conns)
 	}
 }

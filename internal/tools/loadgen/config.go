@@ -21,8 +21,9 @@ type Config struct {
 	// separated by commas: connection i dials the (i mod n)th, so that
 	// clients spread over the replicas of a cluster. Required.
 	XDSAddr string
-	// MetricsURL is the server's Prometheus /metrics. Empty: no server
-	// CPU and RSS in the result.
+	// MetricsURL is the server's Prometheus /metrics, or several
+	// separated by commas (the replicas of a cluster), whose figures
+	// are added up. Empty: no server CPU and RSS in the result.
 	MetricsURL string
 	// EtcdMetricsURL is the Prometheus /metrics of an etcd member running
 	// as a process of its own, so that the result gives etcd's CPU beside
@@ -37,6 +38,16 @@ type Config struct {
 	// Conns is the number of gRPC connections the streams share round
 	// robin. Zero: one connection per stream.
 	Conns int
+	// Processes spreads the streams and connections over that many
+	// worker processes, each started by StartWorker, so that a fleet of
+	// more connections than one process may open can be simulated. 1:
+	// every client in this process.
+	Processes int
+	// StartWorker starts a worker process of the load tool serving
+	// ServeWorker on its stdin and stdout, and returns them as one conn,
+	// whose Close ends the worker and waits for it. Required with
+	// Processes above 1.
+	StartWorker func(ctx context.Context) (io.ReadWriteCloser, error)
 	// KeepaliveTime is how long a connection waits without activity
 	// before it sends an HTTP/2 ping, and KeepaliveTimeout how long it
 	// then waits for the answer before it closes: by default those of
@@ -120,6 +131,7 @@ func DefaultConfig() Config {
 		TargetName: "legation",
 		Streams:    100,
 		Conns:      0, // one per stream
+		Processes:  1,
 		// deploy/envoy's connection_keepalive {interval: 300s, timeout: 20s}
 		KeepaliveTime:    5 * time.Minute,
 		KeepaliveTimeout: 20 * time.Second,
@@ -175,6 +187,7 @@ func (c *Config) validateClients(add func(format string, a ...any)) {
 	if c.Conns < 0 || c.Conns > c.Streams {
 		add("--conns %d: must be in [0, --streams] (0: one per stream)", c.Conns)
 	}
+	c.validateProcesses(add)
 	if c.KeepaliveTime != 0 && c.KeepaliveTime < minKeepaliveTime {
 		add("--keepalive-time %s: must be 0 (no pings) or at least %s (grpc-go's least)", c.KeepaliveTime, minKeepaliveTime)
 	}
@@ -189,6 +202,20 @@ func (c *Config) validateClients(add func(format string, a ...any)) {
 	}
 	if !(c.NackRatio >= 0 && c.NackRatio < 1) {
 		add("--nack-ratio %v: must be in [0, 1)", c.NackRatio)
+	}
+}
+
+// validateProcesses checks the worker processes: no more than the
+// streams, and nothing that must stay in one process.
+func (c *Config) validateProcesses(add func(format string, a ...any)) {
+	switch {
+	case c.Processes < 1 || c.Processes > c.Streams:
+		add("--processes %d: must be in [1, --streams]", c.Processes)
+	case c.Processes == 1:
+	case c.StartWorker == nil:
+		add("loadgen: --processes %d and no way to start a worker", c.Processes)
+	case c.Recorder != nil:
+		add("--record: only with --processes 1 (the recording is one process's file)")
 	}
 }
 

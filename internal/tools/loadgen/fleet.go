@@ -140,29 +140,3 @@ func (f *fleet) errorKinds() map[string]int {
 	}
 	return out
 }
-
-// progress writes a progress line every ProgressEvery until the returned
-// func is called.
-func (f *fleet) progress(phase *atomic.Pointer[string]) func() {
-	if f.cfg.Progress == nil {
-		return func() {}
-	}
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	start := time.Now()
-	wg.Go(func() {
-		t := time.NewTicker(f.cfg.ProgressEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-			}
-			fmt.Fprintf(f.cfg.Progress, "xds-loadgen: %5.0fs %-14s %d/%d clients there, %d responses, %d NACKs, %d stream errors\n",
-				time.Since(start).Seconds(), *phase.Load(), f.reached(), len(f.clients),
-				f.responses.Load(), f.nacks.Load(), f.streamErrors.Load())
-		}
-	})
-	return func() { close(done); wg.Wait() }
-}

@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -23,6 +25,7 @@ import (
 	"github.com/legation-io/legation/internal/testkit/fixture"
 	"github.com/legation-io/legation/internal/testkit/replicatest"
 	"github.com/legation-io/legation/internal/testkit/xdstest"
+	"github.com/legation-io/legation/internal/tools/chaos/record"
 	"github.com/legation-io/legation/internal/tools/loadgen"
 )
 
@@ -60,6 +63,31 @@ func startReplica(t *testing.T, edit func(*replica.Config)) *testReplica {
 	return &testReplica{n: n, store: st, metricsURL: "http://" + n.HTTPAddr() + "/metrics"}
 }
 
+// pipeWorker starts workers in this process, each serving ServeWorker on
+// its end of a pipe until the other end closes, which waits for it.
+func pipeWorker(t *testing.T) func(context.Context) (io.ReadWriteCloser, error) {
+	return func(context.Context) (io.ReadWriteCloser, error) {
+		a, b := net.Pipe()
+		done := make(chan error, 1)
+		go func() { done <- loadgen.ServeWorker(context.Background(), b) }()
+		return &pipeConn{Conn: a, done: done, t: t}, nil
+	}
+}
+
+type pipeConn struct {
+	net.Conn
+	done chan error
+	t    *testing.T
+}
+
+func (p *pipeConn) Close() error {
+	p.Conn.Close()
+	if err := <-p.done; err != nil {
+		p.t.Errorf("ServeWorker: %v", err)
+	}
+	return nil
+}
+
 // TestRunAgainstReplica runs the load generator's scenario, small, against
 // a real replica: SotW and delta, streams sharing connections or one each,
 // with NACKs. Every client must receive the fixture and every update, the
@@ -77,20 +105,25 @@ func TestRunAgainstReplica(t *testing.T) {
 		nack      float64
 		scope     string
 		listeners int
+		processes int
 	}{
-		{"sotw", false, 4, 0, "", 0},
-		{"delta", true, 4, 0, "", 0},
-		{"sotw one conn each with NACKs", false, 0, 0.5, "", 0},
-		{"delta one conn each with NACKs", true, 0, 0.5, "", 0},
+		{"sotw", false, 4, 0, "", 0, 1},
+		{"delta", true, 4, 0, "", 0, 1},
+		{"sotw one conn each with NACKs", false, 0, 0.5, "", 0, 1},
+		{"delta one conn each with NACKs", true, 0, 0.5, "", 0, 1},
 		// Its clients' group (node cluster) is their scope; the other
 		// cases' clients are in another group, so do not see it.
-		{"delta in the clients' group scope", true, 4, 0, "lg-group", 0},
-		{"sotw with listeners and routes", false, 4, 0.2, "", 5},
-		{"delta with listeners and routes", true, 4, 0.2, "", 5},
+		{"delta in the clients' group scope", true, 4, 0, "lg-group", 0, 1},
+		{"sotw with listeners and routes", false, 4, 0.2, "", 5, 1},
+		{"delta with listeners and routes", true, 4, 0.2, "", 5, 1},
 		// make bench-load's shape: one connection per simulated Envoy,
 		// the bootstraps' keepalive, listeners and routes.
-		{"sotw in a real fleet's shape", false, 0, 0, "", loadgen.DefaultConfig().Listeners},
-		{"delta in a real fleet's shape", true, 0, 0, "", loadgen.DefaultConfig().Listeners},
+		{"sotw in a real fleet's shape", false, 0, 0, "", loadgen.DefaultConfig().Listeners, 1},
+		{"delta in a real fleet's shape", true, 0, 0, "", loadgen.DefaultConfig().Listeners, 1},
+		// The clients spread over workers (in-process here, over pipes:
+		// cmd/xds-loadgen's test starts real ones).
+		{"sotw over 3 workers", false, 0, 0, "", 2, 3},
+		{"delta over 2 workers with NACKs", true, 6, 0.5, "", 2, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			const streams, clusters, updates = 20, 20, 3
@@ -111,6 +144,8 @@ func TestRunAgainstReplica(t *testing.T) {
 			cfg.Clusters = clusters
 			cfg.Endpoints = 5
 			cfg.Listeners = tc.listeners
+			cfg.Processes = tc.processes
+			cfg.StartWorker = pipeWorker(t)
 			cfg.Updates = updates
 			cfg.Interval = 50 * time.Millisecond
 			cfg.Idle = 300 * time.Millisecond
@@ -174,8 +209,8 @@ func TestRunAgainstReplica(t *testing.T) {
 			if e := res.Etcd; e == nil || e.UpdatesCPUSeconds <= 0 || e.IdleCPUMillisPerSecond < 0 {
 				t.Errorf("etcd figures %+v, want its CPU read", e)
 			}
-			if !strings.Contains(progress.String(), "clients there") {
-				t.Errorf("no progress line written: %q", progress.String())
+			if want := fmt.Sprintf("%d/%d clients there", streams, streams); !strings.Contains(progress.String(), want) {
+				t.Errorf("no progress line with %q: %q", want, progress.String())
 			}
 
 			b, err := json.Marshal(res)
@@ -289,6 +324,11 @@ func TestReconnects(t *testing.T) {
 	}
 }
 
+// discard is a Recorder that keeps nothing.
+type discard struct{}
+
+func (discard) Record(*record.Event) {}
+
 // TestConfigValidate: bad settings are refused, each error naming its
 // flag.
 func TestConfigValidate(t *testing.T) {
@@ -299,6 +339,10 @@ func TestConfigValidate(t *testing.T) {
 	}{
 		{"no streams", func(c *loadgen.Config) { c.Streams = 0 }, "--streams 0"},
 		{"more conns than streams", func(c *loadgen.Config) { c.Conns = c.Streams + 1 }, "--conns"},
+		{"no processes", func(c *loadgen.Config) { c.Processes = 0 }, "--processes 0: must be in [1, --streams]"},
+		{"more processes than streams", func(c *loadgen.Config) { c.Processes = c.Streams + 1 }, "--processes 101"},
+		{"processes without a way to start them", func(c *loadgen.Config) { c.Processes, c.StartWorker = 2, nil }, "--processes 2 and no way to start a worker"},
+		{"processes and a recording", func(c *loadgen.Config) { c.Processes, c.Recorder = 2, discard{} }, "--record: only with --processes 1"},
 		{"pings too often", func(c *loadgen.Config) { c.KeepaliveTime = time.Second }, "--keepalive-time 1s"},
 		{"pings without a timeout", func(c *loadgen.Config) { c.KeepaliveTimeout = 0 }, "--keepalive-timeout 0s"},
 		{"TCP keepalive in fractions", func(c *loadgen.Config) { c.TCPKeepalive = 1500 * time.Millisecond }, "--tcp-keepalive 1.5s"},
@@ -314,6 +358,7 @@ func TestConfigValidate(t *testing.T) {
 			cfg := loadgen.DefaultConfig()
 			cfg.Target = &loadgen.HTTPTarget{}
 			cfg.XDSAddr = "127.0.0.1:1"
+			cfg.StartWorker = pipeWorker(t)
 			tc.edit(&cfg)
 			err := cfg.Validate()
 			if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"runtime/metrics"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -16,7 +16,6 @@ import (
 
 	"github.com/legation-io/legation/internal/replica/quietgc"
 	"github.com/legation-io/legation/internal/testkit/fixture"
-	"github.com/legation-io/legation/internal/tools/procstat"
 )
 
 // Run runs the scenario: it writes the fixture, opens the streams and
@@ -41,20 +40,19 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, fmt.Errorf("seed the fixture: %w", err)
 	}
 	s.res.Sync.Version = seed.Version
-	conns, err := dial(cfg)
-	if err != nil {
+	if s.set, err = newClientSet(ctx, cfg, s.fx); err != nil {
 		return nil, err
 	}
-	defer closeConns(conns)
-	s.connect(conns, seed.Version)
-	stopProgress := s.f.progress(&s.phase)
+	defer s.set.close()
+	defer cancel() // the clients end before their connections close
+	if err := s.set.open(ctx); err != nil {
+		return nil, err
+	}
+	stopProgress := progress(cfg, s.set, s.getPhase)
 	defer stopProgress()
 
 	s.setPhase("sync")
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer cancel() // the clients end before the progress and the connections
-	if err := s.sync(&wg); err != nil {
+	if err := s.sync(seed.Version); err != nil {
 		return nil, err
 	}
 	if cfg.Idle > 0 && cfg.MetricsURL != "" {
@@ -73,7 +71,16 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := s.updates(); err != nil {
 		return nil, err
 	}
-	return s.result(), nil
+	return s.result()
+}
+
+// newClientSet is the run's clients: in this process, or over
+// cfg.Processes workers.
+func newClientSet(ctx context.Context, cfg Config, fx fixture.Set) (clientSet, error) {
+	if cfg.Processes > 1 {
+		return newProcessSet(ctx, cfg)
+	}
+	return &localSet{f: newFleet(cfg, fx)}, nil
 }
 
 // scenario is one Run: its fleet, the result it fills phase by phase,
@@ -82,7 +89,7 @@ type scenario struct {
 	ctx   context.Context
 	cfg   Config
 	fx    fixture.Set
-	f     *fleet
+	set   clientSet
 	res   *Result
 	etcd  *EtcdResult // nil without EtcdMetricsURL
 	hc    *http.Client
@@ -103,7 +110,7 @@ func newScenario(ctx context.Context, cfg Config) *scenario {
 		res.Mode = "delta"
 	}
 	fx := fixture.NewSet(cfg.Clusters, cfg.Endpoints, cfg.Listeners, seedPort)
-	s := &scenario{ctx: ctx, cfg: cfg, fx: fx, f: newFleet(cfg, fx), res: res, hc: &http.Client{Timeout: 10 * time.Second}}
+	s := &scenario{ctx: ctx, cfg: cfg, fx: fx, res: res, hc: &http.Client{Timeout: 10 * time.Second}}
 	if cfg.EtcdMetricsURL != "" {
 		s.etcd = &EtcdResult{}
 	}
@@ -112,12 +119,15 @@ func newScenario(ctx context.Context, cfg Config) *scenario {
 
 func (s *scenario) setPhase(p string) { s.phase.Store(&p) }
 
-// scrape samples the server's /metrics; nil without MetricsURL.
+func (s *scenario) getPhase() string { return *s.phase.Load() }
+
+// scrape samples the server's /metrics (the sum of its replicas', given
+// several); nil without MetricsURL.
 func (s *scenario) scrape() (*ServerSample, error) {
 	if s.cfg.MetricsURL == "" {
 		return nil, nil
 	}
-	sample, err := Scrape(s.ctx, s.hc, s.cfg.MetricsURL)
+	sample, err := scrapeSum(s.ctx, s.hc, strings.Split(s.cfg.MetricsURL, ","))
 	if err != nil {
 		return nil, err
 	}
@@ -148,8 +158,9 @@ func (s *scenario) scrapeBefore() error {
 }
 
 // dial opens the client connections: Conns of them (0: one per stream),
-// spread over XDSAddr's addresses in turn.
-func dial(cfg Config) ([]*grpc.ClientConn, error) {
+// spread over XDSAddr's addresses in turn from the first'th on (a
+// worker's share goes on where the last worker's ended).
+func dial(cfg Config, first int) ([]*grpc.ClientConn, error) {
 	nconn := cfg.Conns
 	if nconn == 0 {
 		nconn = cfg.Streams
@@ -157,7 +168,7 @@ func dial(cfg Config) ([]*grpc.ClientConn, error) {
 	conns := make([]*grpc.ClientConn, 0, nconn)
 	addrs := cfg.addrs()
 	for i := range nconn {
-		addr := addrs[i%len(addrs)]
+		addr := addrs[(first+i)%len(addrs)]
 		conn, err := grpc.NewClient(addr, cfg.dialOptions()...)
 		if err != nil {
 			closeConns(conns)
@@ -212,43 +223,34 @@ func closeConns(conns []*grpc.ClientConn) {
 	}
 }
 
-// connect makes the clients, spread over conns in turn, and sets their
-// first goal: the fixture at version, every cluster and route held.
-func (s *scenario) connect(conns []*grpc.ClientConn, version int64) {
-	for i := range s.cfg.Streams {
-		s.f.clients = append(s.f.clients, newClient(s.f, i, conns[i%len(conns)]))
-	}
-	s.f.setGoal(&goal{idx: 0, version: version, needHeld: int32(s.cfg.Clusters), needRoutes: int32(s.cfg.Listeners)})
-}
-
-// sync opens the streams, at OpenRate, on goroutines of wg that run
-// until the scenario's context ends, and waits for every client to hold
-// the fixture.
-func (s *scenario) sync(wg *sync.WaitGroup) error {
+// sync starts the streams and waits for every client to hold the
+// fixture at version, every cluster and route held.
+func (s *scenario) sync(version int64) error {
 	start := time.Now()
-	cpu := procstat.CPU()
-	for i, c := range s.f.clients {
-		if s.cfg.OpenRate > 0 {
-			at := start.Add(time.Duration(float64(i) / s.cfg.OpenRate * float64(time.Second)))
-			if d := time.Until(at); d > 0 {
-				select {
-				case <-s.ctx.Done():
-					return context.Cause(s.ctx)
-				case <-time.After(d):
-				}
-			}
-		}
-		wg.Go(func() { c.run(s.ctx) })
+	t0, err := s.set.tally(s.ctx)
+	if err != nil {
+		return err
 	}
-	if err := s.f.wait(s.ctx, s.cfg.SyncTimeout); err != nil {
-		return fmt.Errorf("initial sync: %w (stream errors: %d, %v)", err, s.f.streamErrors.Load(), s.f.errorKinds())
+	if err := s.set.start(s.ctx); err != nil {
+		return err
+	}
+	g := goalSpec{Version: version, NeedHeld: int32(s.cfg.Clusters), NeedRoutes: int32(s.cfg.Listeners)}
+	if err := s.set.reach(s.ctx, g, s.cfg.SyncTimeout); err != nil {
+		t, _ := s.set.tally(s.ctx)
+		return fmt.Errorf("initial sync: %w (stream errors: %d, %v)", err, t.StreamErrors, t.ErrorKinds)
 	}
 	s.res.Sync.Seconds = time.Since(start).Seconds()
-	s.res.Loadgen.SyncCPUSeconds = (procstat.CPU() - cpu).Seconds()
-	b, r := s.f.sums()
+	t1, err := s.set.tally(s.ctx)
+	if err != nil {
+		return err
+	}
+	s.res.Loadgen.SyncCPUSeconds = (t1.CPU - t0.CPU).Seconds()
+	b, r, err := s.set.sums(s.ctx)
+	if err != nil {
+		return err
+	}
 	streams := float64(s.cfg.Streams)
 	s.res.Sync.BytesPerClient, s.res.Sync.ResourcesPerClient = float64(b)/streams, float64(r)/streams
-	var err error
 	s.afterSync, err = s.scrape()
 	return err
 }
@@ -274,7 +276,10 @@ func (s *scenario) idle() error {
 	if err != nil {
 		return err
 	}
-	b0, _ := s.f.sums()
+	b0, _, err := s.set.sums(s.ctx)
+	if err != nil {
+		return err
+	}
 	if err := sleep(s.ctx, s.cfg.Idle); err != nil {
 		return err
 	}
@@ -287,7 +292,10 @@ func (s *scenario) idle() error {
 	} else if eb != nil {
 		s.etcd.IdleCPUMillisPerSecond = 1000 * (eb.CPUSeconds - ea.CPUSeconds) / eb.At.Sub(ea.At).Seconds()
 	}
-	b1, _ := s.f.sums()
+	b1, _, err := s.set.sums(s.ctx)
+	if err != nil {
+		return err
+	}
 	idle := &IdleResult{Seconds: b.At.Sub(a.At).Seconds(), CPUSeconds: b.CPUSeconds - a.CPUSeconds,
 		BytesPerClient: float64(b1-b0) / float64(s.cfg.Streams)}
 	idle.CPUMillisPerSecond = 1000 * idle.CPUSeconds / idle.Seconds
@@ -309,7 +317,10 @@ func (s *scenario) updates() error {
 	var next time.Time
 	between := quietgc.New(quietgc.Config{})
 	gcs := automaticGCs()
-	cpu := procstat.CPU()
+	t0, err := s.set.tally(s.ctx)
+	if err != nil {
+		return err
+	}
 	for k := range s.cfg.Updates {
 		if err := sleep(s.ctx, time.Until(next)); err != nil {
 			return err
@@ -327,8 +338,14 @@ func (s *scenario) updates() error {
 			s.res.Loadgen.CollectionsBetween++
 		}
 	}
-	s.res.Loadgen.UpdatesCPUSeconds = (procstat.CPU() - cpu).Seconds()
-	s.res.Loadgen.CollectionsIn = int(automaticGCs() - gcs)
+	t1, err := s.set.tally(s.ctx)
+	if err != nil {
+		return err
+	}
+	l := &s.res.Loadgen
+	l.UpdatesCPUSeconds = (t1.CPU - t0.CPU).Seconds()
+	l.CollectionsBetween += t1.CollectionsBetween - t0.CollectionsBetween
+	l.CollectionsIn = int(automaticGCs()-gcs) + t1.Collections - t0.Collections
 	if s.afterUpdates, err = s.scrape(); err != nil {
 		return err
 	}
@@ -346,28 +363,28 @@ func (s *scenario) updates() error {
 // client to receive it.
 func (s *scenario) update(k int) error {
 	set := fixture.Endpoints(k%s.cfg.Clusters, s.cfg.Endpoints, seedPort+1+uint32(k))
-	b0, r0 := s.f.sums()
+	b0, r0, err := s.set.sums(s.ctx)
+	if err != nil {
+		return err
+	}
 	c, err := s.cfg.Target.SetEndpoints(s.ctx, set)
 	if err != nil {
 		return fmt.Errorf("update %d: %w", k+1, err)
 	}
-	s.f.setGoal(&goal{idx: int64(k + 1), version: c.Version})
-	werr := s.f.wait(s.ctx, s.cfg.UpdateTimeout)
+	werr := s.set.reach(s.ctx, goalSpec{Idx: int64(k + 1), Version: c.Version}, s.cfg.UpdateTimeout)
 	if s.ctx.Err() != nil {
 		return context.Cause(s.ctx)
 	}
-	b1, r1 := s.f.sums()
-	u := UpdateResult{Index: k + 1, Cluster: set.Cluster, Version: c.Version, Sent: c.Sent.UTC(), WriteSeconds: c.At.Sub(c.Sent).Seconds()}
-	lat := make([]float64, 0, s.cfg.Streams)
-	for _, cl := range s.f.clients {
-		at, ok := cl.firstAt(c.Version)
-		if !ok {
-			u.Missing++
-			continue
-		}
-		lat = append(lat, max(0, at.Sub(c.Sent).Seconds()))
+	b1, r1, err := s.set.sums(s.ctx)
+	if err != nil {
+		return err
 	}
-	u.Received = len(lat)
+	u := UpdateResult{Index: k + 1, Cluster: set.Cluster, Version: c.Version, Sent: c.Sent.UTC(), WriteSeconds: c.At.Sub(c.Sent).Seconds()}
+	lat, missing, err := s.set.receipts(s.ctx, c.Version, c.Sent)
+	if err != nil {
+		return err
+	}
+	u.Received, u.Missing = len(lat), missing
 	u.Latency = summarize(lat)
 	if werr != nil {
 		u.Error = werr.Error()
@@ -379,23 +396,24 @@ func (s *scenario) update(k int) error {
 	return nil
 }
 
-// result completes the Result with the fleet's counts and the server's
+// result completes the Result with the clients' counts and the server's
 // figures.
-func (s *scenario) result() *Result {
-	res, f := s.res, s.f
+func (s *scenario) result() (*Result, error) {
+	res := s.res
+	t, err := s.set.tally(s.ctx)
+	if err != nil {
+		return nil, err
+	}
 	res.Overall = overall(res.Updates, s.all)
-	res.StreamErrors = f.streamErrors.Load()
-	res.Reconnects = f.reconnects.Load()
-	res.Nacks = f.nacks.Load()
-	res.Responses = f.responses.Load()
-	res.ErrorKinds = f.errorKinds()
+	res.StreamErrors, res.Reconnects, res.Nacks, res.Responses = t.StreamErrors, t.Reconnects, t.Nacks, t.Responses
+	res.ErrorKinds = t.ErrorKinds
 	if s.before != nil {
 		res.Server = s.server()
 		res.PerEnvoy = res.perEnvoy()
 	}
 	res.Seconds = time.Since(res.Started).Seconds()
 	s.setPhase("done")
-	return res
+	return res, nil
 }
 
 // server is the server's figures, from its samples.

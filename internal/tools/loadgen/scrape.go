@@ -78,3 +78,23 @@ func Scrape(ctx context.Context, c *http.Client, url string) (ServerSample, erro
 	}
 	return s, nil
 }
+
+// scrapeSum scrapes each of urls (the replicas of a cluster) and adds
+// their samples up: CPU, RSS, and the status writes owed by those that
+// have the metric (-1 when none has).
+func scrapeSum(ctx context.Context, c *http.Client, urls []string) (ServerSample, error) {
+	sum := ServerSample{StatusDirty: -1}
+	for _, u := range urls {
+		s, err := Scrape(ctx, c, strings.TrimSpace(u))
+		if err != nil {
+			return ServerSample{}, err
+		}
+		sum.At = s.At
+		sum.CPUSeconds += s.CPUSeconds
+		sum.RSSBytes += s.RSSBytes
+		if s.StatusDirty >= 0 {
+			sum.StatusDirty = max(sum.StatusDirty, 0) + s.StatusDirty
+		}
+	}
+	return sum, nil
+}
