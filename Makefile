@@ -30,7 +30,7 @@ APT_OPENSSL    := openssl
 APT_CURL       := curl
 
 .PHONY: all build run demo test check-proto fmt-check golangci-lint shellcheck unit \
-	fuzz $(FUZZ_RUNS) e2e bench bench-load chaos lint proto tidy manifests docs setup clean \
+	fuzz $(FUZZ_RUNS) e2e bench bench-load bench-capacity chaos lint proto tidy manifests docs setup clean \
 	image image-test image-setup release
 
 all: build
@@ -116,6 +116,23 @@ bench-load:
 	GCP_STREAMS="$(BENCH_GCP_STREAMS)" GCP_MODES="$(BENCH_GCP_MODES)" SMALL_STREAMS=$(BENCH_SMALL_STREAMS) \
 	LISTENERS=$(BENCH_LISTENERS) STREAMS_PER_CONN=$(BENCH_STREAMS_PER_CONN) KEEPALIVE=$(BENCH_KEEPALIVE) UPDATES=$(BENCH_UPDATES) INTERVAL=$(BENCH_INTERVAL) IDLE=$(BENCH_IDLE) TARGETS_IDLE=$(BENCH_TARGETS_IDLE) \
 	OUT=$(BENCH_OUT) ETCD=$(BENCH_ETCD) LOADGEN_FLAGS="$(BENCH_LOADGEN_FLAGS)" NODE_FLAGS="$(BENCH_NODE_FLAGS)" ./hack/bench-load.sh
+
+# The capacity check of docs/operations/performance.md (hack/bench-capacity.sh):
+# a local cluster of 3 etcd members and CAP_REPLICAS replicas, CAP_STREAMS
+# simulated Envoys (one connection each) spread over the replicas, run by
+# xds-loadgen in CAP_PROCESSES processes. 30,000 take about 10 minutes.
+CAP_STREAMS   ?= 30000
+CAP_PROCESSES ?= 3
+CAP_REPLICAS  ?= 3
+CAP_MODE      ?= sotw
+CAP_UPDATES   ?= 10
+CAP_IDLE      ?= 60s
+CAP_OUT       ?= bench-capacity-out
+
+bench-capacity:
+	GO=$(GO) STREAMS=$(CAP_STREAMS) PROCESSES=$(CAP_PROCESSES) REPLICAS=$(CAP_REPLICAS) MODE=$(CAP_MODE) \
+	UPDATES=$(CAP_UPDATES) IDLE=$(CAP_IDLE) OUT=$(CAP_OUT) LOADGEN_FLAGS="$(BENCH_LOADGEN_FLAGS)" NODE_FLAGS="$(BENCH_NODE_FLAGS)" \
+	./hack/bench-capacity.sh
 
 # The chaos run of docs/development/chaos.md (cmd/xds-chaos): per seed, 3 etcd
 # members, 3 replicas, 300 recording clients, applies at a steady rate,

@@ -266,7 +266,7 @@ func addTargetFlags(fs *pflag.FlagSet, cfg *loadgen.Config, opts *options) {
 	fs.StringVar(&opts.mode, "mode", opts.mode, "sotw or delta ADS")
 	fs.StringVar(&cfg.XDSAddr, "xds-addr", "127.0.0.1:18000", "the server's ADS address, or several separated by commas (connection i dials the (i mod n)th)")
 	fs.StringVar(&cfg.MetricsURL, "metrics-url", "http://127.0.0.1:18001/metrics", "the server's /metrics, for its process CPU and RSS, or several separated by commas (a cluster's replicas: added up); empty: not read")
-	fs.StringVar(&cfg.EtcdMetricsURL, "etcd-metrics-url", "", "with --target legation and etcd in a process of its own: its /metrics, for etcd's CPU beside the server's; empty: not read")
+	fs.StringVar(&cfg.EtcdMetricsURL, "etcd-metrics-url", "", "with --target legation and etcd in a process of its own: its /metrics, for etcd's CPU beside the server's, or each member's separated by commas (added up); empty: not read")
 	fs.StringVar(&opts.controlURL, "control-url", "http://127.0.0.1:18101", "with --target gcp: the server's control endpoint")
 	fs.StringSliceVar(&opts.etcd.Endpoints, etcdconn.FlagEndpoints, []string{"127.0.0.1:2379"}, "with --target legation: etcd endpoints, comma separated")
 	fs.StringVar(&opts.etcdPrefix, "etcd-prefix", opts.etcdPrefix, "with --target legation: the replica's etcd key prefix")

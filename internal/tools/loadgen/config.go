@@ -26,8 +26,8 @@ type Config struct {
 	// are added up. Empty: no server CPU and RSS in the result.
 	MetricsURL string
 	// EtcdMetricsURL is the Prometheus /metrics of an etcd member running
-	// as a process of its own, so that the result gives etcd's CPU beside
-	// the server's. Empty: not read (a dev-mode replica's embedded etcd is
+	// as a process of its own, or several separated by commas (added up),
+	// so that the result gives etcd's CPU beside the server's. Empty: not read (a dev-mode replica's embedded etcd is
 	// part of the server's figures).
 	EtcdMetricsURL string
 

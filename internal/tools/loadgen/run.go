@@ -139,7 +139,7 @@ func (s *scenario) scrapeEtcd() (*ServerSample, error) {
 	if s.cfg.EtcdMetricsURL == "" {
 		return nil, nil
 	}
-	sample, err := Scrape(s.ctx, s.hc, s.cfg.EtcdMetricsURL)
+	sample, err := scrapeSum(s.ctx, s.hc, strings.Split(s.cfg.EtcdMetricsURL, ","))
 	if err != nil {
 		return nil, fmt.Errorf("etcd: %w", err)
 	}

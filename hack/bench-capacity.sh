@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Checks the capacity model of docs/operations/performance.md on one
+# machine: a local cluster (go run ./deploy/local up: 3 etcd members,
+# $REPLICAS xds-node replicas, each as in production) and $STREAMS
+# simulated Envoys, one connection each, the bootstraps' keepalive,
+# spread over the replicas in turn as a round-robin TCP load balancer
+# spreads them (each lands on one replica; those whose node's home is
+# another are relayed there), run by xds-loadgen in $PROCESSES worker
+# processes so that none opens more connections than its open files
+# allow. xds-loadgen writes the fixture and $UPDATES endpoint changes and
+# reports the receipts and the replicas' CPU and RSS, added up; this
+# script adds each replica's streams, relayed streams, goroutines and RSS
+# once every client is synced. The cluster's logs and the results stay in
+# $OUT.
+#
+# The clients dial the replicas, not HAProxy: HAProxy holds two
+# descriptors a connection, so 30,000 Envoys would need 60,000 open files
+# in one process.
+#
+# Every setting is an environment variable (make bench-capacity passes
+# its own of the same names).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+GO=${GO:-go}
+STREAMS=${STREAMS:-30000}
+PROCESSES=${PROCESSES:-3} # the load tool's worker processes
+REPLICAS=${REPLICAS:-3}
+MODE=${MODE:-sotw}
+UPDATES=${UPDATES:-10}
+IDLE=${IDLE:-60s}
+OPEN_RATE=${OPEN_RATE:-3000} # streams opened a second: the replicas admit 1,000 a second each
+NET=${NET:-127.0.31.}         # the cluster's addresses, 127.0.N.x
+OUT=${OUT:-bench-capacity-out}
+LOADGEN_FLAGS=${LOADGEN_FLAGS:-}
+NODE_FLAGS=${NODE_FLAGS:-}
+read -r -a loadgen_flags <<<"$LOADGEN_FLAGS"
+
+for tool in curl jq; do
+  if ! command -v "$tool" >/dev/null; then
+    echo "bench-capacity: needs $tool (apt-get install $tool)" >&2
+    exit 1
+  fi
+done
+
+mkdir -p bin "$OUT"
+dir=$(realpath "$OUT")/cluster
+rm -rf "$dir"
+echo "bench-capacity: building xds-loadgen; deploy/local builds etcd and xds-node" >&2
+"$GO" build -o bin/ ./cmd/xds-loadgen
+
+up_pid=
+down() {
+  if [[ -n $up_pid ]]; then
+    "$GO" run ./deploy/local down -dir "$dir" >/dev/null 2>&1 || kill "$up_pid" 2>/dev/null || true
+    wait "$up_pid" 2>/dev/null || true
+    up_pid=
+  fi
+}
+trap down EXIT
+
+"$GO" run ./deploy/local up -dir "$dir" -no-haproxy -net "$NET" -replicas "$REPLICAS" \
+  -xds-node-flags "--log-level warn $NODE_FLAGS" >"$OUT/up.log" 2>&1 &
+up_pid=$!
+for ((i = 0; i < 300; i++)); do
+  if grep -q '^up:' "$OUT/up.log"; then
+    break
+  fi
+  if ! kill -0 "$up_pid" 2>/dev/null; then
+    echo "bench-capacity: the cluster did not start; see $OUT/up.log" >&2
+    exit 1
+  fi
+  sleep 1
+done
+# shellcheck disable=SC1091 # written by deploy/local up
+. "$dir/env"
+
+xds='' metrics='' etcd_metrics=''
+for ((i = 1; i <= REPLICAS; i++)); do
+  x="REPLICA_${i}_XDS_ADDR" h="REPLICA_${i}_HTTP_ADDR"
+  xds+=${xds:+,}${!x}
+  metrics+=${metrics:+,}http://${!h}/metrics
+done
+for ((i = 1; i <= ETCD_MEMBERS; i++)); do
+  e="ETCD_${i}_CLIENT_ADDR"
+  etcd_metrics+=${etcd_metrics:+,}http://${!e}/metrics
+done
+
+# replicas prints each replica's share once every client is synced.
+replicas() {
+  local i h m
+  for ((i = 1; i <= REPLICAS; i++)); do
+    h="REPLICA_${i}_HTTP_ADDR"
+    m=$(curl -fsS "http://${!h}/metrics")
+    awk -v name="replica-$i" '
+      /^legation_(sotw|delta)_streams / { streams += $2 }
+      /^legation_relay_streams_relayed / { relayed = $2 }
+      /^go_goroutines / { goroutines = $2 }
+      /^process_resident_memory_bytes / { rss = $2 }
+      END { printf "%s: %d streams served, %d relayed to their home, %d goroutines, RSS %.0f MiB\n", name, streams, relayed, goroutines, rss / 1048576 }' <<<"$m"
+  done
+}
+
+echo "bench-capacity: $STREAMS $MODE Envoys over $PROCESSES processes on $REPLICAS replicas" >&2
+./bin/xds-loadgen --processes "$PROCESSES" --streams "$STREAMS" --mode "$MODE" \
+  --xds-addr "$xds" --metrics-url "$metrics" --etcd-metrics-url "$etcd_metrics" \
+  --etcd-endpoints "$ETCD_ENDPOINTS" --open-rate "$OPEN_RATE" --updates "$UPDATES" --idle "$IDLE" \
+  --sync-timeout 10m "${loadgen_flags[@]}" -o json >"$OUT/result.json" 2>"$OUT/loadgen.log" &
+lg=$!
+shown=
+while kill -0 "$lg" 2>/dev/null; do
+  if [[ -z $shown ]] && grep -q ' idle ' "$OUT/loadgen.log"; then
+    replicas | tee "$OUT/replicas.txt"
+    shown=1
+  fi
+  sleep 1
+done
+if ! wait "$lg"; then
+  echo "bench-capacity: xds-loadgen failed; see $OUT/loadgen.log" >&2
+  exit 1
+fi
+jq -r '"\(.streams) Envoys (\(.mode)): synced in \(.sync.seconds | . * 10 | round / 10) s; update p50 \(.overall.latency.p50 * 1000 | round) ms, p99 \(.overall.latency.p99 * 1000 | round) ms, missing \(.overall.missing), stream errors \(.stream_errors)",
+  "replicas together: RSS \(.server.rss_bytes_after_sync / 1048576 | round) MiB after sync (\(.per_envoy.rss_bytes / 1024 | round) KiB per Envoy), idle \(.idle.cpu_ms_per_s | round) ms/s, \(.per_envoy.cpu_us_per_update | round) µs of CPU per update per Envoy",
+  "etcd members together: idle \(.etcd.idle_cpu_ms_per_s | round) ms/s, \(.etcd.updates_cpu_seconds * 100 | round / 100) s of CPU over the updates; the load tool: \(.loadgen.updates_cpu_seconds * 100 | round / 100) s"' "$OUT/result.json"
