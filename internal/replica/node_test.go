@@ -90,7 +90,7 @@ func start(t testing.TB, cfg replica.Config) *running {
 }
 
 // stop cancels Run's ctx and checks that it returns nil promptly.
-func (r *running) stop(t testing.TB) {
+func (r *running) stop(t *testing.T) {
 	t.Helper()
 	r.cancel()
 	select {

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
+	"github.com/legation-io/legation/internal/replica"
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/store"
 	"github.com/legation-io/legation/internal/testkit/fixture"
@@ -161,18 +163,46 @@ func fillStartup(tb testing.TB, n int) *startupWorld {
 // started is a replica started by startReplica, with a client connection
 // to its xDS port.
 type started struct {
-	*running
-	cc *grpc.ClientConn
+	node *replica.Node
+	cc   *grpc.ClientConn
 	// ready and first are the times from replica.New until /readyz
 	// answered 200, and until the first CDS response came.
 	ready, first time.Duration
+	halt         func(testing.TB)
 }
 
-// stop closes the client connection and stops the replica.
+// stop closes the client connection, stops the replica and checks that
+// its Run returned nil.
 func (s *started) stop(tb testing.TB) {
 	tb.Helper()
 	s.cc.Close()
-	s.running.stop(tb)
+	s.halt(tb)
+}
+
+// runNode runs a replica of cfg until stop is called or tb ends; stop
+// checks that its Run returned nil. Unlike start, nothing tb keeps
+// refers to the replica: a benchmark starting one after another holds
+// one at a time.
+func runNode(tb testing.TB, cfg replica.Config) (_ *replica.Node, stop func(testing.TB)) {
+	tb.Helper()
+	n, err := replica.New(cfg)
+	if err != nil {
+		tb.Fatalf("New: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- n.Run(ctx) }()
+	var once sync.Once
+	stop = func(tb testing.TB) {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				tb.Errorf("node Run: %v", err)
+			}
+		})
+	}
+	tb.Cleanup(func() { stop(tb) })
+	return n, stop
 }
 
 // startReplica starts a replica in etcd mode on w and returns it once
@@ -186,19 +216,11 @@ func startReplica(tb testing.TB, w *startupWorld, id string) *started {
 	cfg.EtcdPrefix = startupPrefix
 	deadline := time.Now().Add(time.Minute + time.Duration(w.resources())*time.Millisecond)
 	t0 := time.Now()
-	s := &started{running: start(tb, cfg)}
-	for {
-		code, body := get(tb, s.running, "/readyz")
-		if code == http.StatusOK {
-			break
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("the replica is not ready after %s: %s", time.Since(t0), body)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	s := new(started)
+	s.node, s.halt = runNode(tb, cfg)
+	waitReadyUntil(tb, s.node, deadline)
 	s.ready = time.Since(t0)
-	s.cc = xdstest.Dial(tb, s.XDSAddr(), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30)))
+	s.cc = xdstest.Dial(tb, s.node.XDSAddr(), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30)))
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(s.cc).StreamAggregatedResources(ctx)
@@ -215,6 +237,26 @@ func startReplica(tb testing.TB, w *startupWorld, id string) *started {
 	s.first = time.Since(t0)
 	checkNames(tb, resource.Cluster, resp, w.set.Clusters)
 	return s
+}
+
+// waitReadyUntil polls n's /readyz every 5ms until it answers 200,
+// failing tb after deadline.
+func waitReadyUntil(tb testing.TB, n *replica.Node, deadline time.Time) {
+	tb.Helper()
+	for {
+		resp, err := httpClient.Get("http://" + n.HTTPAddr() + "/readyz")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("the replica is not ready at the deadline: /readyz %s", resp.Status)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // checkNames fails tb unless resp holds exactly the resources of typ
