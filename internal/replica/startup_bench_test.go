@@ -64,6 +64,7 @@ func BenchmarkStartup(b *testing.B) {
 		b.StartTimer()
 		s := startReplica(b, w, "startup-"+strconv.Itoa(i))
 		b.StopTimer()
+		s.checkCDS(b, w)
 		ready += s.ready
 		first += s.first
 		heap += int64(settledHeap() - before)
@@ -84,6 +85,7 @@ func TestStartupServesAll(t *testing.T) {
 	w := fillStartup(t, 3_000)
 	s := startReplica(t, w, "startup")
 	defer s.stop(t)
+	s.checkCDS(t, w)
 	t.Logf("%d resources: ready in %s, first response in %s", w.resources(), s.ready, s.first)
 	st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(s.cc).StreamAggregatedResources(t.Context())
 	if err != nil {
@@ -168,6 +170,7 @@ type started struct {
 	// ready and first are the times from replica.New until /readyz
 	// answered 200, and until the first CDS response came.
 	ready, first time.Duration
+	cds          *discoveryv3.DiscoveryResponse // the first CDS response
 	halt         func(testing.TB)
 }
 
@@ -207,7 +210,7 @@ func runNode(tb testing.TB, cfg replica.Config) (_ *replica.Node, stop func(test
 
 // startReplica starts a replica in etcd mode on w and returns it once
 // /readyz answered 200 and a wildcard CDS request of node id was
-// answered with every cluster of w. The wait is bounded by a minute plus
+// answered (checkCDS checks the answer). The wait is bounded by a minute plus
 // a millisecond per resource.
 func startReplica(tb testing.TB, w *startupWorld, id string) *started {
 	tb.Helper()
@@ -235,8 +238,16 @@ func startReplica(tb testing.TB, w *startupWorld, id string) *started {
 		tb.Fatalf("the first CDS response: %v", err)
 	}
 	s.first = time.Since(t0)
-	checkNames(tb, resource.Cluster, resp, w.set.Clusters)
+	s.cds = resp
 	return s
+}
+
+// checkCDS fails tb unless the first CDS response held every cluster of
+// w, and lets go of it.
+func (s *started) checkCDS(tb testing.TB, w *startupWorld) {
+	tb.Helper()
+	checkNames(tb, resource.Cluster, s.cds, w.set.Clusters)
+	s.cds = nil
 }
 
 // waitReadyUntil polls n's /readyz every 5ms until it answers 200,
