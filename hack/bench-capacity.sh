@@ -101,6 +101,20 @@ replicas() {
   done
 }
 
+# etcd_counts prints member 1's puts, transactions, proposals committed,
+# keys and database size in use.
+etcd_counts() {
+  curl -fsS "http://$ETCD_1_CLIENT_ADDR/metrics" | awk '
+    /^etcd_mvcc_put_total / { puts = $2 }
+    /^etcd_mvcc_txn_total / { txns = $2 }
+    /^etcd_server_proposals_committed_total / { proposals = $2 }
+    /^etcd_debugging_mvcc_keys_total / { keys = $2 }
+    /^etcd_mvcc_db_total_size_in_use_in_bytes / { db = $2 }
+    END { printf "%d %d %d %d %d\n", puts, txns, proposals, keys, db }'
+}
+read -r puts0 txns0 props0 _ _ < <(etcd_counts)
+start=$(date +%s)
+
 echo "bench-capacity: $STREAMS $MODE Envoys over $PROCESSES processes on $REPLICAS replicas" >&2
 ./bin/xds-loadgen --processes "$PROCESSES" --streams "$STREAMS" --mode "$MODE" \
   --xds-addr "$xds" --metrics-url "$metrics" --etcd-metrics-url "$etcd_metrics" \
@@ -122,3 +136,6 @@ fi
 jq -r '"\(.streams) Envoys (\(.mode)): synced in \(.sync.seconds | . * 10 | round / 10) s; update p50 \(.overall.latency.p50 * 1000 | round) ms, p99 \(.overall.latency.p99 * 1000 | round) ms, missing \(.overall.missing), stream errors \(.stream_errors)",
   "replicas together: RSS \(.server.rss_bytes_after_sync / 1048576 | round) MiB after sync (\(.per_envoy.rss_bytes / 1024 | round) KiB per Envoy), idle \(.idle.cpu_ms_per_s | round) ms/s, \(.per_envoy.cpu_us_per_update | round) µs of CPU per update per Envoy",
   "etcd members together: idle \(.etcd.idle_cpu_ms_per_s | round) ms/s, \(.etcd.updates_cpu_seconds * 100 | round / 100) s of CPU over the updates; the load tool: \(.loadgen.updates_cpu_seconds * 100 | round / 100) s"' "$OUT/result.json"
+read -r puts txns props keys db < <(etcd_counts)
+secs=$(($(date +%s) - start))
+echo "etcd over the run ($secs s, the fixture, the sync, the idle measure and the updates): $((puts - puts0)) puts in $((txns - txns0)) transactions, $((props - props0)) proposals committed ($(((props - props0) / secs)) a second); $keys keys, $((db / 1048576)) MiB in use"
