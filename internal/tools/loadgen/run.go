@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"strings"
 	"runtime/metrics"
+	"strings"
 	"sync/atomic"
 	"time"
 
