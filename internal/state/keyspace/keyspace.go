@@ -19,6 +19,9 @@ const (
 	// Applies holds one apply marker per scope, which every write of the
 	// store to the scope's resources puts in the same transaction.
 	Applies Dir = "applies/"
+	// History holds the record of each transaction of an apply: what it
+	// changed, and the bodies from before, to undo it.
+	History Dir = "history/"
 	// Locks holds the scopes' apply locks and who holds them.
 	Locks Dir = "locks/"
 	// Leases holds the refresh markers of the leases of TTL'd resources.

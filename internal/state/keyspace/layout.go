@@ -61,6 +61,13 @@ var layout = []Entry{{
 	WrittenBy: "every write through the store",
 	ReadBy:    "the store's applies, which compare it; replicas with traces on, for an apply's trace context",
 }, {
+	Dir:       History,
+	Key:       "<apply id>/<part, 4 digits>",
+	Value:     "the history record of one transaction of an apply (JSON: `id`, `part`, `parts`, `kind`, `by`, `at`, `message`, `traceparent`, `changes` with each resource's body from before, `omitted`, `undo`), put in the same transaction; the apply id starts with its time, so keys sort by age, and each transaction deletes the records past the newest `--history-keep`",
+	Writer:    Admin,
+	WrittenBy: "every write through the store",
+	ReadBy:    "`xdsadmin history`",
+}, {
 	Dir:       Locks,
 	Key:       lockApply + "<scope>/<lease, hex>",
 	Value:     "the scope's apply lock (etcd `concurrency.Mutex` keys, empty), under the lock holder's session lease (10 s TTL)",

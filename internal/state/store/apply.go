@@ -26,6 +26,8 @@ type ApplyResult struct {
 	Revisions []int64
 	// Lease is the lease the resources were written under, 0 for none.
 	Lease int64
+
+	id string
 }
 
 // ApplyOptions tune Apply.
@@ -39,7 +41,16 @@ type ApplyOptions struct {
 	// stored in the apply marker of every scope written (ApplyMarker), in
 	// the same transaction: a replica finds it for the revision.
 	Traceparent string
+	// Kind and Message go into the apply's history records: KindApply
+	// (the default) or KindDelete, and what the author says the change
+	// is for.
+	Kind    string
+	Message string
 }
+
+// ID names an apply in the history: one per Apply call, shared by its
+// transactions.
+func (r *ApplyResult) ID() string { return r.id }
 
 // Apply writes a plan: one etcd transaction, so one revision, unless
 // opts.Chunked. The transaction is conditional on the plan's whole
@@ -93,8 +104,14 @@ func (s *Store) Apply(ctx context.Context, plan *Plan, opts ApplyOptions) (*Appl
 		res.Lease = int64(lease.ID)
 	}
 	since := plan.Revision
+	res.id = newApplyID(now.AsTime())
+	h := HistoryRecord{ID: res.id, Parts: len(chunks), Kind: opts.Kind, By: s.cfg.Writer, At: now.AsTime(), Message: opts.Message, Traceparent: opts.Traceparent}
+	if h.Kind == "" {
+		h.Kind = KindApply
+	}
 	for i, ch := range chunks {
-		rev, err := s.commit(ctx, plan, ch, since, clientv3.LeaseID(res.Lease), now, opts.Traceparent)
+		h.Part = i + 1
+		rev, err := s.commit(ctx, plan, ch, since, clientv3.LeaseID(res.Lease), now, h)
 		if err != nil {
 			if i == 0 && res.Lease != 0 {
 				s.cfg.Client.Revoke(context.WithoutCancel(ctx), clientv3.LeaseID(res.Lease)) //nolint:errcheck // best effort; it expires anyway
@@ -157,8 +174,9 @@ func (s *Store) guards(plan *Plan) (dirs, scopes []string) {
 
 // commit sends one transaction: the plan's guards, compared against
 // revision since (nothing they cover was written after it), then the
-// writes of changes and the apply markers of the scopes they write.
-func (s *Store) commit(ctx context.Context, plan *Plan, changes []Change, since int64, lease clientv3.LeaseID, now *timestamppb.Timestamp, traceparent string) (int64, error) {
+// writes of changes, the apply markers of the scopes they write, and the
+// transaction's history record h (its changes filled in here).
+func (s *Store) commit(ctx context.Context, plan *Plan, changes []Change, since int64, lease clientv3.LeaseID, now *timestamppb.Timestamp, h HistoryRecord) (int64, error) {
 	dirs, scopes := s.guards(plan)
 	cmps := make([]clientv3.Cmp, 0, len(dirs)+len(scopes))
 	for _, d := range dirs {
@@ -191,7 +209,7 @@ func (s *Store) commit(ctx context.Context, plan *Plan, changes []Change, since 
 		}
 		ops = append(ops, clientv3.OpPut(key, string(val), po...))
 	}
-	marker, err := json.Marshal(ApplyMarker{By: s.cfg.Writer, At: now.AsTime(), Traceparent: traceparent})
+	marker, err := json.Marshal(ApplyMarker{By: s.cfg.Writer, At: now.AsTime(), Traceparent: h.Traceparent})
 	if err != nil {
 		return 0, fmt.Errorf("store: encode apply marker: %w", err)
 	}
@@ -202,6 +220,11 @@ func (s *Store) commit(ctx context.Context, plan *Plan, changes []Change, since 
 			ops = append(ops, clientv3.OpPut(ApplyMarkerKey(s.cfg.Prefix, sc), string(marker)))
 		}
 	}
+	hops, err := s.history(ctx, plan, changes, h)
+	if err != nil {
+		return 0, err
+	}
+	ops = append(ops, hops...)
 	resp, err := s.kv.Txn(ctx).If(cmps...).Then(ops...).Commit()
 	if err != nil {
 		return 0, s.wrapErr("apply", err)
@@ -210,6 +233,25 @@ func (s *Store) commit(ctx context.Context, plan *Plan, changes []Change, since 
 		return 0, ErrConflict
 	}
 	return resp.Header.Revision, nil
+}
+
+// history is the operations of the history of a transaction writing
+// changes: its record, within the room the transaction leaves under
+// --max-request-bytes, and the pruning of older records.
+func (s *Store) history(ctx context.Context, plan *Plan, changes []Change, h HistoryRecord) ([]clientv3.Op, error) {
+	used := s.fixedBytes(plan)
+	for _, c := range changes {
+		if c.Action != Unchanged {
+			used += s.opBytes(c)
+		}
+	}
+	key := historyKey(s.cfg.Prefix, h.ID, h.Part)
+	room := min(historyRecordBytes, s.cfg.MaxRequestBytes-used-len(key)-historyFixedBytes/2)
+	record, err := s.historyRecord(h, changes, max(room, historyFixedBytes/2))
+	if err != nil {
+		return nil, err
+	}
+	return s.historyOps(ctx, key, record)
 }
 
 func (s *Store) envelope(body *anypb.Any, ttl time.Duration, now *timestamppb.Timestamp) ([]byte, error) {

@@ -17,6 +17,20 @@ func (s *Store) opBytes(c Change) int {
 	return n
 }
 
+// fixedBytes estimates the bytes of a transaction of plan besides its
+// writes: the compares, and the marker puts (a marker's value is small).
+func (s *Store) fixedBytes(plan *Plan) int {
+	dirs, scopes := s.guards(plan)
+	fixed := 0
+	for _, d := range dirs {
+		fixed += len(d) + 16
+	}
+	for _, sc := range scopes {
+		fixed += 2*len(ApplyMarkerKey(s.cfg.Prefix, sc)) + len(s.cfg.Writer) + 96 + 72 // 72: a traceparent
+	}
+	return fixed
+}
+
 // chunk checks the limits and splits the plan's writes into transactions.
 // etcd counts the larger of a transaction's compares and its operations
 // against --max-txn-ops. Every transaction has one compare per guarded
@@ -33,14 +47,7 @@ func (s *Store) chunk(plan *Plan, chunked bool) ([][]Change, error) {
 	}
 	dirs, scopes := s.guards(plan)
 	ncmps := len(dirs) + len(scopes)
-	// The compares, and the marker puts (a marker's value is small).
-	fixed := 0
-	for _, d := range dirs {
-		fixed += len(d) + 16
-	}
-	for _, sc := range scopes {
-		fixed += 2*len(ApplyMarkerKey(s.cfg.Prefix, sc)) + len(s.cfg.Writer) + 96 + 72 // 72: a traceparent
-	}
+	fixed := s.fixedBytes(plan) + historyFixedBytes
 	if ncmps > s.cfg.MaxTxnOps {
 		return nil, fmt.Errorf("%w: the apply needs %d compares in every transaction (one per type and scope it declares or prunes, and one per scope), more than etcd's --max-txn-ops (%d): split it by scope, or raise --max-txn-ops on every etcd member and pass the same value to xdsadmin --max-txn-ops",
 			ErrLimit, ncmps, s.cfg.MaxTxnOps)
@@ -51,10 +58,11 @@ func (s *Store) chunk(plan *Plan, chunked bool) ([][]Change, error) {
 		}
 		return [][]Change{work}, nil
 	}
-	// Room for changes in each transaction, the markers aside.
-	room := s.cfg.MaxTxnOps - len(scopes)
+	// Room for changes in each transaction, the markers and the history
+	// aside.
+	room := s.cfg.MaxTxnOps - len(scopes) - historyOps
 	if room < 1 {
-		return nil, fmt.Errorf("%w: the apply writes to %d scopes, which leaves no room for a change under etcd's --max-txn-ops (%d): split it by scope", ErrLimit, len(scopes), s.cfg.MaxTxnOps)
+		return nil, fmt.Errorf("%w: the apply writes to %d scopes, which with the history's %d operations leaves no room for a change under etcd's --max-txn-ops (%d): split it by scope", ErrLimit, len(scopes), historyOps, s.cfg.MaxTxnOps)
 	}
 	return s.split(work, room, fixed)
 }
@@ -63,7 +71,7 @@ func (s *Store) chunk(plan *Plan, chunked bool) ([][]Change, error) {
 // scopes, fits one transaction whose compares and markers take fixed
 // bytes.
 func (s *Store) fitsOne(work []Change, scopes, fixed int) error {
-	nops := len(work) + scopes
+	nops := len(work) + scopes + historyOps
 	total := fixed
 	for _, c := range work {
 		total += s.opBytes(c)
@@ -74,7 +82,8 @@ func (s *Store) fitsOne(work []Change, scopes, fixed int) error {
 		if scopes > 1 {
 			markers = fmt.Sprintf("%d scopes' apply markers", scopes)
 		}
-		return fmt.Errorf("%w: the apply needs %d operations in one transaction (%d writes and %s), more than etcd's --max-txn-ops (%d): use --chunked to split it (clients may then see it in parts), or raise --max-txn-ops on every etcd member and pass the same value to xdsadmin --max-txn-ops",
+		markers += fmt.Sprintf(", %d for its history", historyOps)
+		return fmt.Errorf("%w: the apply needs %d operations in one transaction (%d writes, %s), more than etcd's --max-txn-ops (%d): use --chunked to split it (clients may then see it in parts), or raise --max-txn-ops on every etcd member and pass the same value to xdsadmin --max-txn-ops",
 			ErrLimit, nops, len(work), markers, s.cfg.MaxTxnOps)
 	case total > s.cfg.MaxRequestBytes:
 		return fmt.Errorf("%w: the apply needs a transaction of about %d bytes, more than etcd's --max-request-bytes (%d): use --chunked to split it (clients may then see it in parts), or raise --max-request-bytes on every etcd member and pass the same value to xdsadmin --max-request-bytes",

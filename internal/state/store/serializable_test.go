@@ -397,8 +397,9 @@ func TestApplyDeclaredSet(t *testing.T) {
 		for i := range 9 {
 			req.Puts = append(req.Puts, put(resource.Cluster, fmt.Sprintf("c%d", i), 0))
 		}
-		apply(t, s, store.PlanRequest{Puts: req.Puts[:7]})
-		apply(t, s, store.PlanRequest{Puts: req.Puts[7:]})
+		// 5 writes, the marker and the history's 2 operations: 8.
+		apply(t, s, store.PlanRequest{Puts: req.Puts[:5]})
+		apply(t, s, store.PlanRequest{Puts: req.Puts[5:]})
 		req.Puts[0] = put(resource.Cluster, "c0", 1)
 		plan, err := s.MakePlan(ctx, req)
 		if err != nil {
@@ -416,7 +417,7 @@ func TestApplyDeclaredSet(t *testing.T) {
 		}
 	})
 
-	t.Run("a chunked apply of 12 writes goes in two transactions", func(t *testing.T) {
+	t.Run("a chunked apply of 12 writes goes in three transactions", func(t *testing.T) {
 		s := newStore(t)
 		var req store.PlanRequest
 		for i := range 12 {
@@ -429,9 +430,11 @@ func TestApplyDeclaredSet(t *testing.T) {
 		if err := s.CheckLimits(plan, store.ApplyOptions{}); !errors.Is(err, store.ErrLimit) {
 			t.Fatalf("CheckLimits: %v, want ErrLimit (12 writes, --max-txn-ops 8)", err)
 		}
+		// 5 writes a transaction: 8 operations less the marker and the
+		// history's 2.
 		res, err := s.Apply(ctx, plan, store.ApplyOptions{Chunked: true})
-		if err != nil || len(res.Revisions) != 2 {
-			t.Fatalf("chunked: %+v, %v; want two transactions", res, err)
+		if err != nil || len(res.Revisions) != 3 {
+			t.Fatalf("chunked: %+v, %v; want three transactions", res, err)
 		}
 	})
 }

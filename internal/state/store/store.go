@@ -29,8 +29,13 @@ type Config struct {
 	// MaxRequestBytes is the etcd servers' --max-request-bytes. Zero:
 	// 1.5 MiB, etcd's default.
 	MaxRequestBytes int
-	// Writer is recorded in every envelope written ("who wrote it").
+	// Writer is recorded in every envelope written ("who wrote it"), and
+	// in the history.
 	Writer string
+	// HistoryKeep is how many history records are kept (see
+	// HistoryRecord): each transaction deletes those older than the
+	// HistoryKeep newest. Zero: DefaultHistoryKeep.
+	HistoryKeep int
 	// PageSize is the number of keys read per range request. Zero: 1000.
 	PageSize int64
 	// Logger receives warnings about malformed values; nil discards.
@@ -45,6 +50,7 @@ func DefaultConfig() Config {
 		MaxTxnOps:       128,                 // etcd's default --max-txn-ops
 		MaxRequestBytes: 3 * 1024 * 1024 / 2, // etcd's default --max-request-bytes
 		PageSize:        1000,
+		HistoryKeep:     DefaultHistoryKeep,
 	}
 }
 
@@ -61,6 +67,9 @@ func (c *Config) fill() {
 	}
 	if c.PageSize == 0 {
 		c.PageSize = d.PageSize
+	}
+	if c.HistoryKeep == 0 {
+		c.HistoryKeep = d.HistoryKeep
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -80,6 +89,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("store: MaxRequestBytes %d is below 1 KiB", c.MaxRequestBytes)
 	case c.PageSize < 1:
 		return fmt.Errorf("store: PageSize %d must be positive", c.PageSize)
+	case c.HistoryKeep < 1:
+		return fmt.Errorf("store: HistoryKeep %d must be positive", c.HistoryKeep)
 	}
 	return nil
 }

@@ -539,7 +539,7 @@ func TestApplyLimits(t *testing.T) {
 	}{
 		{"max-txn-ops", "/ops/", nil,
 			func(t *testing.T) []store.Put { return clusters(t, "default", "c", 200, 1) },
-			[]string{"201 operations in one transaction (200 writes and its scope's apply marker)", "--max-txn-ops (128)", "--chunked"}},
+			[]string{"203 operations in one transaction (200 writes, its scope's apply marker, 2 for its history)", "--max-txn-ops (128)", "--chunked"}},
 		{"max-request-bytes", "/bytes/", func(cfg *store.Config) { cfg.MaxRequestBytes = 4096 },
 			func(t *testing.T) []store.Put {
 				var puts []store.Put
@@ -607,8 +607,10 @@ func TestApplyLimits(t *testing.T) {
 		if err != nil {
 			t.Fatalf("chunked Apply: %v", err)
 		}
-		// Each transaction also puts the scope's apply marker.
-		wantChunks := (total + maxOps - 2) / (maxOps - 1)
+		// Each transaction also puts the scope's apply marker and its
+		// history record, and prunes the history.
+		room := maxOps - 3
+		wantChunks := (total + room - 1) / room
 		if len(res.Revisions) != wantChunks {
 			t.Errorf("%d transactions (%v), want %d", len(res.Revisions), res.Revisions, wantChunks)
 		}
