@@ -101,7 +101,7 @@ func historyKey(prefix, id string, part int) string {
 // then 6 random hex digits, "20261128-140312.512345-3f2a9c".
 func newApplyID(at time.Time) string {
 	var b [3]byte
-	rand.Read(b[:]) //nolint:errcheck // crypto/rand.Read never fails
+	rand.Read(b[:]) // never fails (crypto/rand)
 	return at.UTC().Format("20060102-150405.000000") + "-" + hex.EncodeToString(b[:])
 }
 
