@@ -33,6 +33,7 @@ type applyFlags struct {
 	checkRefs       bool
 	strict          bool
 	allowInlineKeys bool // write inline private keys outside secrets (refuseInlineKeys)
+	message         string
 }
 
 // defaultLockTimeout is how long apply and delete wait for the scope's
@@ -62,6 +63,9 @@ func (a *app) applyCommand() *cobra.Command {
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := f.checkPrune(cmd.Flags().Changed("max-deletions")); err != nil {
+				return err
+			}
+			if err := checkMessage(f.message); err != nil {
 				return err
 			}
 			return a.runApply(cmd.Context(), f)
@@ -130,6 +134,7 @@ func (f *applyFlags) addFlags(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.StringArrayVarP(&f.files, "filename", "f", nil, "file, directory or - (standard input) to read; repeatable")
 	fl.StringVar(&f.scope, "scope", store.DefaultScope, "scope (node group) to write to, and to prune")
+	fl.StringVarP(&f.message, "message", "m", "", "what the change is for, kept in the history with it (one line, at most 1024 bytes)")
 	fl.DurationVar(&f.ttl, "ttl", 0, "time to live of the resources written, under one new etcd lease: unless written again, they expire together; at least 1s (0: none)")
 	fl.BoolVar(&f.dryRun, "dry-run", false, "print what would change, every prune deletion included, and write nothing; fails, after printing, if the apply would fail (--max-deletions, etcd's limits)")
 	fl.BoolVar(&f.prune, "prune", false, "delete the resources of the scope, of the types the files hold, that the files do not name")
@@ -247,7 +252,7 @@ func (a *app) runApply(ctx context.Context, f applyFlags) error {
 			return err
 		}
 	}
-	return a.execute(ctx, c, req, lockSpec{scope: f.scope, timeout: f.lockTimeout}, f.dryRun, store.ApplyOptions{Chunked: f.chunked}, check)
+	return a.execute(ctx, c, req, lockSpec{scope: f.scope, timeout: f.lockTimeout}, f.dryRun, store.ApplyOptions{Chunked: f.chunked, Message: f.message}, check)
 }
 
 // maxDeletions refuses a plan that deletes more than limit resources.
@@ -493,6 +498,9 @@ type applyOutput struct {
 	// Revisions are the revisions of the transactions: one, several when
 	// chunked, none when nothing was written.
 	Revisions []int64 `json:"revisions"`
+	// ApplyID names the apply in the history; empty when nothing was
+	// written.
+	ApplyID string `json:"applyId,omitempty"`
 	// Lease is the etcd lease the resources were written under, 0 for none.
 	Lease   int64    `json:"lease"`
 	DryRun  bool     `json:"dryRun"`
@@ -505,7 +513,7 @@ type applyOutput struct {
 func (a *app) printApply(plan *store.Plan, res *store.ApplyResult) error {
 	out := applyOutput{Revision: plan.Revision, Revisions: []int64{}, DryRun: res == nil, Changes: []change{}}
 	if res != nil {
-		out.Revision, out.Lease = res.Revision, res.Lease
+		out.Revision, out.Lease, out.ApplyID = res.Revision, res.Lease, res.ID()
 		out.Revisions = append(out.Revisions, res.Revisions...)
 	}
 	for _, c := range plan.Changes {

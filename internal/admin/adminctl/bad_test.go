@@ -127,7 +127,7 @@ api_listener:
 		{
 			name:    "over etcd's --max-txn-ops",
 			args:    []string{"apply", "-f", manyFile},
-			wantSub: "beyond etcd's transaction limits: the apply needs 201 operations in one transaction (200 writes and its scope's apply marker), more than etcd's --max-txn-ops (128): use --chunked to split it",
+			wantSub: "beyond etcd's transaction limits: the apply needs 203 operations in one transaction (200 writes, its scope's apply marker, 2 for its history), more than etcd's --max-txn-ops (128): use --chunked to split it",
 		},
 		{
 			name:    "over etcd's --max-request-bytes",
@@ -373,7 +373,7 @@ virtual_hosts:
 		{
 			name: "xdsadmin knows the limit",
 			args: []string{"apply", "-f", file, "--max-txn-ops", "8"},
-			want: "store: beyond etcd's transaction limits: the apply needs 14 operations in one transaction (13 writes and its scope's apply marker), more than etcd's --max-txn-ops (8): use --chunked to split it (clients may then see it in parts), or raise --max-txn-ops on every etcd member and pass the same value to xdsadmin --max-txn-ops",
+			want: "store: beyond etcd's transaction limits: the apply needs 16 operations in one transaction (13 writes, its scope's apply marker, 2 for its history), more than etcd's --max-txn-ops (8): use --chunked to split it (clients may then see it in parts), or raise --max-txn-ops on every etcd member and pass the same value to xdsadmin --max-txn-ops",
 		},
 		{
 			name: "etcd refuses",
@@ -397,7 +397,7 @@ virtual_hosts:
 	t.Run("dry run says the apply would fail", func(t *testing.T) {
 		h := e.newHarness(t)
 		r := h.run("apply", "-f", file, "--max-txn-ops", "8", "--dry-run")
-		want := "(dry run) the apply would fail: store: beyond etcd's transaction limits: the apply needs 14 operations in one transaction (13 writes and its scope's apply marker), more than etcd's --max-txn-ops (8): use --chunked"
+		want := "(dry run) the apply would fail: store: beyond etcd's transaction limits: the apply needs 16 operations in one transaction (13 writes, its scope's apply marker, 2 for its history), more than etcd's --max-txn-ops (8): use --chunked"
 		if r.code != 1 || !strings.Contains(r.stderr, want) || !strings.Contains(r.stdout, "(dry run) would be 13 created") {
 			t.Errorf("got %s\nwant the plan and an error holding %q", r, want)
 		}
@@ -413,7 +413,9 @@ virtual_hosts:
 		lines := watchLines(t, h, 13, func() {
 			out = h.mustRun("apply", "-f", file, "--max-txn-ops", "8", "--chunked")
 		}, "--revision", fmt.Sprint(from))
-		want := fmt.Sprintf("13 created, 0 changed, 0 unchanged, 0 deleted at revision %d (in 2 transactions, at revisions %d, %d)\n", from+lockWrites+2, from+lockWrites+1, from+lockWrites+2)
+		// 5 writes a transaction: 8 operations less the apply marker and
+		// the history's 2.
+		want := fmt.Sprintf("13 created, 0 changed, 0 unchanged, 0 deleted at revision %d (in 3 transactions, at revisions %d, %d, %d)\n", from+lockWrites+3, from+lockWrites+1, from+lockWrites+2, from+lockWrites+3)
 		if !strings.HasSuffix(out, want) {
 			t.Errorf("chunked apply output:\n%s\nwant it to end with %q", out, want)
 		}

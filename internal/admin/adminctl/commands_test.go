@@ -487,7 +487,10 @@ resources:
 			t.Fatal(err)
 		}
 		rev := e.dataRevision(t)
-		want := applyOutput{Revision: rev, Revisions: []int64{rev}, Summary: counts{Created: 2}, Changes: []change{
+		if !applyIDPattern.MatchString(js.ApplyID) {
+			t.Errorf("apply id %q, want the history's form", js.ApplyID)
+		}
+		want := applyOutput{Revision: rev, Revisions: []int64{rev}, ApplyID: js.ApplyID, Summary: counts{Created: 2}, Changes: []change{
 			{Action: "created", Type: "route", Scope: "default", Name: "echo-route"},
 			{Action: "created", Type: "route", Scope: "default", Name: "ingress-routes"},
 		}}
@@ -501,6 +504,7 @@ resources:
 		// Planned once the lock was taken, after the first one's release.
 		want.Revision = rev + 2*lockWrites
 		want.Revisions = []int64{}
+		want.ApplyID = "" // nothing written
 		want.Summary = counts{Unchanged: 2}
 		for i := range want.Changes {
 			want.Changes[i].Action = "unchanged"

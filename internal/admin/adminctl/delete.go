@@ -14,7 +14,7 @@ import (
 )
 
 func (a *app) deleteCommand() *cobra.Command {
-	var scope string
+	var scope, message string
 	var lockTimeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "delete TYPE NAME...",
@@ -30,15 +30,19 @@ or a type URL.`,
 		Args:              minArgs(2),
 		ValidArgsFunction: completeType,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.runDelete(cmd.Context(), args[0], args[1:], lockSpec{scope: scope, timeout: lockTimeout})
+			if err := checkMessage(message); err != nil {
+				return err
+			}
+			return a.runDelete(cmd.Context(), args[0], args[1:], lockSpec{scope: scope, timeout: lockTimeout}, message)
 		},
 	}
 	cmd.Flags().StringVar(&scope, "scope", store.DefaultScope, "scope (node group) to delete from")
+	cmd.Flags().StringVarP(&message, "message", "m", "", "what the deletion is for, kept in the history with it (one line, at most 1024 bytes)")
 	cmd.Flags().DurationVar(&lockTimeout, "lock-timeout", defaultLockTimeout, "how long to wait for the scope's apply lock, held by another apply or delete; then fail, deleting nothing")
 	return cmd
 }
 
-func (a *app) runDelete(ctx context.Context, typeArg string, names []string, l lockSpec) error {
+func (a *app) runDelete(ctx context.Context, typeArg string, names []string, l lockSpec, message string) error {
 	scope := l.scope
 	typ, err := resource.Lookup(typeArg)
 	if err != nil {
@@ -67,7 +71,7 @@ func (a *app) runDelete(ctx context.Context, typeArg string, names []string, l l
 		return err
 	}
 	defer c.Close()
-	err = a.execute(ctx, c, req, l, false, store.ApplyOptions{}, nil)
+	err = a.execute(ctx, c, req, l, false, store.ApplyOptions{Kind: store.KindDelete, Message: message}, nil)
 	if errors.Is(err, store.ErrNotFound) {
 		ctx, cancel := a.commandContext(ctx)
 		defer cancel()

@@ -2,6 +2,8 @@ package adminctl
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -66,6 +68,9 @@ type Options struct {
 	// unless chunked.
 	MaxTxnOps       int
 	MaxRequestBytes int
+	// HistoryKeep is how many history records the applies keep (see
+	// history): each write deletes those older than the newest this many.
+	HistoryKeep int
 	// Output is the output format: "table", "yaml" or "json".
 	Output string
 }
@@ -80,6 +85,7 @@ func DefaultOptions() Options {
 		Timeout:         10 * time.Second,
 		MaxTxnOps:       d.MaxTxnOps,       // etcd's default, 128
 		MaxRequestBytes: d.MaxRequestBytes, // etcd's default, 1.5 MiB
+		HistoryKeep:     d.HistoryKeep,     // 100
 		Output:          outputTable,
 	}
 }
@@ -104,6 +110,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--max-txn-ops %d: must be positive", o.MaxTxnOps)
 	case o.MaxRequestBytes < 1024:
 		return fmt.Errorf("--max-request-bytes %d: must be at least 1024", o.MaxRequestBytes)
+	case o.HistoryKeep < 1:
+		return fmt.Errorf("--history-keep %d: must be at least 1", o.HistoryKeep)
 	}
 	for _, f := range outputFormats {
 		if o.Output == f {
@@ -220,10 +228,11 @@ command line wins over the environment.`,
 	pf.DurationVar(&a.opts.Timeout, "timeout", a.opts.Timeout, "bound on each command's work with etcd (0: none; watch: only the connection; apply, delete: once the scope's apply lock is taken)")
 	pf.IntVar(&a.opts.MaxTxnOps, "max-txn-ops", a.opts.MaxTxnOps, "the etcd servers' --max-txn-ops: operations allowed in one transaction")
 	pf.IntVar(&a.opts.MaxRequestBytes, "max-request-bytes", a.opts.MaxRequestBytes, "the etcd servers' --max-request-bytes: bytes allowed in one request")
+	pf.IntVar(&a.opts.HistoryKeep, "history-keep", a.opts.HistoryKeep, "history records kept (see history): each apply and delete removes those older than the newest this many")
 	pf.StringVarP(&a.opts.Output, "output", "o", a.opts.Output, "output format: table, yaml or json")
 	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(outputFormats, cobra.ShellCompDirectiveNoFileComp))
 
-	root.AddCommand(a.applyCommand(), a.getCommand(), a.deleteCommand(), a.diffCommand(), a.watchCommand(), a.ttlCommand(), a.statusCommand(), a.membersCommand(), a.loadCommand(), a.authzCommand(), a.exportCommand(), a.etcdAuthCommand(), a.certCommand(), a.versionCommand())
+	root.AddCommand(a.applyCommand(), a.getCommand(), a.deleteCommand(), a.diffCommand(), a.watchCommand(), a.ttlCommand(), a.statusCommand(), a.membersCommand(), a.loadCommand(), a.authzCommand(), a.exportCommand(), a.historyCommand(), a.etcdAuthCommand(), a.certCommand(), a.versionCommand())
 	return root
 }
 
@@ -381,13 +390,31 @@ func (a *app) connect(ctx context.Context) (*conn, error) {
 		Prefix:          a.opts.Prefix,
 		MaxTxnOps:       a.opts.MaxTxnOps,
 		MaxRequestBytes: a.opts.MaxRequestBytes,
-		Writer:          writer(),
+		HistoryKeep:     a.opts.HistoryKeep,
+		Writer:          writer() + etcdIdentity(a.opts.Security.Username, cfg.TLS),
 	})
 	if err != nil {
 		cli.Close()
 		return nil, err
 	}
 	return &conn{client: cli, store: st, revision: resp.Header.Revision}, nil
+}
+
+// etcdIdentity is who etcd knows the writer as, for the envelopes and
+// the history: " as etcd user NAME" with a username, else the common
+// name of the client certificate, if any ("" without either).
+func etcdIdentity(username string, tc *tls.Config) string {
+	if username != "" {
+		return " as etcd user " + username
+	}
+	if tc == nil || len(tc.Certificates) == 0 || len(tc.Certificates[0].Certificate) == 0 {
+		return ""
+	}
+	cert, err := x509.ParseCertificate(tc.Certificates[0].Certificate[0])
+	if err != nil || cert.Subject.CommonName == "" {
+		return ""
+	}
+	return " as etcd user " + cert.Subject.CommonName
 }
 
 // writer says who writes, for the envelopes: "xdsadmin/user@host".

@@ -222,13 +222,15 @@ func TestCompactionBoundsDB(t *testing.T) {
 }
 
 // testApplies and testBound are TestCompactionBoundsDB's applies and its
-// bound on the database size: 200 revisions of history of 300-byte
-// values are about 100 KiB, to which add etcd's own pages, the freelist
-// and the pages freed by the last compactions not yet reused. Without
-// compaction the same applies make about 1 MiB.
+// bound on the database size: each apply's revision holds a 300-byte
+// value and the apply's history record (the value it replaced, about
+// 1.6 KB in all), so 200 revisions of history are about 320 KiB, to which
+// add the 100 history records kept, etcd's own pages, the freelist and
+// the pages freed by the last compactions not yet reused. Without
+// compaction the same applies make about 3.2 MB.
 const (
 	testApplies = 2000
-	testBound   = 512 << 10
+	testBound   = 1 << 20
 )
 
 // TestDefragment: a dev etcd that restarts with a long history in its
