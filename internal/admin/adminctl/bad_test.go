@@ -278,7 +278,12 @@ api_listener:
 		{
 			name: "diff of a bad revision",
 			args: []string{"diff", "abc"},
-			want: `revision "abc": want a positive integer`,
+			want: `"abc": neither a revision nor an apply id of the history (see xdsadmin history)`,
+		},
+		{
+			name: "diff of revision 0",
+			args: []string{"diff", "0"},
+			want: `revision "0": want a positive integer`,
 		},
 		{
 			name: "diff backwards",

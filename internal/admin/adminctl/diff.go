@@ -15,30 +15,20 @@ import (
 func (a *app) diffCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "diff R1 [R2]",
-		Short: "Show what changed between two revisions",
+		Short: "Show what changed between two revisions or applies",
 		Long: `diff lists the resources created, changed and deleted between etcd revision
 R1 and revision R2 (default: now), with their mod_revisions. Revisions are
 the versions Envoy sees (a SotW version_info is one) and what apply prints.
-etcd keeps history only until it is compacted: an older revision is an
-error.`,
+R1 and R2 may also be apply ids of the history (see history), each
+standing for the revision its apply wrote (the last, for a --chunked
+apply). etcd keeps history only until it is compacted: an older revision
+is an error.`,
 		Example: `  xdsadmin diff 41
-  xdsadmin diff 41 57 -o json`,
+  xdsadmin diff 41 57 -o json
+  xdsadmin diff 20261128-140312.512345-3f2a9c`,
 		Args: rangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			r1, err := parseRevision(args[0])
-			if err != nil {
-				return err
-			}
-			var r2 int64
-			if len(args) == 2 {
-				if r2, err = parseRevision(args[1]); err != nil {
-					return err
-				}
-				if r2 < r1 {
-					return fmt.Errorf("revision %d is before %d: give the older one first", r2, r1)
-				}
-			}
-			return a.runDiff(cmd.Context(), r1, r2)
+			return a.runDiff(cmd.Context(), args)
 		},
 	}
 }
@@ -49,6 +39,49 @@ func parseRevision(s string) (int64, error) {
 		return 0, fmt.Errorf("revision %q: want a positive integer", s)
 	}
 	return r, nil
+}
+
+// diffRevisions reads diff's arguments: revisions, or apply ids looked up
+// in the history (read only if one is given).
+func diffRevisions(ctx context.Context, c *conn, args []string) (r1, r2 int64, err error) {
+	var records []store.HistoryRecord
+	revs := make([]int64, len(args))
+	for i, arg := range args {
+		if _, nerr := strconv.ParseInt(arg, 10, 64); nerr == nil {
+			if revs[i], err = parseRevision(arg); err != nil {
+				return 0, 0, err
+			}
+			continue
+		}
+		if records == nil {
+			if records, err = c.store.History(ctx, 0); err != nil {
+				return 0, 0, err
+			}
+		}
+		if revs[i] = applyRevision(records, arg); revs[i] == 0 {
+			return 0, 0, fmt.Errorf("%q: neither a revision nor an apply id of the history (see xdsadmin history)", arg)
+		}
+	}
+	r1 = revs[0]
+	if len(revs) == 2 {
+		r2 = revs[1]
+		if r2 < r1 {
+			return 0, 0, fmt.Errorf("revision %d is before %d: give the older one first", r2, r1)
+		}
+	}
+	return r1, r2, nil
+}
+
+// applyRevision is the last revision apply id wrote, 0 if the history
+// does not hold it.
+func applyRevision(records []store.HistoryRecord, id string) int64 {
+	var rev int64
+	for _, r := range records {
+		if r.ID == id {
+			rev = max(rev, r.Revision)
+		}
+	}
+	return rev
 }
 
 // diffChange is one line of a diff in yaml/json output.
@@ -73,7 +106,7 @@ type diffOutput struct {
 	Changes []diffChange `json:"changes"`
 }
 
-func (a *app) runDiff(ctx context.Context, r1, r2 int64) error {
+func (a *app) runDiff(ctx context.Context, args []string) error {
 	ctx, cancel := a.commandContext(ctx)
 	defer cancel()
 	c, err := a.connect(ctx)
@@ -81,6 +114,10 @@ func (a *app) runDiff(ctx context.Context, r1, r2 int64) error {
 		return err
 	}
 	defer c.Close()
+	r1, r2, err := diffRevisions(ctx, c, args)
+	if err != nil {
+		return err
+	}
 	if r1 > c.revision || r2 > c.revision {
 		return fmt.Errorf("revision %d is newer than etcd's current revision %d", max(r1, r2), c.revision)
 	}

@@ -53,6 +53,16 @@ func TestHistory(t *testing.T) {
 		t.Errorf("revisions %v, %v, %v: want newest first", del.Revisions, edge.Revisions, two.Revisions)
 	}
 
+	// diff takes apply ids for the revisions they wrote.
+	var d diffOutput
+	if err := json.Unmarshal([]byte(h.mustRun("diff", two.ID, del.ID, "-o", "json")), &d); err != nil {
+		t.Fatal(err)
+	}
+	if d.From != two.Revisions[0] || d.To != del.Revisions[0] || d.Summary != (diffSummary{Created: 1, Deleted: 1}) {
+		t.Errorf("diff of the first apply to the delete: from %d to %d, %+v; want from %d to %d, the edge's a created and b deleted",
+			d.From, d.To, d.Summary, two.Revisions[0], del.Revisions[0])
+	}
+
 	table := fields(h.mustRun("history"))
 	if got := strings.Join(table[0], " "); got != "ID REVISION TIME BY KIND CHANGES MESSAGE" {
 		t.Errorf("table header %q", got)

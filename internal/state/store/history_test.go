@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 
@@ -193,5 +194,60 @@ func TestHistoryBounded(t *testing.T) {
 	}
 	if parts != len(res.Revisions) || parts < 2 || listed+omitted != 400 {
 		t.Errorf("%d records for %d transactions, %d changes listed and %d omitted; want one record a transaction, 400 changes in all", parts, len(res.Revisions), listed, omitted)
+	}
+}
+
+// TestUndoOf: undoing an apply puts back each body from before and
+// deletes what it created, expecting each resource at the apply's
+// revision; a record without the bodies (no room) takes them from etcd's
+// history while etcd holds it, and says so once it does not; an id the
+// history does not hold is ErrNotInHistory.
+func TestUndoOf(t *testing.T) {
+	const maxBytes = 16 << 10
+	e := storetest.Start(t, storetest.Options{MaxRequestBytes: maxBytes})
+	c := e.Client(t)
+	ctx := testbase.Context(t)
+	s := newTestStore(t, c, "/undo/", func(cfg *store.Config) { cfg.MaxRequestBytes = maxBytes })
+	big := func(name string, v int) store.Put {
+		return store.Put{Key: key(resource.Listener, "default", name), Body: body(t, resource.Listener, name, v, 3000)}
+	}
+	first := []store.Put{big("a", 1), big("b", 1), big("c", 1), big("d", 1)}
+	mustApply(t, s, store.PlanRequest{Puts: first})
+	second := mustApply(t, s, store.PlanRequest{
+		Puts:    []store.Put{big("a", 2), big("b", 2), big("c", 2), big("e", 1)},
+		Deletes: []store.Key{key(resource.Listener, "default", "d")},
+	})
+	h := history(t, s)
+	if h[0].Undo {
+		t.Fatal("the second apply's record kept its bodies: the test needs one without")
+	}
+	u, err := s.UndoOf(ctx, h, second.ID())
+	if err != nil {
+		t.Fatalf("UndoOf: %v", err)
+	}
+	if u.Scope != "default" || u.Revision != second.Revision || len(u.Request.Deletes) != 1 || u.Request.Deletes[0].Name != "e" {
+		t.Errorf("undo: scope %q, revision %d, deletes %v; want default, %d, e", u.Scope, u.Revision, u.Request.Deletes, second.Revision)
+	}
+	for _, p := range u.Request.Puts {
+		want := first[p.Name[0]-'a'].Body
+		if !proto.Equal(want, p.Body) {
+			t.Errorf("undo puts %s back to another body than the first apply's", p.Name)
+		}
+		if exp := u.Expect[p.Key]; (p.Name == "d") != (exp == 0) || (exp != 0 && exp != second.Revision) {
+			t.Errorf("undo expects %s at revision %d", p.Name, exp)
+		}
+	}
+	if len(u.Request.Puts) != 4 {
+		t.Errorf("undo puts %d resources back, want a, b, c and d", len(u.Request.Puts))
+	}
+
+	if _, err := c.Compact(ctx, second.Revision, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.UndoOf(ctx, h, second.ID()); err == nil || !strings.Contains(err.Error(), "no body from before") || !strings.Contains(err.Error(), "revision compacted") {
+		t.Errorf("UndoOf once etcd compacted the bodies the record lacks: %v", err)
+	}
+	if _, err := s.UndoOf(ctx, h, "20200101-000000.000000-000000"); !errors.Is(err, store.ErrNotInHistory) {
+		t.Errorf("UndoOf of an unknown id: %v, want ErrNotInHistory", err)
 	}
 }
