@@ -5,11 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/store"
 )
 
@@ -17,13 +19,15 @@ type rollbackFlags struct {
 	yes, force  bool
 	message     string
 	lockTimeout time.Duration
+	// to and scope: rollback --to.
+	to, scope string
 }
 
 func (a *app) rollbackCommand() *cobra.Command {
 	var f rollbackFlags
 	cmd := &cobra.Command{
-		Use:   "rollback APPLY_ID",
-		Short: "Undo one apply or delete from the history, as a new apply",
+		Use:   "rollback APPLY_ID | --to REVISION [--scope S]",
+		Short: "Undo one apply, or return a scope to a past revision, as a new apply",
 		Long: `rollback undoes one apply (or delete) of the history (see history): every
 resource it changed or deleted goes back to the body it had before, every
 one it created is deleted. It does so as a new apply, in one transaction:
@@ -38,19 +42,28 @@ created again one of those resources, naming each and the apply that did;
 would write and asks before writing; --yes writes without asking. Like
 apply, it holds the scope's apply lock from its plan to its commit.
 
+--to REVISION returns the scope (--scope, default "default") to what it
+held at REVISION (or at the revision an apply id of the history wrote):
+every resource of the scope as it was then, those created since deleted.
+While etcd holds REVISION it is read from etcd; once compacted, it is
+rebuilt from what the scope holds now by undoing every apply since, from
+the history, which must reach back to REVISION. Writes that bypass
+Legation's store (etcdctl) and TTL expiries are not in the history.
+
 The output is apply's: what it changed, and the revision it made. Its
-history record has kind rollback and the message "rollback of APPLY_ID",
-or -m's.`,
+history record has kind rollback and the message "rollback of APPLY_ID"
+(or "rollback of scope S to revision R"), or -m's.`,
 		Example: `  xdsadmin history
   xdsadmin rollback 20261128-140312.512345-3f2a9c
-  xdsadmin rollback 20261128-140312.512345-3f2a9c --yes -m "the new weights broke checkout"`,
-		Args: exactArgs(1),
+  xdsadmin rollback 20261128-140312.512345-3f2a9c --yes -m "the new weights broke checkout"
+  xdsadmin rollback --to 41 --scope edge`,
+		Args: rangeArgs(0, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkMessage(f.message); err != nil {
+			if err := f.check(args, cmd.Flags().Changed("scope")); err != nil {
 				return err
 			}
-			if err := checkLockTimeout(f.lockTimeout); err != nil {
-				return err
+			if f.to != "" {
+				return a.runRollbackTo(cmd.Context(), f)
 			}
 			return a.runRollback(cmd.Context(), args[0], f)
 		},
@@ -60,7 +73,109 @@ or -m's.`,
 	fl.BoolVar(&f.force, "force", false, "undo the apply even over later changes to the same resources")
 	fl.StringVarP(&f.message, "message", "m", "", "what the rollback is for, kept in the history (default: \"rollback of APPLY_ID\")")
 	fl.DurationVar(&f.lockTimeout, "lock-timeout", defaultLockTimeout, "how long to wait for the scope's apply lock; then fail, writing nothing")
+	fl.StringVar(&f.to, "to", "", "return the scope to what it held at this revision, or at the revision this apply id wrote")
+	fl.StringVar(&f.scope, "scope", store.DefaultScope, "with --to: the scope to return")
 	return cmd
+}
+
+// check refuses bad combinations of rollback's arguments and flags;
+// scopeSet says whether --scope was given.
+func (f *rollbackFlags) check(args []string, scopeSet bool) error {
+	switch {
+	case f.to == "" && len(args) == 0:
+		return errors.New("give the apply id to undo, or --to REVISION")
+	case f.to != "" && len(args) > 0:
+		return fmt.Errorf("give the apply id %q or --to %s, not both", args[0], f.to)
+	case f.to == "" && scopeSet:
+		return errors.New("--scope goes with --to: undoing an apply undoes it in the scope it wrote")
+	case f.to != "" && f.force:
+		return errors.New("--force goes with an apply id: --to returns the scope whatever came after")
+	}
+	if err := resource.ValidateScope(f.scope); err != nil {
+		return fmt.Errorf("--scope: %w", err)
+	}
+	if err := checkMessage(f.message); err != nil {
+		return err
+	}
+	return checkLockTimeout(f.lockTimeout)
+}
+
+// runRollbackTo returns f.scope to what it held at revision (or apply)
+// f.to, as a new apply.
+func (a *app) runRollbackTo(ctx context.Context, f rollbackFlags) error {
+	c, err := a.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	rctx, cancel := a.commandContext(ctx)
+	records, err := c.store.History(rctx, 0)
+	var rev int64
+	var req store.PlanRequest
+	if err == nil {
+		rev, err = toRevision(records, f.to, c.revision)
+	}
+	if err == nil {
+		req, err = scopeRequest(rctx, c, records, f.scope, rev)
+	}
+	cancel()
+	if err != nil {
+		return err
+	}
+	msg := f.message
+	if msg == "" {
+		msg = fmt.Sprintf("rollback of scope %s to revision %d", f.scope, rev)
+	}
+	check := func(plan *store.Plan) error {
+		return a.confirm(plan, fmt.Sprintf("of scope %s to revision %d", f.scope, rev), f.yes)
+	}
+	return a.execute(ctx, c, req, lockSpec{scope: f.scope, timeout: f.lockTimeout}, false,
+		store.ApplyOptions{Kind: store.KindRollback, Message: msg}, check)
+}
+
+// toRevision reads --to: a revision up to now, or an apply id of records.
+func toRevision(records []store.HistoryRecord, to string, now int64) (int64, error) {
+	if _, err := strconv.ParseInt(to, 10, 64); err != nil {
+		rev := applyRevision(records, to)
+		if rev == 0 {
+			return 0, fmt.Errorf("--to %q: neither a revision nor an apply id of the history (see xdsadmin history)", to)
+		}
+		return rev, nil
+	}
+	rev, err := parseRevision(to)
+	if err != nil {
+		return 0, fmt.Errorf("--to: %w", err)
+	}
+	if rev > now {
+		return 0, fmt.Errorf("--to %d: newer than etcd's current revision %d", rev, now)
+	}
+	return rev, nil
+}
+
+// scopeRequest is the apply that returns scope to what it held at rev:
+// each resource then, and the deletion of each created since.
+func scopeRequest(ctx context.Context, c *conn, records []store.HistoryRecord, scope string, rev int64) (store.PlanRequest, error) {
+	var req store.PlanRequest
+	then, err := c.store.ScopeAt(ctx, records, scope, rev)
+	if err != nil {
+		return req, err
+	}
+	now, err := c.store.ScopeAt(ctx, nil, scope, 0)
+	if err != nil {
+		return req, err
+	}
+	for k, body := range then {
+		req.Puts = append(req.Puts, store.Put{Key: k, Body: body})
+	}
+	for k := range now {
+		if _, ok := then[k]; !ok {
+			req.Deletes = append(req.Deletes, k)
+		}
+	}
+	if len(req.Puts)+len(req.Deletes) == 0 {
+		return req, fmt.Errorf("scope %q held nothing at revision %d and holds nothing now: nothing to return", scope, rev)
+	}
+	return req, nil
 }
 
 func (a *app) runRollback(ctx context.Context, id string, f rollbackFlags) error {
@@ -93,7 +208,7 @@ func (a *app) runRollback(ctx context.Context, id string, f rollbackFlags) error
 		if err := undoConflicts(plan, u, records); err != nil && !f.force {
 			return err
 		}
-		return a.confirm(plan, id, f.yes)
+		return a.confirm(plan, "of apply "+id, f.yes)
 	}
 	return a.execute(ctx, c, u.Request, lockSpec{scope: u.Scope, timeout: f.lockTimeout}, false,
 		store.ApplyOptions{Kind: store.KindRollback, Message: msg}, check)
@@ -185,13 +300,13 @@ func laterApply(records []store.HistoryRecord, k store.Key, rev int64) string {
 	return ""
 }
 
-// confirm shows what the rollback of id writes and asks, on the command's
-// input, whether to write it; yes: it does not ask.
-func (a *app) confirm(plan *store.Plan, id string, yes bool) error {
+// confirm shows what the rollback (of what) writes and asks, on the
+// command's input, whether to write it; yes: it does not ask.
+func (a *app) confirm(plan *store.Plan, what string, yes bool) error {
 	if yes {
 		return nil
 	}
-	fmt.Fprintf(a.errOut, "rollback of apply %s, at revision %d, would write:\n", id, plan.Revision)
+	fmt.Fprintf(a.errOut, "rollback %s, planned at revision %d, would write:\n", what, plan.Revision)
 	w := newTable(a.errOut)
 	for _, c := range plan.Changes {
 		if c.Action != store.Unchanged {

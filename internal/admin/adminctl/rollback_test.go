@@ -162,7 +162,14 @@ func TestRollbackBadInput(t *testing.T) {
 		want string
 	}{
 		{[]string{"rollback", "--yes", "20200101-000000.000000-000000"}, `not in the history: apply "20200101-000000.000000-000000"`},
-		{[]string{"rollback"}, "accepts 1 arg(s), received 0"},
+		{[]string{"rollback"}, "give the apply id to undo, or --to REVISION"},
+		{[]string{"rollback", "x", "--to", "3"}, `give the apply id "x" or --to 3, not both`},
+		{[]string{"rollback", "x", "--scope", "edge"}, "--scope goes with --to"},
+		{[]string{"rollback", "--to", "3", "--force"}, "--force goes with an apply id"},
+		{[]string{"rollback", "--to", "3", "--scope", "Bad Scope"}, "--scope"},
+		{[]string{"rollback", "--yes", "--to", "0"}, `--to: revision "0": want a positive integer`},
+		{[]string{"rollback", "--yes", "--to", "999999"}, "--to 999999: newer than etcd's current revision"},
+		{[]string{"rollback", "--yes", "--to", "no-such-apply"}, `--to "no-such-apply": neither a revision nor an apply id of the history`},
 		{[]string{"rollback", "--yes", "x", "-m", "a\tb"}, "--message: holds a control character"},
 		{[]string{"rollback", "--yes", "x", "--lock-timeout", "0s"}, "--lock-timeout"},
 	} {
@@ -173,5 +180,64 @@ func TestRollbackBadInput(t *testing.T) {
 	}
 	if e.dataRevision(t) != at {
 		t.Errorf("refused rollbacks wrote")
+	}
+}
+
+// TestRollbackTo: --to returns a scope to what it held at a revision, or
+// at an apply id's, field by field, at a new revision, reading etcd while
+// it holds the revision and rebuilding it from the history once etcd
+// compacted it; other scopes are left alone; a revision the history does
+// not reach back to is refused, writing nothing.
+func TestRollbackTo(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t, storetest.Options{})
+	h := e.newHarness(t)
+	v1 := applyID(t, h, "--scope", "edge", "-f", writeFile(t, "v1.yaml", docs(clusterYAML("a", "1s"), clusterYAML("b", "1s"), endpointYAML("a", 8080))))
+	rev1 := e.dataRevision(t)
+	then := snapshot(t, h)
+	applyID(t, h, "--scope", "edge", "-f", writeFile(t, "v2.yaml", docs(clusterYAML("a", "2s"), clusterYAML("c", "1s"))))
+	h.mustRun("delete", "cluster", "b", "--scope", "edge")
+	applyID(t, h, "-f", writeFile(t, "other.yaml", clusterYAML("elsewhere", "1s"))) // scope default
+	other := snapshot(t, h)["cluster/default/elsewhere"]
+
+	// While etcd holds the revision.
+	h.mustRun("rollback", "--yes", "--to", fmt.Sprint(rev1), "--scope", "edge")
+	got := snapshot(t, h)
+	if !proto.Equal(got["cluster/default/elsewhere"], other) {
+		t.Errorf("the rollback of scope edge changed scope default")
+	}
+	delete(got, "cluster/default/elsewhere")
+	sameResources(t, "back to the first apply's revision", then, got)
+
+	// Once etcd compacted it: rebuilt from the history.
+	applyID(t, h, "--scope", "edge", "-f", writeFile(t, "v3.yaml", docs(clusterYAML("a", "3s"), clusterYAML("d", "1s"))))
+	if _, err := e.client.Compact(testbase.Context(t), e.dataRevision(t), clientv3.WithCompactPhysical()); err != nil {
+		t.Fatal(err)
+	}
+	before := e.dataRevision(t)
+	h.mustRun("rollback", "--yes", "--to", v1, "--scope", "edge")
+	if e.dataRevision(t) <= before {
+		t.Errorf("the rollback wrote no new revision")
+	}
+	got = snapshot(t, h)
+	delete(got, "cluster/default/elsewhere")
+	sameResources(t, "back to the first apply, after compaction", then, got)
+
+	// The history of another prefix keeps 1 record: not back to rev1.
+	h2 := e.newHarness(t)
+	applyID(t, h2, "-f", writeFile(t, "x.yaml", clusterYAML("x", "1s")))
+	old := e.dataRevision(t)
+	applyID(t, h2, "--history-keep", "1", "-f", writeFile(t, "y.yaml", clusterYAML("x", "2s")))
+	applyID(t, h2, "--history-keep", "1", "-f", writeFile(t, "z.yaml", clusterYAML("x", "3s")))
+	if _, err := e.client.Compact(testbase.Context(t), e.dataRevision(t), clientv3.WithCompactPhysical()); err != nil {
+		t.Fatal(err)
+	}
+	at := e.dataRevision(t)
+	r := h2.run("rollback", "--yes", "--to", fmt.Sprint(old))
+	if r.code == 0 || !strings.Contains(r.stderr, fmt.Sprintf("etcd compacted revision %d, and the history kept (the oldest is at revision", old)) {
+		t.Errorf("rollback past the history kept: %s", r)
+	}
+	if e.dataRevision(t) != at {
+		t.Errorf("a refused rollback wrote")
 	}
 }

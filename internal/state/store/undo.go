@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
@@ -112,4 +113,79 @@ func (s *Store) before(ctx context.Context, k Key, rev int64, c HistoryChange) (
 		return nil, fmt.Errorf("%s: the history record has no body from before (it had no room) and etcd cannot give it: %w", k, err)
 	}
 	return r.Envelope.GetBody(), nil
+}
+
+// ErrHistoryTooShort is returned for a revision that etcd compacted and
+// that the history kept does not reach back to.
+var ErrHistoryTooShort = errors.New("store: the history kept does not reach back to that revision")
+
+// ScopeAt is what scope held at revision rev, by key: read from etcd
+// while it holds rev, else rebuilt from what scope holds now by undoing,
+// newest first, every apply of records (History's) written after rev.
+// The rebuild needs the history to reach back to rev (a record at or
+// before it kept), and the bodies from before of every change after it
+// (or etcd's, while it holds them).
+func (s *Store) ScopeAt(ctx context.Context, records []HistoryRecord, scope string, rev int64) (map[Key]*anypb.Any, error) {
+	at, err := s.scopeList(ctx, scope, rev)
+	if err == nil || !errors.Is(err, rpctypes.ErrCompacted) {
+		return at, err
+	}
+	if len(records) == 0 || records[len(records)-1].Revision > rev {
+		oldest := "none"
+		if len(records) > 0 {
+			oldest = fmt.Sprintf("the oldest is at revision %d", records[len(records)-1].Revision)
+		}
+		return nil, fmt.Errorf("%w: etcd compacted revision %d, and the history kept (%s) does not reach back to it: raise --history-keep for the future", ErrHistoryTooShort, rev, oldest)
+	}
+	state, err := s.scopeList(ctx, scope, 0)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range records { // newest first
+		if r.Revision <= rev {
+			break
+		}
+		if r.Omitted > 0 {
+			return nil, fmt.Errorf("store: to rebuild revision %d: the history record of apply %s lists %d of its changes (%d more had no room)", rev, r.ID, len(r.Changes), r.Omitted)
+		}
+		for _, c := range r.Changes {
+			if c.Scope != scope {
+				continue
+			}
+			if err := s.unapply(ctx, state, r.Revision, c); err != nil {
+				return nil, fmt.Errorf("store: to rebuild revision %d: apply %s: %w", rev, r.ID, err)
+			}
+		}
+	}
+	return state, nil
+}
+
+// unapply undoes change c, written at rev, on state.
+func (s *Store) unapply(ctx context.Context, state map[Key]*anypb.Any, rev int64, c HistoryChange) error {
+	u := &Undo{Expect: map[Key]int64{}}
+	if err := s.undoChange(ctx, u, rev, c); err != nil {
+		return err
+	}
+	for _, k := range u.Request.Deletes {
+		delete(state, k)
+	}
+	for _, p := range u.Request.Puts {
+		state[p.Key] = p.Body
+	}
+	return nil
+}
+
+// scopeList is every resource of scope at rev (0: now), by key.
+func (s *Store) scopeList(ctx context.Context, scope string, rev int64) (map[Key]*anypb.Any, error) {
+	lr, err := s.List(ctx, ListOptions{Revision: rev})
+	if err != nil {
+		return nil, err
+	}
+	out := map[Key]*anypb.Any{}
+	for _, r := range lr.Resources {
+		if r.Scope == scope {
+			out[r.Key] = r.Envelope.GetBody()
+		}
+	}
+	return out, nil
 }
