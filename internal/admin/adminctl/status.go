@@ -156,15 +156,21 @@ func formatNack(ts status.TypeStatus) string {
 	if !ts.Nacked() {
 		return "-"
 	}
-	msg := strings.Join(strings.Fields(ts.LastNack), " ")
-	if r := []rune(msg); len(r) > maxNackColumn {
-		msg = string(r[:maxNackColumn-3]) + "..."
-	}
+	msg := shortNack(ts.LastNack)
 	v := orDash(ts.NackVersion)
 	if msg == "" {
 		return v
 	}
 	return v + ": " + msg
+}
+
+// shortNack is a NACK message on one line, shortened to maxNackColumn.
+func shortNack(m string) string {
+	msg := strings.Join(strings.Fields(m), " ")
+	if r := []rune(msg); len(r) > maxNackColumn {
+		msg = string(r[:maxNackColumn-3]) + "..."
+	}
+	return msg
 }
 
 func orDash(s string) string {
