@@ -13,6 +13,7 @@ import (
 	"github.com/legation-io/legation/internal/cluster/lrs"
 	"github.com/legation-io/legation/internal/cluster/relay"
 	"github.com/legation-io/legation/internal/cluster/shard"
+	"github.com/legation-io/legation/internal/cluster/status"
 	"github.com/legation-io/legation/internal/state/lease"
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/view"
@@ -30,6 +31,7 @@ func (n *Node) handleDebug(mux *http.ServeMux) {
 	mux.Handle("GET /debug/streams", n.debugOnly(http.HandlerFunc(n.serveDebugStreams)))
 	mux.Handle("GET /debug/cluster", n.debugOnly(http.HandlerFunc(n.serveDebugCluster)))
 	mux.Handle("GET /debug/load", n.debugOnly(http.HandlerFunc(n.serveDebugLoad)))
+	mux.Handle("GET /debug/nacks", n.debugOnly(http.HandlerFunc(n.serveDebugNacks)))
 	// Go's profiles (go tool pprof http://ADDR/debug/pprof/profile?seconds=20):
 	// a profile must fit in the HTTP write timeout (30s). They show the
 	// process's memory and command line, so they are off unless asked for.
@@ -106,6 +108,39 @@ func (n *Node) serveDebugLoad(w http.ResponseWriter, r *http.Request) {
 		sums = []lrs.Summary{}
 	}
 	writeJSON(w, http.StatusOK, loadStatus{Summaries: sums, Malformed: len(bad)})
+}
+
+// serveDebugNacks answers with the fleet's standing rejections grouped by
+// the apply they trace to, as xdsadmin nacks shows them: every node's
+// status record and the apply history, read from etcd. Query parameter:
+// since (a duration: only rejections of applies written within it).
+func (n *Node) serveDebugNacks(w http.ResponseWriter, r *http.Request) {
+	var since time.Duration
+	if v := r.URL.Query().Get("since"); v != "" {
+		var err error
+		if since, err = time.ParseDuration(v); err != nil || since < 0 {
+			http.Error(w, fmt.Sprintf("since %q: want a duration such as 10m, not negative", v), http.StatusBadRequest)
+			return
+		}
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	groups, bad, err := status.ReadRejections(ctx, n.client, n.cfg.EtcdPrefix)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	if since > 0 {
+		groups = status.RecentRejections(groups, time.Now().Add(-since))
+	}
+	writeJSON(w, http.StatusOK, nacksStatus{Rejections: groups, Malformed: bad})
+}
+
+// nacksStatus is the body of /debug/nacks.
+type nacksStatus struct {
+	Rejections []status.Rejection `json:"rejections"`
+	// Malformed counts the status records that did not decode.
+	Malformed int `json:"malformed"`
 }
 
 // loadStatus is the body of /debug/load.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -85,9 +86,30 @@ func TestNodeStatus(t *testing.T) {
 	if !found {
 		t.Errorf("CSDS: no cluster entry in %v", resp)
 	}
+	checkDebugNacks(t, r, rev)
 
 	r.stop(t)
 	if _, err := status.Get(context.Background(), client, e.prefix, "envoy-1"); err == nil {
 		t.Error("the status record outlived its replica's graceful stop")
+	}
+}
+
+// checkDebugNacks: /debug/nacks traces envoy-1's rejection to the apply
+// that wrote revision rev, the one it rejects, as xdsadmin nacks does.
+func checkDebugNacks(t *testing.T, r *running, rev int64) {
+	t.Helper()
+	code, body := get(t, r, "/debug/nacks")
+	var got struct {
+		Rejections []status.Rejection `json:"rejections"`
+	}
+	if err := json.Unmarshal([]byte(body), &got); code != http.StatusOK || err != nil {
+		t.Fatalf("/debug/nacks: %d %s (%v)", code, body, err)
+	}
+	if len(got.Rejections) != 1 || got.Rejections[0].Nodes != 1 || got.Rejections[0].NodeIDs[0] != "envoy-1" ||
+		len(got.Rejections[0].Applies) != 1 || got.Rejections[0].Applies[0].Revision != rev || got.Rejections[0].Replicas[0] != "replica-s" {
+		t.Errorf("/debug/nacks: %s; want envoy-1's rejection traced to the apply of revision %d", body, rev)
+	}
+	if code, body := get(t, r, "/debug/nacks?since=-1s"); code != http.StatusBadRequest {
+		t.Errorf("/debug/nacks?since=-1s: %d %s, want 400", code, body)
 	}
 }

@@ -54,7 +54,7 @@ func diffRevisions(ctx context.Context, c *conn, args []string) (r1, r2 int64, e
 			continue
 		}
 		if records == nil {
-			if records, err = c.store.History(ctx, 0); err != nil {
+			if records, _, err = c.store.History(ctx, 0); err != nil {
 				return 0, 0, err
 			}
 		}

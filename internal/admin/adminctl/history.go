@@ -117,7 +117,8 @@ func (a *app) runHistory(ctx context.Context, args []string, f historyFlags) err
 		return err
 	}
 	defer c.Close()
-	records, err := c.store.History(ctx, 0)
+	records, bad, err := c.store.History(ctx, 0)
+	a.warnMalformed(bad)
 	if err != nil {
 		return err
 	}

@@ -3,15 +3,12 @@ package adminctl
 import (
 	"context"
 	"fmt"
-	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/legation-io/legation/internal/cluster/status"
-	"github.com/legation-io/legation/internal/state/store"
 )
 
 func (a *app) nacksCommand() *cobra.Command {
@@ -56,30 +53,6 @@ Output:
 	return cmd
 }
 
-// nackApply is an apply a group of rejections is traced to.
-type nackApply struct {
-	ID        string    `json:"id"`
-	Revision  int64     `json:"revision"`
-	By        string    `json:"by"`
-	At        time.Time `json:"at"`
-	Message   string    `json:"message,omitempty"`
-	Resources []string  `json:"resources"`
-}
-
-// nackGroup is the nodes that reject the same type from the same applies
-// with the same message.
-type nackGroup struct {
-	Applies  []nackApply `json:"applies"`
-	Type     string      `json:"type"`
-	Nack     string      `json:"nack"`
-	Nodes    int         `json:"nodes"`
-	NodeIDs  []string    `json:"node_ids"`
-	Replicas []string    `json:"replicas"`
-}
-
-// maxNackNodeIDs is how many node ids a group names.
-const maxNackNodeIDs = 5
-
 func (a *app) runNacks(ctx context.Context, since time.Duration) error {
 	ctx, cancel := a.commandContext(ctx)
 	defer cancel()
@@ -93,13 +66,14 @@ func (a *app) runNacks(ctx context.Context, since time.Duration) error {
 		return err
 	}
 	a.warnBadStatus(bad)
-	records, err := c.store.History(ctx, 0)
+	records, badHistory, err := c.store.History(ctx, 0)
+	a.warnMalformed(badHistory)
 	if err != nil {
 		return err
 	}
-	groups := nackGroups(recs, records)
+	groups := status.Rejections(recs, records)
 	if since > 0 {
-		groups = recentNacks(groups, time.Now().Add(-since))
+		groups = status.RecentRejections(groups, time.Now().Add(-since))
 	}
 	if a.opts.Output != outputTable {
 		return a.printStructured(groups)
@@ -107,94 +81,7 @@ func (a *app) runNacks(ctx context.Context, since time.Duration) error {
 	return a.printNacks(groups)
 }
 
-// nackGroups groups the rejections of recs by the applies of records
-// they trace to, type and message, most nodes first.
-func nackGroups(recs []status.NodeStatus, records []store.HistoryRecord) []nackGroup {
-	byKey := map[string]*nackGroup{}
-	var order []string
-	for _, ns := range recs {
-		for _, t := range typeNames(ns.Types) {
-			ts := ns.Types[t]
-			if !ts.Nacked() {
-				continue
-			}
-			applies := traceNack(records, ns.Group, t, ts)
-			ids := make([]string, len(applies))
-			for i, ap := range applies {
-				ids[i] = ap.ID
-			}
-			key := strings.Join(ids, ",") + "\x00" + t + "\x00" + ts.LastNack
-			g, ok := byKey[key]
-			if !ok {
-				g = &nackGroup{Applies: applies, Type: t, Nack: ts.LastNack, NodeIDs: []string{}, Replicas: []string{}}
-				byKey[key] = g
-				order = append(order, key)
-			}
-			g.Nodes++
-			if len(g.NodeIDs) < maxNackNodeIDs {
-				g.NodeIDs = append(g.NodeIDs, ns.NodeID)
-			}
-			if !slices.Contains(g.Replicas, ns.Home) {
-				g.Replicas = append(g.Replicas, ns.Home)
-			}
-		}
-	}
-	out := make([]nackGroup, 0, len(order))
-	for _, k := range order {
-		slices.Sort(byKey[k].Replicas)
-		out = append(out, *byKey[k])
-	}
-	slices.SortStableFunc(out, func(x, y nackGroup) int { return y.Nodes - x.Nodes })
-	return out
-}
-
-// traceNack is the applies of records, oldest first, that wrote what a
-// node of group rejects in ts: after the version it acknowledged, up to
-// the one it rejects, resources of type t in its group or the default
-// scope.
-func traceNack(records []store.HistoryRecord, group, t string, ts status.TypeStatus) []nackApply {
-	nacked, err := strconv.ParseInt(ts.NackVersion, 10, 64)
-	if err != nil {
-		return []nackApply{}
-	}
-	acked, _ := strconv.ParseInt(ts.VersionAcked, 10, 64) // "": none yet
-	out := []nackApply{}
-	for i := len(records) - 1; i >= 0; i-- { // oldest first
-		r := records[i]
-		if r.Revision <= acked || r.Revision > nacked {
-			continue
-		}
-		var res []string
-		for _, c := range r.Changes {
-			if c.Type == t && (c.Scope == store.DefaultScope || c.Scope == group) {
-				res = append(res, c.Type+"/"+c.Scope+"/"+c.Name)
-			}
-		}
-		if len(res) == 0 {
-			continue
-		}
-		if n := len(out); n > 0 && out[n-1].ID == r.ID {
-			out[n-1].Resources = append(out[n-1].Resources, res...)
-			out[n-1].Revision = r.Revision
-			continue
-		}
-		out = append(out, nackApply{ID: r.ID, Revision: r.Revision, By: r.By, At: r.At, Message: r.Message, Resources: res})
-	}
-	return out
-}
-
-// recentNacks keeps the groups traced to an apply written after from.
-func recentNacks(groups []nackGroup, from time.Time) []nackGroup {
-	var out []nackGroup
-	for _, g := range groups {
-		if slices.ContainsFunc(g.Applies, func(ap nackApply) bool { return ap.At.After(from) }) {
-			out = append(out, g)
-		}
-	}
-	return out
-}
-
-func (a *app) printNacks(groups []nackGroup) error {
+func (a *app) printNacks(groups []status.Rejection) error {
 	if len(groups) == 0 {
 		_, err := fmt.Fprintln(a.out, "no node rejects its configuration")
 		return err

@@ -41,7 +41,7 @@ func TestNacks(t *testing.T) {
 		nodeStatus("n5", "edge", rejects(0, 1, "something older")),
 	)
 
-	var groups []nackGroup
+	var groups []status.Rejection
 	if err := json.Unmarshal([]byte(h.mustRun("nacks", "-o", "json")), &groups); err != nil {
 		t.Fatal(err)
 	}

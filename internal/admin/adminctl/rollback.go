@@ -109,7 +109,8 @@ func (a *app) runRollbackTo(ctx context.Context, f rollbackFlags) error {
 	}
 	defer c.Close()
 	rctx, cancel := a.commandContext(ctx)
-	records, err := c.store.History(rctx, 0)
+	records, bad, err := c.store.History(rctx, 0)
+	a.warnMalformed(bad)
 	var rev int64
 	var req store.PlanRequest
 	if err == nil {
@@ -185,7 +186,8 @@ func (a *app) runRollback(ctx context.Context, id string, f rollbackFlags) error
 	}
 	defer c.Close()
 	rctx, cancel := a.commandContext(ctx)
-	records, err := c.store.History(rctx, 0)
+	records, bad, err := c.store.History(rctx, 0)
+	a.warnMalformed(bad)
 	var u *store.Undo
 	if err == nil {
 		u, err = c.store.UndoOf(rctx, records, id)

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -165,25 +164,62 @@ func (s *Store) historyOps(ctx context.Context, key string, record []byte) ([]cl
 }
 
 // History returns the history's records, newest first, at most limit of
-// them (0: all), each with the revision it wrote.
-func (s *Store) History(ctx context.Context, limit int) ([]HistoryRecord, error) {
-	dir := keyspace.History.Prefix(s.cfg.Prefix)
+// them (0: all), each with the revision it wrote, and the records that
+// do not decode (written by another tool), which it skips.
+func (s *Store) History(ctx context.Context, limit int) ([]HistoryRecord, []Malformed, error) {
+	h, bad, err := ReadHistory(ctx, s.kv, s.cfg.Prefix, limit)
+	if err != nil {
+		return nil, nil, s.wrapErr("read history", err)
+	}
+	return h, bad, nil
+}
+
+// ReadHistory reads the history under prefix as Store.History does, for
+// readers without a Store (a replica's /debug/nacks).
+func ReadHistory(ctx context.Context, kv clientv3.KV, prefix string, limit int) ([]HistoryRecord, []Malformed, error) {
+	dir := keyspace.History.Prefix(prefix)
 	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend)}
 	if limit > 0 {
 		opts = append(opts, clientv3.WithLimit(int64(limit)))
 	}
-	resp, err := s.kv.Get(ctx, dir, opts...)
+	resp, err := kv.Get(ctx, dir, opts...)
 	if err != nil {
-		return nil, s.wrapErr("read history", err)
+		return nil, nil, err
 	}
 	out := make([]HistoryRecord, 0, len(resp.Kvs))
+	var bad []Malformed
 	for _, kv := range resp.Kvs {
-		var h HistoryRecord
-		if err := json.Unmarshal(kv.Value, &h); err != nil {
-			return nil, fmt.Errorf("%w: history record %s: %v", ErrMalformed, strings.TrimPrefix(string(kv.Key), dir), err)
+		h, err := ParseHistoryRecord(kv.Value)
+		if err != nil {
+			bad = append(bad, Malformed{EtcdKey: string(kv.Key), ModRevision: kv.ModRevision, Err: err})
+			continue
 		}
 		h.Revision = kv.ModRevision
 		out = append(out, h)
 	}
-	return out, nil
+	return out, bad, nil
+}
+
+// ParseHistoryRecord decodes a history record's value, and checks what
+// readers rely on: an id, a part within its parts, a known kind, and
+// changes naming a type, scope, name and action.
+func ParseHistoryRecord(b []byte) (HistoryRecord, error) {
+	var h HistoryRecord
+	if err := json.Unmarshal(b, &h); err != nil {
+		return HistoryRecord{}, fmt.Errorf("%w: history record: %v", ErrMalformed, err)
+	}
+	switch {
+	case h.ID == "":
+		return HistoryRecord{}, fmt.Errorf("%w: history record: no id", ErrMalformed)
+	case h.Part < 1 || h.Part > h.Parts:
+		return HistoryRecord{}, fmt.Errorf("%w: history record %s: part %d of %d", ErrMalformed, h.ID, h.Part, h.Parts)
+	case h.Kind != KindApply && h.Kind != KindDelete && h.Kind != KindRollback:
+		return HistoryRecord{}, fmt.Errorf("%w: history record %s: kind %q", ErrMalformed, h.ID, h.Kind)
+	}
+	for _, c := range h.Changes {
+		if c.Type == "" || c.Scope == "" || c.Name == "" || c.Action == "" {
+			return HistoryRecord{}, fmt.Errorf("%w: history record %s: a change without its type, scope, name or action", ErrMalformed, h.ID)
+		}
+	}
+	return h, nil
 }

@@ -32,9 +32,9 @@ func applyWith(t *testing.T, s *store.Store, req store.PlanRequest, opts store.A
 // history reads s's whole history.
 func history(t *testing.T, s *store.Store) []store.HistoryRecord {
 	t.Helper()
-	h, err := s.History(testbase.Context(t), 0)
-	if err != nil {
-		t.Fatalf("History: %v", err)
+	h, bad, err := s.History(testbase.Context(t), 0)
+	if err != nil || len(bad) != 0 {
+		t.Fatalf("History: %v, %d malformed", err, len(bad))
 	}
 	return h
 }
@@ -116,7 +116,7 @@ func TestHistoryKeep(t *testing.T) {
 	if n := countKeys(t, c, keyspace.History.Prefix("/keep/")); n != 3 {
 		t.Errorf("%d history keys in etcd, want 3", n)
 	}
-	if h, err := s.History(testbase.Context(t), 2); err != nil || len(h) != 2 || h[0].ID != ids[4] {
+	if h, _, err := s.History(testbase.Context(t), 2); err != nil || len(h) != 2 || h[0].ID != ids[4] {
 		t.Errorf("History(limit 2): %d records, %v; want the 2 newest", len(h), err)
 	}
 }
@@ -250,4 +250,53 @@ func TestUndoOf(t *testing.T) {
 	if _, err := s.UndoOf(ctx, h, "20200101-000000.000000-000000"); !errors.Is(err, store.ErrNotInHistory) {
 		t.Errorf("UndoOf of an unknown id: %v, want ErrNotInHistory", err)
 	}
+}
+
+// TestHistoryMalformed: a history value that does not decode, or lacks
+// what readers rely on (written by another tool), is skipped and
+// reported with its key; the others are read.
+func TestHistoryMalformed(t *testing.T) {
+	e := storetest.Start(t, storetest.Options{})
+	c := e.Client(t)
+	s := newTestStore(t, c, "/malformed-history/", nil)
+	res := mustApply(t, s, store.PlanRequest{Puts: []store.Put{put(t, resource.Cluster, "default", "c", 1)}})
+	for k, v := range map[string]string{
+		"zz-not-json/0001": "{",
+		"zz-no-part/0001":  `{"id":"x","kind":"apply"}`,
+		"zz-bad-kind/0001": `{"id":"x","part":1,"parts":1,"kind":"delete-all"}`,
+	} {
+		if _, err := c.Put(testbase.Context(t), keyspace.History.Key("/malformed-history/", k), v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h, bad, err := s.History(testbase.Context(t), 0)
+	if err != nil || len(h) != 1 || h[0].ID != res.ID() || len(bad) != 3 {
+		t.Fatalf("History: %d records, %d malformed, %v; want the apply's and 3 malformed", len(h), len(bad), err)
+	}
+	for _, b := range bad {
+		if !errors.Is(b.Err, store.ErrMalformed) || !strings.Contains(b.EtcdKey, "/history/zz-") {
+			t.Errorf("malformed %s: %v", b.EtcdKey, b.Err)
+		}
+	}
+}
+
+// FuzzParseHistoryRecord: any value decodes to a record readers may use
+// (an id, a part within its parts, a known kind, complete changes) or to
+// ErrMalformed, never a panic.
+func FuzzParseHistoryRecord(f *testing.F) {
+	f.Add([]byte(`{"id":"20261128-140312.512345-3f2a9c","part":1,"parts":1,"kind":"apply","by":"x","at":"2026-11-28T14:03:12Z","changes":[{"type":"cluster","scope":"default","name":"a","action":"changed","before":"CgA="}],"undo":true}`))
+	f.Add([]byte(`{"id":"x","part":2,"parts":1,"kind":"rollback"}`))
+	f.Add([]byte(`{`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		h, err := store.ParseHistoryRecord(b)
+		if err != nil {
+			if !errors.Is(err, store.ErrMalformed) {
+				t.Fatalf("error %v does not wrap ErrMalformed", err)
+			}
+			return
+		}
+		if h.ID == "" || h.Part < 1 || h.Part > h.Parts {
+			t.Fatalf("accepted a record readers cannot use: %+v", h)
+		}
+	})
 }
