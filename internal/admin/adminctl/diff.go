@@ -43,7 +43,7 @@ func parseRevision(s string) (int64, error) {
 
 // diffRevisions reads diff's arguments: revisions, or apply ids looked up
 // in the history (read only if one is given).
-func diffRevisions(ctx context.Context, c *conn, args []string) (r1, r2 int64, err error) {
+func (a *app) diffRevisions(ctx context.Context, c *conn, args []string) (r1, r2 int64, err error) {
 	var records []store.HistoryRecord
 	revs := make([]int64, len(args))
 	for i, arg := range args {
@@ -54,7 +54,7 @@ func diffRevisions(ctx context.Context, c *conn, args []string) (r1, r2 int64, e
 			continue
 		}
 		if records == nil {
-			if records, _, err = c.store.History(ctx, 0); err != nil {
+			if records, err = a.readHistory(ctx, c); err != nil {
 				return 0, 0, err
 			}
 		}
@@ -114,7 +114,7 @@ func (a *app) runDiff(ctx context.Context, args []string) error {
 		return err
 	}
 	defer c.Close()
-	r1, r2, err := diffRevisions(ctx, c, args)
+	r1, r2, err := a.diffRevisions(ctx, c, args)
 	if err != nil {
 		return err
 	}

@@ -117,8 +117,7 @@ func (a *app) runHistory(ctx context.Context, args []string, f historyFlags) err
 		return err
 	}
 	defer c.Close()
-	records, bad, err := c.store.History(ctx, 0)
-	a.warnMalformed(bad)
+	records, err := a.readHistory(ctx, c)
 	if err != nil {
 		return err
 	}
@@ -130,6 +129,14 @@ func (a *app) runHistory(ctx context.Context, args []string, f historyFlags) err
 		return a.printStructured(entries)
 	}
 	return a.printHistoryTable(entries)
+}
+
+// readHistory reads every record of the history, warning about those
+// that do not decode.
+func (a *app) readHistory(ctx context.Context, c *conn) ([]store.HistoryRecord, error) {
+	records, bad, err := c.store.History(ctx, 0)
+	a.warnMalformed(bad)
+	return records, err
 }
 
 // historyEntries groups records, newest first, by apply, keeping the

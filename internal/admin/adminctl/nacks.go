@@ -66,8 +66,7 @@ func (a *app) runNacks(ctx context.Context, since time.Duration) error {
 		return err
 	}
 	a.warnBadStatus(bad)
-	records, badHistory, err := c.store.History(ctx, 0)
-	a.warnMalformed(badHistory)
+	records, err := a.readHistory(ctx, c)
 	if err != nil {
 		return err
 	}

@@ -109,8 +109,7 @@ func (a *app) runRollbackTo(ctx context.Context, f rollbackFlags) error {
 	}
 	defer c.Close()
 	rctx, cancel := a.commandContext(ctx)
-	records, bad, err := c.store.History(rctx, 0)
-	a.warnMalformed(bad)
+	records, err := a.readHistory(rctx, c)
 	var rev int64
 	var req store.PlanRequest
 	if err == nil {
@@ -186,8 +185,7 @@ func (a *app) runRollback(ctx context.Context, id string, f rollbackFlags) error
 	}
 	defer c.Close()
 	rctx, cancel := a.commandContext(ctx)
-	records, bad, err := c.store.History(rctx, 0)
-	a.warnMalformed(bad)
+	records, err := a.readHistory(rctx, c)
 	var u *store.Undo
 	if err == nil {
 		u, err = c.store.UndoOf(rctx, records, id)
