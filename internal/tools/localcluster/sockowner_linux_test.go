@@ -1,6 +1,7 @@
 package localcluster
 
 import (
+	"errors"
 	"net"
 	"os"
 	"syscall"
@@ -58,10 +59,40 @@ func TestSocketOwnerPortReused(t *testing.T) {
 		t.Cleanup(func() { ln.Close() })
 		return ln
 	}
-	first, second := listen(), listen()
-	// The first connection closes from the client's side, which leaves
-	// the client's end in TIME_WAIT.
-	c1, err := reuse.Dial("tcp", first.Addr().String())
+	// Another process on the machine may take the freed port between the
+	// two dials (the kernel hands it out again as an ephemeral port), so
+	// the pair is tried again with a fresh port when that happens.
+	var local *net.TCPAddr
+	var c2 net.Conn
+	var second net.Listener
+	for attempt := 1; c2 == nil; attempt++ {
+		var err error
+		local, second = closedPort(t, reuse, listen), listen()
+		d := reuse
+		d.LocalAddr = local
+		c2, err = d.Dial("tcp", second.Addr().String())
+		if err != nil && (!errors.Is(err, syscall.EADDRINUSE) || attempt == 5) {
+			t.Fatalf("dial from %s again (attempt %d): %v", local, attempt, err)
+		}
+	}
+	defer c2.Close()
+	s2, err := second.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if got := socketOwner(local, []int{os.Getpid()}); got != os.Getpid() {
+		t.Errorf("socketOwner(%s), its port used before = %d, want this process, %d", local, got, os.Getpid())
+	}
+}
+
+// closedPort makes a connection to a fresh listener and closes it from the
+// client's side, which leaves the client's end in TIME_WAIT, and returns
+// that end's address.
+func closedPort(t *testing.T, d net.Dialer, listen func() net.Listener) *net.TCPAddr {
+	t.Helper()
+	first := listen()
+	c1, err := d.Dial("tcp", first.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,19 +105,5 @@ func TestSocketOwnerPortReused(t *testing.T) {
 	buf := make([]byte, 1)
 	_, _ = s1.Read(buf) // the client's FIN
 	s1.Close()
-	// The second, from the same local port to another listener.
-	reuse.LocalAddr = local
-	c2, err := reuse.Dial("tcp", second.Addr().String())
-	if err != nil {
-		t.Fatalf("dial from %s again: %v", local, err)
-	}
-	defer c2.Close()
-	s2, err := second.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s2.Close()
-	if got := socketOwner(local, []int{os.Getpid()}); got != os.Getpid() {
-		t.Errorf("socketOwner(%s), its port used before = %d, want this process, %d", local, got, os.Getpid())
-	}
+	return local
 }
