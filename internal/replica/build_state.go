@@ -109,7 +109,7 @@ func (n *Node) knownCluster(group, cluster string) bool {
 	if snap == nil {
 		return true
 	}
-	return scope.Visible(snap, resource.Cluster, group, cluster) != nil
+	return scope.Visible(snap, resource.Cluster, scope.Of(group), cluster) != nil
 }
 
 // statusSource is the status writer's view of the node's SotW and delta

@@ -189,7 +189,7 @@ func (x *Exporter) Export(snap *view.Snapshot) ([]Written, error) {
 // culprit names, as ` "NAME" (scope S)`, the first resource of resp that
 // does not encode alone in the export's format, or returns "".
 func (x *Exporter) culprit(snap *view.Snapshot, t *resource.Type, resp *discoveryv3.DiscoveryResponse) string {
-	entries := scope.Entries(snap, t, x.cfg.Group, nil, true)
+	entries := scope.Entries(snap, t, scope.Of(x.cfg.Group), nil, true)
 	for i, a := range resp.GetResources() {
 		one := &discoveryv3.DiscoveryResponse{TypeUrl: resp.GetTypeUrl(), Resources: []*anypb.Any{a}}
 		if _, err := Encode(one, x.cfg.Format); err != nil && i < len(entries) {
@@ -230,7 +230,7 @@ func (o op) do() error {
 func (x *Exporter) planEach(snap *view.Snapshot, t *resource.Type, resp *discoveryv3.DiscoveryResponse) ([]op, map[string][]byte, error) {
 	dir := filepath.Join(x.cfg.Dir, ResourceDir(t))
 	// The same entries, in the same order, as resp's resources.
-	entries := scope.Entries(snap, t, x.cfg.Group, nil, true)
+	entries := scope.Entries(snap, t, scope.Of(x.cfg.Group), nil, true)
 	if len(entries) != len(resp.GetResources()) {
 		return nil, nil, fmt.Errorf("fsexport: %s: %d entries for %d resources", t.Name, len(entries), len(resp.GetResources()))
 	}

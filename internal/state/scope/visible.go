@@ -8,34 +8,46 @@ import (
 	"github.com/legation-io/legation/internal/state/view"
 )
 
-// Visible returns the entry a node of group sees for name: the group's,
-// else the default scope's.
-func Visible(snap *view.Snapshot, t *resource.Type, group, name string) *view.Entry {
-	if group != "" {
-		if e, ok := snap.Get(t, group, name); ok {
-			return e
+// Visible returns the entry a node of chain c sees for name: that of the
+// most specific scope of c holding one.
+func Visible(snap *view.Snapshot, t *resource.Type, c Chain, name string) *view.Entry {
+	if !c.Layered() {
+		if c != "" {
+			if e, ok := snap.Get(t, string(c), name); ok {
+				return e
+			}
 		}
+		e, _ := snap.Get(t, store.DefaultScope, name)
+		return e
 	}
-	e, _ := snap.Get(t, store.DefaultScope, name)
-	return e
+	var found *view.Entry
+	c.Each(func(s string) bool {
+		found, _ = snap.Get(t, s, name)
+		return found == nil
+	})
+	return found
 }
 
-// Entries returns, sorted by name, what a node of group sees of type
-// t: everything (wildcard) or the named resources that exist.
-func Entries(snap *view.Snapshot, t *resource.Type, group string, names []string, wildcard bool) []*view.Entry {
+// Entries returns, sorted by name, what a node of chain c sees of type t:
+// everything (wildcard) or the named resources that exist.
+func Entries(snap *view.Snapshot, t *resource.Type, c Chain, names []string, wildcard bool) []*view.Entry {
 	if !wildcard {
 		out := make([]*view.Entry, 0, len(names))
 		for _, n := range names {
 			if n == "*" {
 				continue
 			}
-			if e := Visible(snap, t, group, n); e != nil {
+			if e := Visible(snap, t, c, n); e != nil {
 				out = append(out, e)
 			}
 		}
 		SortEntries(out)
 		return dedupe(out)
 	}
+	if c.Layered() {
+		return layeredEntries(snap, t, c)
+	}
+	group := string(c)
 	var out []*view.Entry
 	snap.Walk(t, store.DefaultScope, func(e *view.Entry) bool {
 		if group != "" {
@@ -58,30 +70,75 @@ func Entries(snap *view.Snapshot, t *resource.Type, group string, names []string
 	return out
 }
 
-// UnchangedSince reports whether what a node of group would receive for
+// layeredEntries is every entry of type t a node of layered chain c sees:
+// per name, the most specific scope's.
+func layeredEntries(snap *view.Snapshot, t *resource.Type, c Chain) []*view.Entry {
+	byName := map[string]*view.Entry{}
+	scopes := c.Scopes()
+	for i := len(scopes) - 1; i >= 0; i-- { // least specific first, overridden after
+		snap.Walk(t, scopes[i], func(e *view.Entry) bool {
+			byName[e.Name] = e
+			return true
+		})
+	}
+	out := make([]*view.Entry, 0, len(byName))
+	for _, e := range byName {
+		out = append(out, e)
+	}
+	SortEntries(out)
+	return out
+}
+
+// UnchangedSince reports whether what a node of chain c would receive for
 // type t (the named resources, or all) is the same as at revision v.
-func UnchangedSince(snap *view.Snapshot, t *resource.Type, group string, names []string, wildcard bool, v int64) bool {
+func UnchangedSince(snap *view.Snapshot, t *resource.Type, c Chain, names []string, wildcard bool, v int64) bool {
 	if v > snap.Revision || v < snap.HistoryFrom-1 {
 		return false // changes before the view's history are unknown
 	}
-	setUnchanged := snap.LastChange(t, store.DefaultScope) <= v && (group == "" || snap.LastChange(t, group) <= v)
+	var scopes []string
+	if c.Layered() {
+		scopes = c.Scopes()
+	} else {
+		var buf [2]string // on the stack: a group and the default scope
+		scopes = append(buf[:0], store.DefaultScope)
+		if c != "" {
+			scopes = append(scopes, string(c))
+		}
+	}
+	setUnchanged := true
+	for _, s := range scopes {
+		setUnchanged = setUnchanged && snap.LastChange(t, s) <= v
+	}
 	if wildcard || setUnchanged {
 		return setUnchanged
 	}
 	for _, n := range names {
-		for _, scope := range []string{group, store.DefaultScope} {
-			if scope == "" {
-				continue
-			}
-			if e, ok := snap.Get(t, scope, n); ok && e.ModRevision > v {
+		for _, s := range scopes {
+			if e, ok := snap.Get(t, s, n); ok && e.ModRevision > v {
 				return false
 			}
-			if r, ok := snap.DeletedAt(t, scope, n); ok && r > v {
+			if r, ok := snap.DeletedAt(t, s, n); ok && r > v {
 				return false
 			}
 		}
 	}
 	return true
+}
+
+// ShadowChangedSince reports whether a scope of c more specific than
+// scope changed its resources of type t after revision rev: a client
+// holding an entry of scope from rev may then have held another's of the
+// same name (an override deleted since).
+func ShadowChangedSince(snap *view.Snapshot, t *resource.Type, c Chain, scope string, rev int64) bool {
+	changed := false
+	c.Each(func(s string) bool {
+		if s == scope {
+			return false
+		}
+		changed = snap.LastChange(t, s) > rev
+		return !changed
+	})
+	return changed
 }
 
 // SortEntries sorts entries by name.

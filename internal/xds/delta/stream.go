@@ -10,7 +10,6 @@ import (
 
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/scope"
-	"github.com/legation-io/legation/internal/state/store"
 	"github.com/legation-io/legation/internal/state/view"
 	"github.com/legation-io/legation/internal/xds/xdsstream"
 )
@@ -300,7 +299,7 @@ func (st *stream) flushType(ts *typeState) error {
 // the content.
 func (st *stream) freshKey(ts *typeState) string {
 	if ts.needAll && ts.wildcard && ts.names.Len() == 0 && ts.have.Len() == 0 && len(ts.dirty) == 0 {
-		return "DA\x00" + ts.t.Name + "\x00" + st.Group + "\x00" + strconv.FormatInt(st.Snap.Revision, 10)
+		return "DA\x00" + ts.t.Name + "\x00" + string(st.Chain) + "\x00" + strconv.FormatInt(st.Snap.Revision, 10)
 	}
 	return ""
 }
@@ -334,7 +333,7 @@ func (st *stream) allNames(ts *typeState) []string {
 	}
 	ts.have.Each(func(n string, _ held) { all[n] = true })
 	if ts.wildcard {
-		for _, e := range scope.Entries(st.Snap, ts.t, st.Group, nil, true) {
+		for _, e := range scope.Entries(st.Snap, ts.t, st.Chain, nil, true) {
 			all[e.Name] = true
 		}
 	}
@@ -350,14 +349,14 @@ func (st *stream) allNames(ts *typeState) []string {
 // it: the entry's scope, or scope/name for an alias. aliases is the
 // group's alias index, fetched on the flush's first alias.
 func (st *stream) lookup(ts *typeState, n string, aliases **aliasIndex) (e *view.Entry, alias, source string, err error) {
-	if e = st.Sendable(scope.Visible(st.Snap, ts.t, st.Group, n)); e != nil {
+	if e = st.Sendable(scope.Visible(st.Snap, ts.t, st.Chain, n)); e != nil {
 		return e, "", e.Scope, nil
 	}
 	if ts.t != resource.VirtualHost {
 		return nil, "", "", nil
 	}
 	if *aliases == nil {
-		if *aliases, err = st.s.aliases.get(st.Snap, st.Group); err != nil {
+		if *aliases, err = st.s.aliases.get(st.Snap, st.Chain); err != nil {
 			return nil, "", "", err
 		}
 	}
@@ -399,7 +398,7 @@ func (st *stream) current(ts *typeState, n string, e *view.Entry, alias, source 
 	// resolved elsewhere, or a group override deleted since).
 	unconfirmed := h.scope == ""
 	ambiguous := unconfirmed && (alias != "" ||
-		(st.Group != "" && e.Scope == store.DefaultScope && st.Snap.LastChange(ts.t, st.Group) > e.ModRevision))
+		scope.ShadowChangedSince(st.Snap, ts.t, st.Chain, e.Scope, e.ModRevision))
 	if !isHeld || h.rev != e.ModRevision || (!unconfirmed && h.scope != source) || ambiguous || ts.force[n] {
 		return false
 	}

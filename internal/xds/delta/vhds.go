@@ -10,6 +10,7 @@ import (
 
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/scope"
+	"github.com/legation-io/legation/internal/state/store"
 	"github.com/legation-io/legation/internal/state/view"
 	"github.com/legation-io/legation/internal/xds/limits"
 	"github.com/legation-io/legation/internal/xds/xdsstream"
@@ -45,11 +46,11 @@ type rcIndex struct {
 	any    *view.Entry            // the first "*"
 }
 
-// buildAliasIndex decodes every virtual host visible to group in snap
+// buildAliasIndex decodes every virtual host visible to chain c in snap
 // once.
-func buildAliasIndex(snap *view.Snapshot, group string) *aliasIndex {
+func buildAliasIndex(snap *view.Snapshot, c scope.Chain) *aliasIndex {
 	x := &aliasIndex{rcs: map[string]*rcIndex{}}
-	for _, e := range scope.Entries(snap, resource.VirtualHost, group, nil, true) {
+	for _, e := range scope.Entries(snap, resource.VirtualHost, c, nil, true) {
 		rc, _, ok := strings.Cut(e.Name, "/")
 		if !ok {
 			continue // not a VHDS name: no alias reaches it
@@ -148,13 +149,15 @@ type lazyIndex struct {
 	x    *aliasIndex
 }
 
-// get returns the alias index of snap for group, building it the first
-// time. A snapshot older than the latest asked for gets an index of its
-// own, not kept: the caller should keep it for the rest of its flush.
-func (c *aliasIndexes) get(snap *view.Snapshot, group string) (*aliasIndex, error) {
-	if group != "" && !hasOwn(snap, resource.VirtualHost, group) {
-		group = "" // it sees the default scope's virtual hosts alone
+// get returns the alias index of snap for chain ch (a group, or a canary
+// node's chain), building it the first time. A snapshot older than the
+// latest asked for gets an index of its own, not kept: the caller should
+// keep it for the rest of its flush.
+func (c *aliasIndexes) get(snap *view.Snapshot, ch scope.Chain) (*aliasIndex, error) {
+	if ch != "" && !hasOwnChain(snap, ch) {
+		ch = "" // it sees the default scope's virtual hosts alone
 	}
+	group := string(ch)
 	c.mu.Lock()
 	if snap.Revision > c.rev || c.m == nil {
 		c.rev, c.m, c.own = snap.Revision, map[string]*lazyIndex{}, 0
@@ -182,12 +185,23 @@ func (c *aliasIndexes) get(snap *view.Snapshot, group string) (*aliasIndex, erro
 	}
 	c.mu.Unlock()
 	l.once.Do(func() {
-		l.x = buildAliasIndex(snap, group)
+		l.x = buildAliasIndex(snap, ch)
 		if c.built != nil {
 			c.built()
 		}
 	})
 	return l.x, nil
+}
+
+// hasOwnChain reports whether a scope of chain c besides the default one
+// holds a virtual host.
+func hasOwnChain(snap *view.Snapshot, c scope.Chain) bool {
+	found := false
+	c.Each(func(s string) bool {
+		found = s != store.DefaultScope && hasOwn(snap, resource.VirtualHost, s)
+		return !found
+	})
+	return found
 }
 
 // hasOwn reports whether scope holds a resource of type t.
@@ -203,7 +217,7 @@ func hasOwn(snap *view.Snapshot, t *resource.Type, scope string) bool {
 // resolveAlias returns the virtual host an alias names, nil if none
 // matches, decoding every virtual host of the group: the reference
 // aliasIndex.resolve must agree with (tests only use it now).
-func resolveAlias(snap *view.Snapshot, group, alias string) *view.Entry {
+func resolveAlias(snap *view.Snapshot, group scope.Chain, alias string) *view.Entry {
 	rc, host, ok := strings.Cut(alias, "/")
 	if !ok || rc == "" || host == "" {
 		return nil

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/legation-io/legation/internal/state/resource"
+	"github.com/legation-io/legation/internal/state/scope"
 	"github.com/legation-io/legation/internal/state/store"
 	"github.com/legation-io/legation/internal/state/view"
 	"github.com/legation-io/legation/internal/testkit/xdstest"
@@ -72,11 +73,11 @@ func TestAliasIndexMatchesScan(t *testing.T) {
 		"*", "nothing.test", "b.test", "c.test", "test", ".test", "x.team", "a", "",
 	}
 	for _, group := range []string{"", "team"} {
-		x := buildAliasIndex(snap, group)
+		x := buildAliasIndex(snap, scope.Of(group))
 		for _, rc := range []string{"rc1", "rc2", "rc3", "novhds", "", "rc1/sub"} {
 			for _, h := range hosts {
 				alias := rc + "/" + h
-				want, got := resolveAlias(snap, group, alias), x.resolve(alias)
+				want, got := resolveAlias(snap, scope.Of(group), alias), x.resolve(alias)
 				if got != want {
 					t.Errorf("group %q alias %q: index resolves to %s, scan to %s", group, alias, entryName(got), entryName(want))
 				}
@@ -124,7 +125,7 @@ func TestAliasIndexesShared(t *testing.T) {
 		{s1, "", 1}, {s1, "", 1}, {s1, "g", 2}, {s1, "no-own", 2}, {s2, "", 3}, {s2, "", 3}, {s1, "", 4}, {s2, "", 4}, {s2, "g", 5}, {s2, "other", 5},
 	}
 	for i, st := range steps {
-		x, err := c.get(st.snap, st.group)
+		x, err := c.get(st.snap, scope.Of(st.group))
 		if err != nil {
 			t.Fatalf("step %d: %v", i, err)
 		}
@@ -155,12 +156,12 @@ func TestAliasIndexesBounded(t *testing.T) {
 	refused := 0
 	c := aliasIndexes{max: limits.Max(2), full: func() { refused++ }}
 	for i := range 100 {
-		if _, err := c.get(snap, fmt.Sprintf("made-up-%d", i)); err != nil {
+		if _, err := c.get(snap, scope.Of(fmt.Sprintf("made-up-%d", i))); err != nil {
 			t.Fatalf("group without virtual hosts %d: %v", i, err)
 		}
 	}
 	for _, g := range []string{"g1", "g2"} {
-		if _, err := c.get(snap, g); err != nil {
+		if _, err := c.get(snap, scope.Of(g)); err != nil {
 			t.Fatal(err)
 		}
 	}

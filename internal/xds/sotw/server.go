@@ -130,7 +130,7 @@ func (s *Server) poll(ctx context.Context, r *discoveryv3.DiscoveryRequest, t *r
 	}
 	names := r.GetResourceNames()
 	wildcard := len(names) == 0 || contains(names, "*")
-	if presented >= 0 && scope.UnchangedSince(snap, t, group, names, wildcard, presented) {
+	if presented >= 0 && scope.UnchangedSince(snap, t, scope.Of(group), names, wildcard, presented) {
 		return nil, nil
 	}
 	keysOK := t == resource.Secret || snap.InlineKeys == 0 || xdsstream.KeysAllowed(ctx, s.core.Config.Authorizer, group)
@@ -151,7 +151,7 @@ func (s *Server) checkBounds(r *discoveryv3.DiscoveryRequest, t *resource.Type) 
 // response builds the poll's answer, carrying cp (the replica's name),
 // without the resources carrying an inline private key unless keysOK.
 func (p *polled) response(cp *corev3.ControlPlane, m *xdsstream.Metrics) *discoveryv3.DiscoveryResponse {
-	entries := xdsstream.WithoutKeys(scope.Entries(p.snap, p.t, p.group, p.names, p.wildcard), p.keysOK, m)
+	entries := xdsstream.WithoutKeys(scope.Entries(p.snap, p.t, scope.Of(p.group), p.names, p.wildcard), p.keysOK, m)
 	resp := responseOf(p.snap, p.t, entries)
 	resp.ControlPlane = cp
 	return resp
@@ -165,7 +165,7 @@ func (p *polled) response(cp *corev3.ControlPlane, m *xdsstream.Metrics) *discov
 // same version, those of EDS/RDS-like types only as they change. The
 // response shares the stored bodies: never modify them.
 func Response(snap *view.Snapshot, t *resource.Type, group string, names []string, wildcard bool) *discoveryv3.DiscoveryResponse {
-	return responseOf(snap, t, scope.Entries(snap, t, group, names, wildcard))
+	return responseOf(snap, t, scope.Entries(snap, t, scope.Of(group), names, wildcard))
 }
 
 // responseOf is the response carrying entries, of type t, at snap.

@@ -115,8 +115,8 @@ func (st *stream) subscribe(t *resource.Type, r *discoveryv3.DiscoveryRequest) e
 	// it would receive is unchanged since V. Named requests only when the
 	// clients are trusted to keep resources across streams.
 	if presented >= 0 && (ts.wildcard || st.s.trustVersion) &&
-		scope.UnchangedSince(snap, t, st.Group, names, ts.wildcard, presented) {
-		for _, e := range st.SendableEntries(scope.Entries(snap, t, st.Group, names, ts.wildcard)) {
+		scope.UnchangedSince(snap, t, st.Chain, names, ts.wildcard, presented) {
+		for _, e := range st.SendableEntries(scope.Entries(snap, t, st.Chain, names, ts.wildcard)) {
 			ts.sent.Set(e.Name, e)
 		}
 		ts.rec.Version, ts.rec.Acked = r.GetVersionInfo(), r.GetVersionInfo()
@@ -207,7 +207,7 @@ func (st *stream) Flush() error {
 // any of it changed.
 func (st *stream) flushFullState(ts *typeState) error {
 	names := ts.names.Sorted()
-	entries := st.SendableEntries(scope.Entries(st.Snap, ts.t, st.Group, names, ts.wildcard))
+	entries := st.SendableEntries(scope.Entries(st.Snap, ts.t, st.Chain, names, ts.wildcard))
 	force := ts.forceSend
 	ts.needAll, ts.forceSend = false, false
 	ts.dirty = xdsstream.ReuseNames(ts.dirty)
@@ -279,7 +279,7 @@ func (st *stream) flushNamed(ts *typeState) error {
 	isDirty := !ts.needAll // candidates are dirty's keys: no repeats
 	if ts.needAll {
 		if ts.wildcard {
-			for _, e := range scope.Entries(st.Snap, ts.t, st.Group, nil, true) {
+			for _, e := range scope.Entries(st.Snap, ts.t, st.Chain, nil, true) {
 				candidates = append(candidates, e.Name)
 			}
 		}
@@ -302,7 +302,7 @@ func (st *stream) flushNamed(ts *typeState) error {
 			}
 			seen[n] = true
 		}
-		e := st.Sendable(scope.Visible(st.Snap, ts.t, st.Group, n))
+		e := st.Sendable(scope.Visible(st.Snap, ts.t, st.Chain, n))
 		if e == nil {
 			ts.sent.Drop(n)
 			continue
@@ -345,7 +345,7 @@ func (st *stream) send(ts *typeState, entries []*view.Entry, ver string, shareab
 			b = append(b, "W\x00"...)
 			b = append(b, ts.t.Name...)
 			b = append(b, 0)
-			b = append(b, st.Group...)
+			b = append(b, st.Chain...)
 			b = append(b, 0)
 			b = append(b, ver...)
 			if st.KeysWithheld() {

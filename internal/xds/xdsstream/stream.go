@@ -14,6 +14,7 @@ import (
 
 	"github.com/legation-io/legation/internal/state/lease"
 	"github.com/legation-io/legation/internal/state/resource"
+	"github.com/legation-io/legation/internal/state/scope"
 	"github.com/legation-io/legation/internal/state/store"
 	"github.com/legation-io/legation/internal/state/view"
 	"github.com/legation-io/legation/internal/xds/limits"
@@ -62,9 +63,12 @@ type Stream[T Reporter] struct {
 	// Fixed is the type of a per-type service; nil on ADS.
 	Fixed *resource.Type
 	// Node is the Node of the stream's first request (empty if it had
-	// none), and Group the node's group.
+	// none), Group the node's group, and Chain the scopes it sees: its
+	// group's and the default, with the canary overlays of the rollouts
+	// that select it (Config.Rollouts).
 	Node  *corev3.Node
 	Group string
+	Chain scope.Chain
 	// Snap is the snapshot the stream's state is at.
 	Snap *view.Snapshot
 	// TTLOn: the client reads TTLs on the wire and leases are tracked
@@ -332,6 +336,7 @@ func (s *Stream[T]) setNode(n *corev3.Node) {
 	}
 	s.Node = n
 	s.Group = s.core.Config.GroupBy(n)
+	s.Chain = scope.Of(s.Group)
 	s.TTLOn = s.core.Config.Leases != nil && s.core.proto.ReadsTTL(n)
 	s.Log = s.Log.With("node", n.GetId(), "group", s.Group)
 	s.status.setNode(n.GetId(), s.Group)
@@ -378,7 +383,7 @@ func (s *Stream[T]) Advance() {
 			s.adv = stamp{rev: x.Revision, seen: x.Seen.UnixNano(), committed: committed.UnixNano()}
 		}
 		for _, c := range x.Changes {
-			if c.Scope == store.DefaultScope || c.Scope == s.Group {
+			if c.Scope == store.DefaultScope || c.Scope == s.Group || (s.Chain.Layered() && s.Chain.Has(c.Scope)) {
 				s.changed(c)
 			}
 		}
