@@ -12,6 +12,7 @@ import (
 	"github.com/legation-io/legation/internal/state/devetcd"
 	"github.com/legation-io/legation/internal/state/lease"
 	"github.com/legation-io/legation/internal/state/resource"
+	"github.com/legation-io/legation/internal/state/rollout"
 	"github.com/legation-io/legation/internal/state/scope"
 	"github.com/legation-io/legation/internal/state/view"
 )
@@ -32,6 +33,11 @@ func (n *Node) buildState() error {
 	}); err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
+	// A node's canary overlays are published once the view holds them.
+	n.rollouts = rollout.NewWatcher(n.client, cfg.EtcdPrefix, func(ctx context.Context, rev int64) error {
+		_, err := n.view.WaitRevision(ctx, rev)
+		return err
+	}, n.log)
 	if n.leases, err = lease.New(lease.Config{
 		Client:     n.client,
 		Prefix:     cfg.EtcdPrefix,

@@ -41,6 +41,7 @@ func (n *Node) buildXDS() error {
 	xcfg := xdsstream.Config{
 		Source:         n.view,
 		GroupBy:        groupBy,
+		Rollouts:       n.rollouts,
 		CatchupTimeout: cfg.CatchupTimeout,
 		Leases:         n.leases,
 		Authorizer:     n.guard,

@@ -23,6 +23,7 @@ import (
 	"github.com/legation-io/legation/internal/security/authz"
 	"github.com/legation-io/legation/internal/security/tlsfiles"
 	"github.com/legation-io/legation/internal/state/lease"
+	"github.com/legation-io/legation/internal/state/rollout"
 	"github.com/legation-io/legation/internal/state/view"
 	"github.com/legation-io/legation/internal/tracing"
 	"github.com/legation-io/legation/internal/xds/delta"
@@ -71,6 +72,7 @@ type stateParts struct {
 	devEtcdAddr string
 	client      *clientv3.Client
 	view        *view.View
+	rollouts    *rollout.Watcher
 	leases      *lease.Tracker
 	status      *status.Writer
 	csds        *status.CSDS

@@ -197,6 +197,7 @@ func (n *Node) runParts(ctx context.Context, wg *sync.WaitGroup) {
 	if n.pushes != nil {
 		wg.Go(func() { n.pushes.Run(ctx, n.view) })
 	}
+	wg.Go(func() { n.rollouts.Run(ctx) })
 	wg.Go(func() {
 		start := time.Now()
 		select {

@@ -22,6 +22,8 @@ const (
 	// History holds the record of each transaction of an apply: what it
 	// changed, and the bodies from before, to undo it.
 	History Dir = "history/"
+	// Rollouts holds the canary rollouts, running and ended.
+	Rollouts Dir = "rollouts/"
 	// Locks holds the scopes' apply locks and who holds them.
 	Locks Dir = "locks/"
 	// Leases holds the refresh markers of the leases of TTL'd resources.

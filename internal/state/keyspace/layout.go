@@ -68,6 +68,13 @@ var layout = []Entry{{
 	WrittenBy: "every write through the store",
 	ReadBy:    "`xdsadmin history`",
 }, {
+	Dir:       Rollouts,
+	Key:       "<rollout id>",
+	Value:     "a canary rollout (JSON: `id`, `scope`, `selector`, `bake`, `maxRejections`, `promote`, `state`, `reason`, `by`, `at`, `message`, `revision`, `resources` with each one's revision when it began, `endedAt`, `promotedBy`), put in the transaction that writes its canary overlay (resources in scope `~rollout.<rollout id>`), and rewritten in the one that promotes or aborts it; the rollout id is the id of the apply that began it",
+	Writer:    Admin,
+	WrittenBy: "`xdsadmin apply --canary`, `rollout promote`, `rollout abort`",
+	ReadBy:    "every replica (which nodes see which overlay); `xdsadmin rollout`",
+}, {
 	Dir:       Locks,
 	Key:       lockApply + "<scope>/<lease, hex>",
 	Value:     "the scope's apply lock (etcd `concurrency.Mutex` keys, empty), under the lock holder's session lease (10 s TTL)",

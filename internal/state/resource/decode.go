@@ -370,9 +370,26 @@ func ValidateName(name string) error {
 	return nil
 }
 
-// ValidateScope checks a scope (node group) name: not empty, at most 253
-// bytes, no '/', no space or control characters.
+// ReservedScopePrefix begins the scopes Legation writes for itself: a
+// rollout's canary overlay. No group or apply may name one.
+const ReservedScopePrefix = "~"
+
+// ValidateScope checks a scope (node group) name a user gives: that of a
+// stored key (ValidateStoredScope), and not one of Legation's own
+// (ReservedScopePrefix).
 func ValidateScope(scope string) error {
+	if err := ValidateStoredScope(scope); err != nil {
+		return err
+	}
+	if strings.HasPrefix(scope, ReservedScopePrefix) {
+		return fmt.Errorf("scope %q begins with %q, which is reserved for rollouts' canary overlays", scope, ReservedScopePrefix)
+	}
+	return nil
+}
+
+// ValidateStoredScope checks the scope of a stored key: not empty, at
+// most 253 bytes, no '/', no space or control characters.
+func ValidateStoredScope(scope string) error {
 	if scope == "" {
 		return errors.New("empty scope")
 	}

@@ -239,6 +239,7 @@ func TestValidateScope(t *testing.T) {
 		{"slash", "a/b", `scope "a/b" holds '/': scopes may not hold '/', spaces or control characters`},
 		{"space", "a b", `scope "a b" holds ' ': scopes may not hold '/', spaces or control characters`},
 		{"control", "a\tb", `scope "a\tb" holds '\t': scopes may not hold '/', spaces or control characters`},
+		{"reserved", "~rollout.x", `scope "~rollout.x" begins with "~", which is reserved for rollouts' canary overlays`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := resource.ValidateScope(tc.in)

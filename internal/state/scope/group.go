@@ -7,6 +7,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/store"
 )
 
@@ -44,10 +45,10 @@ func ParseGroupBy(s string) (GroupFunc, error) {
 	return nil, fmt.Errorf("--group-by %q: want cluster, id or metadata:KEY", s)
 }
 
-// clean maps a group that cannot be a scope (it would hold '/', or is the
-// default scope's name) to no group.
+// clean maps a group that cannot be a scope (it would hold '/', is the
+// default scope's name or one reserved for rollouts) to no group.
 func clean(g string) string {
-	if g == store.DefaultScope || strings.ContainsAny(g, "/ \t\n") || len(g) > 253 {
+	if g == store.DefaultScope || strings.ContainsAny(g, "/ \t\n") || len(g) > 253 || strings.HasPrefix(g, resource.ReservedScopePrefix) {
 		return ""
 	}
 	return g

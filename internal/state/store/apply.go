@@ -46,6 +46,24 @@ type ApplyOptions struct {
 	// is for.
 	Kind    string
 	Message string
+	// Also, if not nil, is written in the apply's one transaction, on
+	// its conditions: a rollout's record beside the resources it
+	// promotes, say. It cannot be Chunked, and the apply is sent even
+	// when its plan changes nothing.
+	Also *TxnAlso
+	// ID, if not empty, is the apply's id (from NewApplyID), for a
+	// caller that writes it in Also; else Apply makes one.
+	ID string
+}
+
+// TxnAlso is what a caller adds to an apply's transaction: compares that
+// must hold as well, and operations written with it.
+type TxnAlso struct {
+	Cmps []clientv3.Cmp
+	Ops  []clientv3.Op
+	// Bytes estimates what Cmps and Ops add to the request, for the
+	// --max-request-bytes check.
+	Bytes int
 }
 
 // ID names an apply in the history: one per Apply call, shared by its
@@ -84,10 +102,10 @@ func (r *ApplyResult) ID() string { return r.id }
 // its linearization point.
 func (s *Store) Apply(ctx context.Context, plan *Plan, opts ApplyOptions) (*ApplyResult, error) {
 	res := &ApplyResult{Revision: plan.Revision}
-	if !hasWork(plan) {
+	if !hasWork(plan) && opts.Also == nil {
 		return res, nil
 	}
-	chunks, err := s.chunk(plan, opts.Chunked)
+	chunks, err := s.chunk(plan, opts.Chunked, opts.Also)
 	if err != nil {
 		return nil, err
 	}
@@ -104,14 +122,17 @@ func (s *Store) Apply(ctx context.Context, plan *Plan, opts ApplyOptions) (*Appl
 		res.Lease = int64(lease.ID)
 	}
 	since := plan.Revision
-	res.id = newApplyID(now.AsTime())
+	res.id = opts.ID
+	if res.id == "" {
+		res.id = NewApplyID(now.AsTime())
+	}
 	h := HistoryRecord{ID: res.id, Parts: len(chunks), Kind: opts.Kind, By: s.cfg.Writer, At: now.AsTime(), Message: opts.Message, Traceparent: opts.Traceparent}
 	if h.Kind == "" {
 		h.Kind = KindApply
 	}
 	for i, ch := range chunks {
 		h.Part = i + 1
-		rev, err := s.commit(ctx, plan, ch, since, clientv3.LeaseID(res.Lease), now, h)
+		rev, err := s.commit(ctx, plan, ch, since, clientv3.LeaseID(res.Lease), now, h, opts.Also)
 		if err != nil {
 			if i == 0 && res.Lease != 0 {
 				s.cfg.Client.Revoke(context.WithoutCancel(ctx), clientv3.LeaseID(res.Lease)) //nolint:errcheck // best effort; it expires anyway
@@ -134,7 +155,7 @@ func (s *Store) CheckLimits(plan *Plan, opts ApplyOptions) error {
 	if !hasWork(plan) {
 		return nil
 	}
-	_, err := s.chunk(plan, opts.Chunked)
+	_, err := s.chunk(plan, opts.Chunked, opts.Also)
 	return err
 }
 
@@ -176,7 +197,7 @@ func (s *Store) guards(plan *Plan) (dirs, scopes []string) {
 // revision since (nothing they cover was written after it), then the
 // writes of changes, the apply markers of the scopes they write, and the
 // transaction's history record h (its changes filled in here).
-func (s *Store) commit(ctx context.Context, plan *Plan, changes []Change, since int64, lease clientv3.LeaseID, now *timestamppb.Timestamp, h HistoryRecord) (int64, error) {
+func (s *Store) commit(ctx context.Context, plan *Plan, changes []Change, since int64, lease clientv3.LeaseID, now *timestamppb.Timestamp, h HistoryRecord, also *TxnAlso) (int64, error) {
 	dirs, scopes := s.guards(plan)
 	cmps := make([]clientv3.Cmp, 0, len(dirs)+len(scopes))
 	for _, d := range dirs {
@@ -225,6 +246,10 @@ func (s *Store) commit(ctx context.Context, plan *Plan, changes []Change, since 
 		return 0, err
 	}
 	ops = append(ops, hops...)
+	if also != nil {
+		cmps = append(cmps, also.Cmps...)
+		ops = append(ops, also.Ops...)
+	}
 	resp, err := s.kv.Txn(ctx).If(cmps...).Then(ops...).Commit()
 	if err != nil {
 		return 0, s.wrapErr("apply", err)

@@ -42,10 +42,16 @@ const historyOps = 2
 // a record without changes, and the range delete.
 const historyFixedBytes = 1024
 
-// The kinds of writes a history record tells apart.
+// The kinds of writes a history record tells apart: an apply, a delete
+// (KindRollback is in undo.go), and a canary rollout's three steps: it
+// began (its overlay written), was promoted (its resources applied for
+// everyone), was aborted (its overlay removed).
 const (
-	KindApply  = "apply"
-	KindDelete = "delete"
+	KindApply   = "apply"
+	KindDelete  = "delete"
+	KindRollout = "rollout"
+	KindPromote = "promote"
+	KindAbort   = "abort"
 )
 
 // HistoryRecord is one transaction of an apply, as the history keeps it
@@ -55,7 +61,8 @@ type HistoryRecord struct {
 	ID    string `json:"id"`
 	Part  int    `json:"part"`
 	Parts int    `json:"parts"`
-	// Kind is KindApply or KindDelete (ApplyOptions.Kind).
+	// Kind is KindApply, KindDelete, KindRollback, or a rollout's step
+	// (ApplyOptions.Kind).
 	Kind string `json:"kind"`
 	// By is the writer (Config.Writer), At when the apply was sent.
 	By string    `json:"by"`
@@ -96,9 +103,9 @@ func historyKey(prefix, id string, part int) string {
 	return keyspace.History.Key(prefix, fmt.Sprintf("%s/%04d", id, part))
 }
 
-// newApplyID names an apply sent at at: its time to the microsecond,
+// NewApplyID names an apply sent at at: its time to the microsecond,
 // then 6 random hex digits, "20261128-140312.512345-3f2a9c".
-func newApplyID(at time.Time) string {
+func NewApplyID(at time.Time) string {
 	var b [3]byte
 	rand.Read(b[:]) // never fails (crypto/rand)
 	return at.UTC().Format("20060102-150405.000000") + "-" + hex.EncodeToString(b[:])
@@ -213,7 +220,7 @@ func ParseHistoryRecord(b []byte) (HistoryRecord, error) {
 		return HistoryRecord{}, fmt.Errorf("%w: history record: no id", ErrMalformed)
 	case h.Part < 1 || h.Part > h.Parts:
 		return HistoryRecord{}, fmt.Errorf("%w: history record %s: part %d of %d", ErrMalformed, h.ID, h.Part, h.Parts)
-	case h.Kind != KindApply && h.Kind != KindDelete && h.Kind != KindRollback:
+	case !knownKind(h.Kind):
 		return HistoryRecord{}, fmt.Errorf("%w: history record %s: kind %q", ErrMalformed, h.ID, h.Kind)
 	}
 	for _, c := range h.Changes {
@@ -222,4 +229,13 @@ func ParseHistoryRecord(b []byte) (HistoryRecord, error) {
 		}
 	}
 	return h, nil
+}
+
+// knownKind reports whether kind is one of a history record's kinds.
+func knownKind(kind string) bool {
+	switch kind {
+	case KindApply, KindDelete, KindRollback, KindRollout, KindPromote, KindAbort:
+		return true
+	}
+	return false
 }

@@ -47,7 +47,7 @@ func ParsePath(p string) (Key, error) {
 	if !found || t.Name != typ {
 		return Key{}, fmt.Errorf("%w: key %q names unknown type %q", ErrMalformed, p, typ)
 	}
-	if err := resource.ValidateScope(scope); err != nil {
+	if err := resource.ValidateStoredScope(scope); err != nil {
 		return Key{}, fmt.Errorf("%w: key %q: %v", ErrMalformed, p, err)
 	}
 	return Key{Type: t, Scope: scope, Name: name}, nil

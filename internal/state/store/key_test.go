@@ -145,7 +145,7 @@ func FuzzDecodeValue(f *testing.F) {
 		if got := k.String(); got != path {
 			t.Errorf("key %q parsed from %q", got, path)
 		}
-		if err := resource.ValidateScope(k.Scope); err != nil {
+		if err := resource.ValidateStoredScope(k.Scope); err != nil {
 			t.Errorf("accepted scope: %v", err)
 		}
 		if got := env.GetBody().GetTypeUrl(); got != k.Type.URL {

@@ -36,7 +36,7 @@ func (s *Store) fixedBytes(plan *Plan) int {
 // against --max-txn-ops. Every transaction has one compare per guarded
 // directory and one per scope (see guards), and writes, besides its
 // changes, one apply marker per scope: unchanged resources cost nothing.
-func (s *Store) chunk(plan *Plan, chunked bool) ([][]Change, error) {
+func (s *Store) chunk(plan *Plan, chunked bool, also *TxnAlso) ([][]Change, error) {
 	var work []Change
 	writes := map[string]bool{}
 	for _, c := range plan.Changes {
@@ -48,12 +48,21 @@ func (s *Store) chunk(plan *Plan, chunked bool) ([][]Change, error) {
 	dirs, scopes := s.guards(plan)
 	ncmps := len(dirs) + len(scopes)
 	fixed := s.fixedBytes(plan) + historyFixedBytes
+	extraOps := 0
+	if also != nil {
+		if chunked {
+			return nil, fmt.Errorf("%w: an apply written with other keys in its transaction cannot be chunked", ErrLimit)
+		}
+		ncmps += len(also.Cmps)
+		fixed += also.Bytes
+		extraOps = len(also.Ops)
+	}
 	if ncmps > s.cfg.MaxTxnOps {
 		return nil, fmt.Errorf("%w: the apply needs %d compares in every transaction (one per type and scope it declares or prunes, and one per scope), more than etcd's --max-txn-ops (%d): split it by scope, or raise --max-txn-ops on every etcd member and pass the same value to xdsadmin --max-txn-ops",
 			ErrLimit, ncmps, s.cfg.MaxTxnOps)
 	}
 	if !chunked {
-		if err := s.fitsOne(work, len(writes), fixed); err != nil {
+		if err := s.fitsOne(work, len(writes)+extraOps, fixed); err != nil {
 			return nil, err
 		}
 		return [][]Change{work}, nil

@@ -184,7 +184,7 @@ func (s *Store) readDirs(ctx context.Context, dirs []Key) (map[string]*Resource,
 	current := map[string]*Resource{}
 	var rev int64
 	for _, dir := range dirs {
-		if err := resource.ValidateScope(dir.Scope); err != nil {
+		if err := resource.ValidateStoredScope(dir.Scope); err != nil {
 			return nil, 0, fmt.Errorf("store: %w", err)
 		}
 		err := s.rangeAll(ctx, s.root+dir.Type.Name+"/"+dir.Scope+"/", rev, func(r int64) { rev = r }, func(kv *mvccpb.KeyValue) {

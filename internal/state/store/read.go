@@ -60,7 +60,7 @@ func (s *Store) listPrefix(o ListOptions) (string, error) {
 	case o.Scope == "":
 		return s.root + o.Type.Name + "/", nil
 	}
-	if err := resource.ValidateScope(o.Scope); err != nil {
+	if err := resource.ValidateStoredScope(o.Scope); err != nil {
 		return "", fmt.Errorf("store: %w", err)
 	}
 	return s.root + o.Type.Name + "/" + o.Scope + "/", nil

@@ -46,6 +46,12 @@ func (s *Store) UndoOf(ctx context.Context, records []HistoryRecord, id string) 
 	if len(parts) == 0 {
 		return nil, fmt.Errorf("%w: apply %q (the history keeps the newest --history-keep applies: see xdsadmin history)", ErrNotInHistory, id)
 	}
+	switch parts[0].Kind {
+	case KindRollout:
+		return nil, fmt.Errorf("store: %s began a canary rollout, which changed no node's config outside its canary: abort the rollout (xdsadmin rollout abort %s), or roll back its promotion", id, id)
+	case KindAbort:
+		return nil, fmt.Errorf("store: %s aborted a canary rollout: begin it again with xdsadmin apply --canary", id)
+	}
 	slices.SortFunc(parts, func(a, b HistoryRecord) int { return a.Part - b.Part })
 	if n := len(parts); n != parts[0].Parts {
 		return nil, fmt.Errorf("store: apply %s was written in %d transactions and the history keeps %d of them: it cannot be undone whole", id, parts[0].Parts, n)

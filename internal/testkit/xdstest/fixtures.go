@@ -13,6 +13,7 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	runtimev3 "github.com/envoyproxy/go-control-plane/envoy/service/runtime/v3"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/store"
@@ -108,4 +109,15 @@ func Versions(resp *discoveryv3.DeltaDiscoveryResponse) map[string]string {
 		out[r.GetName()] = r.GetVersion()
 	}
 	return out
+}
+
+// ConnectTimeoutMS is the connect timeout, in milliseconds, of the
+// cluster a carries (see Cluster).
+func ConnectTimeoutMS(tb testing.TB, a *anypb.Any) int64 {
+	tb.Helper()
+	m, err := resource.Unmarshal(resource.Cluster, a.GetValue())
+	if err != nil {
+		tb.Fatalf("not a cluster: %v", err)
+	}
+	return m.(*clusterv3.Cluster).GetConnectTimeout().AsDuration().Milliseconds()
 }

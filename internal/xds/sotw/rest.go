@@ -110,7 +110,7 @@ func restErrorCode(err error) int {
 // writeREST answers an authorized poll with its DiscoveryResponse, from
 // the cache of the bodies of the revision polled.
 func (s *Server) writeREST(w http.ResponseWriter, p *polled) {
-	out, err := s.rest.get(p.snap.Revision, restKey(p.t, p.group, p.names, p.wildcard, p.keysOK), func() ([]byte, error) {
+	out, err := s.rest.get(p.snap.Revision, restKey(p.t, string(p.chain), p.names, p.wildcard, p.keysOK), func() ([]byte, error) {
 		return protojson.Marshal(p.response(s.core.ControlPlane, s.core.Metrics))
 	})
 	if err != nil {

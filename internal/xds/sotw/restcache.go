@@ -50,14 +50,15 @@ type restBody struct {
 }
 
 // restKey names what a poll's body depends on beside the revision: its
-// type, group, the set of names asked for ("" for a wildcard poll;
+// type, the node's scope chain (its group, and the canary overlays it
+// sees), the set of names asked for ("" for a wildcard poll;
 // order and repeats do not matter, as scope.Entries sorts and dedupes),
 // and whether resources carrying an inline private key are left out.
-func restKey(t *resource.Type, group string, names []string, wildcard, keysOK bool) string {
+func restKey(t *resource.Type, chain string, names []string, wildcard, keysOK bool) string {
 	var b strings.Builder
 	b.WriteString(t.Name)
 	b.WriteByte(0)
-	b.WriteString(group)
+	b.WriteString(chain)
 	b.WriteByte(0)
 	if !keysOK {
 		b.WriteByte('K')

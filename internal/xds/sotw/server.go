@@ -85,8 +85,10 @@ func (s *Server) Fetch(ctx context.Context, r *discoveryv3.DiscoveryRequest, t *
 
 // polled is what a poll asks for at the snapshot that answers it.
 type polled struct {
-	t        *resource.Type
-	group    string
+	t *resource.Type
+	// chain is the node's scopes: its group's, the default one, and the
+	// overlays of the rollouts that select it; it keys cached answers.
+	chain    scope.Chain
 	names    []string
 	wildcard bool
 	snap     *view.Snapshot
@@ -130,11 +132,18 @@ func (s *Server) poll(ctx context.Context, r *discoveryv3.DiscoveryRequest, t *r
 	}
 	names := r.GetResourceNames()
 	wildcard := len(names) == 0 || contains(names, "*")
-	if presented >= 0 && scope.UnchangedSince(snap, t, scope.Of(group), names, wildcard, presented) {
+	chain := scope.Of(group)
+	rolloutsChanged := false
+	if ro := s.core.Config.Rollouts; ro != nil {
+		set := ro.Current()
+		chain = set.Chain(r.GetNode().GetId(), group)
+		rolloutsChanged = set.LastChange > presented // the node may have held another side of one
+	}
+	if presented >= 0 && !rolloutsChanged && scope.UnchangedSince(snap, t, chain, names, wildcard, presented) {
 		return nil, nil
 	}
 	keysOK := t == resource.Secret || snap.InlineKeys == 0 || xdsstream.KeysAllowed(ctx, s.core.Config.Authorizer, group)
-	return &polled{t: t, group: group, names: names, wildcard: wildcard, snap: snap, keysOK: keysOK}, nil
+	return &polled{t: t, chain: chain, names: names, wildcard: wildcard, snap: snap, keysOK: keysOK}, nil
 }
 
 // checkBounds applies a stream's bounds to a poll of type t: its node
@@ -151,7 +160,7 @@ func (s *Server) checkBounds(r *discoveryv3.DiscoveryRequest, t *resource.Type) 
 // response builds the poll's answer, carrying cp (the replica's name),
 // without the resources carrying an inline private key unless keysOK.
 func (p *polled) response(cp *corev3.ControlPlane, m *xdsstream.Metrics) *discoveryv3.DiscoveryResponse {
-	entries := xdsstream.WithoutKeys(scope.Entries(p.snap, p.t, scope.Of(p.group), p.names, p.wildcard), p.keysOK, m)
+	entries := xdsstream.WithoutKeys(scope.Entries(p.snap, p.t, p.chain, p.names, p.wildcard), p.keysOK, m)
 	resp := responseOf(p.snap, p.t, entries)
 	resp.ControlPlane = cp
 	return resp

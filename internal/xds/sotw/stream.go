@@ -114,7 +114,7 @@ func (st *stream) subscribe(t *resource.Type, r *discoveryv3.DiscoveryRequest) e
 	// Promise 4: a new stream presenting version V gets nothing when what
 	// it would receive is unchanged since V. Named requests only when the
 	// clients are trusted to keep resources across streams.
-	if presented >= 0 && (ts.wildcard || st.s.trustVersion) &&
+	if presented >= 0 && (ts.wildcard || st.s.trustVersion) && !st.RolloutsChangedSince(presented) &&
 		scope.UnchangedSince(snap, t, st.Chain, names, ts.wildcard, presented) {
 		for _, e := range st.SendableEntries(scope.Entries(snap, t, st.Chain, names, ts.wildcard)) {
 			ts.sent.Set(e.Name, e)

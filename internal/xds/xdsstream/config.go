@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/legation-io/legation/internal/state/lease"
+	"github.com/legation-io/legation/internal/state/rollout"
 	"github.com/legation-io/legation/internal/state/scope"
 	"github.com/legation-io/legation/internal/state/view"
 	"github.com/legation-io/legation/internal/xds/limits"
@@ -78,6 +79,11 @@ type Busy interface {
 	Leave()
 }
 
+// Rollouts gives the running rollouts; *rollout.Watcher is one.
+type Rollouts interface {
+	Current() *rollout.Set
+}
+
 // Config is what a SotW or delta server is built from. A bound
 // (limits.Bound) left unset takes its default (DefaultConfig);
 // limits.NoBound lifts it.
@@ -86,6 +92,9 @@ type Config struct {
 	Source Source
 	// GroupBy derives a node's group; nil: by Node.cluster.
 	GroupBy scope.GroupFunc
+	// Rollouts gives the running canary rollouts, which decide the
+	// overlays a node sees (Stream.Chain); nil: none.
+	Rollouts Rollouts
 	// CatchupTimeout bounds the wait for the view to reach a version a
 	// client presents; after it the stream (or poll) ends with
 	// UNAVAILABLE so the client retries elsewhere (promise 3). Zero: 5s.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/legation-io/legation/internal/state/lease"
 	"github.com/legation-io/legation/internal/state/resource"
+	"github.com/legation-io/legation/internal/state/rollout"
 	"github.com/legation-io/legation/internal/state/scope"
 	"github.com/legation-io/legation/internal/state/store"
 	"github.com/legation-io/legation/internal/state/view"
@@ -69,6 +70,9 @@ type Stream[T Reporter] struct {
 	Node  *corev3.Node
 	Group string
 	Chain scope.Chain
+	// rollouts is the set of running rollouts Chain was made from; nil
+	// without Config.Rollouts or before the first request.
+	rollouts *rollout.Set
 	// Snap is the snapshot the stream's state is at.
 	Snap *view.Snapshot
 	// TTLOn: the client reads TTLs on the wire and leases are tracked
@@ -214,6 +218,10 @@ func turn[Q any, R interface {
 	case <-extended:
 		busy = enterBusy(c.Config.Busy)
 		s.leasesExtended()
+	case <-s.rolloutsChanged():
+		busy = enterBusy(c.Config.Busy)
+		s.reroll()
+		s.Advance()
 	case <-s.recheck:
 		busy = enterBusy(c.Config.Busy)
 		// The rules changed: a stream whose client may no longer
@@ -337,6 +345,10 @@ func (s *Stream[T]) setNode(n *corev3.Node) {
 	s.Node = n
 	s.Group = s.core.Config.GroupBy(n)
 	s.Chain = scope.Of(s.Group)
+	if s.core.Config.Rollouts != nil {
+		s.rollouts = s.core.Config.Rollouts.Current()
+		s.Chain = s.rollouts.Chain(n.GetId(), s.Group)
+	}
 	s.TTLOn = s.core.Config.Leases != nil && s.core.proto.ReadsTTL(n)
 	s.Log = s.Log.With("node", n.GetId(), "group", s.Group)
 	s.status.setNode(n.GetId(), s.Group)
