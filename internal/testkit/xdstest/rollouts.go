@@ -32,7 +32,9 @@ func (e *Env) RolloutStore() *rollout.Store { return rollout.NewStore(e.Store, e
 // LateRollouts hands a server the rollouts of a watcher made after it
 // (Set it before the first stream): a server is built with the env that
 // the watcher needs.
-type LateRollouts struct{ w atomic.Pointer[rollout.Watcher] }
+type LateRollouts struct {
+	w atomic.Pointer[rollout.Watcher]
+}
 
 // Set gives l its watcher.
 func (l *LateRollouts) Set(w *rollout.Watcher) { l.w.Store(w) }
