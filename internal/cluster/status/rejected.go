@@ -194,13 +194,14 @@ func (w *Writer) countRejected() {
 		nodes int
 	}
 	byApply := map[string]*applyCount{}
-	traced := map[string][]RejectionApply{} // group, type and versions -> TraceNack's
+	type traceKey struct{ group, typ, acked, nacked string }
+	traced := map[traceKey][]RejectionApply{} // TraceNack's, once per key
 	var ids []string
 	for _, n := range x.nodes {
 		ids = ids[:0]
 		for t, ts := range n.types {
 			byType[t]++
-			key := n.group + "\x00" + t + "\x00" + ts.VersionAcked + "\x00" + ts.NackVersion
+			key := traceKey{n.group, t, ts.VersionAcked, ts.NackVersion}
 			aps, ok := traced[key]
 			if !ok {
 				aps = TraceNack(x.history, n.group, t, ts)
