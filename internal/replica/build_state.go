@@ -15,6 +15,7 @@ import (
 	"github.com/legation-io/legation/internal/state/rollout"
 	"github.com/legation-io/legation/internal/state/scope"
 	"github.com/legation-io/legation/internal/state/view"
+	"github.com/legation-io/legation/internal/tracing"
 )
 
 // buildState makes the parts that read and write etcd: the client, the
@@ -46,7 +47,7 @@ func (n *Node) buildState() error {
 	}); err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
-	if n.status, err = status.NewWriter(status.Config{
+	scfg := status.Config{
 		Client:           n.client,
 		Prefix:           cfg.EtcdPrefix,
 		Replica:          cfg.Name,
@@ -55,7 +56,11 @@ func (n *Node) buildState() error {
 		MaxTxnsPerSecond: cfg.StatusWriteBudget,
 		Logger:           n.log,
 		Registerer:       n.reg,
-	}); err != nil {
+	}
+	if cfg.Tracing.On() {
+		scfg.OnNack = n.traceNack
+	}
+	if n.status, err = status.NewWriter(scfg); err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
 	if n.csds, err = status.NewCSDS(status.CSDSConfig{
@@ -137,4 +142,19 @@ func (s statusSource) Records(want func(node string) bool) []status.NodeStatus {
 // of the servers' generations, each only growing.
 func (n *Node) statusGeneration() uint64 {
 	return n.sotw.StatusGeneration() + n.delta.StatusGeneration()
+}
+
+// traceNack puts a NACK the status writer recorded in the trace of the
+// apply it traces to, when traces are on (status.Config.OnNack: called
+// from the writer's goroutine, after buildXDS set n.pushes).
+func (n *Node) traceNack(ev status.NackEvent) {
+	if n.pushes == nil {
+		return
+	}
+	nk := tracing.Nack{Node: ev.NodeID, Group: ev.Group, Type: ev.Type,
+		Version: ev.Status.NackVersion, Acked: ev.Status.VersionAcked, Message: ev.Status.LastNack}
+	for _, ap := range ev.Applies {
+		nk.Applies = append(nk.Applies, tracing.NackApply{ID: ap.ID, Traceparent: ap.Traceparent})
+	}
+	n.pushes.Nacked(nk)
 }

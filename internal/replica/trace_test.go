@@ -147,9 +147,10 @@ connect_timeout: 2s
 // one `xdsadmin apply` on a 3-replica cluster yields one trace holding
 // the apply's span, each replica's view and push spans (one push span per
 // replica, over all its streams) and the clients' ACKs and NACK as
-// events of the push spans. Every client is connected to a replica that
-// is not its home, so each stream is relayed: otelgrpc traces the relay's
-// stream on both sides.
+// events of the push spans, and the NACK as a span of its own in the
+// apply's trace, naming the node, type, versions and message. Every
+// client is connected to a replica that is not its home, so each stream
+// is relayed: otelgrpc traces the relay's stream on both sides.
 func TestTraces(t *testing.T) {
 	recv := startOTLP(t)
 	unsetOTELEnv(t)
@@ -205,7 +206,8 @@ func TestTraces(t *testing.T) {
 		home := fmt.Sprintf("replica-%d", (i+1)%3)
 		clients = append(clients, client{s: openCDS(t, rs[i].XDSAddr(), idHomedAt(home, used))})
 	}
-	clients = append(clients, client{s: openCDS(t, rs[0].XDSAddr(), idHomedAt("replica-1", used)), nack: true})
+	nackNode := idHomedAt("replica-1", used)
+	clients = append(clients, client{s: openCDS(t, rs[0].XDSAddr(), nackNode), nack: true})
 	// openCDS took the first response, which is not the apply's.
 	applied, stderr := xdsadminApply(t, e, tracedClusterYAML)
 	if !strings.Contains(stderr, "traces on") {
@@ -301,6 +303,7 @@ func TestTraces(t *testing.T) {
 		}
 	}
 	t.Logf("trace %s: apply %s; 3 view and push spans", hex.EncodeToString(apply.TraceId), apply.Name)
+	checkNackSpan(t, recv, apply, nackNode, applied)
 
 	// otelgrpc on the relay: once a relayed stream ends, the replica the
 	// client reached has a client span for the stream it opened to the
@@ -320,6 +323,40 @@ func TestTraces(t *testing.T) {
 		}
 		return false, fmt.Sprintf("%d spans", len(spans))
 	})
+}
+
+// checkNackSpan waits for the span legation.nack that the NACKing
+// client's home (replica-1) puts in the apply's trace once its status
+// writer records the NACK: a child of the apply's span, naming the
+// node, type, versions and message, and the apply.
+func checkNackSpan(t *testing.T, recv *otlpReceiver, apply gotSpan, node, applied string) {
+	t.Helper()
+	var nack gotSpan
+	xdstest.WaitFor(t, "a legation.nack span in the apply's trace", func() (bool, string) {
+		var n int
+		for _, sp := range recv.got() {
+			if sp.Name == "legation.nack" {
+				n++
+				if bytes.Equal(sp.TraceId, apply.TraceId) {
+					nack = sp
+					return true, ""
+				}
+			}
+		}
+		return false, fmt.Sprintf("%d legation.nack spans, none in trace %x", n, apply.TraceId)
+	})
+	want := map[string]string{
+		"legation.replica": "replica-1", "legation.type": "cluster", "legation.version": applied,
+		"legation.nack.message": "rejected for the test", "legation.node": node,
+	}
+	for k, v := range want {
+		if got := nack.attr(k).GetStringValue(); got != v {
+			t.Errorf("legation.nack's %s = %q, want %q", k, got, v)
+		}
+	}
+	if !bytes.Equal(nack.ParentSpanId, apply.SpanId) || nack.attr("legation.apply").GetStringValue() == "" || nack.service != "xds-node" {
+		t.Errorf("legation.nack %v (apply %q): want a child of the apply's span %x, naming the apply", nack, nack.attr("legation.apply").GetStringValue(), apply.SpanId)
+	}
 }
 
 func parseInt(t *testing.T, s string) int64 {

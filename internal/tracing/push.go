@@ -30,8 +30,9 @@ type PushConfig struct {
 	Prefix string
 	// Replica names the replica in every span (legation.replica).
 	Replica string
-	// MaxEvents bounds the ACK and NACK events of one push span; the
-	// rest are only counted. Zero: 32.
+	// MaxEvents bounds the ACK and NACK events of one push span, and
+	// the NACK spans of one apply (Nacked); the rest are only counted.
+	// Zero: 32.
 	MaxEvents int
 	// Quiet ends a push span once no response at its revision was sent
 	// and none answered for that long. Zero: 2s.
@@ -89,6 +90,12 @@ type Pushes struct {
 	// handled is the newest revision the view's event was taken for:
 	// a send at an older revision that is not pending is not followed.
 	handled int64
+
+	nackMu sync.Mutex // guards what follows (nack.go); never held with mu
+	// nackSpans counts the NACK spans made per apply id, for the
+	// applies of nackOrder, oldest first.
+	nackSpans map[string]int
+	nackOrder []string
 }
 
 var _ xdsstream.PushTracer = (*Pushes)(nil)

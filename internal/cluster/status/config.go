@@ -69,6 +69,17 @@ type Config struct {
 	// each etcd request. etcd rounds it up to whole seconds and to its
 	// minimum TTL. Zero: 10s.
 	LeaseTTL time.Duration
+	// RejectedApplies is how many applies, the most recent of those whose
+	// writes the nodes held reject, get a count of those nodes
+	// (legation_xds_rejected_nodes_by_apply), so the metric's labels stay
+	// bounded. Zero: DefaultRejectedApplies.
+	RejectedApplies int
+	// OnNack, if set, is called with each rejection the records built
+	// newly hold (a node's latest answer for a type became a NACK, or a
+	// NACK of another version or message), traced to its applies. It is
+	// called from Run's goroutine, at most once per Interval for a node
+	// and type, and must not block.
+	OnNack func(NackEvent)
 	// Logger gets the writer's logs. Nil: discard.
 	Logger *slog.Logger
 	// Registerer gets the writer's metrics (legation_status_*). Nil: none.
@@ -132,6 +143,7 @@ func DefaultConfig() Config {
 		// replica, 20 etcd revisions.
 		MaxTxnsPerSecond: 20,
 		LeaseTTL:         10 * time.Second, // as shard's registry lease
+		RejectedApplies:  DefaultRejectedApplies,
 	}
 }
 
@@ -152,6 +164,9 @@ func (c *Config) fill() {
 	}
 	if c.LeaseTTL == 0 {
 		c.LeaseTTL = d.LeaseTTL
+	}
+	if c.RejectedApplies == 0 {
+		c.RejectedApplies = d.RejectedApplies
 	}
 }
 
@@ -183,6 +198,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxTxnsPerSecond < 0 || math.IsNaN(c.MaxTxnsPerSecond) || math.IsInf(c.MaxTxnsPerSecond, 0) {
 		add("MaxTxnsPerSecond %v must be positive", c.MaxTxnsPerSecond)
+	}
+	if c.RejectedApplies < 1 || c.RejectedApplies > 1000 {
+		add("RejectedApplies %d must be from 1 to 1000", c.RejectedApplies)
 	}
 	if c.LeaseTTL < time.Second {
 		add("LeaseTTL %s must be at least 1s", c.LeaseTTL)

@@ -19,6 +19,9 @@ type metrics struct {
 	dirty     prometheus.Gauge
 	deferred  prometheus.Counter
 	coalesced prometheus.Counter
+
+	rejectedNodes   *prometheus.GaugeVec
+	rejectedByApply *prometheus.GaugeVec
 }
 
 func newMetrics() *metrics {
@@ -47,11 +50,17 @@ func newMetrics() *metrics {
 			Name: "legation_status_records_deferred_total", Help: "Record writes and deletes the write budget left for a later round, counted once per round left."}),
 		coalesced: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "legation_status_updates_coalesced_total", Help: "Record values the write budget held back that a newer value replaced (or the node left) before they were written: writes saved."}),
+		rejectedNodes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "legation_xds_rejected_nodes", Help: "Nodes this replica is home to whose latest answer for the type is a NACK, as their status records say; the fleet's count is the sum over the replicas."},
+			[]string{"type"}),
+		rejectedByApply: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "legation_xds_rejected_nodes_by_apply", Help: "Nodes this replica is home to that reject what the apply (its id, as xdsadmin history and nacks name it) wrote, for the 10 most recent applies with rejections only (an apply's series goes when it falls out of them); the fleet's count is the sum over the replicas."},
+			[]string{"apply"}),
 	}
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.written, m.bytes, m.deleted, m.txns, m.errors, m.leaseLost, m.held, m.takenOver, m.budget, m.dirty, m.deferred, m.coalesced}
+	return []prometheus.Collector{m.written, m.bytes, m.deleted, m.txns, m.errors, m.leaseLost, m.held, m.takenOver, m.budget, m.dirty, m.deferred, m.coalesced, m.rejectedNodes, m.rejectedByApply}
 }
 
 // register registers the collectors on reg (nil: nothing), all or none.

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/legation-io/legation/internal/state/store"
 	"github.com/legation-io/legation/internal/xds/xdsstream"
 )
 
@@ -28,5 +29,25 @@ func BenchmarkRecords(b *testing.B) {
 				b.Fatal("empty record")
 			}
 		}
+	}
+}
+
+// BenchmarkCountRejected sets the rejection gauges of a writer holding
+// 10,000 nodes that reject clusters, traced to a history of 32 records
+// (what a round costs once a bad apply reached every node here).
+func BenchmarkCountRejected(b *testing.B) {
+	w := &Writer{metrics: newMetrics(), cfg: Config{RejectedApplies: DefaultRejectedApplies}, rejected: rejected{nodes: map[string]nodeRejections{}}}
+	for i := range rejectedHistoryRecords {
+		rev := int64(100 - i)
+		w.rejected.history = append(w.rejected.history, store.HistoryRecord{ID: fmt.Sprintf("apply-%02d", rev), Revision: rev,
+			Changes: []store.HistoryChange{{Type: "cluster", Scope: store.DefaultScope, Name: fmt.Sprint("c", i), Action: "changed"}}})
+	}
+	for i := range 10000 {
+		w.rejected.nodes[fmt.Sprintf("node-%05d", i)] = nodeRejections{group: fmt.Sprint("g", i%10), types: map[string]TypeStatus{
+			"cluster": {VersionAcked: "90", NackVersion: fmt.Sprint(91 + i%10), LastNack: "bad"}}}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		w.countRejected()
 	}
 }

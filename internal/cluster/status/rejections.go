@@ -20,6 +20,9 @@ type RejectionApply struct {
 	At        time.Time `json:"at"`
 	Message   string    `json:"message,omitempty"`
 	Resources []string  `json:"resources"`
+	// Traceparent is the apply's trace context (W3C traceparent), empty
+	// when traces were off; not shown.
+	Traceparent string `json:"-"`
 }
 
 // Rejection is the nodes that reject the same type from the same applies
@@ -129,7 +132,8 @@ func TraceNack(history []store.HistoryRecord, group, t string, ts TypeStatus) []
 			out[n-1].Revision = r.Revision
 			continue
 		}
-		out = append(out, RejectionApply{ID: r.ID, Revision: r.Revision, By: r.By, At: r.At, Message: r.Message, Resources: res})
+		out = append(out, RejectionApply{ID: r.ID, Revision: r.Revision, By: r.By, At: r.At, Message: r.Message,
+			Resources: res, Traceparent: r.Traceparent})
 	}
 	return out
 }

@@ -37,6 +37,7 @@ func (w *Writer) write(ctx context.Context, dirty []string, budget *int) ([]stri
 			if !ok {
 				continue // gone since Stamps: the next round deletes it
 			}
+			w.setRejected(r)
 			r.Home = w.cfg.Replica
 			v := encode(r)
 			h := xxhash.Sum64(v)

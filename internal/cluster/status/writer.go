@@ -10,6 +10,8 @@ import (
 	"unicode/utf8"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/legation-io/legation/internal/state/resource"
 )
 
 // Writer writes the status records of the nodes one replica serves. Create
@@ -51,6 +53,9 @@ type Writer struct {
 		keys int64
 	}
 	fullReads atomic.Uint64 // full reads of the directory (tests)
+	// rejected is what the nodes held reject now, counted for the
+	// metrics (rejected.go).
+	rejected rejected
 }
 
 // NewWriter returns a writer for cfg, its zero fields set to the defaults.
@@ -69,6 +74,9 @@ func NewWriter(cfg Config) (*Writer, error) {
 		return nil, err
 	}
 	m.budget.Set(cfg.MaxTxnsPerSecond)
+	for _, t := range resource.All() {
+		m.rejectedNodes.WithLabelValues(t.Name).Set(0)
+	}
 	return &Writer{
 		cfg:      cfg,
 		log:      log.With("component", "status", "replica", cfg.Replica),
@@ -79,6 +87,7 @@ func NewWriter(cfg Config) (*Writer, error) {
 		budget:   newBudget(cfg),
 		deferred: map[string]uint64{},
 		stamps:   map[string]uint64{},
+		rejected: rejected{nodes: map[string]nodeRejections{}},
 	}, nil
 }
 
@@ -185,6 +194,7 @@ func (w *Writer) round(ctx context.Context) error {
 			return w.fail(ctx, err)
 		}
 	}
+	defer w.publishRejected(ctx)
 	var gen uint64
 	if w.cfg.Generation != nil {
 		gen = w.cfg.Generation()
@@ -194,6 +204,7 @@ func (w *Writer) round(ctx context.Context) error {
 		w.quiet = false
 	}
 	dirty, gone := w.changes()
+	w.forgetRejected()
 
 	// Deletes first: a node that left never changes again, so they are
 	// done with; puts then have the rest of the budget.

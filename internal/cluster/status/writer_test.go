@@ -50,6 +50,7 @@ func TestConfigValidate(t *testing.T) {
 		{"negative budget", func(c *status.Config) { c.MaxTxnsPerSecond = -1 }, "MaxTxnsPerSecond"},
 		{"infinite budget", func(c *status.Config) { c.MaxTxnsPerSecond = math.Inf(1) }, "MaxTxnsPerSecond"},
 		{"lease ttl", func(c *status.Config) { c.LeaseTTL = 100 * time.Millisecond }, "LeaseTTL"},
+		{"rejected applies", func(c *status.Config) { c.RejectedApplies = -1 }, "RejectedApplies"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := good()

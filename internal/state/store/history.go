@@ -184,6 +184,13 @@ func (s *Store) History(ctx context.Context, limit int) ([]HistoryRecord, []Malf
 // ReadHistory reads the history under prefix as Store.History does, for
 // readers without a Store (a replica's /debug/nacks).
 func ReadHistory(ctx context.Context, kv clientv3.KV, prefix string, limit int) ([]HistoryRecord, []Malformed, error) {
+	h, bad, _, err := ReadHistoryRev(ctx, kv, prefix, limit)
+	return h, bad, err
+}
+
+// ReadHistoryRev is ReadHistory, with the etcd revision it read at: the
+// records hold every apply written up to it, but those past limit.
+func ReadHistoryRev(ctx context.Context, kv clientv3.KV, prefix string, limit int) ([]HistoryRecord, []Malformed, int64, error) {
 	dir := keyspace.History.Prefix(prefix)
 	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend)}
 	if limit > 0 {
@@ -191,7 +198,7 @@ func ReadHistory(ctx context.Context, kv clientv3.KV, prefix string, limit int) 
 	}
 	resp, err := kv.Get(ctx, dir, opts...)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, 0, err
 	}
 	out := make([]HistoryRecord, 0, len(resp.Kvs))
 	var bad []Malformed
@@ -204,7 +211,7 @@ func ReadHistory(ctx context.Context, kv clientv3.KV, prefix string, limit int) 
 		h.Revision = kv.ModRevision
 		out = append(out, h)
 	}
-	return out, bad, nil
+	return out, bad, resp.Header.GetRevision(), nil
 }
 
 // ParseHistoryRecord decodes a history record's value, and checks what

@@ -25,6 +25,16 @@ func CounterSum(tb testing.TB, reg prometheus.Gatherer, name string, labels ...s
 	return sum
 }
 
+// GaugeSum is CounterSum for gauges.
+func GaugeSum(tb testing.TB, reg prometheus.Gatherer, name string, labels ...string) float64 {
+	tb.Helper()
+	sum := 0.0
+	for _, m := range matching(tb, reg, name, labels) {
+		sum += m.GetGauge().GetValue()
+	}
+	return sum
+}
+
 // HistogramCount returns the observation count and sum of histogram name
 // on reg, over the series whose labels include each pair of labels (as
 // CounterSum); 0 when there is none.
