@@ -34,6 +34,7 @@ type applyFlags struct {
 	strict          bool
 	allowInlineKeys bool // write inline private keys outside secrets (refuseInlineKeys)
 	message         string
+	canary          canaryFlags
 }
 
 // defaultLockTimeout is how long apply and delete wait for the scope's
@@ -59,13 +60,17 @@ func (a *app) applyCommand() *cobra.Command {
   xdsadmin apply -f clusters.yaml -f endpoints.yaml --scope edge --dry-run
   xdsadmin apply -f clusters.yaml --prune --dry-run
   xdsadmin apply -f examples/ --prune-all-types --prune --max-deletions 50
-  xdsadmin get cluster -o yaml | xdsadmin apply -f -`,
+  xdsadmin get cluster -o yaml | xdsadmin apply -f -
+  xdsadmin apply -f routes.yaml --canary 10% --bake 5m -m "retry on 503"`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := f.checkPrune(cmd.Flags().Changed("max-deletions")); err != nil {
 				return err
 			}
 			if err := checkMessage(f.message); err != nil {
+				return err
+			}
+			if err := f.canary.check(&f, cmd.Flags().Changed); err != nil {
 				return err
 			}
 			return a.runApply(cmd.Context(), f)
@@ -126,6 +131,17 @@ scope too): a route naming a missing cluster, a listener naming a missing
 route configuration over RDS, an EDS cluster without endpoints. With
 --strict they are errors and nothing is written.
 
+--canary SELECTOR writes the change as a canary rollout instead (see
+rollout): only the nodes SELECTOR picks are served it at first, a share of
+nodes ("10%", by a hash of the node id, the same nodes on every replica),
+the nodes whose id matches a pattern ("node:edge-eu-*") or a group
+("group:NAME"). Once every canary node sent it ACKed and --bake passed with
+at most --max-rejections of them rejecting it, the replicas promote it (one
+ordinary apply); one more rejection aborts it. --promote manual leaves the
+promotion to "xdsadmin rollout promote". A rollout writes resources only
+(no --prune, --ttl or --chunked), and refuses a resource another running
+rollout changes.
+
 The output lists every resource as created, changed, unchanged or deleted,
 then the etcd revision the apply made.`
 
@@ -146,6 +162,7 @@ func (f *applyFlags) addFlags(cmd *cobra.Command) {
 	fl.BoolVar(&f.checkRefs, "check-references", false, "warn about routes naming missing clusters, listeners naming missing route configurations (RDS) and EDS clusters without endpoints, in the input and the scope")
 	fl.BoolVar(&f.strict, "strict", false, "with --check-references: a missing reference is an error, and nothing is written")
 	fl.BoolVar(&f.allowInlineKeys, "allow-inline-keys", false, "write resources other than secrets that carry an inline private key (RISK: the key goes wherever the resource goes; replicas send such resources only to clients allowed secrets)")
+	f.canary.add(cmd)
 	_ = cmd.MarkFlagFilename("filename", "yaml", "yml", "json")
 }
 
@@ -251,6 +268,9 @@ func (a *app) runApply(ctx context.Context, f applyFlags) error {
 		if err := a.checkReferences(ctx, c, f.scope, docs, f.strict); err != nil {
 			return err
 		}
+	}
+	if f.canary.selector != "" {
+		return a.runCanary(ctx, c, req, f)
 	}
 	return a.execute(ctx, c, req, lockSpec{scope: f.scope, timeout: f.lockTimeout}, f.dryRun, store.ApplyOptions{Chunked: f.chunked, Message: f.message}, check)
 }

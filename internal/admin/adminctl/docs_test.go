@@ -18,7 +18,11 @@ import (
 
 // referencePage is xdsadmin's reference page: its global flags and, per
 // command, the usage, flags and examples are generated from the commands.
+// A command's region may be on one of referencePages instead.
 const referencePage = "docs/reference/xdsadmin.md"
+
+// referencePages are the pages that hold the commands' regions.
+var referencePages = []string{referencePage, "docs/reference/xdsadmin-changes.md"}
 
 // globalFlagsRegion is the page's region of the global flags.
 const globalFlagsRegion = "xdsadmin-global-flags"
@@ -78,18 +82,30 @@ func TestDocsXdsadmin(t *testing.T) {
 	root := (&app{}).rootCommand()
 	table := docgen.FlagTable{Env: func(f *pflag.Flag) string { return envName(f.Name) }}
 	docgen.Region(t, referencePage, globalFlagsRegion, table.Render(docgen.Flags(root.PersistentFlags())))
+	pages := map[string]string{}
+	for _, p := range referencePages {
+		b, err := os.ReadFile(filepath.Join(docgen.Root(t), p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages[p] = string(b)
+	}
 	want := map[string]bool{globalFlagsRegion: true}
 	for _, c := range commands(root) {
 		want[regionName(c)] = true
-		docgen.Region(t, referencePage, regionName(c), commandRegion(c))
+		page := referencePage
+		for _, p := range referencePages {
+			if strings.Contains(pages[p], "<!-- "+regionName(c)+":begin -->") {
+				page = p
+			}
+		}
+		docgen.Region(t, page, regionName(c), commandRegion(c))
 	}
-	page, err := os.ReadFile(filepath.Join(docgen.Root(t), referencePage))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range regexp.MustCompile(`<!-- (xdsadmin[-a-z]*):begin -->`).FindAllStringSubmatch(string(page), -1) {
-		if !want[m[1]] {
-			t.Errorf("%s: region %q is of no command: remove it", referencePage, m[1])
+	for _, p := range referencePages {
+		for _, m := range regexp.MustCompile(`<!-- (xdsadmin[-a-z]*):begin -->`).FindAllStringSubmatch(pages[p], -1) {
+			if !want[m[1]] {
+				t.Errorf("%s: region %q is of no command: remove it", p, m[1])
+			}
 		}
 	}
 }

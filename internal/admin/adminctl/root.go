@@ -232,7 +232,7 @@ command line wins over the environment.`,
 	pf.StringVarP(&a.opts.Output, "output", "o", a.opts.Output, "output format: table, yaml or json")
 	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(outputFormats, cobra.ShellCompDirectiveNoFileComp))
 
-	root.AddCommand(a.applyCommand(), a.getCommand(), a.deleteCommand(), a.diffCommand(), a.watchCommand(), a.ttlCommand(), a.statusCommand(), a.membersCommand(), a.loadCommand(), a.authzCommand(), a.exportCommand(), a.historyCommand(), a.rollbackCommand(), a.nacksCommand(), a.etcdAuthCommand(), a.certCommand(), a.versionCommand())
+	root.AddCommand(a.applyCommand(), a.getCommand(), a.deleteCommand(), a.diffCommand(), a.watchCommand(), a.ttlCommand(), a.statusCommand(), a.membersCommand(), a.loadCommand(), a.authzCommand(), a.exportCommand(), a.historyCommand(), a.rollbackCommand(), a.rolloutCommand(), a.nacksCommand(), a.etcdAuthCommand(), a.certCommand(), a.versionCommand())
 	return root
 }
 

@@ -112,6 +112,9 @@ func New(cfg Config) (*Store, error) {
 	return &Store{cfg: cfg, kv: cfg.Client, root: keyspace.Resources.Prefix(cfg.Prefix)}, nil
 }
 
+// Writer is who the store records as writing.
+func (s *Store) Writer() string { return s.cfg.Writer }
+
 // Prefix returns the key prefix.
 func (s *Store) Prefix() string { return s.cfg.Prefix }
 
