@@ -8,12 +8,14 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/legation-io/legation/internal/cluster/canary"
 	"github.com/legation-io/legation/internal/cluster/status"
 	"github.com/legation-io/legation/internal/state/devetcd"
 	"github.com/legation-io/legation/internal/state/lease"
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/rollout"
 	"github.com/legation-io/legation/internal/state/scope"
+	"github.com/legation-io/legation/internal/state/store"
 	"github.com/legation-io/legation/internal/state/view"
 	"github.com/legation-io/legation/internal/tracing"
 )
@@ -39,6 +41,14 @@ func (n *Node) buildState() error {
 		_, err := n.view.WaitRevision(ctx, rev)
 		return err
 	}, n.log)
+	// The rollout controller writes as the replica, through a store of
+	// its own.
+	st, err := store.New(store.Config{Client: n.client, Prefix: cfg.EtcdPrefix, Writer: "xds-node/" + cfg.Name + " (rollout controller)"})
+	if err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	n.canary = canary.NewController(canary.ControllerConfig{Client: n.client, Prefix: cfg.EtcdPrefix, Store: st,
+		Replica: cfg.Name, Running: n.rollouts.Current, Log: n.log})
 	if n.leases, err = lease.New(lease.Config{
 		Client:     n.client,
 		Prefix:     cfg.EtcdPrefix,

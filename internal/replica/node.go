@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 
+	"github.com/legation-io/legation/internal/cluster/canary"
 	"github.com/legation-io/legation/internal/cluster/lrs"
 	"github.com/legation-io/legation/internal/cluster/relay"
 	"github.com/legation-io/legation/internal/cluster/shard"
@@ -73,6 +74,7 @@ type stateParts struct {
 	client      *clientv3.Client
 	view        *view.View
 	rollouts    *rollout.Watcher
+	canary      *canary.Controller
 	leases      *lease.Tracker
 	status      *status.Writer
 	csds        *status.CSDS

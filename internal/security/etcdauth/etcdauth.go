@@ -30,12 +30,15 @@ type Grant struct {
 // Grants are the permissions of RoleReplica and RoleAdmin on prefix, from
 // the writers of the key layout (keyspace.Dir.Writer): RoleReplica reads
 // all of prefix and writes the directories the replicas write (the status
-// records, the membership registry and the load windows); RoleAdmin reads
-// and writes all of prefix, where the admin tools write the rest.
+// records, the membership registry, the elections and the load windows)
+// and, for the rollout controller that runs on them, those it writes
+// when it promotes or aborts a rollout (keyspace.ControllerDirs: the
+// resources, apply markers, history and rollouts); RoleAdmin reads and
+// writes all of prefix, where the admin tools write the rest.
 func Grants(prefix string) []Grant {
 	read, readWrite := clientv3.PermissionType(clientv3.PermRead), clientv3.PermissionType(clientv3.PermReadWrite)
 	grants := []Grant{{RoleReplica, prefix, read}}
-	for _, d := range keyspace.WrittenBy(keyspace.Replica) {
+	for _, d := range slices.Concat(keyspace.WrittenBy(keyspace.Replica), keyspace.ControllerDirs()) {
 		grants = append(grants, Grant{RoleReplica, d.Prefix(prefix), readWrite})
 	}
 	return append(grants, Grant{RoleAdmin, prefix, readWrite})

@@ -14,8 +14,12 @@ func table() string {
 	b.WriteString("| Key | Value | Writer | Written by | Read by |\n")
 	b.WriteString("| --- | --- | --- | --- | --- |\n")
 	for _, e := range Layout() {
+		writer := e.Writer.String()
+		if e.Controller {
+			writer += ", replica (rollout controller)"
+		}
 		b.WriteString("| `" + e.Dir.Key(DefaultPrefix, e.Key) + "` | " + e.Value + " | " +
-			e.Writer.String() + " | " + e.WrittenBy + " | " + e.ReadBy + " |\n")
+			writer + " | " + e.WrittenBy + " | " + e.ReadBy + " |\n")
 	}
 	return b.String()
 }

@@ -32,6 +32,9 @@ const (
 	Status Dir = "status/"
 	// Members holds the registry of the replicas.
 	Members Dir = "members/"
+	// Elections holds the replicas' leader elections: who runs the
+	// rollout controller.
+	Elections Dir = "elections/"
 	// Load holds the replicas' load report windows (LRS).
 	Load Dir = "load/"
 	// Authz holds the client authorization rules.
@@ -74,3 +77,7 @@ func LeaseMarker(prefix string, lease int64) string { return Leases.Key(prefix, 
 
 // leaseID is an etcd lease id as keys spell it: 16 hex digits.
 func leaseID(lease int64) string { return fmt.Sprintf("%016x", lease) }
+
+// RolloutElection is the election of the replica that runs the rollout
+// controller: etcd's concurrency.Election keys are under it.
+func RolloutElection(prefix string) string { return Elections.Key(prefix, "rollouts") }

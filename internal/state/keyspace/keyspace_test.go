@@ -54,7 +54,14 @@ func TestLayout(t *testing.T) {
 	for _, d := range WrittenBy(Replica) {
 		got = append(got, string(d))
 	}
-	if want := "status/ members/ load/"; strings.Join(got, " ") != want {
+	if want := "status/ members/ elections/ load/"; strings.Join(got, " ") != want {
 		t.Errorf("WrittenBy(Replica) = %v; want %s", got, want)
+	}
+	got = got[:0]
+	for _, d := range ControllerDirs() {
+		got = append(got, string(d))
+	}
+	if want := "resources/ applies/ history/ rollouts/"; strings.Join(got, " ") != want {
+		t.Errorf("ControllerDirs() = %v; want %s", got, want)
 	}
 }

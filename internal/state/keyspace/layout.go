@@ -42,38 +42,46 @@ type Entry struct {
 	WrittenBy string
 	// ReadBy names who reads the keys.
 	ReadBy string
+	// Controller: the replicas' rollout controller writes the directory
+	// too (it promotes and aborts rollouts), so the replicas' etcd role
+	// may write it while the controller runs on them.
+	Controller bool
 }
 
 // layout is every kind of key under the prefix, in the order of the
 // docs' table. A Dir has one Writer in all its entries.
 var layout = []Entry{{
-	Dir:       Resources,
-	Key:       "<type>/<scope>/<name>",
-	Value:     "`legation.v1.Envelope` (protobuf): the resource as a `google.protobuf.Any`, the TTL asked for, who wrote it and when; a TTL'd resource is under its apply's lease",
-	Writer:    Admin,
-	WrittenBy: "`xdsadmin apply`, `delete`; the load generator and the chaos runner, through the store",
-	ReadBy:    "every replica's view, which watches this directory alone; `xdsadmin get`, `diff`, `watch`, `export`, `ttl`",
+	Dir:        Resources,
+	Key:        "<type>/<scope>/<name>",
+	Value:      "`legation.v1.Envelope` (protobuf): the resource as a `google.protobuf.Any`, the TTL asked for, who wrote it and when; a TTL'd resource is under its apply's lease",
+	Writer:     Admin,
+	WrittenBy:  "`xdsadmin apply`, `delete`; the load generator and the chaos runner, through the store",
+	ReadBy:     "every replica's view, which watches this directory alone; `xdsadmin get`, `diff`, `watch`, `export`, `ttl`",
+	Controller: true,
 }, {
-	Dir:       Applies,
-	Key:       "<scope>",
-	Value:     "the scope's apply marker (JSON: `by`, `at`, `traceparent`), put in the transaction of every write of the store to the scope's resources",
-	Writer:    Admin,
-	WrittenBy: "every write through the store",
-	ReadBy:    "the store's applies, which compare it; replicas with traces on, for an apply's trace context",
+	Dir:        Applies,
+	Key:        "<scope>",
+	Value:      "the scope's apply marker (JSON: `by`, `at`, `traceparent`), put in the transaction of every write of the store to the scope's resources",
+	Writer:     Admin,
+	WrittenBy:  "every write through the store",
+	ReadBy:     "the store's applies, which compare it; replicas with traces on, for an apply's trace context",
+	Controller: true,
 }, {
-	Dir:       History,
-	Key:       "<apply id>/<part, 4 digits>",
-	Value:     "the history record of one transaction of an apply (JSON: `id`, `part`, `parts`, `kind`, `by`, `at`, `message`, `traceparent`, `changes` with each resource's body from before, `omitted`, `undo`), put in the same transaction; the apply id starts with its time, so keys sort by age, and each transaction deletes the records past the newest `--history-keep`",
-	Writer:    Admin,
-	WrittenBy: "every write through the store",
-	ReadBy:    "`xdsadmin history`",
+	Dir:        History,
+	Key:        "<apply id>/<part, 4 digits>",
+	Value:      "the history record of one transaction of an apply (JSON: `id`, `part`, `parts`, `kind`, `by`, `at`, `message`, `traceparent`, `changes` with each resource's body from before, `omitted`, `undo`), put in the same transaction; the apply id starts with its time, so keys sort by age, and each transaction deletes the records past the newest `--history-keep`",
+	Writer:     Admin,
+	WrittenBy:  "every write through the store",
+	ReadBy:     "`xdsadmin history`",
+	Controller: true,
 }, {
-	Dir:       Rollouts,
-	Key:       "<rollout id>",
-	Value:     "a canary rollout (JSON: `id`, `scope`, `selector`, `bake`, `maxRejections`, `promote`, `state`, `reason`, `by`, `at`, `message`, `revision`, `resources` with each one's revision when it began, `endedAt`, `promotedBy`), put in the transaction that writes its canary overlay (resources in scope `~rollout.<rollout id>`), and rewritten in the one that promotes or aborts it; the rollout id is the id of the apply that began it",
-	Writer:    Admin,
-	WrittenBy: "`xdsadmin apply --canary`, `rollout promote`, `rollout abort`",
-	ReadBy:    "every replica (which nodes see which overlay); `xdsadmin rollout`",
+	Dir:        Rollouts,
+	Key:        "<rollout id>",
+	Value:      "a canary rollout (JSON: `id`, `scope`, `selector`, `bake`, `maxRejections`, `promote`, `state`, `reason`, `by`, `at`, `message`, `revision`, `resources` with each one's revision when it began, `endedAt`, `promotedBy`), put in the transaction that writes its canary overlay (resources in scope `~rollout.<rollout id>`), and rewritten in the one that promotes or aborts it; the rollout id is the id of the apply that began it",
+	Writer:     Admin,
+	WrittenBy:  "`xdsadmin apply --canary`, `rollout promote`, `rollout abort`",
+	ReadBy:     "every replica (which nodes see which overlay); `xdsadmin rollout`",
+	Controller: true,
 }, {
 	Dir:       Locks,
 	Key:       lockApply + "<scope>/<lease, hex>",
@@ -109,6 +117,13 @@ var layout = []Entry{{
 	Writer:    Replica,
 	WrittenBy: "the replica itself",
 	ReadBy:    "every replica, whose ring holds only registered members; `xdsadmin members`",
+}, {
+	Dir:       Elections,
+	Key:       "rollouts/<lease, hex>",
+	Value:     "a replica's candidacy to run the rollout controller (etcd `concurrency.Election` keys; the value is the replica's name), under its session lease (5 s TTL): the oldest key leads",
+	Writer:    Replica,
+	WrittenBy: "every replica",
+	ReadBy:    "the replicas, to elect the leader",
 }, {
 	Dir:       Load,
 	Key:       "<replica>/<window start, unix ms, 20 digits>",
@@ -148,6 +163,21 @@ func (d Dir) Writer() Writer {
 		}
 	}
 	return 0
+}
+
+// ControllerDirs returns the directories the rollout controller writes,
+// in Layout's order.
+func ControllerDirs() []Dir {
+	var out []Dir
+	for _, d := range Dirs() {
+		for _, e := range layout {
+			if e.Dir == d && e.Controller {
+				out = append(out, d)
+				break
+			}
+		}
+	}
+	return out
 }
 
 // WrittenBy returns the directories w writes, in Layout's order.

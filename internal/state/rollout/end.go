@@ -13,6 +13,10 @@ import (
 	"github.com/legation-io/legation/internal/state/store"
 )
 
+// ErrChanged is wrapped when a rollout's resource changed in its scope
+// since the rollout began: it can no longer be promoted.
+var ErrChanged = errors.New("changed since the rollout began")
+
 // Promote ends running rollout id by applying its resources to its scope
 // for every node, in one transaction that also removes its overlay and
 // marks it promoted with reason: an ordinary apply (KindPromote) in the
@@ -47,8 +51,8 @@ func (s *Store) Promote(ctx context.Context, id, reason string) (*Rollout, error
 			now = c.Old.ModRevision
 		}
 		if base := r.base(c.Type.Name, c.Name); now != base {
-			return nil, fmt.Errorf("rollout: promote %s: %s %q in scope %s changed since the rollout began (revision %d, now %d): promoting would overwrite that change; abort the rollout and begin another from the current config",
-				id, c.Type.Name, c.Name, r.Scope, base, now)
+			return nil, fmt.Errorf("rollout: promote %s: %w: %s %q in scope %s (revision %d, now %d): promoting would overwrite that change; abort the rollout and begin another from the current config",
+				id, ErrChanged, c.Type.Name, c.Name, r.Scope, base, now)
 		}
 	}
 	applyID := store.NewApplyID(time.Now())
