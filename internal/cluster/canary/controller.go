@@ -76,7 +76,7 @@ func (c *Controller) term(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer sess.Close() //nolint:errcheck // revokes the lease: best effort
+	defer sess.Close() // revokes the lease: best effort
 	e := concurrency.NewElection(sess, keyspace.RolloutElection(c.cfg.Prefix))
 	if err := e.Campaign(ctx, c.cfg.Replica); err != nil {
 		return err
