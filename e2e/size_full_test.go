@@ -36,3 +36,6 @@ const (
 	rollingBurst = 10
 	rollingDrain = 20 * time.Second
 )
+
+// TestClusterCanary: 600 nodes, about 120 of them canaries.
+var canaryMix = clientMix{GRPC: 60, SotW: 270, Delta: 270}

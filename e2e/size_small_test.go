@@ -37,3 +37,6 @@ const (
 	rollingBurst = 5
 	rollingDrain = 10 * time.Second
 )
+
+// TestClusterCanary: 90 nodes, about 18 of them canaries.
+var canaryMix = clientMix{GRPC: 10, SotW: 40, Delta: 40}

@@ -127,8 +127,10 @@ func checkRefused(t *testing.T, ec *etcdCluster, caFile string) {
 }
 
 // checkPrivileges checks the roles the auth Job set up: the replicas read
-// the prefix and write status records but no resource; the admin
-// certificate (Secret legation-etcd-admin) writes resources.
+// the prefix, write status records and, for their rollout controller
+// (on by default: legation-rollouts), resources, but no authorization
+// rule; the admin certificate (Secret legation-etcd-admin) writes
+// resources.
 func checkPrivileges(ctx context.Context, t *testing.T, ec *etcdCluster, replicaCli *clientv3.Client) {
 	if _, err := replicaCli.Get(ctx, "/legation/", clientv3.WithPrefix()); err != nil {
 		t.Errorf("replica: read the prefix: %v", err)
@@ -136,8 +138,11 @@ func checkPrivileges(ctx context.Context, t *testing.T, ec *etcdCluster, replica
 	if _, err := replicaCli.Put(ctx, "/legation/status/node-1", "x"); err != nil {
 		t.Errorf("replica: write a status record: %v", err)
 	}
-	if _, err := replicaCli.Put(ctx, "/legation/resources/cluster/default/evil", "x"); !errors.Is(err, rpctypes.ErrPermissionDenied) {
-		t.Errorf("replica: write a resource: %v; want permission denied", err)
+	if _, err := replicaCli.Put(ctx, "/legation/rollouts/r1", "x"); err != nil {
+		t.Errorf("replica, with the rollout controller on: write a rollout: %v", err)
+	}
+	if _, err := replicaCli.Put(ctx, "/legation/locks/apply/default/evil", "x"); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+		t.Errorf("replica: take an apply lock: %v; want permission denied", err)
 	}
 	if _, err := replicaCli.Put(ctx, "/legation/authz/rules/evil", "x"); !errors.Is(err, rpctypes.ErrPermissionDenied) {
 		t.Errorf("replica: write an authorization rule: %v; want permission denied", err)

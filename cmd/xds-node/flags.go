@@ -229,6 +229,8 @@ func upkeepFlags(fs *pflag.FlagSet, cfg *replica.Config) {
 		"streams each replica closes per second (with jitter) when a membership change moves their node's home; keep it at most --stream-rate (a warning at start otherwise)")
 	fs.Float64Var(&cfg.StatusWriteBudget, "status-write-budget", cfg.StatusWriteBudget,
 		"etcd transactions per second (each up to 64 node status records) this replica spends at most on status records; the rest waits, coalesced by node")
+	fs.BoolVar(&cfg.RolloutController, "rollout-controller", cfg.RolloutController,
+		"stand for election to run the rollout controller, which promotes and aborts canary rollouts (its etcd user then needs the role legation-rollouts with etcd auth); false: rollouts wait for xdsadmin rollout promote or abort")
 }
 
 // lrsFlags defines the load reporting (LRS) service's interval, windows

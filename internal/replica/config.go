@@ -91,6 +91,12 @@ type Config struct {
 	// changes beyond it waits, coalesced by node, for the next seconds.
 	// Must be positive.
 	StatusWriteBudget float64
+	// RolloutController (--rollout-controller) has the replica stand for
+	// election to run the rollout controller (package canary), which
+	// promotes and aborts canary rollouts: it writes resources, apply
+	// markers, history and rollouts, which with etcd auth needs the role
+	// legation-rollouts.
+	RolloutController bool
 	// LRSInterval (--lrs-interval) is the load_reporting_interval sent to
 	// every LRS client, and the length of the windows each replica rolls
 	// their reports up into and publishes to etcd (one transaction per
@@ -405,6 +411,7 @@ func DefaultConfig() Config {
 		EtcdStaleAfter:      3 * time.Second,  // three missed progress notifications
 		AuthzStaleAfter:     30 * time.Second, // past it a revocation may be missed
 		StatusWriteBudget:   20,               // status.DefaultConfig: 1,280 records a second
+		RolloutController:   true,             // rollouts promote and abort themselves
 		LRSInterval:         10 * time.Second, // Envoy's and grpc-go's usual
 		LRSWindows:          6,                // the last minute at 10s
 		LRSMaxRate:          1e6,              // far beyond one proxy's traffic, far below 2^64

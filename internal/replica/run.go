@@ -178,7 +178,9 @@ func (n *Node) runParts(ctx context.Context, wg *sync.WaitGroup) {
 		n.csds.Run,   // the cluster's records, from the first CSDS call on
 		n.lrs.Run,    // load windows of the nodes served here
 		n.cluster.Run,
-		n.canary.Run, // the rollout controller, on the elected replica
+	}
+	if n.cfg.RolloutController {
+		runs = append(runs, n.canary.Run) // the rollout controller, on the elected replica
 	}
 	if n.tls != nil {
 		runs = append(runs, n.tls.Run) // reloads the files when they change

@@ -10,7 +10,7 @@ import (
 )
 
 type etcdAuthFlags struct {
-	replicaUsers, adminUsers []string
+	replicaUsers, adminUsers, rolloutUsers []string
 }
 
 func (a *app) etcdAuthCommand() *cobra.Command {
@@ -21,18 +21,24 @@ func (a *app) etcdAuthCommand() *cobra.Command {
 		Long: `etcd-auth sets up etcd's authentication as docs/operations/etcd.md
 describes it, on --etcd-prefix: the roles legation-replica (read the
 prefix; write status records, the membership registry and load windows)
-and legation-admin (read and write the prefix), the users of
---replica-user and --admin-user holding them, the root user, and auth
-enabled. The users get no password: with etcd's --client-cert-auth a
+legation-admin (read and write the prefix) and legation-rollouts (write
+what the rollout controller writes when it promotes or aborts a rollout:
+resources, apply markers, history, rollouts), the users of --replica-user,
+--admin-user and --rollout-user holding them, the root user, and auth
+enabled. Give legation-rollouts to the replicas' users (--rollout-user) to
+let the replicas promote and abort rollouts themselves; without it, their
+rollout controller cannot, and rollouts wait for xdsadmin rollout promote
+or abort. The users get no password: with etcd's --client-cert-auth a
 client certificate whose CN is a user's name logs in as that user.
 
 It is idempotent: run again, it adds only what is missing (and restores a
-grant of the two roles changed by hand). Run it as root (a client
+grant of the roles changed by hand). Run it as root (a client
 certificate with CN root) or before auth is enabled. The Helm chart's
 bundled etcd runs it in a Job at each install and upgrade.`,
 		Example: `  xdsadmin --etcd-endpoints https://etcd-0:2379 --etcd-cacert ca.crt \
     --etcd-cert root.crt --etcd-key root.key etcd-auth \
-    --replica-user legation-replica --admin-user legation-admin`,
+    --replica-user legation-replica --admin-user legation-admin \
+    --rollout-user legation-replica`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.runEtcdAuth(cmd.Context(), f)
@@ -43,11 +49,13 @@ bundled etcd runs it in a Job at each install and upgrade.`,
 		"users (client certificate CNs) given the role legation-replica, comma separated")
 	fl.StringSliceVar(&f.adminUsers, "admin-user", []string{etcdauth.RoleAdmin},
 		"users (client certificate CNs) given the role legation-admin, comma separated")
+	fl.StringSliceVar(&f.rolloutUsers, "rollout-user", nil,
+		"users given the role legation-rollouts besides their own, comma separated: the replicas' users, for their rollout controller to promote and abort rollouts (none: rollouts wait for xdsadmin rollout promote or abort)")
 	return cmd
 }
 
 func (a *app) runEtcdAuth(ctx context.Context, f etcdAuthFlags) error {
-	cfg := etcdauth.Config{Prefix: a.opts.Prefix, ReplicaUsers: f.replicaUsers, AdminUsers: f.adminUsers}
+	cfg := etcdauth.Config{Prefix: a.opts.Prefix, ReplicaUsers: f.replicaUsers, AdminUsers: f.adminUsers, RolloutUsers: f.rolloutUsers}
 	if err := cfg.Validate(); err != nil {
 		return err
 	}

@@ -17,7 +17,11 @@ import (
 const (
 	RoleReplica = "legation-replica"
 	RoleAdmin   = "legation-admin"
-	Root        = "root"
+	// RoleRollouts lets the replicas' rollout controller promote and
+	// abort rollouts: given to the replicas' users besides RoleReplica
+	// (--rollout-user), it lets them write what a promotion writes.
+	RoleRollouts = "legation-rollouts"
+	Root         = "root"
 )
 
 // Grant is one permission of a role on the keys starting with Key.
@@ -30,16 +34,19 @@ type Grant struct {
 // Grants are the permissions of RoleReplica and RoleAdmin on prefix, from
 // the writers of the key layout (keyspace.Dir.Writer): RoleReplica reads
 // all of prefix and writes the directories the replicas write (the status
-// records, the membership registry, the elections and the load windows)
-// and, for the rollout controller that runs on them, those it writes
-// when it promotes or aborts a rollout (keyspace.ControllerDirs: the
-// resources, apply markers, history and rollouts); RoleAdmin reads and
-// writes all of prefix, where the admin tools write the rest.
+// records, the membership registry, the elections and the load windows);
+// RoleRollouts writes what the rollout controller writes when it promotes
+// or aborts a rollout (keyspace.ControllerDirs: the resources, apply
+// markers, history and rollouts); RoleAdmin reads and writes all of
+// prefix, where the admin tools write the rest.
 func Grants(prefix string) []Grant {
 	read, readWrite := clientv3.PermissionType(clientv3.PermRead), clientv3.PermissionType(clientv3.PermReadWrite)
 	grants := []Grant{{RoleReplica, prefix, read}}
-	for _, d := range slices.Concat(keyspace.WrittenBy(keyspace.Replica), keyspace.ControllerDirs()) {
+	for _, d := range keyspace.WrittenBy(keyspace.Replica) {
 		grants = append(grants, Grant{RoleReplica, d.Prefix(prefix), readWrite})
+	}
+	for _, d := range keyspace.ControllerDirs() {
+		grants = append(grants, Grant{RoleRollouts, d.Prefix(prefix), readWrite})
 	}
 	return append(grants, Grant{RoleAdmin, prefix, readWrite})
 }
@@ -54,6 +61,9 @@ type Config struct {
 	// exists already (with a password, say) is kept as it is and granted
 	// the role.
 	ReplicaUsers, AdminUsers []string
+	// RolloutUsers get RoleRollouts (optional): the users of the
+	// replicas that run the rollout controller.
+	RolloutUsers []string
 }
 
 // Validate checks the config without I/O.
@@ -62,7 +72,7 @@ func (c Config) Validate() error {
 	if c.Prefix == "" || c.Prefix[0] != '/' || c.Prefix[len(c.Prefix)-1] != '/' {
 		errs = append(errs, fmt.Errorf("etcdauth: prefix %q: must start and end with '/'", c.Prefix))
 	}
-	for _, u := range slices.Concat(c.ReplicaUsers, c.AdminUsers) {
+	for _, u := range slices.Concat(c.ReplicaUsers, c.AdminUsers, c.RolloutUsers) {
 		if u == "" || u == Root {
 			errs = append(errs, fmt.Errorf("etcdauth: user %q: want a name other than %q", u, Root))
 		}
@@ -82,7 +92,7 @@ func Setup(ctx context.Context, cli *clientv3.Client, cfg Config) ([]string, err
 		return nil, err
 	}
 	var done []string
-	for _, role := range []string{RoleReplica, RoleAdmin} {
+	for _, role := range []string{RoleReplica, RoleAdmin, RoleRollouts} {
 		_, err := cli.RoleAdd(ctx, role)
 		switch {
 		case err == nil:
@@ -104,6 +114,9 @@ func Setup(ctx context.Context, cli *clientv3.Client, cfg Config) ([]string, err
 	}
 	for _, u := range cfg.AdminUsers {
 		users = append(users, struct{ name, role string }{u, RoleAdmin})
+	}
+	for _, u := range cfg.RolloutUsers {
+		users = append(users, struct{ name, role string }{u, RoleRollouts})
 	}
 	for _, u := range users {
 		_, err := cli.UserAddWithOptions(ctx, u.name, "", &clientv3.UserAddOptions{NoPassword: true})

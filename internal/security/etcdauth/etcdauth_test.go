@@ -20,10 +20,10 @@ func TestGrants(t *testing.T) {
 		{RoleReplica, "/p/members/", rw},
 		{RoleReplica, "/p/elections/", rw},
 		{RoleReplica, "/p/load/", rw},
-		{RoleReplica, "/p/resources/", rw},
-		{RoleReplica, "/p/applies/", rw},
-		{RoleReplica, "/p/history/", rw},
-		{RoleReplica, "/p/rollouts/", rw},
+		{RoleRollouts, "/p/resources/", rw},
+		{RoleRollouts, "/p/applies/", rw},
+		{RoleRollouts, "/p/history/", rw},
+		{RoleRollouts, "/p/rollouts/", rw},
 		{RoleAdmin, "/p/", rw},
 	}
 	got := Grants("/p/")
@@ -64,8 +64,8 @@ func TestValidate(t *testing.T) {
 
 // TestGrantsCoverLayout: every directory of the key layout is writable by
 // the role of its writer, and the replicas' role writes none of the
-// directories the admin tools write, but for those the rollout
-// controller writes (keyspace.ControllerDirs).
+// directories the admin tools write; RoleRollouts writes exactly those
+// the rollout controller writes (keyspace.ControllerDirs).
 func TestGrantsCoverLayout(t *testing.T) {
 	const prefix = "/p/"
 	role := map[keyspace.Writer]string{keyspace.Admin: RoleAdmin, keyspace.Replica: RoleReplica}
@@ -83,8 +83,11 @@ func TestGrantsCoverLayout(t *testing.T) {
 		if !writes(role[w], d) {
 			t.Errorf("%s, written by the %s, is not writable by %s", d, w, role[w])
 		}
-		if w != keyspace.Replica && !slices.Contains(keyspace.ControllerDirs(), d) && writes(RoleReplica, d) {
+		if w != keyspace.Replica && writes(RoleReplica, d) {
 			t.Errorf("%s, written by the %s, is writable by %s", d, w, RoleReplica)
+		}
+		if got, want := writes(RoleRollouts, d), slices.Contains(keyspace.ControllerDirs(), d); got != want {
+			t.Errorf("%s writable by %s: %v, want %v", d, RoleRollouts, got, want)
 		}
 	}
 }
