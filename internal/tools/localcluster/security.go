@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -42,20 +43,23 @@ const (
 // users of a secure cluster: each the CN of a client certificate (etcd's
 // --client-cert-auth), with the role of the same name.
 const (
-	RoleReplica = etcdauth.RoleReplica
-	RoleAdmin   = etcdauth.RoleAdmin
+	RoleReplica  = etcdauth.RoleReplica
+	RoleAdmin    = etcdauth.RoleAdmin
+	RoleRollouts = etcdauth.RoleRollouts
 	// etcdRoot is the root user, which sets up the others.
 	etcdRoot = "root"
 )
 
-// AddRoles adds RoleReplica and RoleAdmin on prefix with root, a client
-// of an etcd whose auth is not enabled yet (or of its root user), with
-// the grants of etcdauth.Grants: RoleReplica reads all of prefix and
-// writes the status records, the membership registry and the load
-// windows (LRS); RoleAdmin reads and writes all of prefix. It fails if a
-// role exists already (etcdauth.Setup is the idempotent way).
+// AddRoles adds RoleReplica, RoleAdmin and RoleRollouts on prefix with
+// root, a client of an etcd whose auth is not enabled yet (or of its root
+// user), with the grants of etcdauth.Grants: RoleReplica reads all of
+// prefix and writes the status records, the membership registry, the
+// elections and the load windows (LRS); RoleRollouts writes what the
+// rollout controller writes; RoleAdmin reads and writes all of prefix.
+// It fails if a role exists already (etcdauth.Setup is the idempotent
+// way).
 func AddRoles(ctx context.Context, root *clientv3.Client, prefix string) error {
-	for _, role := range []string{RoleReplica, RoleAdmin} {
+	for _, role := range []string{RoleReplica, RoleAdmin, RoleRollouts} {
 		if _, err := root.RoleAdd(ctx, role); err != nil {
 			return fmt.Errorf("localcluster: etcd role %s: %w", role, err)
 		}
@@ -278,8 +282,9 @@ func (s *Security) setUpEtcd(ctx context.Context, endpoints []string) error {
 		if err := AddRoles(ctx, root, keyspace.DefaultPrefix); err != nil {
 			return err
 		}
-		for _, u := range []struct{ name, role string }{{RoleReplica, RoleReplica}, {RoleAdmin, RoleAdmin}, {etcdRoot, "root"}} {
-			if _, err := root.UserAddWithOptions(ctx, u.name, "", &clientv3.UserAddOptions{NoPassword: true}); err != nil {
+		// The replicas run the rollout controller (on by default).
+		for _, u := range []struct{ name, role string }{{RoleReplica, RoleReplica}, {RoleReplica, RoleRollouts}, {RoleAdmin, RoleAdmin}, {etcdRoot, "root"}} {
+			if _, err := root.UserAddWithOptions(ctx, u.name, "", &clientv3.UserAddOptions{NoPassword: true}); err != nil && !errors.Is(err, rpctypes.ErrUserAlreadyExist) {
 				return fmt.Errorf("localcluster: etcd user %s: %w", u.name, err)
 			}
 			if _, err := root.UserGrantRole(ctx, u.name, u.role); err != nil {

@@ -72,7 +72,8 @@ func TestSecureCluster(t *testing.T) {
 	}
 
 	// etcd: no certificate, no answer; legation-replica reads but may not
-	// write a resource.
+	// apply (it may not take a scope's apply lock: its rollout
+	// controller writes resources, but only in a rollout's steps).
 	if code, out, _ := admin(c, []string{"--etcd-cacert", sec.CAFile}, "--dial-timeout", "1s", "--timeout", "2s", "get", "cluster"); code == 0 {
 		t.Errorf("xdsadmin without an etcd client certificate: exit 0\n%s", out)
 	}
