@@ -110,6 +110,26 @@ func TestDeltaResourceErrorsShared(t *testing.T) {
 	if got := xdstest.CounterSum(t, e.reg, "legation_delta_response_encodes_total") - encodes; got != 3 {
 		t.Errorf("legation_delta_response_encodes_total grew by %v for 4 streams in 3 states, want 3", got)
 	}
+
+	// The same removal, to a wildcard stream (no error) and to one that
+	// subscribes the name (NOT_FOUND): two bodies.
+	e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("b", 1))})
+	wildcard, named := e.deltaADS(t), e.deltaADS(t)
+	wildcard.Send(&dreq{Node: xdstest.Node("w", ""), TypeUrl: resource.Cluster.URL})
+	named.Send(&dreq{Node: xdstest.Node("n", ""), TypeUrl: resource.Cluster.URL, ResourceNamesSubscribe: []string{"b"}})
+	for _, s := range []*xdstest.DeltaStream{wildcard, named} {
+		s.Ack(s.ExpectType(resource.Cluster))
+	}
+	e.Apply(t, nil, xdstest.Key(resource.Cluster, "b"))
+	for _, c := range []struct {
+		s    *xdstest.DeltaStream
+		want []string
+	}{{wildcard, nil}, {named, []string{"NOT_FOUND:b"}}} {
+		resp := c.s.ExpectType(resource.Cluster)
+		if got := xdstest.ResourceErrors(resp.GetResourceErrors()); !slices.Equal(resp.GetRemovedResources(), []string{"b"}) || !slices.Equal(got, c.want) {
+			t.Errorf("b deleted: removed %v, resource_errors %q; want [b], %q", resp.GetRemovedResources(), got, c.want)
+		}
+	}
 }
 
 // TestDeltaResourceErrorsPermission: a cluster withheld for its inline
