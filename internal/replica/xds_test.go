@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -201,11 +202,16 @@ func TestRESTJSON(t *testing.T) {
 	}
 	checkResponse(t, "clusters at a foreign version", resp, xdstest.Version(rev3), resource.Cluster, a2, b)
 
-	// Named resources: only those asked for (and existing).
+	// Named resources: only those asked for (and existing); one that does
+	// not exist is told in resource_errors.
 	code, resp, body = fetchREST(t, r, endpoints, &discoveryv3.DiscoveryRequest{Node: n1, ResourceNames: []string{"a", "missing"}})
 	if code != http.StatusOK {
 		t.Fatalf("endpoints [a missing] = %d %q, want 200", code, body)
 	}
+	if got, want := xdstest.ResourceErrors(resp.GetResourceErrors()), []string{"NOT_FOUND:missing"}; !slices.Equal(got, want) {
+		t.Errorf("endpoints [a missing]: resource_errors %q, want %q", got, want)
+	}
+	resp.ResourceErrors = nil
 	checkResponse(t, "endpoints [a missing]", resp, xdstest.Version(rev3), resource.Endpoint, ea3)
 	if code, _, body := fetchREST(t, r, endpoints, &discoveryv3.DiscoveryRequest{Node: n1, ResourceNames: []string{"b"}, VersionInfo: xdstest.Version(rev1)}); code != http.StatusNotModified {
 		t.Errorf("endpoints [b] at %d, unchanged since = %d %q, want 304", rev1, code, body)

@@ -46,8 +46,10 @@ type Options struct {
 	Group func(client string) string
 	// SotWNewNames allows a SotW response of a named type (EDS, RDS) at a
 	// version the stream already received when it carries a name the
-	// stream had not received at that version: the server answers newly
-	// asked names at once, even at the same version.
+	// stream had not received at that version, or no resource at all: the
+	// server answers newly asked names at once, even at the same version,
+	// a name that does not exist with a resource error only (recordings
+	// do not keep the errors; such a response resends nothing).
 	SotWNewNames bool
 	// InterimCDS allows a SotW CDS response to repeat the stream's last
 	// CDS version (or, as the stream's first, the version the client
@@ -342,7 +344,8 @@ func (c *checker) sotwDuplicate(r *response, n int) {
 	prev := r.st.last[e.Type]
 	switch {
 	case r.interim:
-	case c.opts.SotWNewNames && r.known && !r.t.Wildcard && hasNew(e.Resources, r.st.names[e.Type][r.v]):
+	case c.opts.SotWNewNames && r.known && !r.t.Wildcard &&
+		(len(e.Resources) == 0 || hasNew(e.Resources, r.st.names[e.Type][r.v])):
 	default:
 		c.add(e, Duplicate, []int{prev.line, e.Line}, []string{prev.version, e.Version}, nil,
 			"the stream received this type at this version %d times", n+1)

@@ -253,6 +253,12 @@ func TestCheckCatchesEachKind(t *testing.T) {
 		{"new names at the same version, documented", (&rec{}).start("s1", 1, record.ModeSotW, nil).
 			resp("s1", 1, record.ModeSotW, eds, "2", "a").
 			resp("s1", 1, record.ModeSotW, eds, "2", "b"), documented, nil},
+		{"a name that does not exist, answered at the same version with its error only", (&rec{}).start("s1", 1, record.ModeSotW, nil).
+			resp("s1", 1, record.ModeSotW, eds, "2", "a").
+			resp("s1", 1, record.ModeSotW, eds, "2"), documented, nil},
+		{"an empty response at the same version, not allowed", (&rec{}).start("s1", 1, record.ModeSotW, nil).
+			resp("s1", 1, record.ModeSotW, eds, "2", "a").
+			resp("s1", 1, record.ModeSotW, eds, "2"), Options{}, []string{Duplicate}},
 		{"interim CDS, documented", (&rec{}).start("s1", 1, record.ModeSotW, nil).
 			resp("s1", 1, record.ModeSotW, cds, "2", "a", "b").
 			resp("s1", 1, record.ModeSotW, cds, "2", "a", "b").

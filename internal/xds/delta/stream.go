@@ -469,7 +469,8 @@ type item struct {
 func (st *stream) send(ts *typeState, out []item, removed []string, shareKey string) error {
 	sysVersion := strconv.FormatInt(st.Snap.Revision, 10)
 	ttls := st.WireTTLs(len(out), func(i int) *view.Entry { return out[i].Entry })
-	if shareKey == "" {
+	errs := st.resourceErrors(ts, removed) // reserr.go
+	if shareKey == "" || len(errs) > 0 {
 		var buf [256]byte // on the stack while the key fits
 		key := append(buf[:0], "D\x00"...)
 		key = append(key, ts.t.Name...)
@@ -485,12 +486,13 @@ func (st *stream) send(ts *typeState, out []item, removed []string, shareKey str
 			key = append(key, 0)
 			key = append(key, n...)
 		}
+		key = xdsstream.AppendErrorsKey(key, errs)
 		shareKey = string(key)
 	}
 	shareKey = xdsstream.TTLKey(shareKey, ttls)
 	build := func() proto.Message {
 		r := &discoveryv3.DeltaDiscoveryResponse{SystemVersionInfo: sysVersion, TypeUrl: ts.t.URL, RemovedResources: removed, ControlPlane: st.s.core.ControlPlane,
-			Resources: make([]*discoveryv3.Resource, 0, len(out))}
+			Resources: make([]*discoveryv3.Resource, 0, len(out)), ResourceErrors: xdsstream.ResourceErrors(ts.t, errs)}
 		for i, it := range out {
 			var ttl time.Duration
 			if ttls != nil {
@@ -511,6 +513,7 @@ func (st *stream) send(ts *typeState, out []item, removed []string, shareKey str
 	ts.have.Sent(&st.s.held, st.Snap.Revision, shareKey, len(out), heldOf(out), removed)
 	st.RecordTTLs(ts.t, len(out), func(i int) xdsstream.Item { return out[i].Item }, ttls)
 	st.s.m.removalsSent.WithLabelValues(ts.t.Name).Add(float64(len(removed)))
+	st.CountErrors(ts.t, errs)
 	st.updateStatus(ts)
 	return nil
 }

@@ -158,11 +158,14 @@ func (s *Server) checkBounds(r *discoveryv3.DiscoveryRequest, t *resource.Type) 
 }
 
 // response builds the poll's answer, carrying cp (the replica's name),
-// without the resources carrying an inline private key unless keysOK.
+// without the resources carrying an inline private key unless keysOK,
+// and the errors of the names asked that it leaves out (reserr.go).
 func (p *polled) response(cp *corev3.ControlPlane, m *xdsstream.Metrics) *discoveryv3.DiscoveryResponse {
-	entries := xdsstream.WithoutKeys(scope.Entries(p.snap, p.t, p.chain, p.names, p.wildcard), p.keysOK, m)
-	resp := responseOf(p.snap, p.t, entries)
+	visible := scope.Entries(p.snap, p.t, p.chain, p.names, p.wildcard)
+	errs := p.errors(visible)
+	resp := responseOf(p.snap, p.t, xdsstream.WithoutKeys(visible, p.keysOK, m))
 	resp.ControlPlane = cp
+	resp.ResourceErrors = xdsstream.ResourceErrors(p.t, errs)
 	return resp
 }
 

@@ -47,6 +47,7 @@ type typeState struct {
 	// removed clusters; the final set waits for LDS and RDS ACKs.
 	holdRemovals bool
 	resources    int
+	told         xdsstream.Told // names told in resource_errors (reserr.go)
 }
 
 // Handle takes one request into the stream's state. Responses go out in
@@ -143,6 +144,7 @@ func (st *stream) setNames(ts *typeState, names []string, answer bool) {
 		return
 	}
 	next := st.s.names.Get(names)
+	ts.told.Keep(next.Has) // unsubscribed: asked again when subscribed again
 	added := false
 	for _, n := range next.Sorted() {
 		if !ts.names.Has(n) {
@@ -207,11 +209,13 @@ func (st *stream) Flush() error {
 // any of it changed.
 func (st *stream) flushFullState(ts *typeState) error {
 	names := ts.names.Sorted()
-	entries := st.SendableEntries(scope.Entries(st.Snap, ts.t, st.Chain, names, ts.wildcard))
+	visible := scope.Entries(st.Snap, ts.t, st.Chain, names, ts.wildcard)
+	errs := st.absentFull(ts, visible)
+	entries := st.SendableEntries(visible)
 	force := ts.forceSend
 	ts.needAll, ts.forceSend = false, false
 	ts.dirty = xdsstream.ReuseNames(ts.dirty)
-	if !force && sameEntries(entries, &ts.sent) {
+	if !force && len(errs) == 0 && sameEntries(entries, &ts.sent) {
 		ts.rec.Unchanged()
 		return nil
 	}
@@ -237,11 +241,11 @@ func (st *stream) flushFullState(ts *typeState) error {
 			version = ts.rec.Version
 			ts.holdRemovals = true
 			st.s.m.mbbHolds.Inc()
-			return st.send(ts, entries, version, false)
+			return st.send(ts, entries, nil, version, false) // errors go with the final set
 		}
 		ts.holdRemovals = false
 	}
-	return st.send(ts, entries, version, ts.wildcard)
+	return st.send(ts, entries, errs, version, ts.wildcard)
 }
 
 // referrersPending reports whether LDS or RDS have updates to send or
@@ -291,6 +295,7 @@ func (st *stream) flushNamed(ts *typeState) error {
 	ts.needAll, ts.forceSend = false, false
 	ts.dirty = xdsstream.ReuseNames(ts.dirty)
 	var out []*view.Entry
+	var errs []xdsstream.ResourceErr
 	var seen map[string]bool // a wildcard's names may repeat the subscribed ones
 	if !isDirty {
 		seen = make(map[string]bool, len(candidates))
@@ -302,32 +307,36 @@ func (st *stream) flushNamed(ts *typeState) error {
 			}
 			seen[n] = true
 		}
-		e := st.Sendable(scope.Visible(st.Snap, ts.t, st.Chain, n))
+		v := scope.Visible(st.Snap, ts.t, st.Chain, n)
+		e := st.Sendable(v)
 		if e == nil {
 			ts.sent.Drop(n)
+			errs = ts.absentNamed(errs, n, v)
 			continue
 		}
+		ts.told.Forget(n)
 		if old, _ := ts.sent.Get(n); !force && old != nil && old.Scope == e.Scope && old.ModRevision == e.ModRevision {
 			continue
 		}
 		out = append(out, e)
 	}
-	if len(out) == 0 && !force {
+	if len(out) == 0 && len(errs) == 0 && !force {
 		ts.rec.Unchanged()
 		return nil
 	}
 	scope.SortEntries(out)
-	return st.send(ts, out, version(st.Snap.Revision), false)
+	return st.send(ts, out, errs, version(st.Snap.Revision), false)
 }
 
-// send encodes (or takes from the shared cache) and sends one response.
+// send encodes (or takes from the shared cache) and sends one response,
+// carrying errs in resource_errors (reserr.go).
 // For a client that reads TTLs, TTL'd resources go wrapped in a
 // discovery.v3.Resource with the time their lease has left (promise 8).
-func (st *stream) send(ts *typeState, entries []*view.Entry, ver string, shareable bool) error {
+func (st *stream) send(ts *typeState, entries []*view.Entry, errs []xdsstream.ResourceErr, ver string, shareable bool) error {
 	ttls := st.WireTTLs(len(entries), func(i int) *view.Entry { return entries[i] })
 	build := func() proto.Message {
 		r := &discoveryv3.DiscoveryResponse{VersionInfo: ver, TypeUrl: ts.t.URL, Resources: make([]*anypb.Any, 0, len(entries)),
-			ControlPlane: st.s.core.ControlPlane}
+			ControlPlane: st.s.core.ControlPlane, ResourceErrors: xdsstream.ResourceErrors(ts.t, errs)}
 		for i, e := range entries {
 			if ttls != nil && ttls[i] > 0 {
 				r.Resources = append(r.Resources, wrapTTL(e, ver, ttls[i], true))
@@ -341,7 +350,7 @@ func (st *stream) send(ts *typeState, entries []*view.Entry, ver string, shareab
 	if ver == version(st.Snap.Revision) {
 		var buf [256]byte // on the stack while the key fits
 		b := buf[:0]
-		if shareable {
+		if shareable && len(errs) == 0 {
 			b = append(b, "W\x00"...)
 			b = append(b, ts.t.Name...)
 			b = append(b, 0)
@@ -359,12 +368,15 @@ func (st *stream) send(ts *typeState, entries []*view.Entry, ver string, shareab
 			for _, e := range entries {
 				b = xdsstream.AppendEntryKey(b, e)
 			}
+			b = xdsstream.AppendErrorsKey(b, errs)
 		}
 		key = xdsstream.TTLKey(string(b), ttls)
 	}
 	if _, err := st.Send(ts.t, &ts.rec, ver, key, build, len(entries)); err != nil {
 		return err
 	}
+	ts.told.Sent(errs)
+	st.CountErrors(ts.t, errs)
 	if ts.t.Wildcard {
 		// A full-state response replaces what the client holds.
 		ts.sent.Replace(&st.s.sent, st.Snap.Revision, key, len(entries), sentOf(entries))

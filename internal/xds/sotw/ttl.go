@@ -74,7 +74,7 @@ func (st *stream) heartbeats() error {
 		entries := make([]*view.Entry, 0, ts.sent.Len())
 		ts.sent.Each(func(_ string, e *view.Entry) { entries = append(entries, e) })
 		scope.SortEntries(entries)
-		return st.send(ts, entries, ts.rec.Version, false)
+		return st.send(ts, entries, nil, ts.rec.Version, false)
 	})
 }
 

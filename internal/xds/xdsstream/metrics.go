@@ -26,6 +26,10 @@ type Metrics struct {
 	// KeysWithheld counts resources carrying an inline private key left
 	// out of responses to clients not allowed secrets, by type.
 	KeysWithheld *prometheus.CounterVec
+	// ResourceErrors counts per-resource errors sent (resource_errors):
+	// names subscribed explicitly and not sent, by type and code
+	// (NOT_FOUND, PERMISSION_DENIED).
+	ResourceErrors *prometheus.CounterVec
 }
 
 func newMetrics(p Protocol, reg prometheus.Registerer) *Metrics {
@@ -61,10 +65,13 @@ func newMetrics(p Protocol, reg prometheus.Registerer) *Metrics {
 			Name: name("limit_hits_total"), Help: "Bounds hit on " + p.Title + " streams and polls, by limit: streams ended or polls refused (first_request, names, name_length, node_id_length, initial_resource_versions, send_timeout, vhds_groups) or NACK messages cut (nack_message)."}, []string{"limit"}),
 		KeysWithheld: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: name("inline_keys_withheld_total"), Help: "Resources other than secrets carrying an inline private key, left out of " + p.Title + " responses and polls to clients not allowed secrets, by type."}, []string{"type"}),
+		ResourceErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: name("resource_errors_total"), Help: "Per-resource errors (resource_errors) sent on " + p.Title + " streams: names subscribed explicitly and not sent, by type and code (NOT_FOUND, PERMISSION_DENIED)."}, []string{"type", "code"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Streams, m.Responses, m.ResourcesSent, m.Nacks, m.BytesSent, m.Encodes,
-			m.StaleNonces, m.BadRequests, m.Catchups, m.CatchupFailures, m.Heartbeats, m.TTLResources, m.Denied, m.LimitHits, m.KeysWithheld)
+			m.StaleNonces, m.BadRequests, m.Catchups, m.CatchupFailures, m.Heartbeats, m.TTLResources, m.Denied, m.LimitHits, m.KeysWithheld,
+			m.ResourceErrors)
 	}
 	return m
 }

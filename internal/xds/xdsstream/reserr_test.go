@@ -1,0 +1,52 @@
+package xdsstream
+
+import (
+	"testing"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/legation-io/legation/internal/state/resource"
+)
+
+func TestAppendErrorsKey(t *testing.T) {
+	keys := map[string]string{}
+	for what, errs := range map[string][]ResourceErr{
+		"none":              nil,
+		"b not found":       {{Name: "b", Code: codes.NotFound}},
+		"b denied":          {{Name: "b", Code: codes.PermissionDenied}},
+		"c not found":       {{Name: "c", Code: codes.NotFound}},
+		"b and c not found": {{Name: "b", Code: codes.NotFound}, {Name: "c", Code: codes.NotFound}},
+	} {
+		k := string(AppendErrorsKey([]byte("N\x00endpoint\x007"), errs))
+		if other, dup := keys[k]; dup {
+			t.Errorf("%s and %s share the key %q", what, other, k)
+		}
+		keys[k] = what
+	}
+	if got := string(AppendErrorsKey([]byte("k"), nil)); got != "k" {
+		t.Errorf("no errors appended %q, want nothing", got)
+	}
+}
+
+func TestToldOnce(t *testing.T) {
+	var told Told
+	errs := told.Add(nil, "b", codes.NotFound)
+	told.Sent(errs)
+	if got := told.Add(nil, "b", codes.NotFound); len(got) != 0 {
+		t.Errorf("told again: %v", got)
+	}
+	if got := told.Add(nil, "b", codes.PermissionDenied); len(got) != 1 {
+		t.Errorf("another code not told: %v", got)
+	}
+	told.Keep(func(string) bool { return false })
+	if told.Len() != 0 || told.m != nil {
+		t.Errorf("unsubscribed names kept: %v", told.m)
+	}
+	if got := told.Add(nil, "b", codes.NotFound); len(got) != 1 {
+		t.Errorf("subscribed again, not told again: %v", got)
+	}
+	re := ResourceErrors(resource.Endpoint, []ResourceErr{{Name: "b", Code: codes.PermissionDenied}})
+	if len(re) != 1 || re[0].GetResourceName().GetName() != "b" || re[0].GetErrorDetail().GetCode() != int32(codes.PermissionDenied) || re[0].GetErrorDetail().GetMessage() == "" {
+		t.Errorf("ResourceErrors = %v", re)
+	}
+}
