@@ -61,7 +61,7 @@ func (st *stream) absentFull(ts *typeState, visible []*view.Entry) []xdsstream.R
 // name, before keys are withheld): a poll has no memory, so its answer
 // tells every name asked explicitly that it leaves out, as a stream's
 // first answer does. The errors depend only on what the poll's cache key
-// names (type, group, names, wildcard, keysOK) and the revision.
+// names (type, scope chain, names, wildcard, keysOK) and the revision.
 func (p *polled) errors(visible []*view.Entry) []xdsstream.ResourceErr {
 	if p.wildcard {
 		return nil
