@@ -40,7 +40,9 @@ type ControllerConfig struct {
 // A Controller runs on every replica: one of them, elected in etcd,
 // judges the running rollouts (Measure, Decide) from the nodes' status
 // records and promotes or aborts them. Another takes over within
-// sessionTTL when the leader is gone.
+// sessionTTL when the leader is gone. The replicas stand for election
+// only while a rollout runs: with none, the controller holds no session
+// and writes nothing.
 type Controller struct {
 	cfg ControllerConfig
 	rs  *rollout.Store
@@ -54,10 +56,10 @@ func NewController(cfg ControllerConfig) *Controller {
 	return &Controller{cfg: cfg, rs: rollout.NewStore(cfg.Store, cfg.Client, cfg.Store.Writer())}
 }
 
-// Run campaigns, leads while elected, and campaigns again, until ctx
-// ends; it returns nil then.
+// Run waits for a running rollout, campaigns, leads while elected and a
+// rollout runs, and starts again, until ctx ends; it returns nil then.
 func (c *Controller) Run(ctx context.Context) error {
-	for ctx.Err() == nil {
+	for c.waitRunning(ctx) {
 		if err := c.term(ctx); err != nil && ctx.Err() == nil {
 			c.cfg.Log.Warn("rollout controller: campaigning again", "err", err)
 			select {
@@ -69,8 +71,23 @@ func (c *Controller) Run(ctx context.Context) error {
 	return nil
 }
 
-// term is one candidacy: campaign, then lead until the session or ctx
-// ends, then resign.
+// waitRunning waits until a rollout runs; false when ctx ended first.
+func (c *Controller) waitRunning(ctx context.Context) bool {
+	for ctx.Err() == nil {
+		set := c.cfg.Running()
+		if len(set.Running()) > 0 {
+			return true
+		}
+		select {
+		case <-set.Changed():
+		case <-ctx.Done():
+		}
+	}
+	return false
+}
+
+// term is one candidacy: campaign, then lead until no rollout runs, the
+// session is lost or ctx ends, then resign.
 func (c *Controller) term(ctx context.Context) error {
 	sess, err := concurrency.NewSession(c.cfg.Client, concurrency.WithTTL(sessionTTL), concurrency.WithContext(ctx))
 	if err != nil {
@@ -95,17 +112,25 @@ func (c *Controller) term(ctx context.Context) error {
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer rcancel()
 	e.Resign(rctx) //nolint:errcheck // the lease ends anyway
-	if ctx.Err() == nil {
-		return errors.New("lost the election's lease")
+	select {
+	case <-sess.Done():
+		if ctx.Err() == nil {
+			return errors.New("lost the election's lease")
+		}
+	default:
 	}
 	return nil
 }
 
-// lead judges the running rollouts every c.cfg.Every until ctx ends.
+// lead judges the running rollouts every c.cfg.Every until none runs
+// or ctx ends.
 func (c *Controller) lead(ctx context.Context) {
 	t := time.NewTicker(c.cfg.Every)
 	defer t.Stop()
 	for {
+		if len(c.cfg.Running().Running()) == 0 {
+			return
+		}
 		if err := c.judge(ctx, time.Now()); err != nil && ctx.Err() == nil {
 			c.cfg.Log.Warn("rollout controller", "err", err)
 		}
@@ -120,9 +145,6 @@ func (c *Controller) lead(ctx context.Context) {
 // judge promotes or aborts each running rollout Decide says to.
 func (c *Controller) judge(ctx context.Context, now time.Time) error {
 	running := c.cfg.Running().Running()
-	if len(running) == 0 {
-		return nil
-	}
 	recs, err := status.List(ctx, c.cfg.Client, c.cfg.Prefix)
 	if err != nil {
 		return fmt.Errorf("read the nodes' status: %w", err)

@@ -17,10 +17,11 @@ import (
 	"github.com/legation-io/legation/internal/testkit/xdstest"
 )
 
-// TestControllerPromotes: of two replicas' controllers, one is elected;
-// it promotes an automatic rollout once baked (no canary node connected,
-// none pending), and leaves a manual one running; when it stops, the
-// other takes over and promotes the next.
+// TestControllerPromotes: the replicas stand for election once a rollout
+// runs; of two, one is elected; it promotes an automatic rollout once
+// baked (no canary node connected, none pending), and leaves a manual one
+// running; when it stops, the other takes over and promotes the next;
+// with no rollout running, no replica stands any more.
 func TestControllerPromotes(t *testing.T) {
 	e := xdstest.NewEnv(t, xdstest.Options{})
 	ctx := testbase.Context(t)
@@ -37,8 +38,6 @@ func TestControllerPromotes(t *testing.T) {
 		return func() { cancel(); <-done }
 	}
 	stopA := start("replica-a")
-	waitLeader(t, e.Client, "replica-a")
-	start("replica-b")
 	rs := e.RolloutStore()
 	begin := func(name string, promote string) *rollout.Rollout {
 		r, err := rs.Begin(ctx, rollout.Start{Scope: store.DefaultScope, Selector: "5%", Bake: 500 * time.Millisecond, Promote: promote,
@@ -49,6 +48,8 @@ func TestControllerPromotes(t *testing.T) {
 		return r
 	}
 	manual := begin("c2", rollout.PromoteManual)
+	waitLeader(t, e.Client, "replica-a")
+	start("replica-b")
 	waitState(t, rs, begin("c1", rollout.PromoteAuto).ID, rollout.Promoted)
 	if r, _, err := rs.Get(ctx, manual.ID); err != nil || r.State != rollout.Running {
 		t.Errorf("the manual rollout: %+v, %v; want it running", r, err)
@@ -59,15 +60,20 @@ func TestControllerPromotes(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitState(t, rs, begin("c2", rollout.PromoteAuto).ID, rollout.Promoted)
+	waitLeader(t, e.Client, "")
 }
 
-// waitLeader waits until the rollout controller's leader is name.
+// waitLeader waits until the rollout controller's leader is name ("":
+// until no replica stands).
 func waitLeader(t *testing.T, c *clientv3.Client, name string) {
 	t.Helper()
 	xdstest.WaitFor(t, "leader "+name, func() (bool, string) {
 		resp, err := c.Get(context.Background(), keyspace.RolloutElection(keyspace.DefaultPrefix)+"/", clientv3.WithFirstCreate()...)
-		if err != nil || len(resp.Kvs) == 0 {
-			return false, "no candidate"
+		if err != nil {
+			return false, err.Error()
+		}
+		if len(resp.Kvs) == 0 {
+			return name == "", "no candidate"
 		}
 		return string(resp.Kvs[0].Value) == name, "leader " + string(resp.Kvs[0].Value)
 	})

@@ -51,7 +51,7 @@ func cdsStream(t *testing.T, e *env, id string) (*xdstest.SotWStream, *discovery
 }
 
 // canaryEnv is an env whose server serves the rollouts of its etcd.
-func canaryEnv(t *testing.T) *env {
+func canaryEnv(t testing.TB) *env {
 	var l xdstest.LateRollouts
 	e := newEnv(t, func(c *sotw.Config) { c.Rollouts = &l })
 	l.Set(e.Rollouts(t))
