@@ -1,6 +1,8 @@
 package xdsstream
 
 import (
+	"time"
+
 	"github.com/legation-io/legation/internal/state/rollout"
 	"github.com/legation-io/legation/internal/state/view"
 )
@@ -51,6 +53,45 @@ func (s *Stream[T]) overlayMoved(r *rollout.Rollout) {
 	}
 	for _, k := range r.Keys(r.Scope) {
 		s.changed(view.EntryChange{Key: k, Kind: view.Upserted, Revision: s.Snap.Revision})
+	}
+}
+
+// rolloutsWait bounds how long a flush waits for the set of running
+// rollouts to reach a snapshot that began or ended one; the watcher
+// publishes it once the view holds that snapshot, so the wait is short.
+const rolloutsWait = 2 * time.Second
+
+// syncRollouts moves the stream to the latest set of running rollouts
+// before a flush, waiting (at most rolloutsWait) for one at least as
+// recent as the latest snapshot it advanced to that began or ended a
+// rollout: the flush then answers for the side of every rollout that
+// snapshot holds, never a canary node with the scope's resources at a
+// version that holds its overlay.
+func (s *Stream[T]) syncRollouts() {
+	if s.rollouts == nil {
+		return
+	}
+	cur := s.core.Config.Rollouts.Current()
+	if cur.Revision < s.rolloutsAt {
+		deadline := time.NewTimer(rolloutsWait)
+		defer deadline.Stop()
+		for cur.Revision < s.rolloutsAt {
+			select {
+			case <-cur.Changed():
+			case <-deadline.C:
+				s.Log.Warn("the running rollouts did not reach the snapshot in time; flushing with the latest", "revision", s.rolloutsAt, "rollouts_at", cur.Revision)
+				s.rolloutsAt = 0
+			case <-s.Ctx.Done():
+				return
+			}
+			cur = s.core.Config.Rollouts.Current()
+			if s.rolloutsAt == 0 {
+				break
+			}
+		}
+	}
+	if cur != s.rollouts {
+		s.reroll()
 	}
 }
 

@@ -71,8 +71,12 @@ type Stream[T Reporter] struct {
 	Group string
 	Chain scope.Chain
 	// rollouts is the set of running rollouts Chain was made from; nil
-	// without Config.Rollouts or before the first request.
-	rollouts *rollout.Set
+	// without Config.Rollouts or before the first request. rolloutsAt is
+	// the revision of the latest snapshot Advance passed that began or
+	// ended a rollout (wrote an overlay): a flush waits for a set at
+	// least that recent.
+	rollouts   *rollout.Set
+	rolloutsAt int64
 	// Snap is the snapshot the stream's state is at.
 	Snap *view.Snapshot
 	// TTLOn: the client reads TTLs on the wire and leases are tracked
@@ -235,6 +239,7 @@ func turn[Q any, R interface {
 	case <-s.Ctx.Done():
 		return true, nil
 	}
+	s.syncRollouts()
 	return false, r.Flush()
 }
 
@@ -395,6 +400,9 @@ func (s *Stream[T]) Advance() {
 			s.adv = stamp{rev: x.Revision, seen: x.Seen.UnixNano(), committed: committed.UnixNano()}
 		}
 		for _, c := range x.Changes {
+			if rollout.IsOverlay(c.Scope) {
+				s.rolloutsAt = x.Revision
+			}
 			if c.Scope == store.DefaultScope || c.Scope == s.Group || (s.Chain.Layered() && s.Chain.Has(c.Scope)) {
 				s.changed(c)
 			}
