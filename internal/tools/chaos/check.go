@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/legation-io/legation/internal/state/resource"
-	"github.com/legation-io/legation/internal/state/store"
 	"github.com/legation-io/legation/internal/tools/chaos/record"
 )
 
@@ -44,6 +43,13 @@ type Options struct {
 	// Group returns a client's group (its scope besides "default") from
 	// its node id. Nil: every client sees the default scope only.
 	Group func(client string) string
+	// Overlays returns the overlay scopes ("~rollout.<id>") of the canary
+	// rollouts over the default scope that pick a client, from its node
+	// id: while a rollout runs, its overlay's resources are what the
+	// client must hold, and a client no rollout picks must never hold
+	// them (its content then differs from the state: HalfApply). Nil:
+	// no rollout.
+	Overlays func(client string) []string
 	// SotWNewNames allows a SotW response of a named type (EDS, RDS) at a
 	// version the stream already received when it carries a name the
 	// stream had not received at that version, or no resource at all: the
@@ -144,7 +150,7 @@ type respRef struct {
 }
 
 type clientState struct {
-	group  string
+	chain  chain                      // the scopes it sees (Options.Group, Options.Overlays)
 	max    map[string]respRef         // per type: the highest version received
 	held   map[string]map[string]held // per type: what the client holds
 	full   map[string]bool            // per type: held is the full set
@@ -206,9 +212,15 @@ func (c *checker) client(id string) *clientState {
 	if cs == nil {
 		cs = &clientState{max: map[string]respRef{}, held: map[string]map[string]held{}, full: map[string]bool{},
 			last: map[string]record.Event{}, stream: map[int64]*streamState{}}
+		var group string
+		var overlays []string
 		if c.opts.Group != nil {
-			cs.group = c.opts.Group(id)
+			group = c.opts.Group(id)
 		}
+		if c.opts.Overlays != nil {
+			overlays = c.opts.Overlays(id)
+		}
+		cs.chain = chainOf(group, overlays)
 		c.clients[id] = cs
 	}
 	return cs
@@ -334,7 +346,7 @@ func (c *checker) interim(r *response) bool {
 	}
 	prev, ok := st.last[e.Type]
 	return ((ok && prev.v == r.v) || (!ok && st.presented[e.Type][""] == e.Version)) &&
-		c.removesLater(e, r.cs.group, r.v)
+		c.removesLater(e, r.cs.chain, r.v)
 }
 
 // sotwDuplicate checks (d) for a SotW response at a version the stream
@@ -433,14 +445,11 @@ func (r *response) keepForClient() {
 }
 
 // removesLater reports whether a response carries a resource that a
-// node of group stops seeing after revision v: an interim CDS response
+// node of chain ch stops seeing after revision v: an interim CDS response
 // holds removed clusters back, so it carries one.
-func (c *checker) removesLater(e *record.Event, group string, v int64) bool {
+func (c *checker) removesLater(e *record.Event, ch chain, v int64) bool {
 	for _, r := range e.Resources {
-		for _, scope := range []string{group, store.DefaultScope} {
-			if scope == "" {
-				continue
-			}
+		for _, scope := range ch {
 			for _, hv := range c.h.keys[rkey{e.Type, scope, r.Name}] {
 				if hv.rev > v && hv.deleted {
 					return true
@@ -479,7 +488,8 @@ func (c *checker) converged() {
 			hs := cs.held[typ]
 			for _, name := range slices.Sorted(maps.Keys(hs)) {
 				hv := hs[name]
-				mod, _ := c.h.Visible(typ, cs.group, name, final)
+				hv0, _ := c.h.visible(typ, cs.chain, name, final)
+				mod := hv0.mod
 				switch {
 				case hv.sotw && mod == 0 && !cs.full[typ]:
 					// A deleted named resource is not pushed on SotW.
@@ -490,7 +500,7 @@ func (c *checker) converged() {
 				}
 			}
 			if cs.full[typ] {
-				for _, name := range slices.Sorted(maps.Keys(c.h.Set(typ, cs.group, final))) {
+				for _, name := range slices.Sorted(maps.Keys(c.h.set(typ, cs.chain, final))) {
 					if _, ok := hs[name]; !ok {
 						wrong = append(wrong, name+" missing")
 					}

@@ -376,3 +376,68 @@ func TestGapInHistory(t *testing.T) {
 		t.Errorf("unknown %d, violations %v; want 1 unknown and one resurrected", rep.Unknown, rep.Violations)
 	}
 }
+
+// TestCheckOverlays: while a canary rollout's overlay exists, a client it
+// picks must hold the overlay's resource and every other client the
+// default scope's; once the overlay is gone (the rollout aborted), the
+// canary client the default scope's again. Canary content sent to
+// another client, or a canary client answered with the default scope's
+// resource at a version that holds the overlay, is a HalfApply.
+//
+//	rev 2: cluster a
+//	rev 3: cluster a in overlay ~rollout.r1 (the rollout began)
+//	rev 4: the overlay deleted (aborted)
+func TestCheckOverlays(t *testing.T) {
+	const p = "/legation/resources/"
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	for _, r := range []HistoryRecord{
+		{Kind: HistHeader, Rev: 1, Prefix: p},
+		{Kind: HistPut, Rev: 2, Key: p + "cluster/default/a", Value: envelope(t, "cluster", "a", 2), Mod: 2},
+		{Kind: HistPut, Rev: 3, Key: p + "cluster/~rollout.r1/a", Value: envelope(t, "cluster", "a", 3), Mod: 3},
+		{Kind: HistDelete, Rev: 4, Key: p + "cluster/~rollout.r1/a"},
+		{Kind: HistProgress, Rev: 5},
+	} {
+		if err := enc.Encode(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h, err := ReadHistory(&b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := DocumentedExceptions()
+	opts.Overlays = func(client string) []string {
+		if strings.HasPrefix(client, "canary-") {
+			return []string{"~rollout.r1"}
+		}
+		return nil
+	}
+	for _, tc := range []struct {
+		name string
+		r    *rec
+		want []string
+	}{
+		{"each side", (&rec{}).start("canary-1", 1, record.ModeSotW, nil).
+			resp("canary-1", 1, record.ModeSotW, cds, "2", "a#2").
+			resp("canary-1", 1, record.ModeSotW, cds, "3", "a#3").
+			resp("canary-1", 1, record.ModeSotW, cds, "4", "a#2").
+			start("other-1", 1, record.ModeSotW, nil).
+			resp("other-1", 1, record.ModeSotW, cds, "3", "a#2"), nil},
+		{"canary content outside the canary", (&rec{}).start("other-1", 1, record.ModeSotW, nil).
+			resp("other-1", 1, record.ModeSotW, cds, "3", "a#3"), []string{HalfApply}},
+		{"a canary node answered without its overlay", (&rec{}).start("canary-1", 1, record.ModeSotW, nil).
+			resp("canary-1", 1, record.ModeSotW, cds, "3", "a#2"), []string{HalfApply}},
+		{"delta: the overlay's version", (&rec{}).start("canary-2", 1, record.ModeDelta, nil).
+			resp("canary-2", 1, record.ModeDelta, cds, "3", "a@3#3").
+			resp("canary-2", 1, record.ModeDelta, cds, "4", "a@2#2"), nil},
+	} {
+		var kinds []string
+		for _, v := range Check(h, tc.r.events(t), opts) {
+			kinds = append(kinds, v.Kind)
+		}
+		if !slices.Equal(kinds, tc.want) {
+			t.Errorf("%s: violations %v, want %v", tc.name, kinds, tc.want)
+		}
+	}
+}

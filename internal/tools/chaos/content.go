@@ -30,8 +30,8 @@ func (c *checker) bad(r *response, kind string, revs []int64, format string, a .
 // later), no resource in it was deleted before, and each carries the
 // bytes of that version.
 func (c *checker) fullSet(r *response) {
-	e, group, v := r.e, r.cs.group, r.v
-	want := c.h.Set(e.Type, group, v)
+	e, group, v := r.e, r.cs.chain, r.v
+	want := c.h.set(e.Type, group, v)
 	got := map[string]bool{}
 	var extra, resurrected []string
 	var deletedAt []int64
@@ -47,7 +47,7 @@ func (c *checker) fullSet(r *response) {
 		if r.interim && c.h.existedAfter(e.Type, group, res.Name, v, c.h.Last) {
 			continue
 		}
-		if _, d := c.h.Visible(e.Type, group, res.Name, v); d != 0 {
+		if _, d := c.h.visible(e.Type, group, res.Name, v); d != 0 {
 			resurrected = append(resurrected, res.Name)
 			deletedAt = append(deletedAt, d)
 		} else {
@@ -76,7 +76,7 @@ func (c *checker) fullSet(r *response) {
 // the state at its version: it exists there (or, removed, does not),
 // with the same bytes and, on delta, at its mod revision.
 func (c *checker) resources(r *response) {
-	e, group, v := r.e, r.cs.group, r.v
+	e, group, v := r.e, r.cs.chain, r.v
 	for _, res := range e.Resources {
 		hv, d := c.h.visible(e.Type, group, res.Name, v)
 		mod := hv.mod
@@ -92,7 +92,8 @@ func (c *checker) resources(r *response) {
 		}
 	}
 	for _, name := range e.Removed {
-		if mod, _ := c.h.Visible(e.Type, group, name, v); mod != 0 {
+		if hv, _ := c.h.visible(e.Type, group, name, v); hv.mod != 0 {
+			mod := hv.mod
 			c.bad(r, HalfApply, []int64{mod}, "removes %s, which exists at revision %d (mod revision %d)", name, v, mod)
 		}
 	}

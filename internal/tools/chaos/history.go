@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -409,52 +410,73 @@ func (h *History) atVer(k rkey, rev int64) (ver, int64) {
 	return vs[i], 0
 }
 
+// A chain is the scopes a node sees, most specific first, the default
+// scope last: its group's, and the overlays of the canary rollouts that
+// pick it (an overlay's keys exist only while its rollout runs).
+type chain []string
+
+// chainOf is the chain of a node of group that the rollouts with overlay
+// scopes overlays (over the default scope) pick.
+func chainOf(group string, overlays []string) chain {
+	var c chain
+	if group != "" {
+		c = append(c, group)
+	}
+	c = append(c, overlays...)
+	return append(c, store.DefaultScope)
+}
+
+// has reports whether scope is in c.
+func (c chain) has(scope string) bool { return slices.Contains(c, scope) }
+
 // Visible returns what a node of group sees of (type URL, name) at rev:
 // the group's resource, else the default scope's; mod 0 when neither
 // exists (deletedAt: when the last of them went).
 func (h *History) Visible(typ, group, name string, rev int64) (mod, deletedAt int64) {
-	v, d := h.visible(typ, group, name, rev)
+	v, d := h.visible(typ, chainOf(group, nil), name, rev)
 	return v.mod, d
 }
 
-// visible is Visible with the value's hash.
-func (h *History) visible(typ, group, name string, rev int64) (v ver, deletedAt int64) {
-	if group != "" {
-		if v, d := h.atVer(rkey{typ, group, name}, rev); v.mod != 0 {
+// visible is what a node of chain c sees of (type URL, name) at rev,
+// with the value's hash: the most specific scope's resource.
+func (h *History) visible(typ string, c chain, name string, rev int64) (v ver, deletedAt int64) {
+	for _, scope := range c {
+		v, d := h.atVer(rkey{typ, scope, name}, rev)
+		if v.mod != 0 {
 			return v, 0
-		} else {
-			deletedAt = d
 		}
+		deletedAt = max(deletedAt, d)
 	}
-	v, d := h.atVer(rkey{typ, store.DefaultScope, name}, rev)
-	return v, max(d, deletedAt)
+	return ver{}, deletedAt
 }
 
 // Set returns what a node of group sees of a type at rev: name to mod
 // revision.
 func (h *History) Set(typ, group string, rev int64) map[string]int64 {
+	return h.set(typ, chainOf(group, nil), rev)
+}
+
+// set is Set for a node of chain c.
+func (h *History) set(typ string, c chain, rev int64) map[string]int64 {
 	out := map[string]int64{}
 	for _, k := range h.byType[typ] {
-		if k.scope != store.DefaultScope && k.scope != group {
+		if !c.has(k.scope) {
 			continue
 		}
 		if _, done := out[k.name]; done {
 			continue
 		}
-		if m, _ := h.Visible(typ, group, k.name, rev); m != 0 {
-			out[k.name] = m
+		if v, _ := h.visible(typ, c, k.name, rev); v.mod != 0 {
+			out[k.name] = v.mod
 		}
 	}
 	return out
 }
 
-// existedAfter reports whether a node of group sees name at some
+// existedAfter reports whether a node of chain c sees name at some
 // revision in (from, to].
-func (h *History) existedAfter(typ, group, name string, from, to int64) bool {
-	for _, scope := range []string{group, store.DefaultScope} {
-		if scope == "" {
-			continue
-		}
+func (h *History) existedAfter(typ string, c chain, name string, from, to int64) bool {
+	for _, scope := range c {
 		vs := h.keys[rkey{typ, scope, name}]
 		for _, v := range vs {
 			if v.rev > from && v.rev <= to && !v.deleted {

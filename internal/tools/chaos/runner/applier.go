@@ -36,6 +36,9 @@ type applier struct {
 	applies, failed, empty int
 	// commits are the revisions applied and when each apply returned.
 	commits []commit
+	// ro begins some changes as canary rollouts, and ends them; nil for
+	// none.
+	ro *rollouts
 }
 
 // commit is an apply that wrote something: its revision, and when the
@@ -80,12 +83,15 @@ func (a *applier) run(ctx context.Context, every time.Duration) {
 	}
 }
 
-// apply makes one change. Its parts: the endpoints of 2 to 4 clusters;
+// apply makes one change, or ends the running canary rollout. Its parts: the endpoints of 2 to 4 clusters;
 // sometimes a cluster's connect timeout or a route's cluster too; and
 // now and then a cluster deleted with its endpoints, or one deleted
 // earlier created again with them. The parts draw from the seed's
 // random source in that order.
 func (a *applier) apply(ctx context.Context) error {
+	if a.ro != nil && a.ro.due() {
+		return a.ro.end(ctx)
+	}
 	if a.stale {
 		if err := a.load(ctx); err != nil {
 			return err
@@ -108,6 +114,10 @@ func (a *applier) apply(ctx context.Context) error {
 	}
 	if err := a.deleteOrRestore(&req, live[n:], dead, touched); err != nil {
 		return err
+	}
+	if a.ro != nil && a.ro.wants(req) {
+		a.applies++
+		return a.ro.begin(ctx, req)
 	}
 	return a.commit(ctx, req)
 }

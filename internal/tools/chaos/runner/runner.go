@@ -127,6 +127,12 @@ type Summary struct {
 	// unreachable through a fault, a timeout).
 	Applies       int `json:"applies"`
 	ApplyFailures int `json:"apply_failures"`
+	// Rollouts are the ids of the canary rollouts the applier began (to
+	// canaryShare of the nodes), Promoted and Aborted how many it ended
+	// each way: the checker holds the nodes they pick to their overlays.
+	Rollouts []string `json:"rollouts,omitempty"`
+	Promoted int      `json:"promoted,omitempty"`
+	Aborted  int      `json:"aborted,omitempty"`
 	// Streams is the streams the clients opened, Responses those checked
 	// and Unknown those of them at revisions the history lacks.
 	Streams   int `json:"streams"`
@@ -221,6 +227,7 @@ func (sum *Summary) check(h *chaos.History, events []record.Event, within time.D
 		}
 	}
 	opts := chaos.DocumentedExceptions()
+	opts.Overlays = overlays(sum.Rollouts)
 	opts.Heal = sum.HealAt
 	opts.ConvergeWithin = within
 	rep := chaos.CheckRun(h, events, opts)

@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/legation-io/legation/internal/state/rollout"
 	"github.com/legation-io/legation/internal/state/store"
 	"github.com/legation-io/legation/internal/testkit/fixture"
 	"github.com/legation-io/legation/internal/tools/chaos"
@@ -225,6 +226,7 @@ func (s *seedRun) exercise(ctx context.Context, sched []faults.Fault) error {
 func (s *seedRun) inject(ctx context.Context, sched []faults.Fault) error {
 	actx, acancel := context.WithCancel(ctx)
 	s.app = newApplier(s.st, s.cfg.Seed, s.cfg.Clusters, s.cfg.Endpoints, s.cfg.Listeners)
+	s.app.ro = newRollouts(rollout.NewStore(s.st, s.cli, s.st.Writer()), s.cfg.Seed)
 	adone := make(chan struct{})
 	go func() { defer close(adone); s.app.run(actx, s.cfg.ApplyEvery) }()
 	s.ex = faults.NewExecutor(s.c, s.logger)
@@ -243,6 +245,7 @@ func (s *seedRun) inject(ctx context.Context, sched []faults.Fault) error {
 	acancel()
 	<-adone
 	s.sum.Applies, s.sum.ApplyFailures = s.app.applies, s.app.failed
+	s.sum.Rollouts, s.sum.Promoted, s.sum.Aborted = s.app.ro.ids, s.app.ro.promoted, s.app.ro.aborted
 	if err := s.ex.Heal(ctx); err != nil {
 		s.sum.HealError = err.Error()
 	}
