@@ -2,6 +2,7 @@ package scope
 
 import (
 	"sort"
+	"strings"
 
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/store"
@@ -125,17 +126,21 @@ func UnchangedSince(snap *view.Snapshot, t *resource.Type, c Chain, names []stri
 	return true
 }
 
-// ShadowChangedSince reports whether a scope of c more specific than
-// scope changed its resources of type t after revision rev: a client
-// holding an entry of scope from rev may then have held another's of the
-// same name (an override deleted since).
+// ShadowChangedSince reports whether a group's scope more specific in c
+// than scope changed its resources of type t after revision rev: a
+// client holding an entry of scope from rev may then have held another's
+// of the same name (an override deleted since), which one apply may have
+// written at the same revision. A rollout's overlay never shares a
+// revision with another scope's entry (it is written, and removed, in
+// transactions of its own), so its changes are not counted: a version
+// names the overlay's entry or another's, never both.
 func ShadowChangedSince(snap *view.Snapshot, t *resource.Type, c Chain, scope string, rev int64) bool {
 	changed := false
 	c.Each(func(s string) bool {
 		if s == scope {
 			return false
 		}
-		changed = snap.LastChange(t, s) > rev
+		changed = !strings.HasPrefix(s, resource.ReservedScopePrefix) && snap.LastChange(t, s) > rev
 		return !changed
 	})
 	return changed
