@@ -8,8 +8,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/legation-io/legation/internal/cluster/canary"
-	"github.com/legation-io/legation/internal/cluster/status"
 	"github.com/legation-io/legation/internal/state/rollout"
 	"github.com/legation-io/legation/internal/state/store"
 	"github.com/legation-io/legation/internal/tracing"
@@ -86,17 +84,15 @@ func (a *app) runCanary(ctx context.Context, c *conn, req store.PlanRequest, f a
 	defer release()
 	ctx, cancel := a.commandContext(ctx)
 	defer cancel()
-	rs := rollout.NewStore(c.store, c.client, c.store.Writer())
-	r, err := rs.Begin(ctx, rollout.Start{Scope: f.scope, Puts: req.Puts, Selector: f.canary.selector, Bake: f.canary.bake,
+	r, err := c.rollouts().Begin(ctx, rollout.Start{Scope: f.scope, Puts: req.Puts, Selector: f.canary.selector, Bake: f.canary.bake,
 		MaxRejections: f.canary.maxRejections, Promote: f.canary.promote, Message: f.message, Traceparent: tracing.Traceparent(ctx)})
 	if err != nil {
 		return err
 	}
-	recs, err := status.List(ctx, c.client, c.store.Prefix())
+	p, err := c.progress(ctx, r)
 	if err != nil {
 		return err
 	}
-	p := canary.Measure(r, recs)
 	if p.Canary == 0 {
 		fmt.Fprintf(a.errOut, "xdsadmin: warning: --canary %s picks none of the %d connected nodes that see scope %q: the rollout runs, and nodes that connect and match get it\n",
 			f.canary.selector, p.Others, f.scope)

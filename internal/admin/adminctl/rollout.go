@@ -62,7 +62,7 @@ Output:
 				return err
 			}
 			defer c.Close()
-			all, _, err := rollout.NewStore(c.store, c.client, c.store.Writer()).List(ctx)
+			all, _, err := c.rollouts().List(ctx)
 			if err != nil {
 				return err
 			}
@@ -115,15 +115,14 @@ Output:
 				return err
 			}
 			defer c.Close()
-			r, _, err := rollout.NewStore(c.store, c.client, c.store.Writer()).Get(ctx, args[0])
+			r, _, err := c.rollouts().Get(ctx, args[0])
 			if err != nil {
 				return err
 			}
-			recs, err := status.List(ctx, c.client, c.store.Prefix())
+			p, err := c.progress(ctx, r)
 			if err != nil {
 				return err
 			}
-			p := canary.Measure(r, recs)
 			return a.printRollout(r, &p)
 		},
 	}
@@ -218,7 +217,7 @@ func (a *app) endRollout(ctx context.Context, action, id, reason string) error {
 		return err
 	}
 	defer c.Close()
-	rs := rollout.NewStore(c.store, c.client, c.store.Writer())
+	rs := c.rollouts()
 	cur, _, err := rs.Get(ctx, id)
 	if err != nil {
 		return err
@@ -242,4 +241,19 @@ func (a *app) endRollout(ctx context.Context, action, id, reason string) error {
 		return err
 	}
 	return a.printRollout(r, nil)
+}
+
+// rollouts is the rollouts of c's etcd, written as c's store writes.
+func (c *conn) rollouts() *rollout.Store {
+	return rollout.NewStore(c.store, c.client, c.store.Writer())
+}
+
+// progress is where r's canary stands among the connected nodes, from
+// their status records.
+func (c *conn) progress(ctx context.Context, r *rollout.Rollout) (canary.Progress, error) {
+	recs, err := status.List(ctx, c.client, c.store.Prefix())
+	if err != nil {
+		return canary.Progress{}, err
+	}
+	return canary.Measure(r, recs), nil
 }
