@@ -36,19 +36,6 @@ func (n *Node) buildState() error {
 	}); err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
-	// A node's canary overlays are published once the view holds them.
-	n.rollouts = rollout.NewWatcher(n.client, cfg.EtcdPrefix, func(ctx context.Context, rev int64) error {
-		_, err := n.view.WaitRevision(ctx, rev)
-		return err
-	}, n.log)
-	// The rollout controller writes as the replica, through a store of
-	// its own.
-	st, err := store.New(store.Config{Client: n.client, Prefix: cfg.EtcdPrefix, Writer: "xds-node/" + cfg.Name + " (rollout controller)"})
-	if err != nil {
-		return fmt.Errorf("node: %w", err)
-	}
-	n.canary = canary.NewController(canary.ControllerConfig{Client: n.client, Prefix: cfg.EtcdPrefix, Store: st,
-		Replica: cfg.Name, Running: n.rollouts.Current, Log: n.log})
 	if n.leases, err = lease.New(lease.Config{
 		Client:     n.client,
 		Prefix:     cfg.EtcdPrefix,
@@ -85,6 +72,25 @@ func (n *Node) buildState() error {
 	}); err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
+	return n.buildRollouts()
+}
+
+// buildRollouts makes the watcher of the running canary rollouts, whose
+// sets are published once the view holds them, and the rollout
+// controller, which writes as the replica through a store of its own and
+// reads the nodes' status records from the CSDS cache.
+func (n *Node) buildRollouts() error {
+	cfg := n.cfg
+	n.rollouts = rollout.NewWatcher(n.client, cfg.EtcdPrefix, func(ctx context.Context, rev int64) error {
+		_, err := n.view.WaitRevision(ctx, rev)
+		return err
+	}, n.log)
+	st, err := store.New(store.Config{Client: n.client, Prefix: cfg.EtcdPrefix, Writer: "xds-node/" + cfg.Name + " (rollout controller)"})
+	if err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	n.canary = canary.NewController(canary.ControllerConfig{Client: n.client, Prefix: cfg.EtcdPrefix, Store: st,
+		Replica: cfg.Name, Running: n.rollouts.Current, Records: n.csds.Records, Log: n.log})
 	return nil
 }
 

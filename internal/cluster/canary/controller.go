@@ -31,6 +31,10 @@ type ControllerConfig struct {
 	Replica string
 	// Running gives the running rollouts the replica knows.
 	Running func() *rollout.Set
+	// Records gives the connected nodes' status records; nil reads them
+	// from etcd each time (status.List). A replica passes its CSDS
+	// cache's, kept current by one watch.
+	Records func(ctx context.Context) ([]status.NodeStatus, error)
 	// Every is how often the leader judges the running rollouts; zero:
 	// 1s.
 	Every time.Duration
@@ -52,6 +56,11 @@ type Controller struct {
 func NewController(cfg ControllerConfig) *Controller {
 	if cfg.Every <= 0 {
 		cfg.Every = time.Second
+	}
+	if cfg.Records == nil {
+		cfg.Records = func(ctx context.Context) ([]status.NodeStatus, error) {
+			return status.List(ctx, cfg.Client, cfg.Prefix)
+		}
 	}
 	return &Controller{cfg: cfg, rs: rollout.NewStore(cfg.Store, cfg.Client, cfg.Store.Writer())}
 }
@@ -145,7 +154,7 @@ func (c *Controller) lead(ctx context.Context) {
 // judge promotes or aborts each running rollout Decide says to.
 func (c *Controller) judge(ctx context.Context, now time.Time) error {
 	running := c.cfg.Running().Running()
-	recs, err := status.List(ctx, c.cfg.Client, c.cfg.Prefix)
+	recs, err := c.cfg.Records(ctx)
 	if err != nil {
 		return fmt.Errorf("read the nodes' status: %w", err)
 	}

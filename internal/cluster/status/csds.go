@@ -62,6 +62,17 @@ type CSDS struct {
 
 var _ statusv3.ClientStatusDiscoveryServiceServer = (*CSDS)(nil)
 
+// Records returns every node's status record from the cache CSDS answers
+// from, sorted by node id: loaded on the first use (waiting up to
+// Timeout) and kept current by one watch, so that a reader polling them
+// (the rollout controller) costs etcd nothing per call.
+func (c *CSDS) Records(ctx context.Context) ([]NodeStatus, error) {
+	if err := c.cache.wait(ctx, c.cfg.Timeout); err != nil {
+		return nil, fmt.Errorf("status: %w", err)
+	}
+	return c.cache.filter(func(string) bool { return true }), nil
+}
+
 // NewCSDS returns a CSDS server. It does no I/O.
 func NewCSDS(cfg CSDSConfig) (*CSDS, error) {
 	if cfg.Client == nil {

@@ -77,7 +77,7 @@ var layout = []Entry{{
 }, {
 	Dir:        Rollouts,
 	Key:        "<rollout id>",
-	Value:      "a canary rollout (JSON: `id`, `scope`, `selector`, `bake`, `maxRejections`, `promote`, `state`, `reason`, `by`, `at`, `message`, `revision`, `resources` with each one's revision when it began, `endedAt`, `promotedBy`), put in the transaction that writes its canary overlay (resources in scope `~rollout.<rollout id>`), and rewritten in the one that promotes or aborts it; the rollout id is the id of the apply that began it",
+	Value:      "a canary rollout (JSON: `id`, `scope`, `selector`, `bake`, `maxRejections`, `promote`, `state`, `reason`, `by`, `at`, `message`, `revision`, `resources` with each one's revision when it began, `endedAt`, `promotedBy`), put in the transaction that writes its canary overlay (resources in scope `~rollout.<rollout id>`), and rewritten in the one that promotes or aborts it; the rollout id is the id of the apply that began it, so keys sort by age, and each rollout begun deletes the ended records past the newest 100",
 	Writer:     Admin,
 	WrittenBy:  "`xdsadmin apply --canary`, `rollout promote`, `rollout abort`",
 	ReadBy:     "every replica (which nodes see which overlay); `xdsadmin rollout`",

@@ -201,3 +201,40 @@ func TestUndoRollout(t *testing.T) {
 		t.Errorf("undo the promotion: %+v, %v; want c1 back at 1000 ms", u, err)
 	}
 }
+
+// TestEndedRolloutsPruned: each rollout begun deletes the oldest ended
+// ones beyond rollout.KeepEnded, so the directory stays bounded; running
+// ones are never pruned.
+func TestEndedRolloutsPruned(t *testing.T) {
+	e := xdstest.NewEnv(t, xdstest.Options{})
+	ctx := testbase.Context(t)
+	rs := e.RolloutStore()
+	begin := func(i int) *rollout.Rollout {
+		r, err := rs.Begin(ctx, rollout.Start{Scope: store.DefaultScope, Selector: "5%", Puts: []store.Put{cluster(t, "c1", int64(1000+i))}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	var first *rollout.Rollout
+	for i := range rollout.KeepEnded + 2 {
+		r := begin(i)
+		if i == 0 {
+			first = r
+		}
+		if _, err := rs.Abort(ctx, r.ID, "test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	running := begin(rollout.KeepEnded + 2)
+	all, _, err := rs.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != rollout.KeepEnded {
+		t.Errorf("%d rollouts kept, want %d (the newest ended ones and the running one)", len(all), rollout.KeepEnded)
+	}
+	if all[0].ID == first.ID || all[len(all)-1].ID != running.ID {
+		t.Errorf("kept %s .. %s; want the oldest pruned and the running one kept", all[0].ID, all[len(all)-1].ID)
+	}
+}

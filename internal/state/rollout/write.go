@@ -62,10 +62,11 @@ func (s *Store) Begin(ctx context.Context, req Start) (*Rollout, error) {
 	now := time.Now().UTC()
 	r := &Rollout{ID: store.NewApplyID(now), Scope: req.Scope, Selector: req.Selector, Bake: Duration(req.Bake),
 		MaxRejections: req.MaxRejections, Promote: req.Promote, State: Running, By: s.writer, At: now, Message: req.Message}
-	running, rev, err := s.running(ctx)
+	all, rev, err := s.List(ctx)
 	if err != nil {
 		return nil, err
 	}
+	running, prune := split(all)
 	plan, err := s.st.MakePlan(ctx, store.PlanRequest{Puts: req.Puts})
 	if err != nil {
 		return nil, err
@@ -109,8 +110,12 @@ func (s *Store) Begin(ctx context.Context, req Start) (*Rollout, error) {
 	}
 	key := keyspace.Rollouts.Key(s.prefix, r.ID)
 	cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(keyspace.Rollouts.Prefix(s.prefix)), "<", rev+1).WithPrefix())
+	ops := []clientv3.Op{clientv3.OpPut(key, string(rec))}
+	for _, old := range prune {
+		ops = append(ops, clientv3.OpDelete(keyspace.Rollouts.Key(s.prefix, old.ID)))
+	}
 	res, err := s.st.Apply(ctx, oplan, store.ApplyOptions{ID: r.ID, Kind: KindRollout, Message: req.Message, Traceparent: req.Traceparent,
-		Also: &store.TxnAlso{Cmps: cmps, Ops: []clientv3.Op{clientv3.OpPut(key, string(rec))}, Bytes: len(key) + len(rec) + 64*len(cmps)}})
+		Also: &store.TxnAlso{Cmps: cmps, Ops: ops, Bytes: len(key) + len(rec) + 64*len(cmps) + 96*len(prune)}})
 	if err != nil {
 		return nil, fmt.Errorf("rollout: begin: %w", err)
 	}
@@ -158,19 +163,26 @@ func (s *Store) List(ctx context.Context) ([]*Rollout, int64, error) {
 	return out, resp.Header.Revision, nil
 }
 
-// running lists the running rollouts, and the revision read at.
-func (s *Store) running(ctx context.Context) ([]*Rollout, int64, error) {
-	all, rev, err := s.List(ctx)
-	if err != nil {
-		return nil, 0, err
-	}
-	out := all[:0]
+// KeepEnded is how many ended rollouts are kept: each rollout begun
+// deletes the oldest ended ones beyond it, in its own transaction.
+const KeepEnded = 100
+
+// split sorts all (oldest first) into the running rollouts and the ended
+// ones a new rollout prunes: the oldest beyond KeepEnded, less one for
+// the record the new rollout will end as.
+func split(all []*Rollout) (running, prune []*Rollout) {
+	var ended []*Rollout
 	for _, r := range all {
 		if r.State == Running {
-			out = append(out, r)
+			running = append(running, r)
+		} else {
+			ended = append(ended, r)
 		}
 	}
-	return out, rev, nil
+	if n := len(ended) - (KeepEnded - 1); n > 0 {
+		prune = ended[:n]
+	}
+	return running, prune
 }
 
 // Get reads rollout id, with its record's mod revision.
