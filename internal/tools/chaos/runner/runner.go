@@ -41,6 +41,10 @@ type Config struct {
 	Clients int
 	// ApplyEvery is the time between two applies.
 	ApplyEvery time.Duration
+	// Rollouts has the applier begin one write-only change in five as a
+	// canary rollout to 30% of the nodes, promoted or aborted 2 to 5
+	// applies later, and the checker hold the nodes to their side.
+	Rollouts bool
 	// Clusters, Endpoints and Listeners size the fixture.
 	Clusters, Endpoints, Listeners int
 	// ConvergeWithin bounds the time from the heal to a client's last

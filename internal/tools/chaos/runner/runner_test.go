@@ -20,8 +20,7 @@ import (
 
 // TestShortSeed is make test's chaos run: the first regression seed, 30 s
 // of faults every 2.5 s on average on 3 etcd members and 3 replicas, 60
-// clients, an apply every 300 ms (some of them canary rollouts, promoted
-// or aborted a few applies later); it must end with responses checked, no
+// clients, an apply every 300 ms; it must end with responses checked, no
 // violation, every client converged within 30 s of the heal, and no
 // crash.
 func TestShortSeed(t *testing.T) {
@@ -35,8 +34,7 @@ func TestShortSeed(t *testing.T) {
 	cfg.Logger = slog.New(slog.NewTextHandler(testbase.LogWriter(t), nil))
 	cfg.Keep = true // for Recheck below; shortTempDir removes them
 	sum := runSeed(t, cfg)
-	if sum.FaultsApplied < sum.Faults/2 || sum.Applies < 50 || sum.Responses < cfg.Clients*20 || sum.Streams <= cfg.Clients ||
-		len(sum.Rollouts) == 0 || sum.Promoted+sum.Aborted == 0 {
+	if sum.FaultsApplied < sum.Faults/2 || sum.Applies < 50 || sum.Responses < cfg.Clients*20 || sum.Streams <= cfg.Clients {
 		t.Errorf("too little happened: %+v", sum)
 	}
 	// Recheck finds the same from the files kept.

@@ -226,7 +226,9 @@ func (s *seedRun) exercise(ctx context.Context, sched []faults.Fault) error {
 func (s *seedRun) inject(ctx context.Context, sched []faults.Fault) error {
 	actx, acancel := context.WithCancel(ctx)
 	s.app = newApplier(s.st, s.cfg.Seed, s.cfg.Clusters, s.cfg.Endpoints, s.cfg.Listeners)
-	s.app.ro = newRollouts(rollout.NewStore(s.st, s.cli, s.st.Writer()), s.cfg.Seed)
+	if s.cfg.Rollouts {
+		s.app.ro = newRollouts(rollout.NewStore(s.st, s.cli, s.st.Writer()), s.cfg.Seed)
+	}
 	adone := make(chan struct{})
 	go func() { defer close(adone); s.app.run(actx, s.cfg.ApplyEvery) }()
 	s.ex = faults.NewExecutor(s.c, s.logger)
@@ -245,7 +247,9 @@ func (s *seedRun) inject(ctx context.Context, sched []faults.Fault) error {
 	acancel()
 	<-adone
 	s.sum.Applies, s.sum.ApplyFailures = s.app.applies, s.app.failed
-	s.sum.Rollouts, s.sum.Promoted, s.sum.Aborted = s.app.ro.ids, s.app.ro.promoted, s.app.ro.aborted
+	if ro := s.app.ro; ro != nil {
+		s.sum.Rollouts, s.sum.Promoted, s.sum.Aborted = ro.ids, ro.promoted, ro.aborted
+	}
 	if err := s.ex.Heal(ctx); err != nil {
 		s.sum.HealError = err.Error()
 	}
