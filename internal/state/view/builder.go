@@ -33,11 +33,15 @@ type builder struct {
 	raiseTo, raiseUpTo int64
 	// inlineKeys counts the entries carrying an inline private key.
 	inlineKeys int
+	// overlaysAt is the revision of the latest change to a reserved
+	// scope (Snapshot.OverlaysAt).
+	overlaysAt int64
 }
 
 func newBuilder(prev *Snapshot) *builder {
 	return &builder{
 		inlineKeys:  prev.InlineKeys,
+		overlaysAt:  prev.OverlaysAt,
 		prev:        prev,
 		entries:     prev.entries.Txn(),
 		sets:        prev.sets.Txn(),
@@ -56,6 +60,7 @@ func (b *builder) build(v *View) *Snapshot {
 		HistoryFrom: b.historyFrom,
 		Malformed:   len(v.malformed),
 		InlineKeys:  b.inlineKeys,
+		OverlaysAt:  b.overlaysAt,
 		Seen:        b.seen,
 		entries:     b.entries.Commit(),
 		sets:        b.sets.Commit(),
@@ -155,6 +160,7 @@ func (b *builder) put(v *View, kv *mvccpb.KeyValue, p string) {
 	}
 	b.tombs.Delete([]byte(p))
 	b.bumpSet(p, e.ModRevision)
+	b.overlay(k.Scope, e.ModRevision)
 	if !b.initial {
 		b.changes = append(b.changes, EntryChange{Key: k, Kind: Upserted, Revision: e.ModRevision})
 		if !e.WrittenAt.IsZero() && (b.oldestWrite.IsZero() || e.WrittenAt.Before(b.oldestWrite)) {
@@ -174,8 +180,16 @@ func (b *builder) remove(v *View, p string, rev int64) {
 	}
 	b.tomb(v, p, rev)
 	b.bumpSet(p, rev)
+	b.overlay(old.Scope, rev)
 	b.changes = append(b.changes, EntryChange{Key: old.Key, Kind: Deleted, Revision: rev})
 	b.touched = true
+}
+
+// overlay notes a change at rev to scope, if it is a reserved one.
+func (b *builder) overlay(scope string, rev int64) {
+	if strings.HasPrefix(scope, resource.ReservedScopePrefix) && rev > b.overlaysAt {
+		b.overlaysAt = rev
+	}
 }
 
 func (b *builder) tomb(v *View, p string, rev int64) {

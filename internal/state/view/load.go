@@ -57,6 +57,7 @@ func (v *View) load(ctx context.Context, afterReset bool) error {
 		b.historyFrom = rev + 1
 	}
 	b.rev = rev
+	b.overlaysAt = rev // what happened to the overlays since the last snapshot is not known
 	b.reloaded = true
 	v.metrics.reloads.Inc()
 	v.publish(b.build(v))

@@ -90,6 +90,12 @@ type Snapshot struct {
 	// (Entry.InlineKey): while it is 0, no client need be asked whether
 	// it may be sent them.
 	InlineKeys int
+	// OverlaysAt is the revision, at or before Revision, of the latest
+	// change to a reserved scope (a canary rollout's overlay, written and
+	// removed in the transactions that begin and end the rollout), or of
+	// the latest load: the set of running rollouts at Revision is the
+	// set at OverlaysAt.
+	OverlaysAt int64
 	// Seen is when the view received what the snapshot applies: the watch
 	// response (or the start of the load) it was built from.
 	Seen time.Time

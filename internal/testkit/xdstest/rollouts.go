@@ -41,3 +41,9 @@ func (l *LateRollouts) Set(w *rollout.Watcher) { l.w.Store(w) }
 
 // Current is the watcher's Current.
 func (l *LateRollouts) Current() *rollout.Set { return l.w.Load().Current() }
+
+// At is the watcher's At.
+func (l *LateRollouts) At(rev int64) (*rollout.Set, bool) { return l.w.Load().At(rev) }
+
+// Resolve is the watcher's Resolve.
+func (l *LateRollouts) Resolve(rev int64) (<-chan struct{}, bool) { return l.w.Load().Resolve(rev) }

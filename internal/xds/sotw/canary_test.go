@@ -3,6 +3,7 @@ package sotw_test
 import (
 	"errors"
 	"strconv"
+	"sync/atomic"
 	"testing"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -123,5 +124,84 @@ func TestCanaryRollout(t *testing.T) {
 	}
 	if _, err := rs.Promote(ctx, r2.ID, "again"); !errors.Is(err, rollout.ErrEnded) {
 		t.Errorf("promote an ended rollout: %v, want ErrEnded", err)
+	}
+}
+
+// gatedRollouts is a watcher's rollouts with the sets at revisions from
+// hideFrom on unknown until open is closed: a replica whose rollout
+// watch and reads from etcd lag its view.
+type gatedRollouts struct {
+	xdstest.LateRollouts
+	hideFrom atomic.Int64 // 0: nothing hidden
+	open     chan struct{}
+}
+
+func (g *gatedRollouts) hidden(rev int64) bool {
+	select {
+	case <-g.open:
+		return false
+	default:
+		f := g.hideFrom.Load()
+		return f != 0 && rev >= f
+	}
+}
+
+func (g *gatedRollouts) At(rev int64) (*rollout.Set, bool) {
+	if g.hidden(rev) {
+		return nil, false
+	}
+	return g.LateRollouts.At(rev)
+}
+
+func (g *gatedRollouts) Resolve(rev int64) (<-chan struct{}, bool) {
+	if g.hidden(rev) {
+		return g.open, true
+	}
+	return g.LateRollouts.Resolve(rev)
+}
+
+// TestCanaryHeldUntilRolloutsKnown: a snapshot that begins a rollout
+// is answered only once the replica knows the rollouts running at it,
+// however late: a canary node is never answered with the scope's
+// resources at a version that holds its overlay, and gets its side as
+// soon as the set is known.
+func TestCanaryHeldUntilRolloutsKnown(t *testing.T) {
+	g := &gatedRollouts{open: make(chan struct{})}
+	e := newEnv(t, func(c *sotw.Config) { c.Rollouts = g })
+	g.Set(e.Rollouts(t))
+	ctx := testbase.Context(t)
+	rev := e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("c1", 1000))})
+	canary, _ := cdsStream(t, e, "canary-1")
+	stable, _ := cdsStream(t, e, "stable-1")
+
+	g.hideFrom.Store(rev + 1)
+	r, err := e.RolloutStore().Begin(ctx, rollout.Start{Scope: store.DefaultScope, Selector: "node:canary-*", Promote: rollout.PromoteManual,
+		Puts: []store.Put{xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("c1", 2000))}})
+	if err != nil {
+		t.Fatalf("begin: %v", err)
+	}
+	if _, err := e.View.WaitRevision(ctx, r.Revision); err != nil {
+		t.Fatal(err)
+	}
+	canary.ExpectNone() // held: the set at the rollout's revision is not known
+	// A change the canary node sees, while its flush is held, is held too.
+	e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("c2", 500))})
+	canary.ExpectNone()
+	close(g.open)
+	got := canary.ExpectType(resource.Cluster)
+	if len(got.GetResources()) != 2 || versionOf(t, got) <= r.Revision {
+		t.Fatalf("canary node, once the set was known: %s; want c1 and c2 at a version past %d", xdstest.Summary(got), r.Revision)
+	}
+	for _, a := range got.GetResources() {
+		m, err := resource.Unmarshal(resource.Cluster, a.GetValue())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := m.(*clusterv3.Cluster); c.GetName() == "c1" && c.GetConnectTimeout().AsDuration().Milliseconds() != 2000 {
+			t.Errorf("canary node: c1 at %s, want the rollout's 2s", c.GetConnectTimeout().AsDuration())
+		}
+	}
+	if resp := stable.ExpectType(resource.Cluster); len(resp.GetResources()) != 2 {
+		t.Errorf("stable node: %s, want c1 and c2", xdstest.Summary(resp))
 	}
 }

@@ -134,8 +134,11 @@ func (s *Server) poll(ctx context.Context, r *discoveryv3.DiscoveryRequest, t *r
 	wildcard := len(names) == 0 || contains(names, "*")
 	chain := scope.Of(group)
 	rolloutsChanged := false
-	if ro := s.core.Config.Rollouts; ro != nil {
-		set := ro.Current()
+	set, err := s.core.RolloutsAt(ctx, snap)
+	if err != nil {
+		return nil, err
+	}
+	if set != nil {
 		chain = set.Chain(r.GetNode().GetId(), group)
 		rolloutsChanged = set.LastChange > presented // the node may have held another side of one
 	}

@@ -1,29 +1,30 @@
 package xdsstream
 
 import (
-	"time"
+	"context"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/legation-io/legation/internal/state/rollout"
 	"github.com/legation-io/legation/internal/state/view"
 )
 
-// rolloutsChanged is the channel closed when the running rollouts
-// change; nil (never ready) without them or before the first request.
+// rolloutsChanged is the channel closed when a rollout begins or ends;
+// nil (never ready) without rollouts or before the first request.
 func (s *Stream[T]) rolloutsChanged() <-chan struct{} {
-	if s.rollouts == nil {
+	if s.latest == nil {
 		return nil
 	}
-	return s.rollouts.Changed()
+	return s.latest.Changed()
 }
 
-// reroll moves the stream to the latest set of running rollouts: its
+// reroll moves the stream to the set of running rollouts cur: its
 // Chain is made again, and the resources of each rollout whose overlay
 // it gained or lost are told to the rules as changed, so that the flush
-// sends the side of the rollout the node is now on. The set is published
-// once the view holds its overlays, so the snapshot the stream advances
-// to next has them.
-func (s *Stream[T]) reroll() {
-	old, cur := s.rollouts, s.core.Config.Rollouts.Current()
+// sends the side of the rollout the node is now on.
+func (s *Stream[T]) reroll(cur *rollout.Set) {
+	old := s.rollouts
 	s.rollouts = cur
 	chain := cur.Chain(s.Node.GetId(), s.Group)
 	if chain == s.Chain {
@@ -56,43 +57,36 @@ func (s *Stream[T]) overlayMoved(r *rollout.Rollout) {
 	}
 }
 
-// rolloutsWait bounds how long a flush waits for the set of running
-// rollouts to reach a snapshot that began or ended one; the watcher
-// publishes it once the view holds that snapshot, so the wait is short.
-const rolloutsWait = 2 * time.Second
-
-// syncRollouts moves the stream to the latest set of running rollouts
-// before a flush, waiting (at most rolloutsWait) for one at least as
-// recent as the latest snapshot it advanced to that began or ended a
-// rollout: the flush then answers for the side of every rollout that
-// snapshot holds, never a canary node with the scope's resources at a
-// version that holds its overlay.
-func (s *Stream[T]) syncRollouts() {
+// syncRollouts moves the stream, before a flush, to the set of rollouts
+// running at its snapshot's revision (the set at the snapshot's
+// OverlaysAt), so that the flush answers for the side of each rollout
+// that the snapshot holds: never a canary node with the scope's
+// resources at a version that holds its overlay, nor any other node
+// with the overlay. It reports false while that set is not known: the
+// stream then holds its flush until it is (held), or until the next
+// snapshot if it never will be.
+func (s *Stream[T]) syncRollouts() bool {
+	s.held = nil
 	if s.rollouts == nil {
-		return
+		return true
 	}
-	cur := s.core.Config.Rollouts.Current()
-	if cur.Revision < s.rolloutsAt {
-		deadline := time.NewTimer(rolloutsWait)
-		defer deadline.Stop()
-		for cur.Revision < s.rolloutsAt {
-			select {
-			case <-cur.Changed():
-			case <-deadline.C:
-				s.Log.Warn("the running rollouts did not reach the snapshot in time; flushing with the latest", "revision", s.rolloutsAt, "rollouts_at", cur.Revision)
-				s.rolloutsAt = 0
-			case <-s.Ctx.Done():
-				return
-			}
-			cur = s.core.Config.Rollouts.Current()
-			if s.rolloutsAt == 0 {
-				break
-			}
+	at := s.Snap.OverlaysAt
+	if at == s.rolloutsAt {
+		return true
+	}
+	ro := s.core.Config.Rollouts
+	cur, ok := ro.At(at)
+	if !ok {
+		done, ok := ro.Resolve(at)
+		if !ok {
+			done = s.Snap.Done()
 		}
+		s.held = done
+		return false
 	}
-	if cur != s.rollouts {
-		s.reroll()
-	}
+	s.rolloutsAt = at
+	s.reroll(cur)
+	return true
 }
 
 // RolloutsChangedSince reports whether a rollout began or ended after
@@ -100,4 +94,33 @@ func (s *Stream[T]) syncRollouts() {
 // side of it, whatever its scopes' changes say.
 func (s *Stream[T]) RolloutsChangedSince(v int64) bool {
 	return s.rollouts != nil && s.rollouts.LastChange > v
+}
+
+// RolloutsAt is the set of rollouts running at snap (nil without
+// Config.Rollouts), for a poll answered from it: waited for at most
+// CatchupTimeout, else UNAVAILABLE, so that the client retries rather
+// than being answered for another side of a rollout.
+func (c *Core[T]) RolloutsAt(ctx context.Context, snap *view.Snapshot) (*rollout.Set, error) {
+	ro := c.Config.Rollouts
+	if ro == nil {
+		return nil, nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, c.Config.CatchupTimeout)
+	defer cancel()
+	for {
+		if set, ok := ro.At(snap.OverlaysAt); ok {
+			return set, nil
+		}
+		done, ok := ro.Resolve(snap.OverlaysAt)
+		if !ok {
+			break
+		}
+		select {
+		case <-done:
+			continue
+		case <-wctx.Done():
+		}
+		break
+	}
+	return nil, status.Errorf(codes.Unavailable, "%s: the canary rollouts running at version %d are not known to this replica yet; retry", c.proto.Name, snap.Revision)
 }

@@ -81,7 +81,13 @@ type Busy interface {
 
 // Rollouts gives the running rollouts; *rollout.Watcher is one.
 type Rollouts interface {
+	// Current is the latest set; its Changed wakes the streams.
 	Current() *rollout.Set
+	// At is the set at a revision, if known; Resolve asks for it,
+	// returning a channel closed once known, or ok false if it never
+	// will be (a newer snapshot comes instead).
+	At(rev int64) (*rollout.Set, bool)
+	Resolve(rev int64) (done <-chan struct{}, ok bool)
 }
 
 // Config is what a SotW or delta server is built from. A bound

@@ -72,11 +72,14 @@ type Stream[T Reporter] struct {
 	Chain scope.Chain
 	// rollouts is the set of running rollouts Chain was made from; nil
 	// without Config.Rollouts or before the first request. rolloutsAt is
-	// the revision of the latest snapshot Advance passed that began or
-	// ended a rollout (wrote an overlay): a flush waits for a set at
-	// least that recent.
+	// the snapshot OverlaysAt it is the set at; held, while not nil, is
+	// closed when the set at Snap's OverlaysAt may be known: till then
+	// the stream does not flush. latest is Config.Rollouts' Current when
+	// the stream last looked, whose Changed wakes it.
 	rollouts   *rollout.Set
 	rolloutsAt int64
+	held       <-chan struct{}
+	latest     *rollout.Set
 	// Snap is the snapshot the stream's state is at.
 	Snap *view.Snapshot
 	// TTLOn: the client reads TTLs on the wire and leases are tracked
@@ -224,7 +227,10 @@ func turn[Q any, R interface {
 		s.leasesExtended()
 	case <-s.rolloutsChanged():
 		busy = enterBusy(c.Config.Busy)
-		s.reroll()
+		s.latest = c.Config.Rollouts.Current()
+		s.Advance()
+	case <-s.held:
+		busy = enterBusy(c.Config.Busy)
 		s.Advance()
 	case <-s.recheck:
 		busy = enterBusy(c.Config.Busy)
@@ -239,7 +245,9 @@ func turn[Q any, R interface {
 	case <-s.Ctx.Done():
 		return true, nil
 	}
-	s.syncRollouts()
+	if !s.syncRollouts() {
+		return false, nil // held until the set at the snapshot is known
+	}
 	return false, r.Flush()
 }
 
@@ -316,7 +324,10 @@ func (s *Stream[T]) setNode(n *corev3.Node) {
 	s.Group = s.core.Config.GroupBy(n)
 	s.Chain = scope.Of(s.Group)
 	if s.core.Config.Rollouts != nil {
-		s.rollouts = s.core.Config.Rollouts.Current()
+		// The latest set until the first flush finds the one at the
+		// stream's snapshot (syncRollouts).
+		s.latest = s.core.Config.Rollouts.Current()
+		s.rollouts, s.rolloutsAt = s.latest, -1
 		s.Chain = s.rollouts.Chain(n.GetId(), s.Group)
 	}
 	s.TTLOn = s.core.Config.Leases != nil && s.core.proto.ReadsTTL(n)
@@ -365,9 +376,6 @@ func (s *Stream[T]) Advance() {
 			s.adv = stamp{rev: x.Revision, seen: x.Seen.UnixNano(), committed: committed.UnixNano()}
 		}
 		for _, c := range x.Changes {
-			if rollout.IsOverlay(c.Scope) {
-				s.rolloutsAt = x.Revision
-			}
 			if c.Scope == store.DefaultScope || c.Scope == s.Group || (s.Chain.Layered() && s.Chain.Has(c.Scope)) {
 				s.changed(c)
 			}
