@@ -122,7 +122,7 @@ func flagSet(cfg *runner.Config, o *options) *pflag.FlagSet {
 	fs.StringVar(&o.kinds, "kinds", "", "comma-separated fault kinds to draw from; empty: all (kill-replica, freeze-replica, restart-replica, kill-etcd, freeze-etcd, delay-etcd, drop-etcd, blackhole-etcd, partition-gossip, compact-etcd, add-replica, remove-replica)")
 	fs.IntVar(&cfg.Clients, "clients", cfg.Clients, "simulated Envoys: half SotW, half delta, each on a connection of its own")
 	fs.DurationVar(&cfg.ApplyEvery, "apply-every", cfg.ApplyEvery, "the time between two applies (each changes several resources in one transaction)")
-	fs.BoolVar(&cfg.Rollouts, "rollouts", cfg.Rollouts, "begin one write-only change in five as a canary rollout to 30% of the nodes, promoted or aborted a few applies later, and check that each node holds its side")
+	fs.BoolVar(&cfg.Rollouts, "rollouts", cfg.Rollouts, "begin one write-only change in five as a canary rollout to 30% of the nodes, promoted or aborted a few applies later, and check that each node holds its side (--rollouts=false: none)")
 	fs.IntVar(&cfg.Clusters, "clusters", cfg.Clusters, "clusters (each with its endpoints) in the fixture")
 	fs.IntVar(&cfg.Endpoints, "endpoints", cfg.Endpoints, "endpoints per cluster")
 	fs.IntVar(&cfg.Listeners, "listeners", cfg.Listeners, "listeners (each with its route configuration) in the fixture")

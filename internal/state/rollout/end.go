@@ -98,6 +98,9 @@ func (s *Store) end(ctx context.Context, r *Rollout, modRev int64, state, reason
 		return fmt.Errorf("rollout: encode: %w", err)
 	}
 	key := keyspace.Rollouts.Key(s.prefix, r.ID)
+	// The overlay's apply marker goes with the overlay, so that ended
+	// rollouts leave no key behind but their records (pruned at Begin).
+	ops = append(ops, clientv3.OpDelete(store.ApplyMarkerKey(s.prefix, r.Overlay())))
 	opts.Also = &store.TxnAlso{
 		Cmps:  []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", modRev)},
 		Ops:   append(ops, clientv3.OpPut(key, string(rec))),

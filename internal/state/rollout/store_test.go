@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/legation-io/legation/internal/state/keyspace"
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/rollout"
 	"github.com/legation-io/legation/internal/state/store"
@@ -105,12 +106,17 @@ func TestPromoteAndAbort(t *testing.T) {
 		}
 		return r
 	}
+	// overlayLen counts r's overlay resources and its apply marker.
 	overlayLen := func(r *rollout.Rollout) int {
 		l, err := e.Store.List(ctx, store.ListOptions{Type: resource.Cluster, Scope: r.Overlay()})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return len(l.Resources)
+		m, err := e.Client.Get(ctx, store.ApplyMarkerKey(keyspace.DefaultPrefix, r.Overlay()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(l.Resources) + len(m.Kvs)
 	}
 
 	p := begin(cluster(t, "c1", 2000))
@@ -150,8 +156,8 @@ func TestPromoteAndAbort(t *testing.T) {
 		t.Errorf("promote over a later change: %v", err)
 	}
 	cur, _, _ = e.Store.Get(ctx, xdstest.Key(resource.Cluster, "c2"), 0)
-	if cur.ModRevision != changed || overlayLen(c) != 1 {
-		t.Errorf("a refused promotion wrote something: c2 at %d (want %d), overlay %d", cur.ModRevision, changed, overlayLen(c))
+	if cur.ModRevision != changed || overlayLen(c) != 2 {
+		t.Errorf("a refused promotion wrote something: c2 at %d (want %d), overlay and marker %d", cur.ModRevision, changed, overlayLen(c))
 	}
 }
 

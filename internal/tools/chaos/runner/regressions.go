@@ -29,8 +29,9 @@ var Regressions = []Regression{
 	},
 	{
 		Name: "sotw-no-nonce-names", Seed: 4, Duration: 2 * time.Minute, Every: 4 * time.Second, Clients: 300, ApplyEvery: 500 * time.Millisecond,
-		Found: "taking the names of such a request at once (the first fix) resent an endpoint set re-added by the client at the version of the response already on its way (duplicate): such a request is now stale",
-		Test:  "internal/xds/sotw TestSotWRequests/requests_before_the_first_response_are_stale",
+		Found: "taking the names of such a request at once (the first fix) resent an endpoint set re-added by the client at the version of the response already on its way (duplicate): such a request is now stale; " +
+			"with canary rollouts, under etcd faults, canary nodes answered with the scope's resources at versions that held their overlay (half-apply): a stream answered for the latest running rollouts it knew, which lagged or led its snapshot; it now answers for those at its snapshot's revision",
+		Test: "internal/xds/sotw TestSotWRequests/requests_before_the_first_response_are_stale; internal/xds/sotw TestCanaryHeldUntilRolloutsKnown; internal/state/rollout TestWatcherAt",
 	},
 	{
 		Name: "delta-reconnect-system-version", Seed: 1, Duration: 2 * time.Minute, Every: 4 * time.Second, Clients: 300, ApplyEvery: 500 * time.Millisecond,

@@ -43,7 +43,8 @@ type Config struct {
 	ApplyEvery time.Duration
 	// Rollouts has the applier begin one write-only change in five as a
 	// canary rollout to 30% of the nodes, promoted or aborted 2 to 5
-	// applies later, and the checker hold the nodes to their side.
+	// applies later, and the checker hold the nodes to their side (on in
+	// DefaultConfig).
 	Rollouts bool
 	// Clusters, Endpoints and Listeners size the fixture.
 	Clusters, Endpoints, Listeners int
@@ -66,13 +67,14 @@ type Config struct {
 }
 
 // DefaultConfig is the run of `make chaos`: 5 minutes, a fault every 4 s
-// on average, 300 clients, an apply every 500 ms.
+// on average, 300 clients, an apply every 500 ms, canary rollouts.
 func DefaultConfig() Config {
 	return Config{
 		Duration:       5 * time.Minute,
 		Every:          4 * time.Second,
 		Clients:        300,
 		ApplyEvery:     500 * time.Millisecond,
+		Rollouts:       true,
 		Clusters:       20,
 		Endpoints:      3,
 		Listeners:      4,
@@ -175,8 +177,8 @@ func (s Summary) Line() string {
 	if !s.OK() {
 		verdict = "FAIL"
 	}
-	return fmt.Sprintf("seed %d: %d/%d faults applied, %d applies (%d failed), %d streams, %d responses checked (%d at unknown revisions), %d violations, converged %s after heal (heal took %s), %d crashes, %s: %s",
-		s.Seed, s.FaultsApplied, s.Faults, s.Applies, s.ApplyFailures, s.Streams, s.Responses, s.Unknown, len(s.Violations),
+	return fmt.Sprintf("seed %d: %d/%d faults applied, %d applies (%d failed), %d rollouts (%d promoted, %d aborted), %d streams, %d responses checked (%d at unknown revisions), %d violations, converged %s after heal (heal took %s), %d crashes, %s: %s",
+		s.Seed, s.FaultsApplied, s.Faults, s.Applies, s.ApplyFailures, len(s.Rollouts), s.Promoted, s.Aborted, s.Streams, s.Responses, s.Unknown, len(s.Violations),
 		s.Converge.Round(10*time.Millisecond), s.HealTook.Round(10*time.Millisecond), len(s.Crashes), s.Elapsed.Round(time.Second), verdict)
 }
 

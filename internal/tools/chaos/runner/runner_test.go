@@ -20,7 +20,8 @@ import (
 
 // TestShortSeed is make test's chaos run: the first regression seed, 30 s
 // of faults every 2.5 s on average on 3 etcd members and 3 replicas, 60
-// clients, an apply every 300 ms; it must end with responses checked, no
+// clients, an apply every 300 ms (some of them canary rollouts, promoted
+// or aborted a few applies later); it must end with responses checked, no
 // violation, every client converged within 30 s of the heal, and no
 // crash.
 func TestShortSeed(t *testing.T) {
@@ -34,7 +35,8 @@ func TestShortSeed(t *testing.T) {
 	cfg.Logger = slog.New(slog.NewTextHandler(testbase.LogWriter(t), nil))
 	cfg.Keep = true // for Recheck below; shortTempDir removes them
 	sum := runSeed(t, cfg)
-	if sum.FaultsApplied < sum.Faults/2 || sum.Applies < 50 || sum.Responses < cfg.Clients*20 || sum.Streams <= cfg.Clients {
+	if sum.FaultsApplied < sum.Faults/2 || sum.Applies < 50 || sum.Responses < cfg.Clients*20 || sum.Streams <= cfg.Clients ||
+		len(sum.Rollouts) == 0 || sum.Promoted+sum.Aborted == 0 {
 		t.Errorf("too little happened: %+v", sum)
 	}
 	// Recheck finds the same from the files kept.
@@ -129,8 +131,8 @@ func TestFrontFailsOver(t *testing.T) {
 
 // TestSummaryLine: the line names the seed and says FAIL with a violation.
 func TestSummaryLine(t *testing.T) {
-	s := Summary{Seed: 7, Faults: 3, FaultsApplied: 3, Responses: 10}
-	if l := s.Line(); !strings.HasPrefix(l, "seed 7: ") || !strings.HasSuffix(l, ": ok") {
+	s := Summary{Seed: 7, Faults: 3, FaultsApplied: 3, Responses: 10, Rollouts: []string{"a", "b"}, Promoted: 1}
+	if l := s.Line(); !strings.HasPrefix(l, "seed 7: ") || !strings.HasSuffix(l, ": ok") || !strings.Contains(l, "2 rollouts (1 promoted, 0 aborted)") {
 		t.Errorf("line %q", l)
 	}
 	s.Violations = []chaos.Violation{{Kind: chaos.Duplicate}}
