@@ -112,10 +112,14 @@ func (a *applier) apply(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := a.deleteOrRestore(&req, live[n:], dead, touched); err != nil {
+	restored, err := a.deleteOrRestore(&req, live[n:], dead, touched)
+	if err != nil {
 		return err
 	}
-	if a.ro != nil && a.ro.wants(req) {
+	// A cluster created again is not begun as a rollout: the applier
+	// would write its endpoints in later changes while only the canary
+	// nodes have the cluster, and an abort would leave them behind.
+	if a.ro != nil && !restored && a.ro.wants(req) {
 		a.applies++
 		return a.ro.begin(ctx, req)
 	}
@@ -156,8 +160,8 @@ func (a *applier) changeSome(req *store.PlanRequest, live []int) (int, map[int]b
 // deleteOrRestore, now and then, adds to req the deletion of a cluster
 // of rest that touched does not hold, with its endpoints (while fewer
 // than a quarter of the clusters are gone), or the creation again of one
-// of dead with new endpoints.
-func (a *applier) deleteOrRestore(req *store.PlanRequest, rest, dead []int, touched map[int]bool) error {
+// of dead with new endpoints (restored).
+func (a *applier) deleteOrRestore(req *store.PlanRequest, rest, dead []int, touched map[int]bool) (restored bool, err error) {
 	switch k := a.rng.IntN(10); {
 	case k == 0 && len(dead) < a.clusters/4:
 		// Delete a cluster the change does not touch otherwise.
@@ -177,13 +181,14 @@ func (a *applier) deleteOrRestore(req *store.PlanRequest, rest, dead []int, touc
 		a.gone[i] = false
 		a.port[i] = a.newPort(a.port[i])
 		if err := a.put(req, resource.Cluster, a.cluster(i)); err != nil {
-			return err
+			return false, err
 		}
 		if err := a.put(req, resource.Endpoint, fixture.Endpoints(i, a.endpoints, a.port[i]).LoadAssignment()); err != nil {
-			return err
+			return false, err
 		}
+		return true, nil
 	}
-	return nil
+	return false, nil
 }
 
 // commit plans and applies req, and counts the apply; one that wrote
