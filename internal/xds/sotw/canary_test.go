@@ -5,9 +5,13 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	cdsv3 "github.com/envoyproxy/go-control-plane/envoy/service/cluster/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/rollout"
@@ -164,10 +168,10 @@ func (g *gatedRollouts) Resolve(rev int64) (<-chan struct{}, bool) {
 // is answered only once the replica knows the rollouts running at it,
 // however late: a canary node is never answered with the scope's
 // resources at a version that holds its overlay, and gets its side as
-// soon as the set is known.
+// soon as the set is known; a poll meanwhile is told to retry.
 func TestCanaryHeldUntilRolloutsKnown(t *testing.T) {
 	g := &gatedRollouts{open: make(chan struct{})}
-	e := newEnv(t, func(c *sotw.Config) { c.Rollouts = g })
+	e := newEnv(t, func(c *sotw.Config) { c.Rollouts, c.CatchupTimeout = g, 300*time.Millisecond })
 	g.Set(e.Rollouts(t))
 	ctx := testbase.Context(t)
 	rev := e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("c1", 1000))})
@@ -184,6 +188,11 @@ func TestCanaryHeldUntilRolloutsKnown(t *testing.T) {
 		t.Fatal(err)
 	}
 	canary.ExpectNone() // held: the set at the rollout's revision is not known
+	fetch := cdsv3.NewClusterDiscoveryServiceClient(e.conn(t))
+	poll := &discoveryv3.DiscoveryRequest{Node: xdstest.Node("canary-9", "")}
+	if _, err := fetch.FetchClusters(ctx, poll); status.Code(err) != codes.Unavailable {
+		t.Errorf("a poll while the rollouts at the version are unknown: %v, want UNAVAILABLE", err)
+	}
 	// A change the canary node sees, while its flush is held, is held too.
 	e.Apply(t, []store.Put{xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("c2", 500))})
 	canary.ExpectNone()
@@ -203,5 +212,8 @@ func TestCanaryHeldUntilRolloutsKnown(t *testing.T) {
 	}
 	if resp := stable.ExpectType(resource.Cluster); len(resp.GetResources()) != 2 {
 		t.Errorf("stable node: %s, want c1 and c2", xdstest.Summary(resp))
+	}
+	if resp, err := fetch.FetchClusters(ctx, poll); err != nil || len(resp.GetResources()) != 2 {
+		t.Errorf("a poll once the rollouts are known: %v, %v", err, xdstest.Summary(resp))
 	}
 }
