@@ -57,7 +57,8 @@ func (a *app) runDelete(ctx context.Context, typeArg string, names []string, l l
 	req := store.PlanRequest{}
 	seen := map[string]bool{}
 	for _, n := range names {
-		if err := resource.ValidateName(n); err != nil {
+		n, err := typ.CheckName(n)
+		if err != nil {
 			return err
 		}
 		if seen[n] {

@@ -82,6 +82,11 @@ func (a *app) runGet(ctx context.Context, typeArg, name string, f getFlags) erro
 	if f.revision < 0 {
 		return fmt.Errorf("--revision %d: must not be negative (0: now)", f.revision)
 	}
+	if name != "" {
+		if name, err = typ.CheckName(name); err != nil {
+			return err
+		}
+	}
 	ctx, cancel := a.commandContext(ctx)
 	defer cancel()
 	c, err := a.connect(ctx)

@@ -48,7 +48,12 @@ func (a *app) checkReferences(ctx context.Context, c *conn, scope string, docs [
 	var missing []string
 	for _, d := range docs {
 		for _, r := range resource.Refs(d.Message) {
-			if known[r.Type][r.Name] {
+			name, err := r.Type.CheckName(r.Name)
+			if err != nil {
+				missing = append(missing, fmt.Sprintf("%s (%s %q): %s: %v", d.Where(), d.Type.Name, d.Name, r.Path, err))
+				continue
+			}
+			if known[r.Type][name] {
 				continue
 			}
 			missing = append(missing, fmt.Sprintf("%s (%s %q): %s: %s %q is neither in the input nor in %s",

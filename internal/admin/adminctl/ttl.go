@@ -86,11 +86,13 @@ func (a *app) runTTLRefresh(ctx context.Context, args []string, f ttlRefreshFlag
 	}
 	var names []string
 	if !f.all {
-		names = args[1:]
-		for _, n := range names {
-			if err := resource.ValidateName(n); err != nil {
+		names = make([]string, 0, len(args)-1)
+		for _, n := range args[1:] {
+			norm, err := typ.CheckName(n)
+			if err != nil {
 				return fmt.Errorf("%s %q: %w", typ.Name, n, err)
 			}
+			names = append(names, norm)
 		}
 	}
 	ctx, cancel := a.commandContext(ctx)

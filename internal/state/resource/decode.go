@@ -298,8 +298,13 @@ func fromAny(source string, index, item int, a *anypb.Any) (Doc, error) {
 	}
 	name := t.NameOf(msg)
 	label := t.Name + " " + quote(name)
-	if err := ValidateName(name); err != nil {
+	norm, err := t.CheckName(name)
+	if err != nil {
 		return fail(label, err)
+	}
+	if norm != name {
+		t.SetName(msg, norm) // stored and served as one spelling
+		name = norm
 	}
 	if err := Check(msg); err != nil {
 		return fail(label, err)

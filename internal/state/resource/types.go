@@ -34,9 +34,10 @@ type Type struct {
 	// Aliases are other accepted spellings on the command line.
 	Aliases []string
 
-	newMsg func() proto.Message
-	nameOf func(proto.Message) string
-	desc   protoreflect.MessageDescriptor // of the type's message, set by init
+	newMsg    func() proto.Message
+	nameOf    func(proto.Message) string
+	desc      protoreflect.MessageDescriptor // of the type's message, set by init
+	nameField protoreflect.FieldDescriptor   // the field NameOf reads, set by init
 }
 
 // New returns a new empty message of the type.
@@ -97,6 +98,7 @@ func init() {
 	for i, t := range all {
 		t.Order = i
 		t.desc = t.newMsg().ProtoReflect().Descriptor()
+		t.nameField = nameFieldOf(t.desc)
 		byName[t.Name] = t
 		for _, a := range t.Aliases {
 			byName[a] = t

@@ -264,8 +264,10 @@ func checkPut(p Put) error {
 	if p.Type == nil {
 		return fmt.Errorf("store: put of %q without a type", p.Name)
 	}
-	if err := resource.ValidateName(p.Name); err != nil {
+	if norm, err := p.Type.CheckName(p.Name); err != nil {
 		return fmt.Errorf("store: %s: %w", p.Key, err)
+	} else if norm != p.Name {
+		return fmt.Errorf("store: %s: an xdstp name is stored in its normalized form, %q", p.Key, norm)
 	}
 	if p.Body.GetTypeUrl() != p.Type.URL {
 		return fmt.Errorf("store: %s: body is %q, want %q", p.Key, p.Body.GetTypeUrl(), p.Type.URL)

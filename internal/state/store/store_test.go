@@ -1076,6 +1076,10 @@ func TestPruneAndDelete(t *testing.T) {
 			{"body of another type", store.PlanRequest{Puts: []store.Put{wrongType}}, `store: cluster/edge/a: body is "type.googleapis.com/envoy.config.listener.v3.Listener", want "type.googleapis.com/envoy.config.cluster.v3.Cluster"`},
 			{"body naming another resource", store.PlanRequest{Puts: []store.Put{wrongName}}, `store: cluster/edge/b: body names "a"`},
 			{"no name", store.PlanRequest{Puts: []store.Put{noName}}, `store: cluster/edge/: empty name: every resource needs a non-empty name`},
+			{"xdstp name not normalized", store.PlanRequest{Puts: []store.Put{put(t, resource.Cluster, "edge", "xdstp://a/envoy.config.cluster.v3.Cluster/c?b=1&a=2", 1)}},
+				`store: cluster/edge/xdstp://a/envoy.config.cluster.v3.Cluster/c?b=1&a=2: an xdstp name is stored in its normalized form, "xdstp://a/envoy.config.cluster.v3.Cluster/c?a=2&b=1"`},
+			{"xdstp name of another type", store.PlanRequest{Puts: []store.Put{put(t, resource.Cluster, "edge", "xdstp://a/envoy.config.route.v3.RouteConfiguration/c", 1)}},
+				`store: cluster/edge/xdstp://a/envoy.config.route.v3.RouteConfiguration/c: name "xdstp://a/envoy.config.route.v3.RouteConfiguration/c": its type segment "envoy.config.route.v3.RouteConfiguration" is not "envoy.config.cluster.v3.Cluster", the message of a cluster`},
 			{"invalid typed_config", store.PlanRequest{Puts: []store.Put{a, badHCM}}, `store: listener/edge/l: api_listener.api_listener(envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager).stat_prefix: value length must be at least 1 runes; api_listener.api_listener(envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager).http_filters: no router filter (type.googleapis.com/envoy.extensions.filters.http.router.v3.Router): the last HTTP filter must be the router`},
 		} {
 			t.Run(tc.name, func(t *testing.T) {

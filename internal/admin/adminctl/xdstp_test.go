@@ -1,0 +1,81 @@
+package adminctl
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/legation-io/legation/internal/testkit/storetest"
+)
+
+// xdstpCluster is an EDS cluster named name whose endpoints are the
+// ClusterLoadAssignment named eds, both quoted for YAML.
+func xdstpCluster(name, eds string) string {
+	return fmt.Sprintf(`"@type": type.googleapis.com/envoy.config.cluster.v3.Cluster
+name: %q
+type: EDS
+eds_cluster_config:
+  eds_config: {ads: {}, resource_api_version: V3}
+  service_name: %q
+connect_timeout: 1s
+`, name, eds)
+}
+
+// TestXDSTPNames: xdstp:// names (xRFC TP1) are taken by apply, get,
+// delete and --check-references like any name, stored in their
+// normalized form, so that another spelling of one name (its context
+// parameters in another order, another percent-encoding) is the same
+// resource; a name whose type segment is not its resource's, or that
+// does not parse, is refused with a clear error and nothing written.
+func TestXDSTPNames(t *testing.T) {
+	e := startEnv(t, storetest.Options{})
+	const (
+		cds  = "xdstp://fed-a/envoy.config.cluster.v3.Cluster/svc"
+		eds  = "xdstp://fed-a/envoy.config.endpoint.v3.ClusterLoadAssignment/svc"
+		norm = cds + "?env=prod&zone=b"
+	)
+
+	t.Run("stored normalized, found by any spelling", func(t *testing.T) {
+		h := e.newHarness(t)
+		in := docs(xdstpCluster(cds+"?zone=b&env=prod", eds+"?zone=b"), endpointYAML(`"`+eds+`?zone=%62"`, 80))
+		if r := h.runStdin(in, "apply", "-f", "-", "--check-references", "--strict"); r.code != 0 || r.stderr != "" {
+			t.Fatalf("apply: %s", r)
+		}
+		var names []string
+		for _, res := range h.list() {
+			names = append(names, res.Key.Name)
+		}
+		if want := []string{norm, eds + "?zone=b"}; strings.Join(names, " ") != strings.Join(want, " ") {
+			t.Errorf("stored %q, want %q", names, want)
+		}
+		out := h.mustRun("get", "cluster", cds+"?zone=%62&env=prod", "--scope", "default", "-o", "yaml")
+		if !strings.Contains(out, "name: "+norm) {
+			t.Errorf("get by another spelling:\n%s\nwant the cluster named %s", out, norm)
+		}
+		h.mustRun("delete", "cluster", cds+"?zone=b&env=prod")
+		if got := len(h.list()); got != 1 {
+			t.Errorf("%d resources after deleting the cluster by another spelling, want the endpoints only", got)
+		}
+	})
+
+	t.Run("bad names", func(t *testing.T) {
+		h := e.newHarness(t)
+		for _, c := range []struct{ in, want string }{
+			{xdstpCluster("xdstp://fed-a/envoy.config.listener.v3.Listener/svc", "svc"), `type segment "envoy.config.listener.v3.Listener" is not "envoy.config.cluster.v3.Cluster"`},
+			{xdstpCluster(cds+"?zone", "svc"), "xdstp"},
+			{xdstpCluster(cds+"/*", "svc"), "glob collection"},
+			{xdstpCluster("svc", cds), `type segment "envoy.config.cluster.v3.Cluster" is not "envoy.config.endpoint.v3.ClusterLoadAssignment"`},
+		} {
+			r := h.runStdin(c.in, "apply", "-f", "-", "--check-references", "--strict")
+			if r.code == 0 || !strings.Contains(r.stderr, c.want) {
+				t.Errorf("apply:\n%s\ngot %s\nwant an error saying %s", c.in, r, c.want)
+			}
+		}
+		if r := h.run("delete", "cluster", "xdstp://fed-a/envoy.config.route.v3.RouteConfiguration/r"); r.code == 0 || !strings.Contains(r.stderr, "type segment") {
+			t.Errorf("delete a cluster by a route's name: %s", r)
+		}
+		if got := len(h.list()); got != 0 {
+			t.Errorf("%d resources stored after refused applies, want none", got)
+		}
+	})
+}
