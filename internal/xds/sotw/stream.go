@@ -82,6 +82,13 @@ func (st *stream) Handle(t *resource.Type, r *discoveryv3.DiscoveryRequest) erro
 		return nil
 	}
 	if d := r.GetErrorDetail(); d != nil {
+		if v := r.GetVersionInfo(); v != "" {
+			// A NACK's version_info is the last version the client
+			// applied: its ACK of it may have been stale (a response
+			// was on its way) and ignored, so this is where the
+			// version a rejection is traced from is sure.
+			ts.rec.Acked = v
+		}
 		st.Nack(t, &ts.rec, d.GetMessage())
 		st.updateStatus(ts)
 		// Promise 7: nothing more for this type until what the stream
