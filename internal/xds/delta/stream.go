@@ -63,6 +63,9 @@ func (st *stream) Handle(t *resource.Type, r *discoveryv3.DeltaDiscoveryRequest)
 	if err := st.checkBounds(t, r); err != nil {
 		return err
 	}
+	r.ResourceNamesSubscribe = xdsstream.NormalNames(r.ResourceNamesSubscribe)
+	r.ResourceNamesUnsubscribe = xdsstream.NormalNames(r.ResourceNamesUnsubscribe)
+	r.InitialResourceVersions = xdsstream.NormalVersions(r.InitialResourceVersions)
 	ts := st.types[t]
 	first := ts == nil
 	if first {

@@ -130,7 +130,7 @@ func (s *Server) poll(ctx context.Context, r *discoveryv3.DiscoveryRequest, t *r
 	if err != nil {
 		return nil, err
 	}
-	names := r.GetResourceNames()
+	names := xdsstream.NormalNames(r.GetResourceNames())
 	wildcard := len(names) == 0 || contains(names, "*")
 	chain := scope.Of(group)
 	rolloutsChanged := false

@@ -57,6 +57,7 @@ func (st *stream) Handle(t *resource.Type, r *discoveryv3.DiscoveryRequest) erro
 	if err := st.CheckList(t, xdsstream.LimitNames, "resource_names", r.GetResourceNames()); err != nil {
 		return err
 	}
+	r.ResourceNames = xdsstream.NormalNames(r.ResourceNames)
 	ts := st.types[t]
 	if ts == nil {
 		return st.subscribe(t, r)
