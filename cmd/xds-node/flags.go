@@ -178,6 +178,8 @@ func clusterFlags(fs *pflag.FlagSet, cfg *replica.Config) {
 		"in etcd mode, stay out of any cluster: no gossip, no registry, no relaying; serve every node that connects here")
 	fs.StringVar(&cfg.Name, "name", cfg.Name, "replica name, unique in the cluster; every xDS response carries it in control_plane.identifier")
 	fs.StringVar(&cfg.GroupBy, "group-by", cfg.GroupBy, "how a node's group (its scope besides default) is derived from its Node: cluster, id or metadata:KEY (a string field of its metadata)")
+	fs.StringSliceVar(&cfg.Authorities, "authority", cfg.Authorities,
+		"xdstp:// authorities this cluster serves, comma separated or repeated: resources named xdstp://AUTHORITY/... of any other are not served, and a client asking for one is told so; old-style names and xdstp:/// (the empty authority) are always served")
 }
 
 // logFlags defines the level and format of the logs, and returns their

@@ -17,6 +17,7 @@ import (
 	"github.com/legation-io/legation/internal/state/scope"
 	"github.com/legation-io/legation/internal/state/store"
 	"github.com/legation-io/legation/internal/state/view"
+	"github.com/legation-io/legation/internal/state/xdstp"
 	"github.com/legation-io/legation/internal/tracing"
 )
 
@@ -28,9 +29,13 @@ func (n *Node) buildState() error {
 		return err
 	}
 	var err error
+	if n.authorities, err = xdstp.NewAuthorities(cfg.Authorities); err != nil {
+		return fmt.Errorf("node: --authority: %w", err)
+	}
 	if n.view, err = view.New(view.Config{
 		Client:     n.client,
 		Prefix:     cfg.EtcdPrefix,
+		Serves:     n.authorities.Serves,
 		Logger:     n.log,
 		Registerer: n.reg,
 	}); err != nil {

@@ -42,6 +42,7 @@ func (n *Node) buildXDS() error {
 		Source:         n.view,
 		GroupBy:        groupBy,
 		Rollouts:       n.rollouts,
+		Authorities:    n.authorities,
 		CatchupTimeout: cfg.CatchupTimeout,
 		Leases:         n.leases,
 		Authorizer:     n.guard,

@@ -122,6 +122,11 @@ type Config struct {
 	// GroupBy says how a node's group is derived from its Node message
 	// (--group-by): "cluster", "id" or "metadata:KEY".
 	GroupBy string
+	// Authorities are the xdstp:// authorities the replica serves
+	// (--authority): resources named xdstp://AUTHORITY/... of another
+	// are not served, and a client asking for one is told so. Old-style
+	// names and those of the empty authority are always served.
+	Authorities []string
 	// DialTimeout bounds etcd client set-up calls. Connecting itself does
 	// not block: until etcd answers, the view retries and /readyz says 503.
 	// Zero: no bound.

@@ -25,6 +25,7 @@ func TestValidate(t *testing.T) {
 		}, ""},
 		{"group by id", func(c *replica.Config) { c.GroupBy = "id" }, ""},
 		{"group by metadata", func(c *replica.Config) { c.GroupBy = "metadata:team" }, ""},
+		{"authorities", func(c *replica.Config) { c.Authorities = []string{"fed-a", "xds.example.com:443"} }, ""},
 		{"ports zero", func(c *replica.Config) {
 			c.XDSAddr, c.HTTPAddr, c.GossipAddr, c.DevEtcdAddr = "127.0.0.1:0", "127.0.0.1:0", ":0", "127.0.0.1:0"
 		}, ""},
@@ -79,6 +80,9 @@ func TestValidate(t *testing.T) {
 		{"group by empty", func(c *replica.Config) { c.GroupBy = "" }, "--group-by"},
 		{"group by unknown", func(c *replica.Config) { c.GroupBy = "labels" }, "--group-by \"labels\""},
 		{"group by metadata without key", func(c *replica.Config) { c.GroupBy = "metadata:" }, "--group-by"},
+		{"empty authority", func(c *replica.Config) { c.Authorities = []string{""} }, `--authority: authority "": empty`},
+		{"authority twice", func(c *replica.Config) { c.Authorities = []string{"a", "a"} }, `--authority: authority "a" is given twice`},
+		{"authority with a slash", func(c *replica.Config) { c.Authorities = []string{"a/b"} }, `--authority: authority "a/b" holds '/'`},
 		{"group by metadata padded key", func(c *replica.Config) { c.GroupBy = "metadata: team" }, "--group-by"},
 		{"xds addr without port", func(c *replica.Config) { c.XDSAddr = "18000" }, "--xds-addr"},
 		{"http addr bad port", func(c *replica.Config) { c.HTTPAddr = ":99999" }, "--http-addr"},

@@ -26,6 +26,7 @@ import (
 	"github.com/legation-io/legation/internal/state/lease"
 	"github.com/legation-io/legation/internal/state/rollout"
 	"github.com/legation-io/legation/internal/state/view"
+	"github.com/legation-io/legation/internal/state/xdstp"
 	"github.com/legation-io/legation/internal/tracing"
 	"github.com/legation-io/legation/internal/xds/delta"
 	"github.com/legation-io/legation/internal/xds/limits"
@@ -74,6 +75,7 @@ type stateParts struct {
 	client      *clientv3.Client
 	view        *view.View
 	rollouts    *rollout.Watcher
+	authorities xdstp.Authorities // --authority
 	canary      *canary.Controller
 	leases      *lease.Tracker
 	status      *status.Writer

@@ -15,6 +15,7 @@ import (
 	"github.com/legation-io/legation/internal/security/authz"
 	"github.com/legation-io/legation/internal/security/tlsfiles"
 	"github.com/legation-io/legation/internal/state/scope"
+	"github.com/legation-io/legation/internal/state/xdstp"
 )
 
 // Validate checks every field and the fields against each other. It
@@ -91,6 +92,9 @@ func (c *Config) validateCluster() error {
 	}
 	if _, err := scope.ParseGroupBy(c.GroupBy); err != nil {
 		errs = append(errs, err)
+	}
+	if _, err := xdstp.NewAuthorities(c.Authorities); err != nil {
+		errs = append(errs, fmt.Errorf("--authority: %w", err))
 	}
 	return errors.Join(errs...)
 }

@@ -96,6 +96,7 @@ func (b *builder) apply(v *View, e *clientv3.Event) {
 	p := string(e.Kv.Key[len(v.root):])
 	if e.Type == clientv3.EventTypeDelete {
 		delete(v.malformed, string(e.Kv.Key))
+		delete(v.unserved, string(e.Kv.Key))
 		b.remove(v, p, e.Kv.ModRevision)
 		return
 	}
@@ -139,6 +140,9 @@ func (b *builder) put(v *View, kv *mvccpb.KeyValue, p string) {
 		return
 	}
 	delete(v.malformed, key)
+	if b.unserved(v, kv, p, k.Name) {
+		return
+	}
 	body := env.GetBody()
 	body.TypeUrl = k.Type.URL // share one string per type
 	e := &Entry{Key: k, ModRevision: kv.ModRevision, CreateRevision: kv.CreateRevision, Lease: kv.Lease, Body: body,
@@ -183,6 +187,25 @@ func (b *builder) remove(v *View, p string, rev int64) {
 	b.overlay(old.Scope, rev)
 	b.changes = append(b.changes, EntryChange{Key: old.Key, Kind: Deleted, Revision: rev})
 	b.touched = true
+}
+
+// unserved reports whether the resource named name, at key p, is skipped
+// because its xdstp name's authority is not one the replica serves
+// (Config.Serves); to clients it then does not exist.
+func (b *builder) unserved(v *View, kv *mvccpb.KeyValue, p, name string) bool {
+	key := string(kv.Key)
+	if v.cfg.Serves == nil || v.cfg.Serves(name) {
+		delete(v.unserved, key)
+		return false
+	}
+	if v.unserved[key] != kv.ModRevision {
+		v.unserved[key] = kv.ModRevision
+		v.cfg.Logger.Warn("view: skipping a resource of an authority this replica does not serve (--authority)", "key", key, "name", name)
+	}
+	if _, ok := b.entries.Get([]byte(p)); ok {
+		b.remove(v, p, kv.ModRevision)
+	}
+	return true
 }
 
 // overlay notes a change at rev to scope, if it is a reserved one.

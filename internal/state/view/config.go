@@ -45,6 +45,11 @@ type Config struct {
 	// that long, and starts another: the etcd client may then reach a
 	// member that answers. Zero: 5s.
 	StallTimeout time.Duration
+	// Serves reports whether the replica serves the resource named name:
+	// one it does not (an xdstp name of an authority it was not given,
+	// xdstp.Authorities) is skipped, and to clients does not exist. Nil:
+	// every name.
+	Serves func(name string) bool
 	// Logger gets warnings (malformed values, lost watches); nil discards.
 	Logger *slog.Logger
 	// Registerer gets the view's metrics; nil registers nothing.

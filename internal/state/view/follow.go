@@ -156,4 +156,5 @@ func (v *View) publish(s *Snapshot) {
 	v.metrics.revision.Set(float64(s.Revision))
 	v.metrics.resources.Set(float64(s.Len()))
 	v.metrics.skipped.Set(float64(len(v.malformed)))
+	v.metrics.unserved.Set(float64(len(v.unserved)))
 }

@@ -66,7 +66,8 @@ func (v *View) load(ctx context.Context, afterReset bool) error {
 }
 
 // dropUnseen removes from b the entries of prev that a reload at rev did
-// not see, and forgets the malformed keys it did not see either.
+// not see, and forgets the malformed and unserved keys it did not see
+// either.
 func (v *View) dropUnseen(b *builder, prev *Snapshot, seen map[string]bool, rev int64) {
 	prev.entries.Root().Walk(func(k []byte, e *Entry) bool {
 		if !seen[string(k)] {
@@ -77,6 +78,11 @@ func (v *View) dropUnseen(b *builder, prev *Snapshot, seen map[string]bool, rev 
 	for key := range v.malformed {
 		if !seen[strings.TrimPrefix(key, v.root)] {
 			delete(v.malformed, key)
+		}
+	}
+	for key := range v.unserved {
+		if !seen[strings.TrimPrefix(key, v.root)] {
+			delete(v.unserved, key)
 		}
 	}
 }

@@ -14,6 +14,7 @@ type metrics struct {
 	reloads    prometheus.Counter
 	malformed  prometheus.Counter
 	skipped    prometheus.Gauge
+	unserved   prometheus.Gauge
 	watchLosts prometheus.Counter
 	stalls     prometheus.Counter
 	resets     prometheus.Counter
@@ -36,6 +37,8 @@ func newMetrics(reg prometheus.Registerer, in *interests, heard func() time.Time
 			Name: "legation_view_malformed_values_total", Help: "Values found in etcd that did not decode and were skipped."}),
 		skipped: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "legation_view_malformed_keys", Help: "Keys currently skipped because their values do not decode."}),
+		unserved: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "legation_view_unserved_keys", Help: "Keys currently skipped because their xdstp name's authority is not one the replica serves (--authority)."}),
 		stalls: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "legation_view_watch_stalls_total", Help: "Watches restarted because etcd sent nothing, not even progress, for the stall timeout."}),
 		watchLosts: prometheus.NewCounter(prometheus.CounterOpts{
@@ -64,7 +67,7 @@ func newMetrics(reg prometheus.Registerer, in *interests, heard func() time.Time
 		})
 	if reg != nil {
 		reg.MustRegister(lag)
-		reg.MustRegister(m.revision, m.resources, m.events, m.snapshots, m.reloads, m.malformed, m.skipped, m.watchLosts, m.stalls, m.resets, m.resetHeld, wakes, catchUps)
+		reg.MustRegister(m.revision, m.resources, m.events, m.snapshots, m.reloads, m.malformed, m.skipped, m.unserved, m.watchLosts, m.stalls, m.resets, m.resetHeld, wakes, catchUps)
 	}
 	return m
 }

@@ -47,6 +47,7 @@ type View struct {
 
 	// Owned by the Run goroutine.
 	malformed map[string]int64 // etcd key -> mod revision of its bad value
+	unserved  map[string]int64 // etcd key -> mod revision, of an authority not served
 	tombFIFO  []tomb
 	// historyTo is the start-up revision while history before it is
 	// still being read from the watch, 0 once done; historyStart is the
@@ -77,6 +78,7 @@ func New(cfg Config) (*View, error) {
 		ready:       make(chan struct{}),
 		historyRead: make(chan struct{}),
 		malformed:   map[string]int64{},
+		unserved:    map[string]int64{},
 	}
 	v.interests.every, v.interests.lastSweep = cfg.CatchUpEvery, time.Now()
 	v.metrics = newMetrics(cfg.Registerer, &v.interests, v.LastHeard)

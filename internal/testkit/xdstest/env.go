@@ -44,6 +44,8 @@ type Options struct {
 	MaxRequestBytes int
 	// Registerer gets the view's metrics; nil registers none.
 	Registerer prometheus.Registerer
+	// Serves is the view's Config.Serves; nil: every name.
+	Serves func(name string) bool
 }
 
 // Env is a real embedded etcd, a store writing to it and a view of it
@@ -78,7 +80,7 @@ func NewEnv(tb testing.TB, opts Options) *Env {
 	if e.Store, err = store.New(store.Config{Client: e.Client, Prefix: opts.Prefix, MaxTxnOps: opts.MaxTxnOps, MaxRequestBytes: opts.MaxRequestBytes}); err != nil {
 		tb.Fatal(err)
 	}
-	e.View = StartView(tb, view.Config{Client: e.Client, Prefix: opts.Prefix, Registerer: opts.Registerer})
+	e.View = StartView(tb, view.Config{Client: e.Client, Prefix: opts.Prefix, Registerer: opts.Registerer, Serves: opts.Serves})
 	return e
 }
 

@@ -495,7 +495,7 @@ func (st *stream) send(ts *typeState, out []item, removed []string, shareKey str
 	shareKey = xdsstream.TTLKey(shareKey, ttls)
 	build := func() proto.Message {
 		r := &discoveryv3.DeltaDiscoveryResponse{SystemVersionInfo: sysVersion, TypeUrl: ts.t.URL, RemovedResources: removed, ControlPlane: st.s.core.ControlPlane,
-			Resources: make([]*discoveryv3.Resource, 0, len(out)), ResourceErrors: xdsstream.ResourceErrors(ts.t, errs)}
+			Resources: make([]*discoveryv3.Resource, 0, len(out)), ResourceErrors: xdsstream.ResourceErrors(ts.t, errs, st.s.core.Config.Authorities)}
 		for i, it := range out {
 			var ttl time.Duration
 			if ttls != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/scope"
 	"github.com/legation-io/legation/internal/state/view"
+	"github.com/legation-io/legation/internal/state/xdstp"
 	"github.com/legation-io/legation/internal/xds/xdsstream"
 )
 
@@ -95,6 +96,8 @@ type polled struct {
 	// keysOK: the client may be sent resources carrying an inline
 	// private key (those it may be sent secrets of the scope).
 	keysOK bool
+	// auth is the server's authorities, which the errors' messages name.
+	auth xdstp.Authorities
 }
 
 // poll checks a poll (type, authorization, version) and returns what it
@@ -146,7 +149,7 @@ func (s *Server) poll(ctx context.Context, r *discoveryv3.DiscoveryRequest, t *r
 		return nil, nil
 	}
 	keysOK := t == resource.Secret || snap.InlineKeys == 0 || xdsstream.KeysAllowed(ctx, s.core.Config.Authorizer, group)
-	return &polled{t: t, chain: chain, names: names, wildcard: wildcard, snap: snap, keysOK: keysOK}, nil
+	return &polled{t: t, chain: chain, names: names, wildcard: wildcard, snap: snap, keysOK: keysOK, auth: s.core.Config.Authorities}, nil
 }
 
 // checkBounds applies a stream's bounds to a poll of type t: its node
@@ -168,7 +171,7 @@ func (p *polled) response(cp *corev3.ControlPlane, m *xdsstream.Metrics) *discov
 	errs := p.errors(visible)
 	resp := responseOf(p.snap, p.t, xdsstream.WithoutKeys(visible, p.keysOK, m))
 	resp.ControlPlane = cp
-	resp.ResourceErrors = xdsstream.ResourceErrors(p.t, errs)
+	resp.ResourceErrors = xdsstream.ResourceErrors(p.t, errs, p.auth)
 	return resp
 }
 

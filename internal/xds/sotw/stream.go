@@ -344,7 +344,7 @@ func (st *stream) send(ts *typeState, entries []*view.Entry, errs []xdsstream.Re
 	ttls := st.WireTTLs(len(entries), func(i int) *view.Entry { return entries[i] })
 	build := func() proto.Message {
 		r := &discoveryv3.DiscoveryResponse{VersionInfo: ver, TypeUrl: ts.t.URL, Resources: make([]*anypb.Any, 0, len(entries)),
-			ControlPlane: st.s.core.ControlPlane, ResourceErrors: xdsstream.ResourceErrors(ts.t, errs)}
+			ControlPlane: st.s.core.ControlPlane, ResourceErrors: xdsstream.ResourceErrors(ts.t, errs, st.s.core.Config.Authorities)}
 		for i, e := range entries {
 			if ttls != nil && ttls[i] > 0 {
 				r.Resources = append(r.Resources, wrapTTL(e, ver, ttls[i], true))

@@ -2,13 +2,16 @@ package sotw_test
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/state/xdstp"
 	"github.com/legation-io/legation/internal/testkit/xdstest"
+	"github.com/legation-io/legation/internal/xds/sotw"
 )
 
 // TestSotWXDSTPNormalized: xRFC TP1, "Two xdstp:// URNs are considered
@@ -30,5 +33,41 @@ func TestSotWXDSTPNormalized(t *testing.T) {
 	}
 	if got, want := xdstest.ResourceErrors(resp.GetResourceErrors()), []string{"NOT_FOUND:" + eds + "?zone"}; !slices.Equal(got, want) {
 		t.Errorf("resource_errors %q, want %q", got, want)
+	}
+}
+
+// TestSotWAuthorities: a server serves the resources of its authorities
+// (--authority), of the empty one and with old-style names; another
+// authority's resource, though stored, is in no wildcard answer, and a
+// client asking for it by name is told which authorities the server
+// serves, in a resource error rather than silence.
+func TestSotWAuthorities(t *testing.T) {
+	const (
+		cds = "/envoy.config.cluster.v3.Cluster/svc"
+		eds = "/envoy.config.endpoint.v3.ClusterLoadAssignment/svc"
+	)
+	auth, err := xdstp.NewAuthorities([]string{"fed-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnvWith(t, xdstest.Options{Serves: auth.Serves}, func(c *sotw.Config) { c.Authorities = auth })
+	e.Apply(t, []store.Put{
+		xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("plain", 100)),
+		xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("xdstp://fed-a"+cds, 100)),
+		xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("xdstp://"+cds, 100)),
+		xdstest.Put(t, resource.Cluster, store.DefaultScope, xdstest.Cluster("xdstp://fed-b"+cds, 100)),
+		xdstest.Put(t, resource.Endpoint, store.DefaultScope, xdstest.Endpoints("xdstp://fed-b"+eds, 80)),
+	})
+	s := e.adsStream(t)
+	s.Send(&discoveryv3.DiscoveryRequest{Node: xdstest.Node("n", ""), TypeUrl: resource.Cluster.URL})
+	if got, want := xdstest.Names(t, s.ExpectType(resource.Cluster)), []string{"plain", "xdstp://" + cds, "xdstp://fed-a" + cds}; !slices.Equal(got, want) {
+		t.Errorf("wildcard CDS: %q, want %q", got, want)
+	}
+	s.Send(&discoveryv3.DiscoveryRequest{TypeUrl: resource.Endpoint.URL, ResourceNames: []string{"xdstp://fed-b" + eds}})
+	resp := s.ExpectType(resource.Endpoint)
+	re := resp.GetResourceErrors()
+	if len(resp.GetResources()) != 0 || len(re) != 1 || re[0].GetResourceName().GetName() != "xdstp://fed-b"+eds ||
+		!strings.Contains(re[0].GetErrorDetail().GetMessage(), `authority "fed-b" is not one this server serves (fed-a)`) {
+		t.Errorf("EDS of another authority: %s, errors %v", xdstest.Summary(resp), re)
 	}
 }

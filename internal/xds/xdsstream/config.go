@@ -14,6 +14,7 @@ import (
 	"github.com/legation-io/legation/internal/state/rollout"
 	"github.com/legation-io/legation/internal/state/scope"
 	"github.com/legation-io/legation/internal/state/view"
+	"github.com/legation-io/legation/internal/state/xdstp"
 	"github.com/legation-io/legation/internal/xds/limits"
 )
 
@@ -98,6 +99,11 @@ type Config struct {
 	Source Source
 	// GroupBy derives a node's group; nil: by Node.cluster.
 	GroupBy scope.GroupFunc
+	// Authorities are the xdstp authorities the server serves: a client
+	// asking by name for a resource of another is told so (its
+	// resource error says which it serves). The view skips such
+	// resources (view.Config.Serves).
+	Authorities xdstp.Authorities
 	// Rollouts gives the running canary rollouts, which decide the
 	// overlays a node sees (Stream.Chain); nil: none.
 	Rollouts Rollouts

@@ -2,6 +2,7 @@ package xdsstream
 
 import (
 	"fmt"
+	"strings"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/view"
+	"github.com/legation-io/legation/internal/state/xdstp"
 )
 
 // Per-resource errors (xRFC TP3, the resource_errors field of
@@ -106,9 +108,10 @@ func (t *Told) Keep(has func(string) bool) {
 func (t *Told) Len() int { return len(t.m) }
 
 // ResourceErrors is the resource_errors field carrying errs, names of
-// type t. The messages depend only on the type, the name and the code, so
-// that a body carrying them is shared like any other (AppendErrorsKey).
-func ResourceErrors(t *resource.Type, errs []ResourceErr) []*discoveryv3.ResourceError {
+// type t, from a server serving auth. The messages depend only on the
+// type, the name, the code and the server's authorities, so that a body
+// carrying them is shared like any other (AppendErrorsKey).
+func ResourceErrors(t *resource.Type, errs []ResourceErr, auth xdstp.Authorities) []*discoveryv3.ResourceError {
 	if len(errs) == 0 {
 		return nil
 	}
@@ -116,15 +119,26 @@ func ResourceErrors(t *resource.Type, errs []ResourceErr) []*discoveryv3.Resourc
 	for i, e := range errs {
 		out[i] = &discoveryv3.ResourceError{
 			ResourceName: &discoveryv3.ResourceName{Name: e.Name},
-			ErrorDetail:  &rpcstatus.Status{Code: int32(e.Code), Message: errorMessage(t, e)},
+			ErrorDetail:  &rpcstatus.Status{Code: int32(e.Code), Message: errorMessage(t, e, auth)},
 		}
 	}
 	return out
 }
 
-func errorMessage(t *resource.Type, e ResourceErr) string {
+func errorMessage(t *resource.Type, e ResourceErr, auth xdstp.Authorities) string {
 	if e.Code == codes.PermissionDenied {
 		return fmt.Sprintf("%s %q carries an inline private key, and this client may not be sent the secrets of its scope", t.Name, e.Name)
+	}
+	if !auth.Serves(e.Name) {
+		a, _ := xdstp.AuthorityOf(e.Name)
+		if a == "\x00" {
+			return fmt.Sprintf("%s %q: not a valid xdstp name, so no resource has it", t.Name, e.Name)
+		}
+		served := "none but the empty one"
+		if n := auth.Names(); len(n) > 0 {
+			served = strings.Join(n, ", ")
+		}
+		return fmt.Sprintf("%s %q: authority %q is not one this server serves (%s); the client's bootstrap should send it to the server of that authority", t.Name, e.Name, a, served)
 	}
 	return fmt.Sprintf("no %s named %q in the scopes this node sees", t.Name, e.Name)
 }

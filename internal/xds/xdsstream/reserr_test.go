@@ -1,11 +1,13 @@
 package xdsstream
 
 import (
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc/codes"
 
 	"github.com/legation-io/legation/internal/state/resource"
+	"github.com/legation-io/legation/internal/state/xdstp"
 )
 
 func TestAppendErrorsKey(t *testing.T) {
@@ -45,8 +47,26 @@ func TestToldOnce(t *testing.T) {
 	if got := told.Add(nil, "b", codes.NotFound); len(got) != 1 {
 		t.Errorf("subscribed again, not told again: %v", got)
 	}
-	re := ResourceErrors(resource.Endpoint, []ResourceErr{{Name: "b", Code: codes.PermissionDenied}})
+	re := ResourceErrors(resource.Endpoint, []ResourceErr{{Name: "b", Code: codes.PermissionDenied}}, xdstp.Authorities{})
 	if len(re) != 1 || re[0].GetResourceName().GetName() != "b" || re[0].GetErrorDetail().GetCode() != int32(codes.PermissionDenied) || re[0].GetErrorDetail().GetMessage() == "" {
 		t.Errorf("ResourceErrors = %v", re)
+	}
+	// A name of an authority the server does not serve, or a malformed
+	// xdstp name, is told so.
+	auth, err := xdstp.NewAuthorities([]string{"fed-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const eds = "/envoy.config.endpoint.v3.ClusterLoadAssignment/svc"
+	for name, want := range map[string]string{
+		"xdstp://fed-b" + eds:        `authority "fed-b" is not one this server serves (fed-a)`,
+		"xdstp://fed-a" + eds + "?x": "not a valid xdstp name",
+		"xdstp://fed-a" + eds:        "no endpoint named",
+		"plain":                      "no endpoint named",
+	} {
+		re := ResourceErrors(resource.Endpoint, []ResourceErr{{Name: name, Code: codes.NotFound}}, auth)
+		if msg := re[0].GetErrorDetail().GetMessage(); !strings.Contains(msg, want) {
+			t.Errorf("the error of %q says %q, want %q", name, msg, want)
+		}
 	}
 }
