@@ -47,7 +47,7 @@ func federatedBootstrap(id string, servers map[string]string, def string) []byte
 	auths := map[string]any{}
 	for auth, addr := range servers {
 		auths[auth] = map[string]any{
-			"xds_servers": server(addr),
+			"xds_servers":                            server(addr),
 			"client_listener_resource_name_template": fedName(auth, "envoy.config.listener.v3.Listener", "%s"),
 		}
 	}
