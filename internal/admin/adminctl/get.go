@@ -15,11 +15,16 @@ import (
 
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/store"
+	"github.com/legation-io/legation/internal/state/xdstp"
 )
 
 type getFlags struct {
 	scope    string
 	revision int64
+	// authority, when byAuthority, keeps the resources named
+	// xdstp://authority/... only.
+	authority   string
+	byAuthority bool
 }
 
 func (a *app) getCommand() *cobra.Command {
@@ -30,7 +35,8 @@ func (a *app) getCommand() *cobra.Command {
 		Long: `get shows the resources of one type as stored in etcd, in every scope unless
 --scope is given, now or at a past --revision (as long as etcd has not
 compacted it). With NAME, only that resource; it is an error if it does not
-exist.
+exist. --authority keeps the resources named xdstp://AUTHORITY/... only
+(--authority "" those of the empty authority, xdstp:///...).
 
 TYPE is a short name (cluster, endpoint, listener, route, scoped-route,
 virtual-host, secret, runtime, extension-config), an alias (cds, eds, ...)
@@ -61,11 +67,13 @@ with a warning on standard error naming their key.`,
 			if len(args) == 2 {
 				name = args[1]
 			}
+			f.byAuthority = cmd.Flags().Changed("authority")
 			return a.runGet(cmd.Context(), args[0], name, f)
 		},
 	}
 	cmd.Flags().StringVar(&f.scope, "scope", "", "only this scope (default: every scope)")
 	cmd.Flags().Int64Var(&f.revision, "revision", 0, "read at this past etcd revision (0: now)")
+	cmd.Flags().StringVar(&f.authority, "authority", "", "only the resources named xdstp://AUTHORITY/... (\"\": xdstp:///...)")
 	return cmd
 }
 
@@ -105,6 +113,9 @@ func (a *app) runGet(ctx context.Context, typeArg, name string, f getFlags) erro
 	if err != nil {
 		return err
 	}
+	if f.byAuthority {
+		found = ofAuthority(found, f.authority)
+	}
 
 	switch a.opts.Output {
 	case outputYAML:
@@ -113,6 +124,17 @@ func (a *app) runGet(ctx context.Context, typeArg, name string, f getFlags) erro
 		return a.printGetJSON(typ, found, at)
 	}
 	return a.printGetTable(ctx, c, typ, f.scope, found, at)
+}
+
+// ofAuthority keeps the resources of rs named xdstp://auth/...
+func ofAuthority(rs []*store.Resource, auth string) []*store.Resource {
+	out := rs[:0:0]
+	for _, r := range rs {
+		if a, ok := xdstp.AuthorityOf(r.Name); ok && a == auth {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // getOne reads the resource name of typ in scope at revision rev (0:

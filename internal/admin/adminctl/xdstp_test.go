@@ -52,6 +52,12 @@ func TestXDSTPNames(t *testing.T) {
 		if !strings.Contains(out, "name: "+norm) {
 			t.Errorf("get by another spelling:\n%s\nwant the cluster named %s", out, norm)
 		}
+		for auth, want := range map[string]int{"fed-a": 1, "fed-b": 0, "": 0} {
+			out := h.mustRun("get", "cluster", "--authority", auth, "-o", "json")
+			if got := strings.Count(out, `"name": "xdstp://`); got != want {
+				t.Errorf("get cluster --authority %q: %d clusters, want %d:\n%s", auth, got, want, out)
+			}
+		}
 		h.mustRun("delete", "cluster", cds+"?zone=b&env=prod")
 		if got := len(h.list()); got != 1 {
 			t.Errorf("%d resources after deleting the cluster by another spelling, want the endpoints only", got)
