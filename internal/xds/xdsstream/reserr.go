@@ -140,6 +140,9 @@ func errorMessage(t *resource.Type, e ResourceErr, auth xdstp.Authorities) strin
 		}
 		return fmt.Sprintf("%s %q: authority %q is not one this server serves (%s); the client's bootstrap should send it to the server of that authority", t.Name, e.Name, a, served)
 	}
+	if typ, ok := xdstp.TypeOf(e.Name); ok && typ != t.MessageName() {
+		return fmt.Sprintf("%s %q: its type segment %q is not %q, the message of a %s", t.Name, e.Name, typ, t.MessageName(), t.Name)
+	}
 	return fmt.Sprintf("no %s named %q in the scopes this node sees", t.Name, e.Name)
 }
 

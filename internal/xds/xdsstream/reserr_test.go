@@ -59,10 +59,11 @@ func TestToldOnce(t *testing.T) {
 	}
 	const eds = "/envoy.config.endpoint.v3.ClusterLoadAssignment/svc"
 	for name, want := range map[string]string{
-		"xdstp://fed-b" + eds:        `authority "fed-b" is not one this server serves (fed-a)`,
-		"xdstp://fed-a" + eds + "?x": "not a valid xdstp name",
-		"xdstp://fed-a" + eds:        "no endpoint named",
-		"plain":                      "no endpoint named",
+		"xdstp://fed-b" + eds:                               `authority "fed-b" is not one this server serves (fed-a)`,
+		"xdstp://fed-a" + eds + "?x":                        "not a valid xdstp name",
+		"xdstp://fed-a" + eds:                               "no endpoint named",
+		"xdstp://fed-a/envoy.config.cluster.v3.Cluster/svc": `its type segment "envoy.config.cluster.v3.Cluster" is not "envoy.config.endpoint.v3.ClusterLoadAssignment"`,
+		"plain": "no endpoint named",
 	} {
 		re := ResourceErrors(resource.Endpoint, []ResourceErr{{Name: name, Code: codes.NotFound}}, auth)
 		if msg := re[0].GetErrorDetail().GetMessage(); !strings.Contains(msg, want) {
