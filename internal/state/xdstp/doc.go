@@ -107,7 +107,7 @@
 //
 // A glob contains only its direct children: TP1 says resources in a glob
 // collection "share a directory structure", its example has foo/* match
-// foo/bar and foo/baz, and asked in cncf/xds issue 91 one of its authors
-// answered that a resource belongs only to the glob of its own directory,
-// so foo/* does not contain foo/bar/baz.
+// foo/bar and foo/baz, and one of its authors answered (cncf/xds#91) that
+// a resource belongs only to the glob of its own directory, so foo/* does
+// not contain foo/bar/baz.
 package xdstp
