@@ -39,9 +39,16 @@ func NewAuthorities(names []string) (Authorities, error) {
 // name: an old-style name, an xdstp name of the empty authority or of
 // one in a. A malformed xdstp name is not served.
 func (a Authorities) Serves(name string) bool {
-	auth, ok := AuthorityOf(name)
-	return !ok || auth == "" || a.set[auth]
+	if !IsXDSTP(name) {
+		return true
+	}
+	n, err := Parse(name)
+	return err == nil && a.ServesAuthority(n.Authority)
 }
+
+// ServesAuthority reports whether a cluster serving a serves the names
+// of authority auth (decoded): the empty one, or one in a.
+func (a Authorities) ServesAuthority(auth string) bool { return auth == "" || a.set[auth] }
 
 // Names is the authorities, sorted.
 func (a Authorities) Names() []string {
@@ -54,15 +61,11 @@ func (a Authorities) Names() []string {
 }
 
 // AuthorityOf returns the authority of an xdstp name, decoded; ok is
-// false for an old-style name. A malformed xdstp name has the authority
-// "\x00", which no cluster serves.
+// false for an old-style name or a malformed one.
 func AuthorityOf(name string) (authority string, ok bool) {
-	if !IsXDSTP(name) {
-		return "", false
-	}
 	n, err := Parse(name)
 	if err != nil {
-		return "\x00", true
+		return "", false
 	}
 	return n.Authority, true
 }

@@ -129,21 +129,24 @@ func errorMessage(t *resource.Type, e ResourceErr, auth xdstp.Authorities) strin
 	if e.Code == codes.PermissionDenied {
 		return fmt.Sprintf("%s %q carries an inline private key, and this client may not be sent the secrets of its scope", t.Name, e.Name)
 	}
-	if !auth.Serves(e.Name) {
-		a, _ := xdstp.AuthorityOf(e.Name)
-		if a == "\x00" {
-			return fmt.Sprintf("%s %q: not a valid xdstp name, so no resource has it", t.Name, e.Name)
-		}
+	notFound := fmt.Sprintf("no %s named %q in the scopes this node sees", t.Name, e.Name)
+	if !xdstp.IsXDSTP(e.Name) {
+		return notFound
+	}
+	n, err := xdstp.Parse(e.Name)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("%s %q: not a valid xdstp name, so no resource has it", t.Name, e.Name)
+	case !auth.ServesAuthority(n.Authority):
 		served := "none but the empty one"
-		if n := auth.Names(); len(n) > 0 {
-			served = strings.Join(n, ", ")
+		if names := auth.Names(); len(names) > 0 {
+			served = strings.Join(names, ", ")
 		}
-		return fmt.Sprintf("%s %q: authority %q is not one this server serves (%s); the client's bootstrap should send it to the server of that authority", t.Name, e.Name, a, served)
+		return fmt.Sprintf("%s %q: authority %q is not one this server serves (%s); the client's bootstrap should send it to the server of that authority", t.Name, e.Name, n.Authority, served)
+	case n.Type != t.MessageName():
+		return fmt.Sprintf("%s %q: its type segment %q is not %q, the message of a %s", t.Name, e.Name, n.Type, t.MessageName(), t.Name)
 	}
-	if typ, ok := xdstp.TypeOf(e.Name); ok && typ != t.MessageName() {
-		return fmt.Sprintf("%s %q: its type segment %q is not %q, the message of a %s", t.Name, e.Name, typ, t.MessageName(), t.Name)
-	}
-	return fmt.Sprintf("no %s named %q in the scopes this node sees", t.Name, e.Name)
+	return notFound
 }
 
 // AppendErrorsKey appends errs' part of a body key to b: "\x00!" and,
