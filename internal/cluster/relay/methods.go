@@ -35,6 +35,7 @@ var xdsServices = []*grpc.ServiceDesc{
 	&discoveryv3.AggregatedDiscoveryService_ServiceDesc,
 	&clusterv3.ClusterDiscoveryService_ServiceDesc,
 	&endpointv3.EndpointDiscoveryService_ServiceDesc,
+	&endpointv3.LocalityEndpointDiscoveryService_ServiceDesc,
 	&listenerv3.ListenerDiscoveryService_ServiceDesc,
 	&routev3.RouteDiscoveryService_ServiceDesc,
 	&routev3.ScopedRoutesDiscoveryService_ServiceDesc,

@@ -278,6 +278,7 @@ func fromAny(source string, index, item int, a *anypb.Any) (Doc, error) {
 	fail := func(resource string, err error) (Doc, error) {
 		return Doc{}, &DocError{Source: source, Index: index, Item: item, Resource: resource, Err: err}
 	}
+	var wrapped string // the name a discovery.v3.Resource wrapper gives
 	if a.GetTypeUrl() == resourceWrapperURL {
 		var w discoveryv3.Resource
 		if err := a.UnmarshalTo(&w); err != nil {
@@ -286,7 +287,7 @@ func fromAny(source string, index, item int, a *anypb.Any) (Doc, error) {
 		if w.GetResource() == nil {
 			return fail(w.GetName(), errors.New("a discovery.v3.Resource without a body cannot be stored"))
 		}
-		a = w.GetResource()
+		a, wrapped = w.GetResource(), w.GetName()
 	}
 	t, ok := ByURL(a.GetTypeUrl())
 	if !ok {
@@ -297,6 +298,12 @@ func fromAny(source string, index, item int, a *anypb.Any) (Doc, error) {
 		return fail(t.Name, err)
 	}
 	name := t.NameOf(msg)
+	if t.Unnamed {
+		if wrapped == "" {
+			return fail(t.Name, fmt.Errorf("an %s has no name field: give it in a wrapper, {\"@type\": %q, \"name\": NAME, \"resource\": {...}}", t.MessageName(), resourceWrapperURL))
+		}
+		name = wrapped
+	}
 	label := t.Name + " " + quote(name)
 	norm, err := t.CheckName(name)
 	if err != nil {

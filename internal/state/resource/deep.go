@@ -33,10 +33,14 @@ const anyFullName = protoreflect.FullName("google.protobuf.Any")
 const maxAnyDepth = 32
 
 // Check runs every check a resource must pass before it is stored: the
-// Envoy protos' own rules on the resource (Validate) and, through
-// ValidateDeep, on every google.protobuf.Any inside it.
+// Envoy protos' own rules on the resource (Validate), the form of the
+// LEDS collections it names (checkCollections) and, through
+// ValidateDeep, the protos' rules on every google.protobuf.Any inside it.
 func Check(m proto.Message) error {
 	if err := Validate(m); err != nil {
+		return err
+	}
+	if err := checkCollections(m); err != nil {
 		return err
 	}
 	return ValidateDeep(m)

@@ -46,12 +46,17 @@ func (t *Type) CheckName(name string) (string, error) {
 // type segment gives it (e.g. envoy.config.cluster.v3.Cluster).
 func (t *Type) MessageName() string { return strings.TrimPrefix(t.URL, xdstp.TypeURLPrefix) }
 
-// SetName sets the resource name held in m, which must be of type t.
+// SetName sets the resource name held in m, which must be of type t; a
+// message of an Unnamed type holds none and is left as it is.
 func (t *Type) SetName(m proto.Message, name string) {
+	if t.nameField == nil {
+		return
+	}
 	m.ProtoReflect().Set(t.nameField, protoreflect.ValueOfString(name))
 }
 
-// nameFieldOf is the field of desc that holds a resource's name.
+// nameFieldOf is the field of desc that holds a resource's name, nil if
+// it has none.
 func nameFieldOf(desc protoreflect.MessageDescriptor) protoreflect.FieldDescriptor {
 	if f := desc.Fields().ByName("name"); f != nil {
 		return f

@@ -33,6 +33,14 @@ type Type struct {
 	Wildcard bool
 	// Aliases are other accepted spellings on the command line.
 	Aliases []string
+	// Unnamed is true for a type whose message has no name field
+	// (LbEndpoint): its name lives only in the etcd key and, on the wire
+	// and in files, in the discovery.v3.Resource wrapping it.
+	Unnamed bool
+	// DeltaOnly is true for a type served over delta xDS only: a SotW
+	// response of bare messages could not say which of an Unnamed type's
+	// resources is which.
+	DeltaOnly bool
 
 	newMsg    func() proto.Message
 	nameOf    func(proto.Message) string
@@ -43,8 +51,14 @@ type Type struct {
 // New returns a new empty message of the type.
 func (t *Type) New() proto.Message { return t.newMsg() }
 
-// NameOf returns the resource name held in m, which must be of type t.
-func (t *Type) NameOf(m proto.Message) string { return t.nameOf(m) }
+// NameOf returns the resource name held in m, which must be of type t;
+// "" for an Unnamed type.
+func (t *Type) NameOf(m proto.Message) string {
+	if t.Unnamed {
+		return ""
+	}
+	return t.nameOf(m)
+}
 
 func (t *Type) String() string { return t.Name }
 
@@ -86,10 +100,17 @@ var (
 		Aliases: []string{"extension-configs", "ecds"},
 		newMsg:  func() proto.Message { return new(corev3.TypedExtensionConfig) },
 		nameOf:  func(m proto.Message) string { return m.(*corev3.TypedExtensionConfig).GetName() }}
+	// LbEndpoint is one endpoint of a LEDS collection (xRFC TP1 glob
+	// collections): a ClusterLoadAssignment's leds_cluster_locality_config
+	// names the collection xdstp://AUTHORITY/envoy.config.endpoint.v3.LbEndpoint/PATH/*,
+	// and its members are the LbEndpoints named under PATH.
+	LbEndpoint = &Type{Name: "lb-endpoint", URL: "type.googleapis.com/envoy.config.endpoint.v3.LbEndpoint",
+		Aliases: []string{"lb-endpoints", "leds"}, Unnamed: true, DeltaOnly: true,
+		newMsg: func() proto.Message { return new(endpointv3.LbEndpoint) }}
 )
 
 var (
-	all    = []*Type{Cluster, Endpoint, Listener, Route, ScopedRoute, VirtualHost, Secret, Runtime, ExtensionConfig}
+	all    = []*Type{Cluster, Endpoint, Listener, Route, ScopedRoute, VirtualHost, Secret, Runtime, ExtensionConfig, LbEndpoint}
 	byName = map[string]*Type{}
 	byURL  = map[string]*Type{}
 )

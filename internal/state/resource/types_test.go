@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/legation-io/legation/internal/state/resource"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // TestTypeRoundTrip checks, for every type, that its URL, name and Go
@@ -33,6 +34,7 @@ func TestTypeRoundTrip(t *testing.T) {
 		resource.Secret:          &tlsv3.Secret{Name: "x"},
 		resource.Runtime:         &runtimev3.Runtime{Name: "x"},
 		resource.ExtensionConfig: &corev3.TypedExtensionConfig{Name: "x"},
+		resource.LbEndpoint:      &endpointv3.LbEndpoint{LoadBalancingWeight: wrapperspb.UInt32(2)},
 	}
 	if got, want := len(resource.All()), len(named); got != want {
 		t.Fatalf("len(All()) = %d, want %d: a type was added without a test case", got, want)
@@ -62,8 +64,8 @@ func TestTypeRoundTrip(t *testing.T) {
 			if a.GetTypeUrl() != typ.URL {
 				t.Errorf("New() is a %s, want %s", a.GetTypeUrl(), typ.URL)
 			}
-			if got := typ.NameOf(msg); got != "x" {
-				t.Errorf("NameOf = %q, want %q", got, "x")
+			if want := map[bool]string{false: "x", true: ""}[typ.Unnamed]; typ.NameOf(msg) != want {
+				t.Errorf("NameOf = %q, want %q", typ.NameOf(msg), want)
 			}
 			body, err := resource.Marshal(typ, msg)
 			if err != nil {
@@ -161,6 +163,8 @@ func TestTypeAliases(t *testing.T) {
 		{"rtds", resource.Runtime},
 		{"extension-configs", resource.ExtensionConfig},
 		{"ecds", resource.ExtensionConfig},
+		{"lb-endpoints", resource.LbEndpoint},
+		{"leds", resource.LbEndpoint},
 	} {
 		t.Run(tc.in, func(t *testing.T) {
 			got, err := resource.Lookup(tc.in)
@@ -189,13 +193,13 @@ func TestLookupUnknown(t *testing.T) {
 			if err == nil {
 				t.Fatalf("Lookup(%q) = %v, want an error", in, got)
 			}
-			want := `unknown resource type "` + in + `" (known: cluster, endpoint, extension-config, listener, route, runtime, scoped-route, secret, virtual-host)`
+			want := `unknown resource type "` + in + `" (known: cluster, endpoint, extension-config, lb-endpoint, listener, route, runtime, scoped-route, secret, virtual-host)`
 			if err.Error() != want {
 				t.Errorf("Lookup(%q) error:\n got %s\nwant %s", in, err, want)
 			}
 		})
 	}
-	if got, want := strings.Join(resource.Names(), ","), "cluster,endpoint,extension-config,listener,route,runtime,scoped-route,secret,virtual-host"; got != want {
+	if got, want := strings.Join(resource.Names(), ","), "cluster,endpoint,extension-config,lb-endpoint,listener,route,runtime,scoped-route,secret,virtual-host"; got != want {
 		t.Errorf("Names() = %s, want %s", got, want)
 	}
 }

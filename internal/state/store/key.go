@@ -84,7 +84,7 @@ func DecodeValue(p string, value []byte) (Key, *legationv1.Envelope, error) {
 	if err != nil {
 		return k, nil, fmt.Errorf("%w: %s: %v", ErrMalformed, k, err)
 	}
-	if got := k.Type.NameOf(msg); got != k.Name {
+	if got := k.Type.NameOf(msg); got != k.Name && !k.Type.Unnamed {
 		return k, nil, fmt.Errorf("%w: %s: body names %q", ErrMalformed, k, got)
 	}
 	return k, env, nil

@@ -276,7 +276,7 @@ func checkPut(p Put) error {
 	if err != nil {
 		return fmt.Errorf("store: %s: %w", p.Key, err)
 	}
-	if got := p.Type.NameOf(msg); got != p.Name {
+	if got := p.Type.NameOf(msg); got != p.Name && !p.Type.Unnamed {
 		return fmt.Errorf("store: %s: body names %q", p.Key, got)
 	}
 	// Every writer, not only xdsadmin's decoder, gets the same checks,

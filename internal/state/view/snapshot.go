@@ -161,6 +161,14 @@ func (s *Snapshot) Walk(t *resource.Type, scope string, fn func(*Entry) bool) {
 	s.entries.Root().WalkPrefix([]byte(prefix), func(_ []byte, e *Entry) bool { return !fn(e) })
 }
 
+// WalkNamePrefix calls fn for each resource of type t in scope whose name
+// starts with prefix, in name order, until fn returns false: the
+// members of a glob collection without a walk of the whole type.
+func (s *Snapshot) WalkNamePrefix(t *resource.Type, scope, prefix string, fn func(*Entry) bool) {
+	key := append(append(treeKey(make([]byte, 0, keyBuf), t, scope), '/'), prefix...)
+	s.entries.Root().WalkPrefix(key, func(_ []byte, e *Entry) bool { return !fn(e) })
+}
+
 // LastChange returns the revision of the last put or delete of a resource
 // of type t in scope that this view knows of, 0 if none. It is exact for
 // changes at or after HistoryFrom.

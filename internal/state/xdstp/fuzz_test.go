@@ -89,4 +89,11 @@ func checkAccepted(t *testing.T, s string, n xdstp.Name) {
 	case n.Contains(n):
 		t.Fatalf("%q contains itself", norm)
 	}
+	got, ok := xdstp.CollectionOf(norm)
+	switch {
+	case n.Glob && ok:
+		t.Fatalf("CollectionOf(%q) of a glob = %q, true", norm, got)
+	case !n.Glob && (!ok || got != c.String()):
+		t.Fatalf("CollectionOf(%q) = %q, %v; want %q", norm, got, ok, c.String())
+	}
 }

@@ -25,6 +25,29 @@ func (n Name) Collection() Name {
 	return c
 }
 
+// CollectionOf returns the String of the glob collection the resource
+// named name is a member of, name being in the normalized form
+// (Name.String): the same as parsing it and taking Collection, without
+// the parse. Normalized, a name's '?' is the query's start and its last
+// '/' before it ends the id's directory, since both are escaped anywhere
+// else. ok is false for an old-style name or a glob. A stream evaluates
+// this for every change it is told of while it holds a glob
+// subscription, so it costs one string and no parse.
+func CollectionOf(name string) (glob string, ok bool) {
+	if !strings.HasPrefix(name, prefix) {
+		return "", false
+	}
+	path, query := name, ""
+	if q := strings.IndexByte(name, '?'); q >= 0 {
+		path, query = name[:q], name[q:]
+	}
+	slash := strings.LastIndexByte(path, '/')
+	if slash < len(prefix) || path[slash+1:] == "*" {
+		return "", false
+	}
+	return path[:slash] + "/*" + query, true
+}
+
 // dir returns the directory of a member's id: all before its last '/',
 // or "" when it has none.
 func dir(id string) string {

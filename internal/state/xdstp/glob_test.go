@@ -100,3 +100,24 @@ func TestCollectionCopies(t *testing.T) {
 		t.Errorf("changing Collection().Params changed the member: %v", n.Params)
 	}
 }
+
+func TestCollectionOf(t *testing.T) {
+	for _, tc := range []struct {
+		name, want string
+		ok         bool
+	}{
+		{"xdstp://a/envoy.config.endpoint.v3.LbEndpoint/c1/e1", "xdstp://a/envoy.config.endpoint.v3.LbEndpoint/c1/*", true},
+		{"xdstp://a/envoy.config.endpoint.v3.LbEndpoint/c1/e1?x=1&y=2", "xdstp://a/envoy.config.endpoint.v3.LbEndpoint/c1/*?x=1&y=2", true},
+		{"xdstp://a/envoy.config.endpoint.v3.LbEndpoint/e1", "xdstp://a/envoy.config.endpoint.v3.LbEndpoint/*", true},
+		{"xdstp:///envoy.config.endpoint.v3.LbEndpoint/p/q/e1", "xdstp:///envoy.config.endpoint.v3.LbEndpoint/p/q/*", true},
+		{"xdstp://a/envoy.config.endpoint.v3.LbEndpoint/c1/*", "", false},
+		{"xdstp://a/envoy.config.endpoint.v3.LbEndpoint/*?x=1", "", false},
+		{"c1/e1", "", false},
+		{"", "", false},
+	} {
+		got, ok := xdstp.CollectionOf(tc.name)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("CollectionOf(%q) = %q, %v; want %q, %v", tc.name, got, ok, tc.want, tc.ok)
+		}
+	}
+}

@@ -31,6 +31,16 @@ func Put(tb testing.TB, typ *resource.Type, scope string, m proto.Message) store
 	return p
 }
 
+// PutNamed is fixture.PutNamed; it fails tb if m does not marshal.
+func PutNamed(tb testing.TB, typ *resource.Type, scope, name string, m proto.Message) store.Put {
+	tb.Helper()
+	p, err := fixture.PutNamed(typ, scope, name, m)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return p
+}
+
 // Key is the key of resource name of typ in the default scope.
 func Key(typ *resource.Type, name string) store.Key {
 	return store.Key{Type: typ, Scope: store.DefaultScope, Name: name}

@@ -48,7 +48,7 @@ type Server struct {
 
 // New returns a Server. It does no I/O.
 func New(cfg Config) (*Server, error) {
-	core, err := xdsstream.NewCore[TypeStatus](xdsstream.Protocol{Name: "delta", Title: "delta", ReadsTTL: readsTTL}, cfg.Config)
+	core, err := xdsstream.NewCore[TypeStatus](xdsstream.Protocol{Name: "delta", Title: "delta", Incremental: true, ReadsTTL: readsTTL}, cfg.Config)
 	if err != nil {
 		return nil, err
 	}

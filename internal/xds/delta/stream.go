@@ -46,7 +46,12 @@ type typeState struct {
 	// stream keeps no large map for them.
 	dirty   map[string]bool
 	needAll bool // evaluate every subscribed or held name
-	respond bool // send a response even if empty (a first request)
+	// globs: how many of names are glob collections (glob.go);
+	// globAsked: the globs subscribed since the last flush, true when
+	// their members are to be sent even if held.
+	globs     int
+	globAsked map[string]bool
+	respond   bool // send a response even if empty (a first request)
 
 	// rec: the system_version_info and nonce of the last response, the
 	// last ACK and NACK.
@@ -118,6 +123,7 @@ func (st *stream) Handle(t *resource.Type, r *discoveryv3.DeltaDiscoveryRequest)
 		if err := st.subscribe(ts, r, first); err != nil {
 			return err
 		}
+		ts.globsChanged(r, first)
 	}
 	st.updateStatus(ts)
 	return nil
@@ -207,7 +213,7 @@ func (st *stream) Changed(c view.EntryChange) {
 	if ts == nil {
 		return
 	}
-	if ts.wildcard || ts.names.Has(c.Name) || ts.have.Has(c.Name) {
+	if ts.wildcard || ts.names.Has(c.Name) || ts.have.Has(c.Name) || ts.inGlob(c.Name) {
 		ts.dirty = xdsstream.MarkName(ts.dirty, c.Name)
 		st.Touch(&ts.rec)
 	}
@@ -252,17 +258,17 @@ func (st *stream) Flush() error {
 // client waits for a first answer.
 func (st *stream) flushType(ts *typeState) error {
 	shareKey := st.freshKey(ts)
-	candidates := st.candidates(ts)
+	candidates, emptyGlobs := st.expandGlobs(ts, st.candidates(ts))
 	respond := ts.respond
 	ts.needAll, ts.respond = false, false
 	ts.dirty = xdsstream.ReuseNames(ts.dirty)
 
 	holdRemovals := breaks(ts.t) && st.Fixed == nil && st.referrersPending()
 	var out []item
-	var removed []string
+	removed := emptyGlobs
 	var aliases *aliasIndex // built or fetched on the first alias
 	for _, n := range candidates {
-		if !ts.wildcard && !ts.names.Has(n) {
+		if !ts.wildcard && !ts.names.Has(n) && !ts.inGlob(n) {
 			ts.have.Drop(n) // held but not subscribed: the client drops it
 			continue
 		}

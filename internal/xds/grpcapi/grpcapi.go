@@ -71,7 +71,7 @@ func ServerOptions() []grpc.ServerOption {
 }
 
 // Register registers s on g. Each xDS service (ADS, CDS, EDS, LDS, RDS,
-// SRDS, SDS, RTDS, ECDS, VHDS) is registered once, with its SotW methods
+// SRDS, SDS, RTDS, ECDS, VHDS, LEDS) is registered once, with its SotW methods
 // served by s.SotW and its delta methods by s.Delta.
 func Register(g grpc.ServiceRegistrar, s Services) {
 	x := xds{sotw: s.SotW, delta: s.Delta}
@@ -86,6 +86,7 @@ func Register(g grpc.ServiceRegistrar, s Services) {
 		runtimev3.RegisterRuntimeDiscoveryServiceServer(g, rtdsService{x})
 		extensionv3.RegisterExtensionConfigDiscoveryServiceServer(g, ecdsService{x})
 		routev3.RegisterVirtualHostDiscoveryServiceServer(g, vhdsService{x})
+		endpointv3.RegisterLocalityEndpointDiscoveryServiceServer(g, ledsService{x})
 	}
 	if s.CSDS != nil {
 		statusv3.RegisterClientStatusDiscoveryServiceServer(g, s.CSDS)

@@ -107,6 +107,14 @@ func (s vhdsService) DeltaVirtualHosts(st DeltaStream) error {
 	return s.deltaStream(st, resource.VirtualHost)
 }
 
+// ledsService serves LEDS, which is delta only: LbEndpoints, by name or
+// by glob collection.
+type ledsService struct{ xds }
+
+func (s ledsService) DeltaLocalityEndpoints(st DeltaStream) error {
+	return s.deltaStream(st, resource.LbEndpoint)
+}
+
 // The services implement every method of their generated interface, so a
 // method added upstream fails the build here rather than answering
 // Unimplemented unnoticed.
@@ -121,4 +129,5 @@ var (
 	_ runtimev3.RuntimeDiscoveryServiceServer           = rtdsService{}
 	_ extensionv3.ExtensionConfigDiscoveryServiceServer = ecdsService{}
 	_ routev3.VirtualHostDiscoveryServiceServer         = vhdsService{}
+	_ endpointv3.LocalityEndpointDiscoveryServiceServer = ledsService{}
 )

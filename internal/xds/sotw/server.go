@@ -112,6 +112,9 @@ func (s *Server) poll(ctx context.Context, r *discoveryv3.DiscoveryRequest, t *r
 	} else if r.GetTypeUrl() != "" && r.GetTypeUrl() != t.URL {
 		return nil, status.Errorf(codes.InvalidArgument, "%v: type_url %q on the %s endpoint", ErrBadRequest, r.GetTypeUrl(), t.Name)
 	}
+	if err := s.core.Protocol().Serves(t); err != nil {
+		return nil, err
+	}
 	if err := s.checkBounds(r, t); err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/view"
 	"github.com/legation-io/legation/internal/xds/wire"
 )
@@ -20,9 +21,22 @@ type Protocol struct {
 	Name string
 	// Title names the protocol in help texts and errors ("SotW").
 	Title string
+	// Incremental is true for delta xDS, the only protocol that serves
+	// the DeltaOnly types.
+	Incremental bool
 	// ReadsTTL reports whether a client reads TTLs on the wire in this
 	// protocol, from its Node's client features (promise 8).
 	ReadsTTL func(*corev3.Node) bool
+}
+
+// Serves returns nil if the protocol serves type t, else the
+// INVALID_ARGUMENT a request for it is answered: a DeltaOnly type over
+// SotW (its bare messages would not say which resource is which).
+func (p Protocol) Serves(t *resource.Type) error {
+	if t.DeltaOnly && !p.Incremental {
+		return status.Errorf(codes.InvalidArgument, "type_url %q is served over delta xDS only: an %s has no name of its own, so only delta's named resources can carry it", t.URL, t.MessageName())
+	}
+	return nil
 }
 
 // Core is what one protocol's server shares among its streams: its
@@ -152,3 +166,6 @@ func (c *Statuses[T]) SummariesOf(want func(node string) bool) []Summary {
 	})
 	return out
 }
+
+// Protocol is the protocol the core serves.
+func (c *Core[T]) Protocol() Protocol { return c.proto }

@@ -350,6 +350,9 @@ func (s *Stream[T]) typeOf(u string) (*resource.Type, error) {
 	if !ok {
 		return nil, status.Errorf(codes.InvalidArgument, "unknown type_url %q", u)
 	}
+	if err := s.core.proto.Serves(t); err != nil {
+		return nil, err
+	}
 	return t, nil
 }
 
