@@ -239,7 +239,7 @@ func (a *app) printGetYAML(typ *resource.Type, rs []*store.Resource, at int64) e
 	var buf bytes.Buffer
 	fmt.Fprintf(&buf, "# %d %s resources at revision %d\n", len(rs), typ.Name, at)
 	for _, r := range rs {
-		js, err := marshalResource(r.Envelope.GetBody())
+		js, err := marshalResource(shown(r))
 		if err != nil {
 			fmt.Fprintf(a.errOut, "warning: skipped %s: %v\n", r.Key, err)
 			continue
@@ -260,17 +260,32 @@ func (a *app) printGetYAML(typ *resource.Type, rs []*store.Resource, at int64) e
 	return err
 }
 
+// shown is r's body as get prints it: as stored, or for a type whose
+// message holds no name (LbEndpoint) in the discovery.v3.Resource that
+// names it, the form apply takes back.
+func shown(r *store.Resource) *anypb.Any {
+	if !r.Type.Unnamed {
+		return r.Envelope.GetBody()
+	}
+	w, err := anypb.New(&discoveryv3.Resource{Name: r.Name, Resource: r.Envelope.GetBody()})
+	if err != nil {
+		return r.Envelope.GetBody() // a Resource always marshals
+	}
+	return w
+}
+
 // printGetJSON prints the resources as one DiscoveryResponse document.
 func (a *app) printGetJSON(typ *resource.Type, rs []*store.Resource, at int64) error {
 	dr := &discoveryv3.DiscoveryResponse{VersionInfo: fmt.Sprint(at), TypeUrl: typ.URL}
 	for _, r := range rs {
 		// Check each one alone, so that one bad body is skipped rather than
 		// failing the whole response.
-		if _, err := marshalResource(r.Envelope.GetBody()); err != nil {
+		body := shown(r)
+		if _, err := marshalResource(body); err != nil {
 			fmt.Fprintf(a.errOut, "warning: skipped %s: %v\n", r.Key, err)
 			continue
 		}
-		dr.Resources = append(dr.Resources, r.Envelope.GetBody())
+		dr.Resources = append(dr.Resources, body)
 	}
 	doc, err := anypb.New(dr)
 	if err != nil {

@@ -85,3 +85,37 @@ func TestXDSTPNames(t *testing.T) {
 		}
 	})
 }
+
+// TestLEDSRoundTrip: LbEndpoints, which hold no name of their own, are
+// applied in the discovery.v3.Resource wrapper that names them, shown by
+// get in the same wrapper (YAML and JSON), and what get prints applies
+// back unchanged; a ClusterLoadAssignment names their collection.
+func TestLEDSRoundTrip(t *testing.T) {
+	e := startEnv(t, storetest.Options{})
+	h := e.newHarness(t)
+	const member = "xdstp://leds/envoy.config.endpoint.v3.LbEndpoint/c1/e1"
+	in := docs(`"@type": type.googleapis.com/envoy.service.discovery.v3.Resource
+name: "`+member+`?b=2&a=1"
+resource:
+  "@type": type.googleapis.com/envoy.config.endpoint.v3.LbEndpoint
+  endpoint: {address: {socket_address: {address: 10.0.0.1, port_value: 80}}}
+`, `"@type": type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment
+cluster_name: c1
+endpoints:
+- leds_cluster_locality_config:
+    leds_config: {ads: {}, resource_api_version: V3}
+    leds_collection_name: "xdstp://leds/envoy.config.endpoint.v3.LbEndpoint/c1/*"
+`)
+	if r := h.runStdin(in, "apply", "-f", "-"); r.code != 0 {
+		t.Fatalf("apply: %s", r)
+	}
+	for _, format := range []string{"yaml", "json"} {
+		out := h.mustRun("get", "leds", "-o", format)
+		if !strings.Contains(out, "envoy.service.discovery.v3.Resource") || !strings.Contains(out, member+"?a=1&b=2") {
+			t.Fatalf("get leds -o %s:\n%s\nwant the member in its wrapper, under its normalized name", format, out)
+		}
+		if r := h.runStdin(out, "apply", "-f", "-"); r.code != 0 || !strings.Contains(r.stdout, "unchanged") {
+			t.Errorf("apply of get -o %s: %s; want it unchanged", format, r)
+		}
+	}
+}

@@ -54,6 +54,11 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("group: %w", err)
 		}
 	}
+	for _, t := range c.Types {
+		if t.DeltaOnly {
+			return fmt.Errorf("fsexport: %s is served over delta xDS only, which a file subscription is not", t.Name)
+		}
+	}
 	return nil
 }
 
@@ -118,7 +123,11 @@ func New(cfg Config) (*Exporter, error) {
 		return nil, err
 	}
 	if cfg.Types == nil {
-		cfg.Types = resource.All()
+		for _, t := range resource.All() {
+			if !t.DeltaOnly { // a file subscription is SotW: no LEDS
+				cfg.Types = append(cfg.Types, t)
+			}
+		}
 	}
 	return &Exporter{cfg: cfg, last: map[*resource.Type][]byte{}, lastRes: map[*resource.Type]map[string][]byte{}}, nil
 }

@@ -180,13 +180,15 @@ func decodeDocument(source string, index int, raw []byte) ([]Doc, error) {
 	if typeURL == DiscoveryResponseURL {
 		return decodeResponse(source, index, head)
 	}
-	t, ok := ByURL(typeURL)
-	if !ok {
-		return nil, fail(guessName(head), fmt.Errorf("unknown @type %q; want one of: %s, or %s", typeURL, strings.Join(urls(), ", "), DiscoveryResponseURL))
+	label := guessName(head)
+	if t, ok := ByURL(typeURL); ok {
+		label = t.Name + " " + quote(label)
+	} else if typeURL != resourceWrapperURL { // a wrapper names its resource: an LbEndpoint's only name
+		return nil, fail(label, fmt.Errorf("unknown @type %q; want one of: %s, %s or %s", typeURL, strings.Join(urls(), ", "), resourceWrapperURL, DiscoveryResponseURL))
 	}
 	var a anypb.Any
 	if err := unmarshalJSON(js, &a); err != nil {
-		return nil, fail(t.Name+" "+quote(guessName(head)), err)
+		return nil, fail(label, err)
 	}
 	d, err := fromAny(source, index, 0, &a)
 	if err != nil {

@@ -155,7 +155,7 @@ func TestDecodeBadExamples(t *testing.T) {
 			`bad-yaml.yaml: document 1: bad YAML/JSON: yaml: line 3: did not find expected ',' or ']'`},
 		{"unknown-type.yaml", 1,
 			`unknown-type.yaml: document 1 (typo-type): unknown @type "type.googleapis.com/envoy.config.cluster.v3.Clusterr"; want one of: ` +
-				strings.Join(urls, ", ") + ", or " + resource.DiscoveryResponseURL},
+				strings.Join(urls, ", ") + ", type.googleapis.com/envoy.service.discovery.v3.Resource or " + resource.DiscoveryResponseURL},
 		{"unknown-field.yaml", 1,
 			`unknown-field.yaml: document 1 (cluster "typo-field"): proto: unknown field "connect_timeoutt"`},
 		{"negative-timeout.yaml", 1,
@@ -272,6 +272,16 @@ func TestDecodeErrors(t *testing.T) {
 			`in.yaml: document 1 (cluster "a\tb"): name "a\tb" holds a control character`},
 		{"several rule violations", "\"@type\": " + endpointURL + "\ncluster_name: e\nendpoints:\n- priority: 1\n  load_balancing_weight: 0\n",
 			`in.yaml: document 1 (endpoint "e"): invalid ClusterLoadAssignment.Endpoints[0]: embedded message failed validation | caused by: invalid LocalityLbEndpoints.LoadBalancingWeight: value must be greater than or equal to 1`},
+		{"LbEndpoint without a wrapper", "\"@type\": " + resource.LbEndpoint.URL + "\nload_balancing_weight: 1\n",
+			`in.yaml: document 1 (lb-endpoint): an envoy.config.endpoint.v3.LbEndpoint has no name field: give it in a wrapper, {"@type": "type.googleapis.com/envoy.service.discovery.v3.Resource", "name": NAME, "resource": {...}}`},
+		{"LbEndpoint under another type", ledsMember("xdstp://a/envoy.config.endpoint.v3.ClusterLoadAssignment/c1/e1"),
+			`in.yaml: document 1 (lb-endpoint "xdstp://a/envoy.config.endpoint.v3.ClusterLoadAssignment/c1/e1"): name "xdstp://a/envoy.config.endpoint.v3.ClusterLoadAssignment/c1/e1": its type segment "envoy.config.endpoint.v3.ClusterLoadAssignment" is not "envoy.config.endpoint.v3.LbEndpoint", the message of a lb-endpoint`},
+		{"LEDS collection not a glob", ledsAssignment("xdstp://a/envoy.config.endpoint.v3.LbEndpoint/c1"),
+			`in.yaml: document 1 (endpoint "c1"): endpoints[0].leds_cluster_locality_config.leds_collection_name: "xdstp://a/envoy.config.endpoint.v3.LbEndpoint/c1" is not a glob collection: it must end in /*`},
+		{"LEDS collection of another type", ledsAssignment("xdstp://a/envoy.config.cluster.v3.Cluster/c1/*"),
+			`in.yaml: document 1 (endpoint "c1"): endpoints[0].leds_cluster_locality_config.leds_collection_name: "xdstp://a/envoy.config.cluster.v3.Cluster/c1/*": its type segment "envoy.config.cluster.v3.Cluster" is not "envoy.config.endpoint.v3.LbEndpoint"`},
+		{"LEDS collection old-style", ledsAssignment("c1-endpoints"),
+			`in.yaml: document 1 (endpoint "c1"): endpoints[0].leds_cluster_locality_config.leds_collection_name: xdstp: name "c1-endpoints": not an xdstp name: want the scheme "xdstp://"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			docs, err := resource.Decode("in.yaml", []byte(tc.in))
@@ -283,6 +293,35 @@ func TestDecodeErrors(t *testing.T) {
 				t.Errorf("error:\n got %s\nwant %s", got, tc.want)
 			}
 		})
+	}
+}
+
+// ledsMember is a document of one LbEndpoint named name, in the
+// discovery.v3.Resource wrapper that names it.
+func ledsMember(name string) string {
+	return "\"@type\": type.googleapis.com/envoy.service.discovery.v3.Resource\nname: " + name +
+		"\nresource:\n  \"@type\": " + resource.LbEndpoint.URL + "\n  endpoint: {address: {socket_address: {address: 10.0.0.1, port_value: 80}}}\n"
+}
+
+// ledsAssignment is the ClusterLoadAssignment of cluster c1 whose one
+// locality's endpoints are the LEDS collection collection.
+func ledsAssignment(collection string) string {
+	return "\"@type\": " + resource.Endpoint.URL + "\ncluster_name: c1\nendpoints:\n- leds_cluster_locality_config:\n    leds_config: {ads: {}, resource_api_version: V3}\n    leds_collection_name: \"" + collection + "\"\n"
+}
+
+// TestDecodeLEDS: an LbEndpoint, which holds no name, is named by its
+// wrapper, in the normalized form; a ClusterLoadAssignment naming a
+// well-formed LEDS collection decodes.
+func TestDecodeLEDS(t *testing.T) {
+	const norm = "xdstp://a/envoy.config.endpoint.v3.LbEndpoint/c1/e1?x=1&y=2"
+	docs, err := resource.Decode("in.yaml", []byte(ledsMember("xdstp://a/envoy.config.endpoint.v3.LbEndpoint/c1/e1?y=2&x=1")+"---\n"+
+		ledsAssignment("xdstp://a/envoy.config.endpoint.v3.LbEndpoint/c1/*")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []docID{{Index: 1, Type: "lb-endpoint", Name: norm}, {Index: 2, Type: "endpoint", Name: "c1"}}
+	if diff := cmp.Diff(want, ids(docs)); diff != "" {
+		t.Fatalf("Decode (-want +got):\n%s", diff)
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc/codes"
+	grpcstatus "google.golang.org/grpc/status"
 
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/store"
@@ -69,5 +71,20 @@ func TestSotWAuthorities(t *testing.T) {
 	if len(resp.GetResources()) != 0 || len(re) != 1 || re[0].GetResourceName().GetName() != "xdstp://fed-b"+eds ||
 		!strings.Contains(re[0].GetErrorDetail().GetMessage(), `authority "fed-b" is not one this server serves (fed-a)`) {
 		t.Errorf("EDS of another authority: %s, errors %v", xdstest.Summary(resp), re)
+	}
+}
+
+// TestSotWRefusesLbEndpoint: an LbEndpoint has no name of its own, so a
+// SotW response of bare LbEndpoints could not say which is which; LEDS
+// is served over delta only, and a SotW request for the type ends the
+// stream with INVALID_ARGUMENT naming why.
+func TestSotWRefusesLbEndpoint(t *testing.T) {
+	e := newEnv(t)
+	s := e.adsStream(t)
+	s.Send(&discoveryv3.DiscoveryRequest{Node: xdstest.Node("n", ""), TypeUrl: resource.LbEndpoint.URL,
+		ResourceNames: []string{"xdstp://a/envoy.config.endpoint.v3.LbEndpoint/c1/*"}})
+	err := s.ExpectErr()
+	if grpcstatus.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "served over delta xDS only") {
+		t.Fatalf("stream ended with %v, want INVALID_ARGUMENT saying LbEndpoint is served over delta only", err)
 	}
 }
