@@ -30,9 +30,9 @@ func (e *env) deltaLEDS(tb testing.TB) *xdstest.DeltaStream {
 	})}
 }
 
-// member is the put of LbEndpoint name on 127.0.0.1:port.
-func member(t *testing.T, name string, port uint32) store.Put {
-	return xdstest.PutNamed(t, resource.LbEndpoint, store.DefaultScope, name,
+// memberPut is the put of LbEndpoint name on 127.0.0.1:port.
+func memberPut(tb testing.TB, name string, port uint32) store.Put {
+	return xdstest.PutNamed(tb, resource.LbEndpoint, store.DefaultScope, name,
 		fixture.LbEndpoint(fixture.Endpoint{Address: "127.0.0.1", Port: port}))
 }
 
@@ -72,13 +72,13 @@ func TestDeltaGlobCollection(t *testing.T) {
 	var want []string
 	for i := range n {
 		name := fmt.Sprintf("%sc1/e%04d", ledsPrefix, i)
-		puts = append(puts, member(t, name, uint32(10000+i)))
+		puts = append(puts, memberPut(t, name, uint32(10000+i)))
 		want = append(want, name)
 	}
 	puts = append(puts,
-		member(t, ledsPrefix+"c1/sub/deeper", 1),   // not a direct child
-		member(t, ledsPrefix+"c2/other", 2),        // another collection
-		member(t, ledsPrefix+"c1/e0001?zone=a", 3)) // other context parameters
+		memberPut(t, ledsPrefix+"c1/sub/deeper", 1),   // not a direct child
+		memberPut(t, ledsPrefix+"c2/other", 2),        // another collection
+		memberPut(t, ledsPrefix+"c1/e0001?zone=a", 3)) // other context parameters
 	applyBatches(t, e, puts)
 
 	glob := ledsPrefix + "c1/*"
@@ -94,13 +94,13 @@ func TestDeltaGlobCollection(t *testing.T) {
 	s.Ack(resp)
 
 	added := ledsPrefix + "c1/e1000"
-	rev := e.Apply(t, []store.Put{member(t, added, 11000)})
+	rev := e.Apply(t, []store.Put{memberPut(t, added, 11000)})
 	resp = s.ExpectType(resource.LbEndpoint)
 	checkResp(t, "a member added", resp, map[string]string{added: v(rev)})
 	s.Ack(resp)
 
 	changed := ledsPrefix + "c1/e0010"
-	rev = e.Apply(t, []store.Put{member(t, changed, 12010)})
+	rev = e.Apply(t, []store.Put{memberPut(t, changed, 12010)})
 	resp = s.ExpectType(resource.LbEndpoint)
 	checkResp(t, "a member changed", resp, map[string]string{changed: v(rev)})
 	s.Ack(resp)
@@ -111,7 +111,7 @@ func TestDeltaGlobCollection(t *testing.T) {
 	checkResp(t, "a member deleted", resp, nil, gone)
 	s.Ack(resp)
 
-	e.Apply(t, []store.Put{member(t, ledsPrefix+"c2/more", 4), member(t, ledsPrefix+"c1/sub/more", 5)})
+	e.Apply(t, []store.Put{memberPut(t, ledsPrefix+"c2/more", 4), memberPut(t, ledsPrefix+"c1/sub/more", 5)})
 	s.ExpectNone() // outside the collection
 
 	empty := ledsPrefix + "c3/*"
@@ -119,13 +119,13 @@ func TestDeltaGlobCollection(t *testing.T) {
 	resp = s.ExpectType(resource.LbEndpoint)
 	checkResp(t, "an empty collection subscribed", resp, nil, empty)
 	s.Ack(resp)
-	rev = e.Apply(t, []store.Put{member(t, ledsPrefix+"c3/first", 6)})
+	rev = e.Apply(t, []store.Put{memberPut(t, ledsPrefix+"c3/first", 6)})
 	resp = s.ExpectType(resource.LbEndpoint)
 	checkResp(t, "the empty collection's first member", resp, map[string]string{ledsPrefix + "c3/first": v(rev)})
 	s.Ack(resp)
 
 	s.Send(&discoveryv3.DeltaDiscoveryRequest{ResourceNamesUnsubscribe: []string{glob}})
-	e.Apply(t, []store.Put{member(t, ledsPrefix+"c1/e0011", 12011)})
+	e.Apply(t, []store.Put{memberPut(t, ledsPrefix+"c1/e0011", 12011)})
 	s.ExpectNone() // unsubscribed
 
 	// A reconnect presenting every member at its version gets nothing.
