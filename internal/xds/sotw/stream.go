@@ -25,7 +25,13 @@ type stream struct {
 type typeState struct {
 	t        *resource.Type
 	wildcard bool
-	names    *xdsstream.NameSet // shared with the streams subscribed to the same names
+	// named: a request of the type on the stream set resource_names
+	// ("*" or any name). Until then an empty list of a LDS/CDS-like type
+	// is the legacy wildcard; after, it subscribes to nothing
+	// (xds_protocol.rst, "How the client specifies what resources to
+	// return").
+	named bool
+	names *xdsstream.NameSet // shared with the streams subscribed to the same names
 	// asked is the list of names of the last request taken: the codec
 	// gives the requests that name the same list one shared slice
 	// (wire.Codec), so an ACK that repeats it is told by identity, with
@@ -113,7 +119,8 @@ func (st *stream) subscribe(t *resource.Type, r *discoveryv3.DiscoveryRequest) e
 	ts := &typeState{t: t}
 	st.types[t] = ts
 	names := r.GetResourceNames()
-	ts.wildcard = (t.Wildcard && len(names) == 0) || contains(names, "*")
+	ts.named = len(names) > 0
+	ts.wildcard = (t.Wildcard && !ts.named) || contains(names, "*")
 	ts.names, ts.asked = st.s.names.Get(names), names
 	presented := parseVersion(r.GetVersionInfo())
 	if err := st.CatchUp(presented); err != nil {
@@ -147,17 +154,19 @@ func (st *stream) setNames(ts *typeState, names []string, answer bool) {
 		return // taking the same names again changes nothing
 	}
 	ts.asked = names
-	wildcard := contains(names, "*") || (ts.wildcard && len(names) == 0 && ts.t.Wildcard)
+	// The legacy wildcard holds only while every request of the type
+	// left resource_names empty; once one named "*" or a resource, an
+	// empty list is an unsubscription from everything.
+	ts.named = ts.named || len(names) > 0
+	wildcard := contains(names, "*") || (!ts.named && ts.t.Wildcard)
 	if wildcard == ts.wildcard && ts.names.Same(names) {
 		return
 	}
 	next := st.s.names.Get(names)
 	ts.told.Keep(next.Has) // unsubscribed: asked again when subscribed again
-	added := false
 	for _, n := range next.Sorted() {
 		if !ts.names.Has(n) {
 			ts.dirty = xdsstream.MarkName(ts.dirty, n)
-			added = true
 		}
 	}
 	if !wildcard {
@@ -172,12 +181,14 @@ func (st *stream) setNames(ts *typeState, names []string, answer bool) {
 		}
 	}
 	if wildcard && !ts.wildcard {
-		ts.needAll, added = true, true
+		ts.needAll = true
 	}
 	ts.wildcard, ts.names = wildcard, next
-	if answer && added && ts.t.Wildcard {
+	if answer && ts.t.Wildcard {
 		// Full-state types answer a subscription change with the whole
-		// set, so the client learns at once what does not exist.
+		// set: the client learns at once what does not exist, and a
+		// set that shrank (leaving "*", or unsubscribing everything
+		// with an empty list) replaces what it holds.
 		ts.needAll, ts.forceSend = true, true
 	}
 }
