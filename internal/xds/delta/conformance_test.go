@@ -134,13 +134,16 @@ func TestDeltaSubscriptions(t *testing.T) {
 		}},
 		// "*" and explicit names together; an explicit name that does not
 		// exist is removed; unsubscribing an explicit name that the
-		// wildcard also covers keeps it.
+		// wildcard also covers keeps it, and sends it again: the client
+		// cannot tell whether the wildcard covers it ("Unsubscribing from
+		// Resources").
 		{name: "wildcard plus names", steps: []step{
 			apply(cds("a", 1), cds("b", 1)),
 			open((*env).deltaADS),
 			send(&dreq{Node: &corev3.Node{Id: "n1"}, TypeUrl: resource.Cluster.URL, ResourceNamesSubscribe: []string{"*", "a", "x"}}),
 			expect(resource.Cluster, "* + a + x", vers{"a": 1, "b": 1}, "x"), ack(),
 			send(&dreq{TypeUrl: resource.Cluster.URL, ResourceNamesUnsubscribe: []string{"a"}}),
+			expect(resource.Cluster, "a sent again after unsubscribing the name a", vers{"a": 1}), ack(),
 			none(),
 			apply(cds("a", 2)),
 			expect(resource.Cluster, "a under * after unsubscribing the name a", vers{"a": 2}), ack(),

@@ -77,8 +77,15 @@ func (st *stream) Handle(t *resource.Type, r *discoveryv3.DeltaDiscoveryRequest)
 		ts = &typeState{t: t, settled: true, needAll: true}
 		st.types[t] = ts
 		// Legacy wildcard: a first request of a LDS/CDS-like type that
-		// names nothing.
-		ts.wildcard = t.Wildcard && len(r.GetResourceNamesSubscribe()) == 0
+		// names nothing. xds_protocol.rst ("How the client specifies
+		// what resources to return") makes it any request before a
+		// non-empty resource_names_subscribe, but its reconnect rule
+		// asks "no resources in both resource_names_subscribe and
+		// resource_names_unsubscribe": a first request that only
+		// unsubscribes is taken as no wildcard, by the stricter rule.
+		// It is decided here only: later requests, empty or not, never
+		// start the legacy wildcard.
+		ts.wildcard = t.Wildcard && len(r.GetResourceNamesSubscribe()) == 0 && len(r.GetResourceNamesUnsubscribe()) == 0
 		var newest int64
 		for n, v := range r.GetInitialResourceVersions() {
 			ts.have.Set(n, held{rev: parseRev(v)})
@@ -158,6 +165,7 @@ func (st *stream) subscribe(ts *typeState, r *discoveryv3.DeltaDiscoveryRequest,
 		}
 		delete(ts.toldAbsent, n)
 	}
+	var ambiguous []string // unsubscribed while the wildcard held
 	for _, n := range r.GetResourceNamesUnsubscribe() {
 		if n == "*" {
 			ts.wildcard = false
@@ -178,11 +186,35 @@ func (st *stream) subscribe(ts *typeState, r *discoveryv3.DeltaDiscoveryRequest,
 		delete(names, n)
 		delete(ts.force, n)
 		delete(ts.toldAbsent, n)
-		if !ts.wildcard {
+		if ts.wildcard {
+			ambiguous = append(ambiguous, n)
+		} else {
 			ts.have.Drop(n) // the client drops it
 		}
 	}
+	if ts.wildcard {
+		ts.answerAmbiguous(ambiguous)
+	}
 	return nil
+}
+
+// answerAmbiguous takes names unsubscribed while the wildcard holds
+// (and still does after the request). xds_protocol.rst ("Unsubscribing
+// from Resources"): the client "does not know whether or not to
+// continue to cache the resource", so "the server must send a response
+// that includes the specific resource in either the removed_resources
+// field (if it is not included in the wildcard) or in the resources
+// field (if it *is* included in the wildcard)". Each name counts as held
+// at no known version, and forced: the flush sends it if the wildcard
+// covers it (visible to the node), and removes it if not.
+func (ts *typeState) answerAmbiguous(names []string) {
+	for _, n := range names {
+		if !ts.have.Has(n) {
+			ts.have.Set(n, held{rev: -1}) // a version that names none
+		}
+		ts.dirty = xdsstream.MarkName(ts.dirty, n)
+		ts.force = xdsstream.MarkName(ts.force, n)
+	}
 }
 
 // checkBounds checks a request against the stream's bounds before any of
