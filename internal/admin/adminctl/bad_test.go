@@ -227,7 +227,7 @@ api_listener:
 		{
 			name: "unknown type in get",
 			args: []string{"get", "clusterz"},
-			want: `unknown resource type "clusterz" (known: cluster, endpoint, extension-config, listener, route, runtime, scoped-route, secret, virtual-host)`,
+			want: `unknown resource type "clusterz" (known: cluster, endpoint, extension-config, lb-endpoint, listener, route, runtime, scoped-route, secret, virtual-host)`,
 		},
 		{
 			name:    "unknown type in delete",

@@ -261,7 +261,7 @@ func TestExportEquivalence(t *testing.T) {
 			if !strings.Contains(out, filepath.Join(dir, "cds."+string(f))) {
 				t.Errorf("output does not name cds.%s:\n%s", f, out)
 			}
-			for _, typ := range resource.All() {
+			for _, typ := range resource.SotW() {
 				file := readExport(t, dir, typ, f)
 				if file.GetTypeUrl() != typ.URL || file.GetVersionInfo() != xdstest.Version(rev) {
 					t.Errorf("%s: type %q version %q, want %q %q", typ.Name, file.GetTypeUrl(), file.GetVersionInfo(), typ.URL, xdstest.Version(rev))
@@ -369,7 +369,7 @@ func TestExportWatch(t *testing.T) {
 	}()
 	path := func(typ *resource.Type) string { return filepath.Join(dir, fsexport.FileName(typ, fsexport.JSON)) }
 	xdstest.WaitFor(t, "every file written", func() (bool, string) {
-		for _, typ := range resource.All() {
+		for _, typ := range resource.SotW() {
 			if _, err := os.Stat(path(typ)); err != nil {
 				return false, err.Error()
 			}
@@ -377,7 +377,7 @@ func TestExportWatch(t *testing.T) {
 		return true, ""
 	})
 	before := map[*resource.Type]fileState{}
-	for _, typ := range resource.All() {
+	for _, typ := range resource.SotW() {
 		before[typ] = statFile(t, path(typ))
 	}
 	each := func(name string) string { return filepath.Join(dir, "eds", name+".json") }
@@ -437,7 +437,7 @@ func TestExportWatch(t *testing.T) {
 	if after.ino == before[resource.Endpoint].ino {
 		t.Errorf("eds.json kept its inode: rewritten in place, not renamed over")
 	}
-	for _, typ := range resource.All() {
+	for _, typ := range resource.SotW() {
 		if typ == resource.Endpoint {
 			continue
 		}
@@ -602,7 +602,7 @@ func TestExportWatchCompaction(t *testing.T) {
 	}()
 	path := func(typ *resource.Type) string { return filepath.Join(dir, fsexport.FileName(typ, fsexport.YAML)) }
 	xdstest.WaitFor(t, "every file written", func() (bool, string) {
-		for _, typ := range resource.All() {
+		for _, typ := range resource.SotW() {
 			if _, err := os.Stat(path(typ)); err != nil {
 				return false, err.Error()
 			}

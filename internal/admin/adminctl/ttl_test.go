@@ -223,7 +223,7 @@ func TestTTLRefreshBadInput(t *testing.T) {
 	h.mustRun("apply", "-f", writeFile(t, "plain.yaml", clusterYAML("plain-one", "1s")), "--scope", "mixed")
 	live := []int64{h.leaseOf(resource.Cluster, "default", "backend-a"), h.leaseOf(resource.Cluster, "mixed", "backend-a")}
 	rev := e.revision(t)
-	const known = "(known: cluster, endpoint, extension-config, listener, route, runtime, scoped-route, secret, virtual-host)"
+	const known = "(known: cluster, endpoint, extension-config, lb-endpoint, listener, route, runtime, scoped-route, secret, virtual-host)"
 
 	for _, tc := range []struct {
 		name string

@@ -123,11 +123,7 @@ func New(cfg Config) (*Exporter, error) {
 		return nil, err
 	}
 	if cfg.Types == nil {
-		for _, t := range resource.All() {
-			if !t.DeltaOnly { // a file subscription is SotW: no LEDS
-				cfg.Types = append(cfg.Types, t)
-			}
-		}
+		cfg.Types = resource.SotW() // a file subscription is SotW: no LEDS
 	}
 	return &Exporter{cfg: cfg, last: map[*resource.Type][]byte{}, lastRes: map[*resource.Type]map[string][]byte{}}, nil
 }

@@ -124,10 +124,10 @@ func TestFollow(t *testing.T) {
 		done <- x.Follow(ctx, e.View, func(_ int64, w []fsexport.Written) { writes <- w })
 	}()
 	first := <-writes
-	// A file per type but LbEndpoint (delta only), plus eds/a.pb and
+	// A file per type SotW serves (not LbEndpoint), plus eds/a.pb and
 	// eds/b.pb.
-	if len(first) != len(resource.All())-1+2 {
-		t.Errorf("first export wrote %d files, want %d: %v", len(first), len(resource.All())-1+2, first)
+	if len(first) != len(resource.SotW())+2 {
+		t.Errorf("first export wrote %d files, want %d: %v", len(first), len(resource.SotW())+2, first)
 	}
 	rev := e.Apply(t, []store.Put{xdstest.Put(t, resource.Endpoint, "g", xdstest.Endpoints("b", 3))})
 	var got []string

@@ -111,6 +111,7 @@ var (
 
 var (
 	all    = []*Type{Cluster, Endpoint, Listener, Route, ScopedRoute, VirtualHost, Secret, Runtime, ExtensionConfig, LbEndpoint}
+	sotw   []*Type
 	byName = map[string]*Type{}
 	byURL  = map[string]*Type{}
 )
@@ -125,11 +126,18 @@ func init() {
 			byName[a] = t
 		}
 		byURL[t.URL] = t
+		if !t.DeltaOnly {
+			sotw = append(sotw, t)
+		}
 	}
 }
 
 // All returns the types in push order. The slice must not be modified.
 func All() []*Type { return all }
+
+// SotW returns the types SotW serves (all but the DeltaOnly ones), in
+// push order. The slice must not be modified.
+func SotW() []*Type { return sotw }
 
 // ByName returns the type with the given short name or alias.
 func ByName(name string) (*Type, bool) {

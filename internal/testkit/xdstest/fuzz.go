@@ -40,16 +40,17 @@ func DecodeSeq[M proto.Message](newM func() M, raws ...[]byte) []M {
 	return seq
 }
 
-// ProbeType returns the first type, in resource.All's order, whose URL
-// none of the requests asks for: a sequence's probe, whose answer says
-// the server has taken what came before (nil if every type is asked),
-// and the URLs asked, the probe's included.
+// ProbeType returns the first type, in push order, whose URL none of the
+// requests asks for: a sequence's probe, whose answer says the server has
+// taken what came before (nil if every type is asked), and the URLs
+// asked, the probe's included. Only the types both protocols serve are
+// probes (resource.SotW).
 func ProbeType[M interface{ GetTypeUrl() string }](seq []M) (*resource.Type, map[string]bool) {
 	asked := map[string]bool{}
 	for _, m := range seq {
 		asked[m.GetTypeUrl()] = true
 	}
-	for _, typ := range resource.All() {
+	for _, typ := range resource.SotW() {
 		if !asked[typ.URL] {
 			asked[typ.URL] = true
 			return typ, asked
