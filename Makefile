@@ -28,6 +28,7 @@ APT_PODMAN     := podman
 APT_CACERTS    := ca-certificates
 APT_OPENSSL    := openssl
 APT_CURL       := curl
+APT_GRPC_PY    := python3-grpcio
 
 .PHONY: all build run demo test check-proto fmt-check golangci-lint shellcheck unit \
 	fuzz $(FUZZ_RUNS) e2e bench bench-load bench-capacity chaos lint proto tidy manifests docs setup clean \
@@ -228,8 +229,10 @@ tidy:
 # the well-known .proto files), haproxy, shellcheck, ip (the network
 # namespaces of internal/testkit/netnstest), openssl (docs/operations/security.md's
 # certificate recipe), curl (the quick start's commands, which
-# docs/commands_test.go runs), a C compiler for -race, and (through
-# image-setup) podman and the CA bundle for image-test.
+# docs/commands_test.go runs), gRPC C-core's Python binding (the xDS
+# client of e2e's federation test, run with Debian's /usr/bin/python3), a
+# C compiler for -race, and (through image-setup) podman and the CA
+# bundle for image-test.
 setup: image-setup
 	@set -e; need=""; \
 	command -v protoc >/dev/null 2>&1 || need="$$need $(APT_PROTOC)"; \
@@ -239,6 +242,7 @@ setup: image-setup
 	command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || need="$$need $(APT_IPROUTE)"; \
 	command -v openssl >/dev/null 2>&1 || need="$$need $(APT_OPENSSL)"; \
 	command -v curl >/dev/null 2>&1 || need="$$need $(APT_CURL)"; \
+	/usr/bin/python3 -c 'import grpc' >/dev/null 2>&1 || need="$$need $(APT_GRPC_PY)"; \
 	if [ -n "$(RACE)" ] && ! command -v gcc >/dev/null 2>&1; then need="$$need $(APT_CC)"; fi; \
 	if [ -z "$$need" ]; then echo "setup: nothing to install"; exit 0; fi; \
 	sudo=""; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/xds" // the xds:/// resolver, its balancers and NewXDSResolverWithConfigForTesting
 
@@ -160,7 +161,9 @@ func checkLeaks(t *testing.T, ignore ...goleak.Option) {
 }
 
 // backend is a gRPC server on 127.0.0.1 serving the standard health
-// service, so any RPC routed to it can be told apart by its port.
+// service, so any RPC routed to it can be told apart by its port, which
+// it also sends in its response headers (x-backend-port) for clients
+// that cannot see their peer's address (gRPC C-core's Python API).
 type backend struct {
 	port int
 }
@@ -171,7 +174,11 @@ func startBackend(t *testing.T) *backend {
 	if err != nil {
 		t.Fatalf("backend listen: %v", err)
 	}
-	srv := grpc.NewServer()
+	port := strconv.Itoa(lis.Addr().(*net.TCPAddr).Port)
+	srv := grpc.NewServer(grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		grpc.SetHeader(ctx, metadata.Pairs("x-backend-port", port)) //nolint:errcheck // a header the test client reads, when it can
+		return h(ctx, req)
+	}))
 	healthpb.RegisterHealthServer(srv, health.NewServer()) // "" is SERVING
 	served := make(chan struct{})
 	go func() {
