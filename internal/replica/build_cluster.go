@@ -25,6 +25,7 @@ func (n *Node) agentConfig() shard.AgentConfig {
 	c.Membership.Logger = n.log
 	c.Membership.Registerer = n.reg
 	c.Membership.GossipKeyFile = n.cfg.GossipKeyFile
+	c.Membership.Authorities = n.cfg.Authorities
 	if !c.Alone {
 		c.Membership.SetReplicaAddrs(shard.ReplicaAddrs{
 			Gossip:    n.cfg.GossipAddr,

@@ -33,6 +33,7 @@ type applyFlags struct {
 	checkRefs       bool
 	strict          bool
 	allowInlineKeys bool // write inline private keys outside secrets (refuseInlineKeys)
+	allowUnserved   bool // write names of authorities no replica serves (checkAuthorities)
 	message         string
 	canary          canaryFlags
 }
@@ -162,6 +163,7 @@ func (f *applyFlags) addFlags(cmd *cobra.Command) {
 	fl.BoolVar(&f.checkRefs, "check-references", false, "warn about routes naming missing clusters, listeners naming missing route configurations (RDS) and EDS clusters without endpoints, in the input and the scope")
 	fl.BoolVar(&f.strict, "strict", false, "with --check-references: a missing reference is an error, and nothing is written")
 	fl.BoolVar(&f.allowInlineKeys, "allow-inline-keys", false, "write resources other than secrets that carry an inline private key (RISK: the key goes wherever the resource goes; replicas send such resources only to clients allowed secrets)")
+	fl.BoolVar(&f.allowUnserved, "allow-unserved-authority", false, "write resources named for an xdstp:// authority that no registered replica serves (xds-node --authority), which the replicas store but do not serve")
 	f.canary.add(cmd)
 	_ = cmd.MarkFlagFilename("filename", "yaml", "yml", "json")
 }
@@ -264,15 +266,29 @@ func (a *app) runApply(ctx context.Context, f applyFlags) error {
 		return err
 	}
 	defer c.Close()
-	if f.checkRefs {
-		if err := a.checkReferences(ctx, c, f.scope, docs, f.strict); err != nil {
-			return err
-		}
+	if err := a.checkInput(ctx, c, f, docs); err != nil {
+		return err
 	}
 	if f.canary.selector != "" {
 		return a.runCanary(ctx, c, req, f)
 	}
 	return a.execute(ctx, c, req, lockSpec{scope: f.scope, timeout: f.lockTimeout}, f.dryRun, store.ApplyOptions{Chunked: f.chunked, Message: f.message}, check)
+}
+
+// checkInput runs the checks of docs that read the cluster: the
+// authorities their names are for (checkAuthorities, unless
+// --allow-unserved-authority) and, with --check-references, their
+// references.
+func (a *app) checkInput(ctx context.Context, c *conn, f applyFlags, docs []resource.Doc) error {
+	if !f.allowUnserved {
+		if err := a.checkAuthorities(ctx, c, docs); err != nil {
+			return err
+		}
+	}
+	if f.checkRefs {
+		return a.checkReferences(ctx, c, f.scope, docs, f.strict)
+	}
+	return nil
 }
 
 // maxDeletions refuses a plan that deletes more than limit resources.

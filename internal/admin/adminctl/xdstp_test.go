@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/legation-io/legation/internal/cluster/shard"
 	"github.com/legation-io/legation/internal/testkit/storetest"
 )
 
@@ -37,6 +38,7 @@ func TestXDSTPNames(t *testing.T) {
 
 	t.Run("stored normalized, found by any spelling", func(t *testing.T) {
 		h := e.newHarness(t)
+		h.serving("r1", "fed-a")
 		in := docs(xdstpCluster(cds+"?zone=b&env=prod", eds+"?zone=b"), endpointYAML(`"`+eds+`?zone=%62"`, 80))
 		if r := h.runStdin(in, "apply", "-f", "-", "--check-references", "--strict"); r.code != 0 || r.stderr != "" {
 			t.Fatalf("apply: %s", r)
@@ -66,11 +68,14 @@ func TestXDSTPNames(t *testing.T) {
 
 	t.Run("bad names", func(t *testing.T) {
 		h := e.newHarness(t)
+		h.serving("r1", "fed-a")
 		for _, c := range []struct{ in, want string }{
 			{xdstpCluster("xdstp://fed-a/envoy.config.listener.v3.Listener/svc", "svc"), `type segment "envoy.config.listener.v3.Listener" is not "envoy.config.cluster.v3.Cluster"`},
 			{xdstpCluster(cds+"?zone", "svc"), "xdstp"},
 			{xdstpCluster(cds+"/*", "svc"), "glob collection"},
 			{xdstpCluster("svc", cds), `type segment "envoy.config.cluster.v3.Cluster" is not "envoy.config.endpoint.v3.ClusterLoadAssignment"`},
+			{xdstpCluster("xdstp://fed-b/envoy.config.cluster.v3.Cluster/svc", "svc"),
+				`no registered replica serves -: document 1: cluster "xdstp://fed-b/envoy.config.cluster.v3.Cluster/svc": authority "fed-b" (the replicas serve "fed-a", by xds-node --authority)`},
 		} {
 			r := h.runStdin(c.in, "apply", "-f", "-", "--check-references", "--strict")
 			if r.code == 0 || !strings.Contains(r.stderr, c.want) {
@@ -117,5 +122,47 @@ endpoints:
 		if r := h.runStdin(out, "apply", "-f", "-"); r.code != 0 || !strings.Contains(r.stdout, "unchanged") {
 			t.Errorf("apply of get -o %s: %s; want it unchanged", format, r)
 		}
+	}
+}
+
+// serving registers a replica called name serving authorities.
+func (h *harness) serving(name string, authorities ...string) {
+	h.register(shard.Member{Name: name, XDSAddr: "127.0.0.1:18000", Authorities: authorities})
+}
+
+// TestApplyUnservedAuthority: apply refuses, writing nothing, a resource
+// named for an xdstp:// authority that no registered replica serves;
+// --allow-unserved-authority writes it; with no replica registered the
+// authorities are unknown, and apply writes after a warning saying so.
+// Old-style and xdstp:/// names are never checked.
+func TestApplyUnservedAuthority(t *testing.T) {
+	e := startEnv(t, storetest.Options{})
+	h := e.newHarness(t)
+	in := xdstpCluster("xdstp://fed-b/envoy.config.cluster.v3.Cluster/svc", "svc")
+	if r := h.runStdin(in, "apply", "-f", "-"); r.code != 0 || !strings.Contains(r.stderr, "warning: no replica is registered") {
+		t.Fatalf("apply with no replica registered: %s; want it written after a warning", r)
+	}
+	h.mustRun("delete", "cluster", "xdstp://fed-b/envoy.config.cluster.v3.Cluster/svc")
+
+	h.serving("r1", "fed-a")
+	h.serving("r2")
+	r := h.runStdin(in, "apply", "-f", "-")
+	if r.code == 0 || !strings.Contains(r.stderr, `authority "fed-b" (the replicas serve "fed-a", by xds-node --authority); nothing written; --allow-unserved-authority writes it anyway`) {
+		t.Fatalf("apply of an unserved authority: %s", r)
+	}
+	if got := len(h.list()); got != 0 {
+		t.Fatalf("%d resources written by a refused apply", got)
+	}
+	for _, served := range []string{xdstpCluster("xdstp://fed-a/envoy.config.cluster.v3.Cluster/svc", "svc"),
+		xdstpCluster("xdstp:///envoy.config.cluster.v3.Cluster/svc", "svc"), xdstpCluster("svc", "svc")} {
+		if r := h.runStdin(served, "apply", "-f", "-"); r.code != 0 || r.stderr != "" {
+			t.Errorf("apply of a served name: %s", r)
+		}
+	}
+	if r := h.runStdin(in, "apply", "-f", "-", "--allow-unserved-authority"); r.code != 0 {
+		t.Fatalf("apply --allow-unserved-authority: %s", r)
+	}
+	if got := len(h.list()); got != 4 {
+		t.Errorf("%d resources stored, want 4", got)
 	}
 }

@@ -42,6 +42,9 @@ type Config struct {
 	// HTTPAddr is the host:port of this replica's HTTP server, put in its
 	// record for operators. Optional.
 	HTTPAddr string
+	// Authorities are the xdstp:// authorities this replica serves, put
+	// in its record (Member.Authorities). Optional.
+	Authorities []string
 
 	// Join lists seed replicas' gossip addresses (host:port) joined at
 	// start. Empty: join the members found in the etcd registry. Either

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -20,12 +21,18 @@ type Member struct {
 	// version --replicas` show a rolling upgrade's progress. Empty from a
 	// replica that does not say.
 	Version string `json:"version,omitempty"`
+	// Authorities are the xdstp:// authorities the replica serves
+	// (`xds-node --authority`), so that `xdsadmin apply` can refuse a
+	// name no replica serves. In the registry record only: the gossip
+	// meta, bounded to 512 bytes, leaves them out.
+	Authorities []string `json:"authorities,omitempty"`
 }
 
 // equal reports whether a and b are the same record.
 func (a Member) equal(b Member) bool {
 	return a.Name == b.Name && a.XDSAddr == b.XDSAddr && a.HTTPAddr == b.HTTPAddr &&
-		a.GossipAddr == b.GossipAddr && a.Started.Equal(b.Started) && a.Ready == b.Ready && a.Version == b.Version
+		a.GossipAddr == b.GossipAddr && a.Started.Equal(b.Started) && a.Ready == b.Ready && a.Version == b.Version &&
+		slices.Equal(a.Authorities, b.Authorities)
 }
 
 // metaVersion is the version of the gossip meta encoding. A replica that

@@ -162,8 +162,9 @@ func newMembership(cfg Config) *Membership {
 			HTTPAddr: cfg.HTTPAddr,
 			// Milliseconds: what the gossip meta carries, so that Self and
 			// the ring's copy of this member are equal.
-			Started: time.Now().UTC().Truncate(time.Millisecond),
-			Version: legation.Version(),
+			Started:     time.Now().UTC().Truncate(time.Millisecond),
+			Version:     legation.Version(),
+			Authorities: slices.Clone(cfg.Authorities),
 		},
 	}
 	m.ring.Store(NewRing(nil, cfg.VNodes))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"reflect"
 	"slices"
 	"sync"
 	"testing"
@@ -45,10 +46,12 @@ func (c *cluster) config(name string) shard.Config {
 		BindAddr: "127.0.0.1:0",
 		XDSAddr:  "127.0.0.1:18000",
 		HTTPAddr: "127.0.0.1:18001",
-		Client:   c.etcd.Client(c.t), // one client each, as separate processes
-		Prefix:   testPrefix,
-		LeaseTTL: testLeaseTTL,
-		Logger:   c.log,
+		// In the registry record only (xdsadmin apply reads them).
+		Authorities: []string{"auth-" + name},
+		Client:      c.etcd.Client(c.t), // one client each, as separate processes
+		Prefix:      testPrefix,
+		LeaseTTL:    testLeaseTTL,
+		Logger:      c.log,
 	}
 }
 
@@ -154,16 +157,18 @@ func TestDiscoveryThroughRegistry(t *testing.T) {
 	t.Logf("converged %v after Start returned", d)
 	sameHomes(t, ms)
 
-	// The ring's records are what each member says of itself.
+	// The ring's records are what each member says of itself, but for
+	// its authorities, which the gossip meta leaves out.
 	for _, m := range ms {
 		for _, got := range m.Ring().Members() {
 			var want shard.Member
 			for _, o := range ms {
 				if o.Self().Name == got.Name {
 					want = o.Self()
+					want.Authorities = nil
 				}
 			}
-			if got != want {
+			if !reflect.DeepEqual(got, want) {
 				t.Errorf("%s's ring has %+v, the member says %+v", m.Self().Name, got, want)
 			}
 		}
@@ -177,8 +182,9 @@ func TestDiscoveryThroughRegistry(t *testing.T) {
 		t.Fatalf("registry has %v, want the three", names(reg))
 	}
 	for i, m := range ms {
-		if self := m.Self(); reg[i] != self {
-			t.Errorf("registry record %+v, member says %+v", reg[i], self)
+		self := m.Self()
+		if !reflect.DeepEqual(reg[i], self) || !slices.Equal(reg[i].Authorities, []string{"auth-" + self.Name}) {
+			t.Errorf("registry record %+v, member says %+v (authorities included)", reg[i], self)
 		}
 	}
 }

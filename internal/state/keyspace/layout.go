@@ -113,10 +113,10 @@ var layout = []Entry{{
 }, {
 	Dir:       Members,
 	Key:       "<replica name>",
-	Value:     "the replica's record (JSON: `name`, `xds_addr`, `http_addr`, `gossip_addr`, `started`, `ready`), under its lease",
+	Value:     "the replica's record (JSON: `name`, `xds_addr`, `http_addr`, `gossip_addr`, `started`, `ready`, `version`, `authorities`), under its lease",
 	Writer:    Replica,
 	WrittenBy: "the replica itself",
-	ReadBy:    "every replica, whose ring holds only registered members; `xdsadmin members`",
+	ReadBy:    "every replica, whose ring holds only registered members; `xdsadmin members`; `xdsadmin apply`, for the authorities served",
 }, {
 	Dir:       Elections,
 	Key:       "rollouts/<lease, hex>",
