@@ -17,14 +17,11 @@ import (
 // prefix, so only the collection's range of the view is walked, never
 // the whole type.
 func Members(snap *view.Snapshot, t *resource.Type, c Chain, glob string) []*view.Entry {
-	path := glob
-	if q := strings.IndexByte(glob, '?'); q >= 0 {
-		path = glob[:q]
-	}
-	dir, ok := strings.CutSuffix(path, "*")
-	if !ok || !xdstp.IsXDSTP(glob) {
+	if !xdstp.IsGlob(glob) {
 		return nil
 	}
+	dir, _, _ := strings.Cut(glob, "?")
+	dir = strings.TrimSuffix(dir, "*") // the members' common prefix
 	var out []*view.Entry
 	seen := map[string]bool{}
 	for _, s := range mostSpecificFirst(c) {

@@ -89,6 +89,9 @@ func checkAccepted(t *testing.T, s string, n xdstp.Name) {
 	case n.Contains(n):
 		t.Fatalf("%q contains itself", norm)
 	}
+	if xdstp.IsGlob(norm) != n.Glob {
+		t.Fatalf("IsGlob(%q) = %v, want %v", norm, !n.Glob, n.Glob)
+	}
 	got, ok := xdstp.CollectionOf(norm)
 	switch {
 	case n.Glob && ok:

@@ -48,6 +48,19 @@ func CollectionOf(name string) (glob string, ok bool) {
 	return path[:slash] + "/*" + query, true
 }
 
+// IsGlob reports whether name, in the normalized form (Name.String),
+// is a glob collection: an xdstp name whose path ends in "/*". Like
+// CollectionOf, it reads the string and does not parse it.
+func IsGlob(name string) bool {
+	if !strings.HasPrefix(name, prefix) {
+		return false
+	}
+	if q := strings.IndexByte(name, '?'); q >= 0 {
+		name = name[:q]
+	}
+	return strings.HasSuffix(name, "/*")
+}
+
 // dir returns the directory of a member's id: all before its last '/',
 // or "" when it has none.
 func dir(id string) string {

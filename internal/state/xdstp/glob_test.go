@@ -121,3 +121,18 @@ func TestCollectionOf(t *testing.T) {
 		}
 	}
 }
+
+func TestIsGlob(t *testing.T) {
+	for name, want := range map[string]bool{
+		"xdstp://a/envoy.config.endpoint.v3.LbEndpoint/c1/*":       true,
+		"xdstp://a/envoy.config.endpoint.v3.LbEndpoint/*?x=1":      true,
+		"xdstp://a/envoy.config.endpoint.v3.LbEndpoint/c1/e1":      false,
+		"xdstp://a/envoy.config.endpoint.v3.LbEndpoint/c1/e1?x=/*": false,
+		"c1/*": false,
+		"":     false,
+	} {
+		if got := xdstp.IsGlob(name); got != want {
+			t.Errorf("IsGlob(%q) = %v, want %v", name, got, want)
+		}
+	}
+}

@@ -2,7 +2,6 @@ package delta
 
 import (
 	"slices"
-	"strings"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 
@@ -22,19 +21,6 @@ import (
 // removed_resources, so a change to a collection of 10,000 sends only
 // what changed. LEDS is the use: a ClusterLoadAssignment's
 // leds_cluster_locality_config names a glob of LbEndpoints.
-
-// isGlob reports whether subscribed name n is an xdstp glob collection.
-// Names are normalized at the edge (xdsstream.NormalNames), so a glob
-// ends its path in "/*".
-func isGlob(n string) bool {
-	if !strings.HasPrefix(n, "xdstp://") {
-		return false
-	}
-	if q := strings.IndexByte(n, '?'); q >= 0 {
-		n = n[:q]
-	}
-	return strings.HasSuffix(n, "/*")
-}
 
 // inGlob reports whether resource name n is a member of a glob
 // collection ts subscribes to. Free while ts subscribes no glob.
@@ -57,7 +43,7 @@ func (ts *typeState) inGlob(n string) bool {
 func (ts *typeState) globsChanged(r *discoveryv3.DeltaDiscoveryRequest, first bool) {
 	changed := false
 	for _, n := range r.GetResourceNamesSubscribe() {
-		if isGlob(n) {
+		if xdstp.IsGlob(n) {
 			changed = true
 			if ts.globAsked == nil {
 				ts.globAsked = map[string]bool{}
@@ -66,7 +52,7 @@ func (ts *typeState) globsChanged(r *discoveryv3.DeltaDiscoveryRequest, first bo
 		}
 	}
 	for _, n := range r.GetResourceNamesUnsubscribe() {
-		if !isGlob(n) || ts.names.Has(n) {
+		if !xdstp.IsGlob(n) || ts.names.Has(n) {
 			continue
 		}
 		changed = true
@@ -84,7 +70,7 @@ func (ts *typeState) globsChanged(r *discoveryv3.DeltaDiscoveryRequest, first bo
 	if changed {
 		ts.globs = 0
 		for n := range ts.names.All() {
-			if isGlob(n) {
+			if xdstp.IsGlob(n) {
 				ts.globs++
 			}
 		}
@@ -104,7 +90,7 @@ func (st *stream) expandGlobs(ts *typeState, candidates []string) (out, empty []
 	}
 	var members []string
 	for _, n := range candidates {
-		if !isGlob(n) || !ts.names.Has(n) {
+		if !xdstp.IsGlob(n) || !ts.names.Has(n) {
 			out = append(out, n)
 			continue
 		}
