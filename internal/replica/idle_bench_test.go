@@ -22,9 +22,10 @@ import (
 	"github.com/legation-io/legation/internal/testkit/xdstest"
 )
 
-// idleClientEnv, set to "ADDR N", makes the test binary the clients of
-// BenchmarkIdleStreams: N ADS streams to ADDR, each on a connection of
-// its own, each answered and ACKed, then left idle until stdin closes.
+// idleClientEnv, set to "ADDR N ACK", makes the test binary the clients
+// of BenchmarkIdleStreams and BenchmarkPushFloor: N ADS streams to ADDR,
+// each on a connection of its own, each answered and ACKed, then left
+// open until stdin closes; with ACK true, each ACKs every response.
 const idleClientEnv = "LEGATION_IDLE_STREAMS_CLIENT"
 
 func TestMain(m *testing.M) {
@@ -37,19 +38,35 @@ func TestMain(m *testing.M) {
 // BenchmarkIdleStreams measures what an idle xDS stream costs a replica:
 // each op is one ADS stream on a connection of its own, answered and
 // ACKed, then left open. The clients run in a process of their own, so
-// that the memory measured is the replica's alone: the stacks its
+// that the memory measured is the server's alone: the stacks its
 // goroutines take (stack-B/stream), the part of them a collection scans
 // (scanned-stack-B/stream), the heap, the goroutines, and how much longer
 // a full collection takes per stream. Run it with -benchtime=Nx.
+//
+// server=replica is a replica; server=grpc-floor is the least an ADS
+// server on grpc-go can be (floorADS, with the replica's codec and
+// transport settings): what gRPC's connection and stream cost before any
+// of Legation's, the floor under the replica's figures.
 func BenchmarkIdleStreams(b *testing.B) {
-	e := newXDSEnv(b)
-	rev := e.Apply(b, []store.Put{xdstest.Put(b, resource.Cluster, store.DefaultScope, xdstest.Cluster("a", 100))})
-	cfg := e.config(b)
-	cfg.StreamRate = 0 // the clients open their streams as fast as they can
-	r := startXDS(b, cfg, rev)
+	b.Run("server=replica", func(b *testing.B) {
+		e := newXDSEnv(b)
+		rev := e.Apply(b, []store.Put{xdstest.Put(b, resource.Cluster, store.DefaultScope, xdstest.Cluster("a", 100))})
+		cfg := e.config(b)
+		cfg.StreamRate = 0 // the clients open their streams as fast as they can
+		r := startXDS(b, cfg, rev)
+		measureIdle(b, r.XDSAddr())
+	})
+	b.Run("server=grpc-floor", func(b *testing.B) {
+		measureIdle(b, startFloorADS(b, &floorADS{acked: make(chan struct{}, 1)}))
+	})
+}
+
+// measureIdle opens b.N idle streams to the server at addr and reports
+// what they cost the process.
+func measureIdle(b *testing.B, addr string) {
 	before := idleSample()
 	b.ResetTimer()
-	stop := openIdleStreams(b, r.XDSAddr(), b.N)
+	stop := openClients(b, addr, b.N, false)
 	defer stop()
 	b.StopTimer()
 	after := idleSample()
@@ -74,7 +91,7 @@ func TestIdleConnectionHoldsNoBuffers(t *testing.T) {
 	r := startXDS(t, cfg, rev)
 	const n = 300
 	before := idleSample()
-	stop := openIdleStreams(t, r.XDSAddr(), n)
+	stop := openClients(t, r.XDSAddr(), n, false)
 	defer stop()
 	after := idleSample()
 	perStream := (int64(after.heap) - int64(before.heap)) / n
@@ -84,13 +101,14 @@ func TestIdleConnectionHoldsNoBuffers(t *testing.T) {
 	}
 }
 
-// openIdleStreams starts the clients' process: n ADS streams to addr, each
-// on a connection of its own, answered and ACKed. It returns once all are
-// open; stop closes them.
-func openIdleStreams(tb testing.TB, addr string, n int) (stop func()) {
+// openClients starts the clients' process: n ADS streams to addr, each
+// on a connection of its own, the first response ACKed, and with ack
+// every response after it. It returns once all are open; stop closes
+// them.
+func openClients(tb testing.TB, addr string, n int, ack bool) (stop func()) {
 	tb.Helper()
 	clients := exec.Command(os.Args[0], "-test.run=^$")
-	clients.Env = append(os.Environ(), fmt.Sprintf("%s=%s %d", idleClientEnv, addr, n))
+	clients.Env = append(os.Environ(), fmt.Sprintf("%s=%s %d %t", idleClientEnv, addr, n, ack))
 	clients.Stderr = os.Stderr
 	stdin, err := clients.StdinPipe()
 	if err != nil {
@@ -139,19 +157,20 @@ func idleSample() sample {
 	return s
 }
 
-// idleClients is the clients' process of BenchmarkIdleStreams; spec is
-// "ADDR N". It says "open" on stdout once every stream is ACKed, and
+// idleClients is the clients' process (see idleClientEnv); spec is
+// "ADDR N ACK". It says "open" on stdout once every stream is ACKed, and
 // returns when stdin closes.
 func idleClients(spec string) int {
 	var addr string
 	var n int
-	if _, err := fmt.Sscan(spec, &addr, &n); err != nil {
+	var ack bool
+	if _, err := fmt.Sscan(spec, &addr, &n, &ack); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
 	ctx := context.Background()
 	for i := range n {
-		if err := idleStream(ctx, addr, "idle-"+strconv.Itoa(i)); err != nil {
+		if err := idleStream(ctx, addr, "idle-"+strconv.Itoa(i), ack); err != nil {
 			fmt.Fprintf(os.Stderr, "stream %d: %v\n", i, err)
 			return 1
 		}
@@ -162,8 +181,9 @@ func idleClients(spec string) int {
 }
 
 // idleStream opens an ADS stream of node id on a connection of its own,
-// and ACKs its first response. The stream stays open.
-func idleStream(ctx context.Context, addr, id string) error {
+// and ACKs its first response, and with ack every later one. The stream
+// stays open.
+func idleStream(ctx context.Context, addr, id string, ack bool) error {
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return err
@@ -179,5 +199,21 @@ func idleStream(ctx context.Context, addr, id string) error {
 	if err != nil {
 		return err
 	}
-	return st.Send(&discoveryv3.DiscoveryRequest{TypeUrl: resource.Cluster.URL, VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce()})
+	if err := st.Send(ackOf(resp)); err != nil || !ack {
+		return err
+	}
+	go func() {
+		for {
+			resp, err := st.Recv()
+			if err != nil || st.Send(ackOf(resp)) != nil {
+				return
+			}
+		}
+	}()
+	return nil
+}
+
+// ackOf is the ACK of resp.
+func ackOf(resp *discoveryv3.DiscoveryResponse) *discoveryv3.DiscoveryRequest {
+	return &discoveryv3.DiscoveryRequest{TypeUrl: resp.GetTypeUrl(), VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce()}
 }
