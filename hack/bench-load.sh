@@ -203,6 +203,21 @@ targets() {
     "targets, \(.mode), 10,000 Envoys, one connection each: memory per Envoy \($mem | round) KiB (at most 40: \(verdict($mem <= 40))); idle CPU \($idle * 10 | round / 10) ms/s (at most 10: \(verdict($idle <= 10))); write to receipt p99 \($p99 * 1000 | round) ms (at most 300: \(verdict($p99 <= 0.3)))"' "$1"
 }
 
+# floor N: what grpc-go itself takes at N Envoys, one connection each, with
+# no state of Legation's (BenchmarkPushFloor, docs/operations/performance.md):
+# the floor under the targets' figures, on this machine, in this run.
+floor() {
+  local out
+  if ! out=$(LEGATION_FLOOR_STREAMS=$1 "$GO" test ./internal/replica -run '^$' -bench PushFloor -benchtime 10x 2>&1); then
+    echo "$out" >&2
+    return 1
+  fi
+  awk -v n="$1" '/^BenchmarkPushFloor/ {
+    for (i = 3; i < NF; i += 2) m[$(i + 1)] = $i
+    printf "floor, grpc-go with no state, %d Envoys, one connection each: push start to the last ACK %s ms, server CPU per Envoy per push %s us, RSS %s KiB per Envoy\n", n, m["ms-to-all-acked"], m["server-cpu-us/stream/push"], m["rss-KiB/stream"]
+  }' <<<"$out"
+}
+
 # ratio A B: Legation (A) over go-control-plane (B).
 ratio() {
   jq -rn --slurpfile a "$1" --slurpfile b "$2" '
@@ -226,6 +241,9 @@ main() {
     start_legation
     loadgen legation-delta-"$DELTA_STREAMS" legation delta "$DELTA_STREAMS" "${TARGETS_IDLE:-$IDLE}"
     stop_server
+  fi
+  if ((STREAMS_PER_CONN == 1)) && ((STREAMS == 10000 || DELTA_STREAMS == 10000)); then
+    floor 10000
   fi
   local n mode
   # shellcheck disable=SC2086 # GCP_STREAMS and GCP_MODES are lists
