@@ -214,7 +214,7 @@ floor() {
   fi
   awk -v n="$1" '/^BenchmarkPushFloor/ {
     for (i = 3; i < NF; i += 2) m[$(i + 1)] = $i
-    printf "floor, grpc-go with no state, %d Envoys, one connection each: push start to the last ACK %s ms, server CPU per Envoy per push %s us, RSS %s KiB per Envoy\n", n, m["ms-to-all-acked"], m["server-cpu-us/stream/push"], m["rss-KiB/stream"]
+    printf "floor, grpc-go with no state, %d Envoys, one connection each: push start to the last ACK %s ms, server CPU per Envoy per push %s us (its clients %s us), RSS %s KiB per Envoy\n", n, m["ms-to-all-acked"], m["server-cpu-us/stream/push"], m["client-cpu-us/stream/push"], m["rss-KiB/stream"]
   }' <<<"$out"
 }
 

@@ -38,7 +38,8 @@ const floorStreamsEnv = "LEGATION_FLOOR_STREAMS"
 // state, no etcd, no view: this is gRPC's write and read per connection
 // and the clients' work, the floor under a replica's figures
 // (docs/operations/performance.md). It reports the server's CPU per
-// stream per push (server-cpu-us/stream/push), the time from the push's
+// stream per push (server-cpu-us/stream/push) and the clients'
+// (client-cpu-us/stream/push), the time from the push's
 // start to the last ACK (ms-to-all-acked), and the server's resident
 // memory per stream after the pushes (rss-KiB/stream), at Go's default
 // collector settings, as make bench-load reads a replica's.
@@ -56,13 +57,13 @@ func BenchmarkPushFloor(b *testing.B) {
 	f := &floorADS{acked: make(chan struct{}, 1)}
 	addr := startFloorADS(b, f)
 	rss := rssBytes(b)
-	stop := openClients(b, addr, n, true)
+	stop, clientCPU := openClients(b, addr, n, true)
 	defer stop()
 	f.waitStreams(b, n)
 	body := floorBody(b)
 	pushes := 0
 	b.Run(fmt.Sprintf("streams=%d", n), func(b *testing.B) {
-		cpu := procstat.CPU()
+		cpu, ccpu := procstat.CPU(), clientCPU()
 		var wall time.Duration
 		for range b.N {
 			pushes++
@@ -76,6 +77,7 @@ func BenchmarkPushFloor(b *testing.B) {
 			wall += time.Since(start)
 		}
 		b.ReportMetric(float64((procstat.CPU()-cpu).Microseconds())/float64(b.N*n), "server-cpu-us/stream/push")
+		b.ReportMetric(float64((clientCPU()-ccpu).Microseconds())/float64(b.N*n), "client-cpu-us/stream/push")
 		b.ReportMetric(float64(wall.Milliseconds())/float64(b.N), "ms-to-all-acked")
 		b.ReportMetric(float64(rssBytes(b)-rss)/1024/float64(n), "rss-KiB/stream")
 	})

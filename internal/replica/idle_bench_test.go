@@ -2,7 +2,9 @@ package replica_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -10,6 +12,7 @@ import (
 	"runtime"
 	"runtime/metrics"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -66,7 +69,7 @@ func BenchmarkIdleStreams(b *testing.B) {
 func measureIdle(b *testing.B, addr string) {
 	before := idleSample()
 	b.ResetTimer()
-	stop := openClients(b, addr, b.N, false)
+	stop, _ := openClients(b, addr, b.N, false)
 	defer stop()
 	b.StopTimer()
 	after := idleSample()
@@ -91,7 +94,7 @@ func TestIdleConnectionHoldsNoBuffers(t *testing.T) {
 	r := startXDS(t, cfg, rev)
 	const n = 300
 	before := idleSample()
-	stop := openClients(t, r.XDSAddr(), n, false)
+	stop, _ := openClients(t, r.XDSAddr(), n, false)
 	defer stop()
 	after := idleSample()
 	perStream := (int64(after.heap) - int64(before.heap)) / n
@@ -104,8 +107,8 @@ func TestIdleConnectionHoldsNoBuffers(t *testing.T) {
 // openClients starts the clients' process: n ADS streams to addr, each
 // on a connection of its own, the first response ACKed, and with ack
 // every response after it. It returns once all are open; stop closes
-// them.
-func openClients(tb testing.TB, addr string, n int, ack bool) (stop func()) {
+// them, and cpu is the clients' process CPU time so far.
+func openClients(tb testing.TB, addr string, n int, ack bool) (stop func(), cpu func() time.Duration) {
 	tb.Helper()
 	clients := exec.Command(os.Args[0], "-test.run=^$")
 	clients.Env = append(os.Environ(), fmt.Sprintf("%s=%s %d %t", idleClientEnv, addr, n, ack))
@@ -129,7 +132,30 @@ func openClients(tb testing.TB, addr string, n int, ack bool) (stop func()) {
 		stop()
 		tb.Fatalf("the clients said %q (%v), want open", line, err)
 	}
-	return stop
+	return stop, func() time.Duration { return processCPU(tb, clients.Process.Pid) }
+}
+
+// processCPU is process pid's user and system CPU time so far, from
+// /proc/PID/stat (utime and stime, in the kernel's USER_HZ of 100 a
+// second).
+func processCPU(tb testing.TB, pid int) time.Duration {
+	tb.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	// The command name, field 2, is in parentheses and may hold spaces:
+	// fields 14 and 15 are the 12th and 13th after its closing one.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 13 {
+		tb.Fatalf("/proc/%d/stat: %d fields after the command", pid, len(f))
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		tb.Fatalf("/proc/%d/stat: %v", pid, err)
+	}
+	return time.Duration(utime+stime) * 10 * time.Millisecond
 }
 
 // sample is what idleSample reads of the process.
