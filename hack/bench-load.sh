@@ -229,8 +229,9 @@ ratio() {
     ", RSS after sync " + r($a[0].server.rss_bytes_after_sync; $b[0].server.rss_bytes_after_sync)'
 }
 
-# main is the whole run: bash reads a function whole before running it, so
-# an edit of this file during a run does not derail the run.
+# main is the whole run: bash reads a function whole before running it,
+# and the line that calls it whole too, whose exit ends the script before
+# bash reads on: an edit of this file during a run does not derail it.
 main() {
   if ((STREAMS > 0)); then
     start_legation
@@ -269,4 +270,4 @@ side_by_side() {
   ratio "$OUT/legation-$mode-$n.json" "$OUT/gcp-$mode-$n.json"
 }
 
-main
+main "$@"; exit
