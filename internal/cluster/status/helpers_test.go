@@ -105,6 +105,16 @@ func (r *running) halt() error {
 	}
 }
 
+// crash stops a writer whose etcd connection was closed under it: Run's
+// revoke of the lease may fail or not, depending on when it notices (a
+// crash revokes nothing), so its error is dropped, the cleanup's too.
+func (r *running) crash() {
+	r.t.Helper()
+	r.halt() //nolint:errcheck // see above
+	<-r.done
+	r.done <- nil
+}
+
 // metric returns the value of the writer's counter or gauge called name.
 func (r *running) metric(name string) float64 {
 	r.t.Helper()

@@ -201,7 +201,7 @@ func TestWriter(t *testing.T) {
 		w.sync()
 		// A crash: the connection goes, nothing is revoked.
 		own.Close()
-		w.halt() //nolint:errcheck // it may or may not notice the lost connection first
+		w.crash()
 		if got := readStored(t, c, prefix); len(got) != 1 {
 			t.Fatalf("records right after the crash: %v", got)
 		}
