@@ -591,7 +591,9 @@ func TestRefreshInLastSecond(t *testing.T) {
 	if _, _, ok := waitNotice(n, g.id, time.Now().Add(testTimeout)); !ok {
 		t.Fatalf("no notice for a refresh in the lease's last second: clients drop its resources though it lives on; %+v", tr.info(t, g.id))
 	}
-	if got := tr.Expiry(ctx, g.entry()); got.Sub(exp) < 2*time.Second {
+	// The refresh, in the lease's last second, sets it 3s ahead: a move of
+	// 2-3s, less up to the 1s etcd's whole-second TTLs leave unknown.
+	if got := tr.Expiry(ctx, g.entry()); got.Sub(exp) < time.Second {
 		t.Errorf("the refresh moved the expiry by %s, want about 3s", got.Sub(exp))
 	}
 }
