@@ -59,6 +59,11 @@ type AgentConfig struct {
 	// ready one tick apart, and a ring that changes and changes back within
 	// it moves nobody. Zero: 1s.
 	SettleDelay time.Duration
+	// MaxRebalancePause bounds how long Rebalance waits while this
+	// replica is overloaded (Membership.Overloaded): a replica starved of
+	// CPU does not add a wave of reconnects to its trouble, but moves its
+	// streams at last if the overload lasts. Zero: 30s.
+	MaxRebalancePause time.Duration
 }
 
 // DefaultAgentConfig returns the defaults, with Membership's from
@@ -71,6 +76,9 @@ func DefaultAgentConfig() AgentConfig {
 		Tick:          250 * time.Millisecond, // readiness is read this often
 		RingGrace:     10 * time.Second,       // not ready this long before the ring hears of it
 		SettleDelay:   time.Second,            // the ring unchanged this long before a rebalance
+		// An overload of a few seconds passes; one that lasts this long
+		// is the new normal, and homes must be right.
+		MaxRebalancePause: 30 * time.Second,
 	}
 }
 
@@ -89,14 +97,17 @@ func (c *AgentConfig) fill() {
 	if c.SettleDelay == 0 {
 		c.SettleDelay = d.SettleDelay
 	}
+	if c.MaxRebalancePause == 0 {
+		c.MaxRebalancePause = d.MaxRebalancePause
+	}
 }
 
 // Validate checks c, with zero durations taken as their defaults.
 func (c AgentConfig) Validate() error {
 	c.fill()
-	if c.RetryInterval < 0 || c.Tick < 0 || c.RingGrace < 0 || c.SettleDelay < 0 {
-		return fmt.Errorf("shard: agent: negative durations (RetryInterval %s, Tick %s, RingGrace %s, SettleDelay %s)",
-			c.RetryInterval, c.Tick, c.RingGrace, c.SettleDelay)
+	if c.RetryInterval < 0 || c.Tick < 0 || c.RingGrace < 0 || c.SettleDelay < 0 || c.MaxRebalancePause < 0 {
+		return fmt.Errorf("shard: agent: negative durations (RetryInterval %s, Tick %s, RingGrace %s, SettleDelay %s, MaxRebalancePause %s)",
+			c.RetryInterval, c.Tick, c.RingGrace, c.SettleDelay, c.MaxRebalancePause)
 	}
 	if c.Alone {
 		// Only Home and Next use the name: not the registry or gossip,
@@ -278,7 +289,7 @@ func (a *Agent) keep(ctx context.Context, m *Membership, wg *sync.WaitGroup) {
 	defer grace.Stop()
 	settle := stoppedTimer()
 	defer settle.Stop()
-	var notReadySince time.Time
+	var notReadySince, pausedSince time.Time
 	for {
 		a.publishReady(m, &notReadySince, grace)
 		select {
@@ -291,6 +302,10 @@ func (a *Agent) keep(ctx context.Context, m *Membership, wg *sync.WaitGroup) {
 			changed = m.Changed()
 			settle.Reset(a.cfg.SettleDelay)
 		case <-settle.C:
+			if a.pauseRebalance(m, &pausedSince) {
+				settle.Reset(a.cfg.SettleDelay)
+				continue
+			}
 			if a.cfg.Rebalance != nil {
 				wg.Add(1)
 				go func() {
@@ -300,6 +315,27 @@ func (a *Agent) keep(ctx context.Context, m *Membership, wg *sync.WaitGroup) {
 			}
 		}
 	}
+}
+
+// pauseRebalance reports whether the rebalance that is due waits, because
+// this replica is overloaded and has been for less than
+// MaxRebalancePause (since *pausedSince, zero when not paused).
+func (a *Agent) pauseRebalance(m *Membership, pausedSince *time.Time) bool {
+	if !m.Overloaded() {
+		*pausedSince = time.Time{}
+		return false
+	}
+	if pausedSince.IsZero() {
+		*pausedSince = time.Now()
+		m.metrics.rebalancePauses.Inc()
+		a.log.Info("overloaded: the rebalance after the ring change waits", "max_pause", a.cfg.MaxRebalancePause)
+	}
+	if time.Since(*pausedSince) < a.cfg.MaxRebalancePause {
+		return true
+	}
+	a.log.Warn("overloaded for longer than the rebalance may wait: rebalancing", "paused", time.Since(*pausedSince).Round(time.Second))
+	*pausedSince = time.Time{}
+	return false
 }
 
 // publishReady sets m's readiness from Ready: ready at once, not ready

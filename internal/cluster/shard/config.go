@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/legation-io/legation"
+	"github.com/legation-io/legation/internal/state/awake"
 	"github.com/legation-io/legation/internal/state/keyspace"
 )
 
@@ -88,6 +89,21 @@ type Config struct {
 	// peer.
 	TCPTimeout time.Duration
 
+	// RingDamping is how long a member that memberlist declared dead
+	// stays on the ring while its registration in etcd is live, in this
+	// replica's awake time (Clock): one that is alive again within it
+	// (slow, not dead) keeps its nodes. It is added to the time a killed
+	// replica's nodes keep it as their home on the ring, though not to
+	// their failover: a stream whose home does not answer is relayed to
+	// the next replica on the ring at once. The end of a registration (a
+	// graceful leave, an expired lease) removes a member at once
+	// whatever it is. Negative: none, a death removes at once.
+	RingDamping time.Duration
+	// Clock is this replica's awake clock, which RingDamping is measured
+	// on, so that a replica starved of CPU drops no peer for it; nil: the
+	// wall clock.
+	Clock *awake.Clock
+
 	// GossipKeyFile is the path of the gossip keyring (ReadKeyFile tells
 	// its format). Set: every gossip packet and TCP stream is encrypted
 	// and authenticated (memberlist's AES-GCM) with the file's first key,
@@ -127,6 +143,10 @@ func DefaultConfig() Config {
 		SuspicionMult:  3,
 		GossipInterval: 200 * time.Millisecond,
 		TCPTimeout:     3 * time.Second,
+		// A death stands 5s before it moves nodes: longer than a stall of
+		// the process that memberlist takes for one, within the failover
+		// bound with detection's 5s.
+		RingDamping: 5 * time.Second,
 		// A rewritten key file applies within 2s: a rotation step is done
 		// on every replica before the next one starts.
 		GossipKeyInterval: 2 * time.Second,
@@ -168,6 +188,9 @@ func (c *Config) fill() {
 	}
 	if c.GossipKeyInterval == 0 {
 		c.GossipKeyInterval = d.GossipKeyInterval
+	}
+	if c.RingDamping == 0 {
+		c.RingDamping = d.RingDamping
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

@@ -1,7 +1,6 @@
 package shard
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -37,15 +36,19 @@ type Membership struct {
 	// NodeMeta takes mu: so no memberlist method is ever called with
 	// nodesMu or mu held.
 
-	buildMu sync.Mutex // serializes rebuild (the builder goroutine and Start)
+	buildMu   sync.Mutex  // serializes rebuild (the builder goroutine and Start); guards dampTimer
+	dampTimer *time.Timer // wakes the builder when the first damping runs out
 
 	mu      sync.Mutex // guards self, changed, and swaps of ring
 	self    Member
 	changed chan struct{} // closed when ring next changes
 
-	nodesMu sync.Mutex            // guards nodes, badMeta, registered and unregistered
-	nodes   map[string]gossipNode // alive (or suspect) members by name, this one included
-	badMeta map[string]string     // name -> unreadable meta already warned about
+	nodesMu sync.Mutex            // guards nodes, dead, badMeta, registered and unregistered
+	nodes   map[string]gossipNode // alive (or suspect, or dead but damped) members by name, this one included
+	// dead holds the members of nodes that memberlist declared dead,
+	// with when (damping.go): they stay on the ring for RingDamping.
+	dead    map[string]time.Time
+	badMeta map[string]string // name -> unreadable meta already warned about
 	// registered is the registry as last read (registered.go): the
 	// members registered in etcd under a live lease, by name. Only those
 	// of the alive members are on the ring.
@@ -148,6 +151,7 @@ func newMembership(cfg Config) *Membership {
 		metrics:      newMetrics(),
 		changed:      make(chan struct{}),
 		nodes:        make(map[string]gossipNode),
+		dead:         make(map[string]time.Time),
 		badMeta:      make(map[string]string),
 		registered:   make(map[string]Member),
 		unregistered: make(map[string]outsider),
@@ -339,6 +343,9 @@ func (m *Membership) Close() error {
 func (m *Membership) stop() {
 	m.cancel()
 	m.wg.Wait()
+	m.buildMu.Lock()
+	m.armDamping(0)
+	m.buildMu.Unlock()
 	m.metrics.unregister()
 }
 
@@ -371,9 +378,11 @@ func (m *Membership) rebuild() {
 	m.buildMu.Lock()
 	defer m.buildMu.Unlock()
 
-	alive, onRing, registered := m.candidates()
+	alive, onRing, registered, damped, next := m.candidates()
+	m.armDamping(next)
 	r := ReadyRing(onRing, m.cfg.VNodes)
-	m.metrics.alive.Set(float64(len(alive)))
+	m.metrics.alive.Set(float64(len(alive) - damped))
+	m.metrics.damped.Set(float64(damped))
 	m.metrics.registered.Set(float64(registered))
 	m.metrics.unregistered.Set(float64(len(alive) - len(onRing)))
 	m.metrics.ringMembers.Set(float64(r.Len()))
@@ -423,17 +432,20 @@ func (m *Membership) outsidersPending() bool {
 	return false
 }
 
-// candidates returns the alive members whose meta decodes, those of them
-// admitted to the ring (registered in etcd with the addresses they
-// gossip), and the number registered. It warns, once each, of members
-// whose meta is unreadable and of members not registered.
-func (m *Membership) candidates() (alive, onRing []Member, registered int) {
+// candidates returns the alive members whose meta decodes (the dead
+// ones still damped included), those of them admitted to the ring
+// (registered in etcd with the addresses they gossip), the number
+// registered, the number damped and the awake time until the first
+// damping runs out. It warns, once each, of members whose meta is
+// unreadable and of members not registered.
+func (m *Membership) candidates() (alive, onRing []Member, registered, damped int, next time.Duration) {
 	type bad struct{ name, meta string }
 	var (
 		newBad    []bad
 		outsiders []Member
 	)
 	m.nodesMu.Lock()
+	damped, next = m.expireDead()
 	for name, n := range m.nodes {
 		mem, err := decodeMeta(name, n.addr, n.meta)
 		if err != nil {
@@ -482,7 +494,7 @@ func (m *Membership) candidates() (alive, onRing []Member, registered int) {
 		m.log.Warn("shard: gossip member not registered in etcd under a live lease (or at other addresses) left off the ring",
 			"peer", o.Name, "gossip_addr", o.GossipAddr, "xds_addr", o.XDSAddr)
 	}
-	return alive, onRing, registered
+	return alive, onRing, registered, damped, next
 }
 
 // warnClear logs, at Error, that gossip is in clear in a cluster of more
@@ -523,32 +535,6 @@ func (d *delegate) LocalState(join bool) []byte                { return nil }
 func (d *delegate) MergeRemoteState(buf []byte, join bool)     {}
 
 var _ memberlist.Delegate = (*delegate)(nil)
-
-// events is memberlist's EventDelegate for a Membership. memberlist calls
-// it with its node lock held, from several goroutines but never two at a
-// time: it only copies the node and wakes the builder.
-type events Membership
-
-func (e *events) NotifyJoin(n *memberlist.Node)   { e.set(n) }
-func (e *events) NotifyUpdate(n *memberlist.Node) { e.set(n) }
-func (e *events) NotifyLeave(n *memberlist.Node) {
-	m := (*Membership)(e)
-	m.nodesMu.Lock()
-	delete(m.nodes, n.Name)
-	m.nodesMu.Unlock()
-	kick(m.buildKick)
-}
-
-func (e *events) set(n *memberlist.Node) {
-	m := (*Membership)(e)
-	g := gossipNode{addr: n.Address(), meta: bytes.Clone(n.Meta)}
-	m.nodesMu.Lock()
-	m.nodes[n.Name] = g
-	m.nodesMu.Unlock()
-	kick(m.buildKick)
-}
-
-var _ memberlist.EventDelegate = (*events)(nil)
 
 // announceLoop broadcasts this replica's meta after SetReady changed it.
 func (m *Membership) announceLoop(ctx context.Context) {

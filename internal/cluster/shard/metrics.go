@@ -18,9 +18,18 @@ type metrics struct {
 	ringChanges  prometheus.Counter
 	leaseLost    prometheus.Counter
 	badMeta      prometheus.Counter
-	keys         prometheus.Gauge   // keys in the gossip keyring
-	keyReloads   prometheus.Counter // key file changes applied
-	keyErrors    prometheus.Counter // key file re-reads that failed
+	// deaths: members memberlist declared dead (or that left); revived:
+	// those of them alive again within RingDamping; damped: dead ones
+	// still on the ring (damping.go).
+	deaths  prometheus.Counter
+	revived prometheus.Counter
+	damped  prometheus.Gauge
+	// rebalancePauses: rebalances put off because this replica was
+	// overloaded (Agent).
+	rebalancePauses prometheus.Counter
+	keys            prometheus.Gauge   // keys in the gossip keyring
+	keyReloads      prometheus.Counter // key file changes applied
+	keyErrors       prometheus.Counter // key file re-reads that failed
 }
 
 func newMetrics() *metrics {
@@ -41,6 +50,14 @@ func newMetrics() *metrics {
 			Name: "legation_shard_registry_lease_lost_total", Help: "Times the registry lease was lost (expired or not kept alive) and registration started again."}),
 		badMeta: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "legation_shard_bad_meta_total", Help: "Gossip members left off the ring because their meta did not decode."}),
+		deaths: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "legation_shard_member_deaths_total", Help: "Times memberlist declared a member dead or gone (its probes failed and the suspicion was not refuted in time, or it left); the member stays on the ring for --ring-damping unless its registration ends."}),
+		revived: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "legation_shard_member_revivals_total", Help: "Members declared dead that were alive again within --ring-damping: deaths that moved no node."}),
+		damped: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "legation_shard_members_damped", Help: "Members declared dead but kept on the ring while --ring-damping runs and their registration is live."}),
+		rebalancePauses: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "legation_shard_rebalance_pauses_total", Help: "Times the rebalance after a ring change was put off because this replica was overloaded (starved of CPU, or memberlist's local health degraded), for at most 30s."}),
 		keys: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "legation_shard_gossip_keys", Help: "Keys in the gossip keyring (--gossip-key-file); 0: gossip is not encrypted."}),
 		keyReloads: prometheus.NewCounter(prometheus.CounterOpts{
@@ -51,7 +68,7 @@ func newMetrics() *metrics {
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.alive, m.ringMembers, m.registered, m.unregistered, m.share, m.ringChanges, m.leaseLost, m.badMeta, m.keys, m.keyReloads, m.keyErrors}
+	return []prometheus.Collector{m.alive, m.ringMembers, m.registered, m.unregistered, m.share, m.ringChanges, m.leaseLost, m.badMeta, m.deaths, m.revived, m.damped, m.rebalancePauses, m.keys, m.keyReloads, m.keyErrors}
 }
 
 // register registers the collectors on reg (nil: nothing), all or none.

@@ -255,7 +255,11 @@ func (m *Membership) joinRegistered(ctx context.Context, first bool) {
 	m.nodesMu.Lock()
 	var addrs []string
 	for _, mem := range members {
-		if _, ok := m.nodes[mem.Name]; ok || mem.Name == m.cfg.Name || mem.GossipAddr == "" {
+		// A damped member is dead to gossip: joining it again is how
+		// one that came back is heard of before its damping runs out.
+		_, known := m.nodes[mem.Name]
+		_, damped := m.dead[mem.Name]
+		if known && !damped || mem.Name == m.cfg.Name || mem.GossipAddr == "" {
 			continue
 		}
 		addrs = append(addrs, mem.GossipAddr)

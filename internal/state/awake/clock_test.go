@@ -1,0 +1,84 @@
+package awake_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
+
+	"github.com/legation-io/legation/internal/state/awake"
+	"github.com/legation-io/legation/internal/testkit/testbase"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestFreeze stops the test process itself for a second: the Clock
+// counts it as starvation, Since leaves it out, and a Timer started
+// before it waits for its whole duration of awake time.
+func TestFreeze(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	c, err := awake.New(awake.Config{Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { c.Run(ctx) })
+	defer func() { cancel(); wg.Wait() }()
+	time.Sleep(300 * time.Millisecond) // the clock's first looks
+
+	start := time.Now()
+	fired := make(chan time.Time, 1)
+	tm := c.AfterFunc(1500*time.Millisecond, func() { fired <- time.Now() })
+	defer tm.Stop()
+	testbase.Freeze(t, time.Second)
+	wall := time.Since(start)
+	if got := c.Since(start); got > wall-700*time.Millisecond {
+		t.Errorf("Since(before a 1s freeze) = %s of %s wall time, want the freeze left out", got, wall)
+	}
+	if !c.Starved(5 * time.Second) {
+		t.Error("Starved(5s) = false just after a freeze")
+	}
+	if n := counter(t, reg, "legation_awake_starvations_total"); n < 1 {
+		t.Errorf("legation_awake_starvations_total = %v after a freeze, want >= 1", n)
+	}
+	at := <-fired
+	if took := at.Sub(start); took < 2*time.Second {
+		t.Errorf("a 1.5s awake timer fired %s after its start, across a 1s freeze: it counted the freeze", took)
+	}
+}
+
+// counter returns the value of the counter name in reg.
+func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
+}
+
+// TestTimerStop: a stopped Timer never calls its func.
+func TestTimerStop(t *testing.T) {
+	c, err := awake.New(awake.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tm := c.AfterFunc(20*time.Millisecond, func() { t.Error("a stopped timer fired") })
+	if !tm.Stop() {
+		t.Error("Stop of a pending timer = false")
+	}
+	if tm.Stop() {
+		t.Error("a second Stop = true")
+	}
+	time.Sleep(50 * time.Millisecond)
+}
