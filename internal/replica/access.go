@@ -47,6 +47,7 @@ func (n *Node) buildAccess() error {
 			Registerer:         n.reg,
 			DefaultTrustDomain: cfg.AuthzDefaultTrustDomain,
 			StaleAfter:         cfg.AuthzStaleAfter,
+			Clock:              n.clock,
 		}); err != nil {
 			return fmt.Errorf("node: %w", err)
 		}

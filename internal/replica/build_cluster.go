@@ -26,6 +26,8 @@ func (n *Node) agentConfig() shard.AgentConfig {
 	c.Membership.Registerer = n.reg
 	c.Membership.GossipKeyFile = n.cfg.GossipKeyFile
 	c.Membership.Authorities = n.cfg.Authorities
+	c.Membership.RingDamping = n.cfg.RingDamping
+	c.Membership.Clock = n.clock
 	if !c.Alone {
 		c.Membership.SetReplicaAddrs(shard.ReplicaAddrs{
 			Gossip:    n.cfg.GossipAddr,
@@ -50,6 +52,7 @@ func (n *Node) buildRelay() error {
 	rcfg.Self = cfg.Name
 	rcfg.Home = n.cluster.Home
 	rcfg.Next = n.cluster.Next
+	rcfg.Clock = n.clock
 	rcfg.Rate = cfg.RebalanceRate
 	rcfg.Burst = max(1, int(cfg.RebalanceRate/5))
 	rcfg.TrustMarker = n.guard.TrustRelay

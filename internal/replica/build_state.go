@@ -36,6 +36,7 @@ func (n *Node) buildState() error {
 		Client:     n.client,
 		Prefix:     cfg.EtcdPrefix,
 		Serves:     n.authorities.Serves,
+		Clock:      n.clock,
 		Logger:     n.log,
 		Registerer: n.reg,
 	}); err != nil {

@@ -79,6 +79,14 @@ type Config struct {
 	// (--rebalance-rate); their clients reconnect to the new home. Must
 	// be positive.
 	RebalanceRate float64
+	// RingDamping (--ring-damping) is how long a replica that gossip
+	// declared dead stays on the ring while its registration in etcd is
+	// live, in this replica's awake time: one that was slow, not dead,
+	// keeps its nodes (shard.Config.RingDamping). A killed replica's
+	// nodes fail over at once regardless (a stream whose home does not
+	// answer is relayed to the next replica); what waits is the ring
+	// change. Negative: none. Zero: the default.
+	RingDamping time.Duration
 	// EtcdStaleAfter (--etcd-stale-after): a replica that heard nothing
 	// from etcd for longer (not even a progress notification, asked for
 	// every second) reports not ready, and leaves the ring's homes to
@@ -413,6 +421,7 @@ func DefaultConfig() Config {
 		MaxNackMessage:      xd.MaxNackMessage.MaxOrZero(),
 		SendTimeout:         xd.SendTimeout.MaxOrZero(),
 		RebalanceRate:       50,               // streams closed per second after a membership change
+		RingDamping:         5 * time.Second,  // shard.DefaultConfig
 		EtcdStaleAfter:      3 * time.Second,  // three missed progress notifications
 		AuthzStaleAfter:     30 * time.Second, // past it a revocation may be missed
 		StatusWriteBudget:   20,               // status.DefaultConfig: 1,280 records a second

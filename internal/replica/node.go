@@ -23,6 +23,7 @@ import (
 	"github.com/legation-io/legation/internal/security/access"
 	"github.com/legation-io/legation/internal/security/authz"
 	"github.com/legation-io/legation/internal/security/tlsfiles"
+	"github.com/legation-io/legation/internal/state/awake"
 	"github.com/legation-io/legation/internal/state/lease"
 	"github.com/legation-io/legation/internal/state/rollout"
 	"github.com/legation-io/legation/internal/state/view"
@@ -44,6 +45,9 @@ type Node struct {
 	cfg Config
 	log *slog.Logger
 	reg prometheus.Registerer
+	// clock is the process's awake clock (built first, run with the
+	// parts): the liveness detectors measure their silences on it.
+	clock *awake.Clock
 
 	listeners
 	stateParts
@@ -206,6 +210,12 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 	if err := n.xdsConns.register(n.reg); err != nil {
 		return err
 	}
+	var err error
+	// The liveness detectors measure their bounds on it (docs/concepts/design.md,
+	// "Robustness").
+	if n.clock, err = awake.New(awake.Config{Registerer: n.reg}); err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
 	if err := n.buildState(); err != nil {
 		return err
 	}
@@ -213,7 +223,6 @@ func (n *Node) build(gatherer prometheus.Gatherer) error {
 		return err
 	}
 	n.readyChanged = make(chan struct{}, 1)
-	var err error
 	if n.cluster, err = shard.NewAgent(n.agentConfig()); err != nil {
 		return fmt.Errorf("node: cluster membership (--gossip-addr, --advertise-addr, --join, --name): %w", err)
 	}

@@ -41,7 +41,9 @@ func (n *Node) readiness() (bool, string) {
 	if r := n.view.RevisionReset(); r != nil {
 		return false, fmt.Sprintf("%s; serving the view at revision %d until etcd's revision passes it", r, r.View)
 	}
-	if quiet := time.Since(n.view.LastHeard()); quiet > n.cfg.EtcdStaleAfter {
+	// On the awake clock: a replica starved of CPU for a moment has not
+	// lost etcd.
+	if quiet := n.clock.Since(n.view.LastHeard()); quiet > n.cfg.EtcdStaleAfter {
 		return false, fmt.Sprintf("etcd unreachable: nothing heard from it for %s; serving the view at revision %d meanwhile",
 			quiet.Round(time.Second), n.view.Snapshot().Revision)
 	}

@@ -201,6 +201,7 @@ func (n *Node) runParts(ctx context.Context, wg *sync.WaitGroup) {
 		wg.Go(func() { n.pushes.Run(ctx, n.view) })
 	}
 	wg.Go(func() { n.rollouts.Run(ctx) })
+	wg.Go(func() { n.clock.Run(ctx) })
 	wg.Go(func() {
 		start := time.Now()
 		select {

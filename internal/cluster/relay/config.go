@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/legation-io/legation/internal/state/awake"
 	"github.com/legation-io/legation/internal/xds/limits"
 )
 
@@ -55,6 +56,9 @@ type Config struct {
 	// the home to accept it; after it the stream is served locally. Zero:
 	// 3s.
 	ConnectTimeout time.Duration
+	// Clock is the replica's awake clock, on which ConnectTimeout is
+	// measured. Nil: the wall clock.
+	Clock *awake.Clock
 	// ConnIdleTimeout is how long a connection to a home replica that
 	// relays no stream is kept for the next one before it is closed. Zero:
 	// 1m.

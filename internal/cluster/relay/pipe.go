@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -32,7 +31,9 @@ func (r *Relay) relay(ctx context.Context, ss grpc.ServerStream, method string, 
 	defer release()
 	octx, ocancel := context.WithCancel(ctx)
 	defer ocancel()
-	opening := time.AfterFunc(r.cfg.ConnectTimeout, ocancel)
+	// On the awake clock: a landing replica starved of CPU does not
+	// take its own pause for the home's silence.
+	opening := r.cfg.Clock.AfterFunc(r.cfg.ConnectTimeout, ocancel)
 	// answered: the stream ended before the home's headers, and err is
 	// its status (io.EOF for OK).
 	answered := false

@@ -16,6 +16,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/legation-io/legation/internal/state/awake"
 	"github.com/legation-io/legation/internal/state/keyspace"
 )
 
@@ -37,6 +38,10 @@ type WatcherConfig struct {
 	// ProgressInterval is how long the watch may be quiet before the
 	// watcher asks etcd for a progress notification. Zero: 1s.
 	ProgressInterval time.Duration
+	// Clock is the replica's awake clock, on which StallTimeout is
+	// measured: a process starved of CPU does not take its own silence
+	// for etcd's. Nil: the wall clock.
+	Clock *awake.Clock
 	// StallTimeout is how long the watch may hear nothing, progress
 	// included, before the watcher gives it up and reloads (an etcd member
 	// that froze keeps a watch open and silent). Zero: 5s.
@@ -278,7 +283,7 @@ func (w *Watcher) follow(ctx context.Context) error {
 // when ProgressInterval will have passed.
 func (w *Watcher) checkProgress(sctx context.Context, heard time.Time, retry time.Duration, check *time.Timer) error {
 	w.checks.Add(1)
-	switch quiet := time.Since(heard); {
+	switch quiet := w.cfg.Clock.Since(heard); {
 	case quiet > w.cfg.StallTimeout:
 		return fmt.Errorf("watch stalled: nothing from etcd for %s", quiet.Round(time.Millisecond))
 	case quiet > w.cfg.ProgressInterval:

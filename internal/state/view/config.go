@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/legation-io/legation/internal/state/awake"
 	"github.com/legation-io/legation/internal/state/keyspace"
 )
 
@@ -45,6 +46,10 @@ type Config struct {
 	// that long, and starts another: the etcd client may then reach a
 	// member that answers. Zero: 5s.
 	StallTimeout time.Duration
+	// Clock is the replica's awake clock: StallTimeout and
+	// ProgressInterval are measured on it, so that a process starved of
+	// CPU does not take its own silence for etcd's. Nil: the wall clock.
+	Clock *awake.Clock
 	// Serves reports whether the replica serves the resource named name:
 	// one it does not (an xdstp name of an authority it was not given,
 	// xdstp.Authorities) is skipped, and to clients does not exist. Nil:

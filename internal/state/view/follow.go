@@ -60,7 +60,7 @@ func (v *View) checkQuiet(ctx context.Context, check *time.Timer, started time.T
 	if last.Before(started) {
 		last = started
 	}
-	quiet := time.Since(last)
+	quiet := v.cfg.Clock.Since(last)
 	switch {
 	case quiet > v.cfg.StallTimeout:
 		v.metrics.stalls.Inc()
