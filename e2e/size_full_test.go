@@ -39,3 +39,8 @@ const (
 
 // TestClusterCanary: 600 nodes, about 120 of them canaries.
 var canaryMix = clientMix{GRPC: 60, SotW: 270, Delta: 270}
+
+// TestClusterStarvedReplica: grpc-go clients (and a few raw ones, whose
+// stream ends are recorded) while one replica of three is frozen again
+// and again.
+var starveMix = clientMix{GRPC: 1000, SotW: 500, Delta: 500}

@@ -40,3 +40,8 @@ const (
 
 // TestClusterCanary: 90 nodes, about 18 of them canaries.
 var canaryMix = clientMix{GRPC: 10, SotW: 40, Delta: 40}
+
+// TestClusterStarvedReplica: grpc-go clients (and a few raw ones, whose
+// stream ends are recorded) while one replica of three is frozen again
+// and again.
+var starveMix = clientMix{GRPC: 300, SotW: 20, Delta: 20}
