@@ -230,7 +230,7 @@ func upkeepFlags(fs *pflag.FlagSet, cfg *replica.Config) {
 	fs.Float64Var(&cfg.RebalanceRate, "rebalance-rate", cfg.RebalanceRate,
 		"streams each replica closes per second (with jitter) when a membership change moves their node's home; keep it at most --stream-rate (a warning at start otherwise)")
 	fs.DurationVar(&cfg.RingDamping, "ring-damping", cfg.RingDamping,
-		"how long a replica that gossip declared dead keeps its nodes while its etcd registration is live (this replica's awake time): one that was only slow refutes it and nothing moves; a killed one's clients fail over at once anyway, its ring change waits this long (or until its lease expires); negative: none")
+		"how long a replica that gossip declared dead keeps its nodes while its etcd registration is live and its xDS port does not refuse connections (this replica's awake time): one that was only slow refutes it and nothing moves; a crashed one (port refused) or one whose lease expired leaves the ring at once; negative: none")
 	fs.Float64Var(&cfg.StatusWriteBudget, "status-write-budget", cfg.StatusWriteBudget,
 		"etcd transactions per second (each up to 64 node status records) this replica spends at most on status records; the rest waits, coalesced by node")
 	fs.BoolVar(&cfg.RolloutController, "rollout-controller", cfg.RolloutController,

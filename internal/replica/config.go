@@ -82,10 +82,11 @@ type Config struct {
 	// RingDamping (--ring-damping) is how long a replica that gossip
 	// declared dead stays on the ring while its registration in etcd is
 	// live, in this replica's awake time: one that was slow, not dead,
-	// keeps its nodes (shard.Config.RingDamping). A killed replica's
-	// nodes fail over at once regardless (a stream whose home does not
-	// answer is relayed to the next replica); what waits is the ring
-	// change. Negative: none. Zero: the default.
+	// keeps its nodes (shard.Config.RingDamping). A replica whose xDS
+	// port refuses connections (crashed, killed) or whose lease expired
+	// leaves the ring at once; a killed replica's nodes fail over at once
+	// regardless (a stream whose home does not answer is relayed to the
+	// next replica). Negative: none. Zero: the default.
 	RingDamping time.Duration
 	// EtcdStaleAfter (--etcd-stale-after): a replica that heard nothing
 	// from etcd for longer (not even a progress notification, asked for

@@ -93,11 +93,13 @@ type Config struct {
 	// stays on the ring while its registration in etcd is live, in this
 	// replica's awake time (Clock): one that is alive again within it
 	// (slow, not dead) keeps its nodes. It is added to the time a killed
-	// replica's nodes keep it as their home on the ring, though not to
-	// their failover: a stream whose home does not answer is relayed to
-	// the next replica on the ring at once. The end of a registration (a
-	// graceful leave, an expired lease) removes a member at once
-	// whatever it is. Negative: none, a death removes at once.
+	// replica's nodes keep it as their home on the ring when its host
+	// vanished (a crashed process, whose xDS port refuses connections, is
+	// dropped at once), though not to their failover: a stream whose
+	// home does not answer is relayed to the next replica on the ring at
+	// once. The end of a registration (a graceful leave, an expired
+	// lease) removes a member at once whatever it is. Negative: none, a
+	// death removes at once.
 	RingDamping time.Duration
 	// Clock is this replica's awake clock, which RingDamping is measured
 	// on, so that a replica starved of CPU drops no peer for it; nil: the

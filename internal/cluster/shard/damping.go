@@ -2,6 +2,10 @@ package shard
 
 import (
 	"bytes"
+	"context"
+	"errors"
+	"net"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -14,8 +18,12 @@ import (
 // slow, not dead (starved of CPU, throttled, paused by a long
 // collection), refutes the death within that time and keeps its nodes;
 // no stream moves. What removes a member at once is the end of its
-// registration: a graceful leave revokes it, an expired lease ends it.
-// Suspicion alone never reaches here: memberlist tells only of deaths.
+// registration: a graceful leave revokes it, an expired lease ends it;
+// and a death confirmed: the member's xDS port refuses a connection, so
+// no process listens there any more (it crashed or was killed), which a
+// frozen or starved process never does (its kernel still answers for
+// its sockets). Suspicion alone never reaches here: memberlist tells only
+// of deaths.
 
 // events is memberlist's EventDelegate for a Membership. memberlist calls
 // it with its node lock held, from several goroutines but never two at a
@@ -32,10 +40,14 @@ func (e *events) NotifyLeave(n *memberlist.Node) {
 	m.nodesMu.Lock()
 	if m.cfg.RingDamping <= 0 {
 		delete(m.nodes, n.Name)
-	} else if _, ok := m.nodes[n.Name]; ok {
+	} else if g, ok := m.nodes[n.Name]; ok {
 		if _, damped := m.dead[n.Name]; !damped {
 			m.dead[n.Name] = m.cfg.Clock.Now()
 			m.metrics.deaths.Inc()
+			if mem, err := decodeMeta(n.Name, g.addr, g.meta); err == nil {
+				m.toProbe[n.Name] = mem.XDSAddr
+				kick(m.probeKick)
+			}
 		}
 	}
 	m.nodesMu.Unlock()
@@ -57,6 +69,48 @@ func (e *events) set(n *memberlist.Node) {
 
 var _ memberlist.EventDelegate = (*events)(nil)
 
+// probeLoop confirms the deaths memberlist declares (toProbe) until ctx
+// ends: a member whose xDS address refuses a connection is dead for sure
+// and leaves the ring at once, its damping cut short.
+func (m *Membership) probeLoop(ctx context.Context) {
+	defer m.wg.Done()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.probeKick:
+		}
+		m.nodesMu.Lock()
+		probes := m.toProbe
+		m.toProbe = map[string]string{}
+		m.nodesMu.Unlock()
+		for name, addr := range probes {
+			if !refused(ctx, addr, m.cfg.TCPTimeout) {
+				continue
+			}
+			m.nodesMu.Lock()
+			if _, damped := m.dead[name]; damped {
+				m.dead[name] = time.Time{} // expireDead drops it
+				m.metrics.confirmed.Inc()
+			}
+			m.nodesMu.Unlock()
+			kick(m.buildKick)
+		}
+	}
+}
+
+// refused reports whether a TCP connection to addr is refused (within
+// timeout): nothing listens there.
+func refused(ctx context.Context, addr string, timeout time.Duration) bool {
+	d := net.Dialer{Timeout: timeout}
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err == nil {
+		c.Close() //nolint:errcheck // a probe: nothing was sent
+		return false
+	}
+	return errors.Is(err, syscall.ECONNREFUSED)
+}
+
 // expireDead drops from the alive set the dead members whose damping has
 // run out (of awake time), and returns how many are still damped and
 // the awake time until the first of them runs out (0: none). nodesMu is
@@ -64,7 +118,7 @@ var _ memberlist.EventDelegate = (*events)(nil)
 func (m *Membership) expireDead() (damped int, next time.Duration) {
 	for name, since := range m.dead {
 		left := m.cfg.RingDamping - m.cfg.Clock.Since(since)
-		if left <= 0 {
+		if since.IsZero() || left <= 0 { // confirmed, or damped long enough
 			delete(m.dead, name)
 			delete(m.nodes, name)
 			continue

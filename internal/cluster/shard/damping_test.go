@@ -2,6 +2,7 @@ package shard_test
 
 import (
 	"context"
+	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -16,15 +17,24 @@ import (
 )
 
 // TestDeathIsDamped: a member that stops answering gossip while its
-// registration is live stays on its peers' rings for RingDamping after
-// memberlist declared it dead, then leaves them.
+// registration is live, and whose xDS address still accepts connections
+// (as a frozen process's kernel does), stays on its peers' rings for
+// RingDamping after memberlist declared it dead, then leaves them.
 func TestDeathIsDamped(t *testing.T) {
 	const damping = 2 * time.Second
 	c := newCluster(t)
 	reg := prometheus.NewPedanticRegistry()
+	// A listener that accepts and never answers: what the probe of a
+	// frozen process's xDS port meets.
+	frozen, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer frozen.Close()
 	var ms []*shard.Membership
 	for _, name := range []string{"xds-0", "xds-1", "xds-2"} {
 		cfg := c.config(name)
+		cfg.XDSAddr = frozen.Addr().String()
 		// The registration outlives the test: only the death can
 		// remove xds-2.
 		cfg.LeaseTTL = time.Minute
@@ -54,7 +64,43 @@ func TestDeathIsDamped(t *testing.T) {
 	if got := metricValue(t, reg, "legation_shard_ring_changes_total") - changes; got != 1 {
 		t.Errorf("%v ring changes for one death, want 1", got)
 	}
+	if got := metricValue(t, reg, "legation_shard_member_deaths_confirmed_total"); got != 0 {
+		t.Errorf("legation_shard_member_deaths_confirmed_total = %v with the xDS port accepting, want 0", got)
+	}
 	sameHomes(t, ms[:2])
+}
+
+// TestDeathConfirmedByRefusal: a member declared dead whose xDS address
+// refuses connections (no process listens: it crashed) leaves the rings
+// at once, however long the damping.
+func TestDeathConfirmedByRefusal(t *testing.T) {
+	c := newCluster(t)
+	reg := prometheus.NewPedanticRegistry()
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := closed.Addr().String()
+	closed.Close() // nothing listens there any more
+	var ms []*shard.Membership
+	for _, name := range []string{"xds-0", "xds-1", "xds-2"} {
+		cfg := c.config(name)
+		cfg.LeaseTTL = time.Minute
+		cfg.RingDamping = time.Hour
+		cfg.XDSAddr = gone
+		if name == "xds-0" {
+			cfg.Registerer = reg
+		}
+		ms = append(ms, c.start(cfg))
+	}
+	waitFor(t, shardTestTimeout, "the three do not all see each other", ringIs(ms, "xds-0", "xds-1", "xds-2"))
+	ms[2].Close()
+	closedAt := time.Now()
+	waitFor(t, shardTestTimeout, "xds-2 still on the rings, its death not confirmed", ringIs(ms[:2], "xds-0", "xds-1"))
+	t.Logf("xds-2 off the rings %s after its crash (damping 1h, lease 1m)", time.Since(closedAt).Round(time.Millisecond))
+	if got := metricValue(t, reg, "legation_shard_member_deaths_confirmed_total"); got != 1 {
+		t.Errorf("legation_shard_member_deaths_confirmed_total = %v, want 1", got)
+	}
 }
 
 // TestLapsedRegistrationIsNotDamped: a crashed member whose lease

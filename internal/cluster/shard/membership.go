@@ -47,7 +47,10 @@ type Membership struct {
 	nodes   map[string]gossipNode // alive (or suspect, or dead but damped) members by name, this one included
 	// dead holds the members of nodes that memberlist declared dead,
 	// with when (damping.go): they stay on the ring for RingDamping.
-	dead    map[string]time.Time
+	dead map[string]time.Time
+	// toProbe holds the xDS addresses of the members just declared dead,
+	// by name, for probeLoop to confirm (damping.go).
+	toProbe map[string]string
 	badMeta map[string]string // name -> unreadable meta already warned about
 	// registered is the registry as last read (registered.go): the
 	// members registered in etcd under a live lease, by name. Only those
@@ -70,6 +73,7 @@ type Membership struct {
 	metaKick   chan struct{} // cap 1: self's meta changed, broadcast it
 	recordKick chan struct{} // cap 1: self's record changed, write it
 	resyncKick chan struct{} // cap 1: read the registry again and restart its watch
+	probeKick  chan struct{} // cap 1: a death to confirm (toProbe)
 	joined     chan struct{} // closed after the first join attempt
 
 	cancel context.CancelFunc
@@ -152,6 +156,8 @@ func newMembership(cfg Config) *Membership {
 		changed:      make(chan struct{}),
 		nodes:        make(map[string]gossipNode),
 		dead:         make(map[string]time.Time),
+		toProbe:      make(map[string]string),
+		probeKick:    make(chan struct{}, 1),
 		badMeta:      make(map[string]string),
 		registered:   make(map[string]Member),
 		unregistered: make(map[string]outsider),
@@ -180,8 +186,9 @@ func newMembership(cfg Config) *Membership {
 // its watch, peer discovery, and with a keyring kr the key file's
 // follower (from the content of checksum keySum).
 func (m *Membership) startLoops(root context.Context, ka <-chan *clientv3.LeaseKeepAliveResponse, rev int64, kr *memberlist.Keyring, keySum [sha256.Size]byte) {
-	m.wg.Add(5)
+	m.wg.Add(6)
 	go m.buildLoop(root)
+	go m.probeLoop(root)
 	go m.announceLoop(root)
 	go m.registryLoop(root, ka)
 	go m.registeredLoop(root, rev)

@@ -24,6 +24,8 @@ type metrics struct {
 	deaths  prometheus.Counter
 	revived prometheus.Counter
 	damped  prometheus.Gauge
+	// confirmed: deaths confirmed by a refused connection.
+	confirmed prometheus.Counter
 	// rebalancePauses: rebalances put off because this replica was
 	// overloaded (Agent).
 	rebalancePauses prometheus.Counter
@@ -56,6 +58,8 @@ func newMetrics() *metrics {
 			Name: "legation_shard_member_revivals_total", Help: "Members declared dead that were alive again within --ring-damping: deaths that moved no node."}),
 		damped: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "legation_shard_members_damped", Help: "Members declared dead but kept on the ring while --ring-damping runs and their registration is live."}),
+		confirmed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "legation_shard_member_deaths_confirmed_total", Help: "Deaths confirmed at once because the member's xDS address refused a connection (no process listens there): the member left the ring without waiting out --ring-damping."}),
 		rebalancePauses: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "legation_shard_rebalance_pauses_total", Help: "Times the rebalance after a ring change was put off because this replica was overloaded (starved of CPU, or memberlist's local health degraded), for at most 30s."}),
 		keys: prometheus.NewGauge(prometheus.GaugeOpts{
@@ -68,7 +72,7 @@ func newMetrics() *metrics {
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.alive, m.ringMembers, m.registered, m.unregistered, m.share, m.ringChanges, m.leaseLost, m.badMeta, m.deaths, m.revived, m.damped, m.rebalancePauses, m.keys, m.keyReloads, m.keyErrors}
+	return []prometheus.Collector{m.alive, m.ringMembers, m.registered, m.unregistered, m.share, m.ringChanges, m.leaseLost, m.badMeta, m.deaths, m.revived, m.damped, m.confirmed, m.rebalancePauses, m.keys, m.keyReloads, m.keyErrors}
 }
 
 // register registers the collectors on reg (nil: nothing), all or none.
