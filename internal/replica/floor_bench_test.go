@@ -44,13 +44,7 @@ const floorStreamsEnv = "LEGATION_FLOOR_STREAMS"
 // memory per stream after the pushes (rss-KiB/stream), at Go's default
 // collector settings, as make bench-load reads a replica's.
 func BenchmarkPushFloor(b *testing.B) {
-	n := 2000
-	if v := os.Getenv(floorStreamsEnv); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil || n < 1 {
-			b.Fatalf("%s=%q: want a number of streams", floorStreamsEnv, v)
-		}
-	}
+	n := countFromEnv(b, floorStreamsEnv, 2000)
 	// The streams outlive the sub-benchmark's runs (testing runs it
 	// with b.N=1 first, then again), so that the memory they hold is
 	// read once, against the process before them.
@@ -81,6 +75,21 @@ func BenchmarkPushFloor(b *testing.B) {
 		b.ReportMetric(float64(wall.Milliseconds())/float64(b.N), "ms-to-all-acked")
 		b.ReportMetric(float64(rssBytes(b)-rss)/1024/float64(n), "rss-KiB/stream")
 	})
+}
+
+// countFromEnv is the positive count environment variable name says, or
+// def when it is not set.
+func countFromEnv(tb testing.TB, name string, def int) int {
+	tb.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		tb.Fatalf("%s=%q: want a positive count", name, v)
+	}
+	return n
 }
 
 // rssBytes is the process's resident memory, from /proc/self/statm.

@@ -35,6 +35,9 @@ func TestMain(m *testing.M) {
 	if v := os.Getenv(idleClientEnv); v != "" {
 		os.Exit(idleClients(v))
 	}
+	if os.Getenv(fleetClientEnv) != "" {
+		os.Exit(fleetClients())
+	}
 	os.Exit(m.Run())
 }
 
@@ -110,29 +113,65 @@ func TestIdleConnectionHoldsNoBuffers(t *testing.T) {
 // them, and cpu is the clients' process CPU time so far.
 func openClients(tb testing.TB, addr string, n int, ack bool) (stop func(), cpu func() time.Duration) {
 	tb.Helper()
-	clients := exec.Command(os.Args[0], "-test.run=^$")
-	clients.Env = append(os.Environ(), fmt.Sprintf("%s=%s %d %t", idleClientEnv, addr, n, ack))
-	clients.Stderr = os.Stderr
-	stdin, err := clients.StdinPipe()
+	p := startClientProcess(tb, fmt.Sprintf("%s=%s %d %t", idleClientEnv, addr, n, ack))
+	p.expect(tb, "open")
+	return p.stop, func() time.Duration { return processCPU(tb, p.cmd.Process.Pid) }
+}
+
+// clientProcess is a benchmark's clients: this test binary in a process
+// of its own (see TestMain), so that the memory and CPU a benchmark reads
+// of its own process are the servers' alone. It answers on stdout, a
+// line at a time, and ends when its stdin closes.
+type clientProcess struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	out   *bufio.Reader
+}
+
+// startClientProcess starts the clients' process with env (KEY=VALUE),
+// which says what clients it is. The caller stops it.
+func startClientProcess(tb testing.TB, env string) *clientProcess {
+	tb.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), env)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		tb.Fatal(err)
 	}
-	stdout, err := clients.StdoutPipe()
+	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if err := clients.Start(); err != nil {
+	if err := cmd.Start(); err != nil {
 		tb.Fatal(err)
 	}
-	stop = func() {
-		stdin.Close()
-		clients.Wait() //nolint:errcheck // its errors went to stderr
+	return &clientProcess{cmd: cmd, stdin: stdin, out: bufio.NewReader(stdout)}
+}
+
+// expect reads the clients' next line and fails tb, stopping them,
+// unless it is want.
+func (p *clientProcess) expect(tb testing.TB, want string) {
+	tb.Helper()
+	if line, err := p.out.ReadString('\n'); err != nil || line != want+"\n" {
+		p.stop()
+		tb.Fatalf("the clients said %q (%v), want %s", line, err, want)
 	}
-	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != "open\n" {
-		stop()
-		tb.Fatalf("the clients said %q (%v), want open", line, err)
+}
+
+// say writes line to the clients' stdin.
+func (p *clientProcess) say(tb testing.TB, line string) {
+	tb.Helper()
+	if _, err := io.WriteString(p.stdin, line+"\n"); err != nil {
+		tb.Fatalf("telling the clients %q: %v", line, err)
 	}
-	return stop, func() time.Duration { return processCPU(tb, clients.Process.Pid) }
+}
+
+// stop closes the clients' stdin, which ends them, and waits for them.
+// It may be called again.
+func (p *clientProcess) stop() {
+	p.stdin.Close()
+	p.cmd.Wait() //nolint:errcheck // its errors went to stderr; a second Wait says it waited
 }
 
 // processCPU is process pid's user and system CPU time so far, from

@@ -338,7 +338,7 @@ func TestPerTypeServices(t *testing.T) {
 	}
 }
 
-func getStreams(t *testing.T, r *running) xdstest.DebugStreams {
+func getStreams(t testing.TB, r *running) xdstest.DebugStreams {
 	t.Helper()
 	code, body := get(t, r, "/debug/streams")
 	if code != http.StatusOK {
