@@ -112,7 +112,26 @@ etcd_counts() {
     /^etcd_mvcc_db_total_size_in_use_in_bytes / { db = $2 }
     END { printf "%d %d %d %d %d\n", puts, txns, proposals, keys, db }'
 }
+# calm_counts prints, summed over the replicas, the counters of the
+# cluster's calm under load: ring changes, streams moved by a rebalance,
+# deaths gossip declared (and of them revived within --ring-damping),
+# watches restarted or stalled, and the replicas' own starvations.
+calm_counts() {
+  local i h
+  for ((i = 1; i <= REPLICAS; i++)); do
+    h="REPLICA_${i}_HTTP_ADDR"
+    curl -fsS "http://${!h}/metrics"
+  done | awk '
+    /^legation_shard_ring_changes_total / { ring += $2 }
+    /^legation_relay_rebalance_closes_total / { moved += $2 }
+    /^legation_shard_member_deaths_total / { deaths += $2 }
+    /^legation_shard_member_revivals_total / { revived += $2 }
+    /^legation_view_watch_(restarts|stalls)_total / { watches += $2 }
+    /^legation_awake_starvations_total / { starved += $2 }
+    END { printf "%d %d %d %d %d %d\n", ring, moved, deaths, revived, watches, starved }'
+}
 read -r puts0 txns0 props0 _ _ < <(etcd_counts)
+read -r ring0 moved0 deaths0 revived0 watches0 starved0 < <(calm_counts)
 start=$(date +%s)
 
 echo "bench-capacity: $STREAMS $MODE Envoys over $PROCESSES processes on $REPLICAS replicas" >&2
@@ -133,9 +152,11 @@ if ! wait "$lg"; then
   echo "bench-capacity: xds-loadgen failed; see $OUT/loadgen.log" >&2
   exit 1
 fi
-jq -r '"\(.streams) Envoys (\(.mode)): synced in \(.sync.seconds | . * 10 | round / 10) s; update p50 \(.overall.latency.p50 * 1000 | round) ms, p99 \(.overall.latency.p99 * 1000 | round) ms, missing \(.overall.missing), stream errors \(.stream_errors)",
+jq -r '"\(.streams) Envoys (\(.mode)): synced in \(.sync.seconds | . * 10 | round / 10) s; update p50 \(.overall.latency.p50 * 1000 | round) ms, p99 \(.overall.latency.p99 * 1000 | round) ms, missing \(.overall.missing), stream errors \(.stream_errors), reconnects \(.reconnects)",
   "replicas together: RSS \(.server.rss_bytes_after_sync / 1048576 | round) MiB after sync (\(.per_envoy.rss_bytes / 1024 | round) KiB per Envoy), idle \(.idle.cpu_ms_per_s | round) ms/s, \(.per_envoy.cpu_us_per_update | round) µs of CPU per update per Envoy",
   "etcd members together: idle \(.etcd.idle_cpu_ms_per_s | round) ms/s, \(.etcd.updates_cpu_seconds * 100 | round / 100) s of CPU over the updates; the load tool: \(.loadgen.updates_cpu_seconds * 100 | round / 100) s"' "$OUT/result.json"
+read -r ring moved deaths revived watches starved < <(calm_counts)
+echo "the cluster under load: $((ring - ring0)) ring changes, $((moved - moved0)) streams moved by a rebalance, $((deaths - deaths0)) deaths declared by gossip ($((revived - revived0)) revived within --ring-damping), $((watches - watches0)) etcd watches restarted, $((starved - starved0)) starvations of the replicas' own"
 read -r puts txns props keys db < <(etcd_counts)
 secs=$(($(date +%s) - start))
 echo "etcd over the run ($secs s, the fixture, the sync, the idle measure and the updates): $((puts - puts0)) puts in $((txns - txns0)) transactions, $((props - props0)) proposals committed ($(((props - props0) / secs)) a second); $keys keys, $((db / 1048576)) MiB in use"
