@@ -10,6 +10,13 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 )
 
+// The HTTP/2 flow-control windows of a connection to a home: 64 KiB per
+// relayed stream (HTTP/2's default), 16 MiB for all of them together.
+const (
+	relayStreamWindow = 64 << 10
+	relayConnWindow   = 16 << 20
+)
+
 // pooledConn is a connection to one home address and the streams using it.
 type pooledConn struct {
 	cc   *grpc.ClientConn
@@ -34,6 +41,14 @@ func (r *Relay) conn(addr string) (*grpc.ClientConn, func(), error) {
 		opts := []grpc.DialOption{
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: r.cfg.ConnectTimeout}),
+			// Static windows: what the home sends a relayed stream
+			// waits here, unread, only while its client is slow, and
+			// then at most a stream window of it (grpc-go's default,
+			// sized by probing the bandwidth, grows each window to
+			// 16 MiB). The connection carries every stream relayed to
+			// that home, hence its window of many stream windows.
+			grpc.WithInitialWindowSize(relayStreamWindow),
+			grpc.WithInitialConnWindowSize(relayConnWindow),
 		}
 		if r.cfg.SourceIP.IsValid() {
 			opts = append(opts, grpc.WithContextDialer(sourceDialer(r.cfg.SourceIP)))

@@ -59,6 +59,15 @@ type Clock struct {
 	next int // index in eps of the next episode to record
 }
 
+// latest returns the last episode recorded; zero when none was. c.mu is
+// held.
+func (c *Clock) latest() episode {
+	if c.next == 0 {
+		return episode{}
+	}
+	return c.eps[(c.next-1)%episodes]
+}
+
 // episode is one starvation: the process was not run from from to to.
 type episode struct{ from, to time.Time }
 
@@ -82,12 +91,16 @@ func New(cfg Config) (*Clock, error) {
 	return &Clock{tick: cfg.Tick, threshold: cfg.Threshold, now: time.Now, metrics: m}, nil
 }
 
-// Run looks at the time every Tick until ctx ends, recording each tick
-// later than Threshold as a starvation. Call it once.
+// Run looks at the time every Tick until ctx ends, recording as a
+// starvation each tick later than Threshold, and each interval in which
+// the goroutines that ran had waited longer than Threshold for a CPU
+// (runq.go). Call it once.
 func (c *Clock) Run(ctx context.Context) {
 	t := time.NewTicker(c.tick)
 	defer t.Stop()
-	c.observe(c.now())
+	q := newRunQueue()
+	q.delay() // the baseline
+	c.observe(c.now(), 0)
 	for {
 		select {
 		case <-ctx.Done():
@@ -96,21 +109,31 @@ func (c *Clock) Run(ctx context.Context) {
 			// The tick's own time is when the runtime sent it, which a
 			// starved process reaches late as well: what counts is when
 			// this goroutine got to run.
-			c.observe(c.now())
+			c.observe(c.now(), q.delay())
 		}
 	}
 }
 
-// observe records now as the time the Clock last looked, and the gap
-// since the previous look as a starvation when it is later than due.
-func (c *Clock) observe(now time.Time) {
+// observe records now as the time the Clock last looked, and as a
+// starvation the gap since the previous look when it is later than due,
+// or else the last queued delay before now when it is over Threshold:
+// a goroutine woken in that time ran that much later. Starvations never
+// overlap.
+func (c *Clock) observe(now time.Time, queued time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.last.IsZero() {
 		c.last = now
 		return
 	}
-	if from, ok := c.overdue(now); ok {
+	from, ok := c.overdue(now)
+	if !ok && queued > c.threshold {
+		from, ok = now.Add(-queued), true
+	}
+	if end := c.latest().to; ok && from.Before(end) {
+		from = end
+	}
+	if ok && from.Before(now) {
 		c.eps[c.next%episodes] = episode{from: from, to: now}
 		c.next++
 		c.metrics.starvations.Inc()
@@ -186,8 +209,7 @@ func (c *Clock) Starved(d time.Duration) bool {
 	if c.next == 0 {
 		return false
 	}
-	latest := c.eps[(c.next-1)%episodes]
-	return now.Sub(latest.to) < d
+	return now.Sub(c.latest().to) < d
 }
 
 // Now returns the current time, as Since reads it; on a nil Clock,

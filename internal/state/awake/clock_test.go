@@ -2,6 +2,7 @@ package awake_test
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -81,4 +82,43 @@ func TestTimerStop(t *testing.T) {
 		t.Error("a second Stop = true")
 	}
 	time.Sleep(50 * time.Millisecond)
+}
+
+// TestSaturated: a process whose CPUs are taken by many busy goroutines
+// runs its timers on time, but a goroutine woken by the network waits
+// its turn: the Clock counts that wait as starvation.
+func TestSaturated(t *testing.T) {
+	c, err := awake.New(awake.Config{Tick: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { c.Run(ctx) })
+	defer func() { cancel(); wg.Wait() }()
+	time.Sleep(200 * time.Millisecond)
+	if c.Starved(time.Minute) {
+		t.Fatal("Starved before any load")
+	}
+
+	// Each CPU shared by 30 goroutines that never block: a runnable
+	// goroutine waits about 29 of the scheduler's 10ms slices.
+	start := time.Now()
+	stop := start.Add(1500 * time.Millisecond)
+	var busy sync.WaitGroup
+	for range 30 * runtime.GOMAXPROCS(0) {
+		busy.Go(func() {
+			for x := 0; time.Now().Before(stop); x++ {
+				_ = x * x
+			}
+		})
+	}
+	busy.Wait()
+	wall := time.Since(start)
+	if !c.Starved(time.Minute) {
+		t.Error("Starved = false after 1.5s of saturated CPUs")
+	}
+	if got := c.Since(start); got > wall-200*time.Millisecond {
+		t.Errorf("Since(the load's start) = %s of %s wall time: the queueing was not left out", got, wall)
+	}
 }
