@@ -130,7 +130,23 @@ calm_counts() {
     /^legation_awake_starvations_total / { starved += $2 }
     END { printf "%d %d %d %d %d %d\n", ring, moved, deaths, revived, watches, starved }'
 }
+# cuts prints, summed over the replicas, the streams refused or cut by a
+# bound (legation_limits_hits_total, by bound) and served away from their
+# home because it did not answer (legation_relay_fallbacks_total), one
+# "name count" a line.
+cuts() {
+  local i h
+  for ((i = 1; i <= REPLICAS; i++)); do
+    h="REPLICA_${i}_HTTP_ADDR"
+    curl -fsS "http://${!h}/metrics"
+  done | awk '
+    /^legation_limits_hits_total\{/ { match($1, /limit="[^"]*"/); n[substr($1, RSTART + 7, RLENGTH - 8)] += $2 }
+    /^legation_relay_fallbacks_total / { n["relay-fallback"] += $2 }
+    /^legation_relay_send_timeouts_total / { n["relay-send-timeout"] += $2 }
+    END { for (k in n) printf "%s %d\n", k, n[k] }' | sort
+}
 read -r puts0 txns0 props0 _ _ < <(etcd_counts)
+cuts0=$(cuts)
 read -r ring0 moved0 deaths0 revived0 watches0 starved0 < <(calm_counts)
 start=$(date +%s)
 
@@ -157,6 +173,9 @@ jq -r '"\(.streams) Envoys (\(.mode)): synced in \(.sync.seconds | . * 10 | roun
   "etcd members together: idle \(.etcd.idle_cpu_ms_per_s | round) ms/s, \(.etcd.updates_cpu_seconds * 100 | round / 100) s of CPU over the updates; the load tool: \(.loadgen.updates_cpu_seconds * 100 | round / 100) s"' "$OUT/result.json"
 read -r ring moved deaths revived watches starved < <(calm_counts)
 echo "the cluster under load: $((ring - ring0)) ring changes, $((moved - moved0)) streams moved by a rebalance, $((deaths - deaths0)) deaths declared by gossip ($((revived - revived0)) revived within --ring-damping), $((watches - watches0)) etcd watches restarted, $((starved - starved0)) starvations of the replicas' own"
+# The cuts over the run, by cause: those that are not 0.
+cut_list=$(join -a 2 -e 0 -o 0,1.2,2.2 <(printf '%s\n' "$cuts0") <(cuts) | awk '$3 - $2 > 0 { printf "%s%s %d", sep, $1, $3 - $2; sep = ", " }')
+echo "streams refused or cut over the run, by cause: ${cut_list:-none}"
 read -r puts txns props keys db < <(etcd_counts)
 secs=$(($(date +%s) - start))
 echo "etcd over the run ($secs s, the fixture, the sync, the idle measure and the updates): $((puts - puts0)) puts in $((txns - txns0)) transactions, $((props - props0)) proposals committed ($(((props - props0) / secs)) a second); $keys keys, $((db / 1048576)) MiB in use"
