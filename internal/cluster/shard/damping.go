@@ -38,16 +38,19 @@ func (e *events) NotifyUpdate(n *memberlist.Node) { e.set(n) }
 func (e *events) NotifyLeave(n *memberlist.Node) {
 	m := (*Membership)(e)
 	m.nodesMu.Lock()
-	if m.cfg.RingDamping <= 0 {
+	g, known := m.nodes[n.Name]
+	_, damped := m.dead[n.Name]
+	switch {
+	case !known || damped:
+	case m.cfg.RingDamping <= 0:
+		m.metrics.deaths.Inc()
 		delete(m.nodes, n.Name)
-	} else if g, ok := m.nodes[n.Name]; ok {
-		if _, damped := m.dead[n.Name]; !damped {
-			m.dead[n.Name] = m.cfg.Clock.Now()
-			m.metrics.deaths.Inc()
-			if mem, err := decodeMeta(n.Name, g.addr, g.meta); err == nil {
-				m.toProbe[n.Name] = mem.XDSAddr
-				kick(m.probeKick)
-			}
+	default:
+		m.metrics.deaths.Inc()
+		m.dead[n.Name] = m.cfg.Clock.Now()
+		if mem, err := decodeMeta(n.Name, g.addr, g.meta); err == nil {
+			m.toProbe[n.Name] = mem.XDSAddr
+			kick(m.probeKick)
 		}
 	}
 	m.nodesMu.Unlock()
