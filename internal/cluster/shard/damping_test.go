@@ -16,14 +16,31 @@ import (
 	"github.com/legation-io/legation/internal/testkit/testbase"
 )
 
+// startThree starts xds-0, xds-1 and xds-2, each with its config as set
+// makes it, xds-0's metrics on a registry it returns, and waits until
+// each sees the three.
+func (c *cluster) startThree(set func(*shard.Config)) ([]*shard.Membership, *prometheus.Registry) {
+	c.t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	var ms []*shard.Membership
+	for _, name := range []string{"xds-0", "xds-1", "xds-2"} {
+		cfg := c.config(name)
+		set(&cfg)
+		if name == "xds-0" {
+			cfg.Registerer = reg
+		}
+		ms = append(ms, c.start(cfg))
+	}
+	waitFor(c.t, shardTestTimeout, "the three do not all see each other", ringIs(ms, "xds-0", "xds-1", "xds-2"))
+	return ms, reg
+}
+
 // TestDeathIsDamped: a member that stops answering gossip while its
 // registration is live, and whose xDS address still accepts connections
 // (as a frozen process's kernel does), stays on its peers' rings for
 // RingDamping after memberlist declared it dead, then leaves them.
 func TestDeathIsDamped(t *testing.T) {
 	const damping = 2 * time.Second
-	c := newCluster(t)
-	reg := prometheus.NewPedanticRegistry()
 	// A listener that accepts and never answers: what the probe of a
 	// frozen process's xDS port meets.
 	frozen, err := net.Listen("tcp", "127.0.0.1:0")
@@ -31,20 +48,13 @@ func TestDeathIsDamped(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer frozen.Close()
-	var ms []*shard.Membership
-	for _, name := range []string{"xds-0", "xds-1", "xds-2"} {
-		cfg := c.config(name)
+	ms, reg := newCluster(t).startThree(func(cfg *shard.Config) {
 		cfg.XDSAddr = frozen.Addr().String()
 		// The registration outlives the test: only the death can
 		// remove xds-2.
 		cfg.LeaseTTL = time.Minute
 		cfg.RingDamping = damping
-		if name == "xds-0" {
-			cfg.Registerer = reg
-		}
-		ms = append(ms, c.start(cfg))
-	}
-	waitFor(t, shardTestTimeout, "the three do not all see each other", ringIs(ms, "xds-0", "xds-1", "xds-2"))
+	})
 	changes := metricValue(t, reg, "legation_shard_ring_changes_total")
 
 	ms[2].Close() // a crash: the lease is kept, only no longer renewed
@@ -74,26 +84,17 @@ func TestDeathIsDamped(t *testing.T) {
 // refuses connections (no process listens: it crashed) leaves the rings
 // at once, however long the damping.
 func TestDeathConfirmedByRefusal(t *testing.T) {
-	c := newCluster(t)
-	reg := prometheus.NewPedanticRegistry()
 	closed, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	gone := closed.Addr().String()
 	closed.Close() // nothing listens there any more
-	var ms []*shard.Membership
-	for _, name := range []string{"xds-0", "xds-1", "xds-2"} {
-		cfg := c.config(name)
+	ms, reg := newCluster(t).startThree(func(cfg *shard.Config) {
 		cfg.LeaseTTL = time.Minute
 		cfg.RingDamping = time.Hour
 		cfg.XDSAddr = gone
-		if name == "xds-0" {
-			cfg.Registerer = reg
-		}
-		ms = append(ms, c.start(cfg))
-	}
-	waitFor(t, shardTestTimeout, "the three do not all see each other", ringIs(ms, "xds-0", "xds-1", "xds-2"))
+	})
 	ms[2].Close()
 	closedAt := time.Now()
 	waitFor(t, shardTestTimeout, "xds-2 still on the rings, its death not confirmed", ringIs(ms[:2], "xds-0", "xds-1"))
@@ -106,14 +107,7 @@ func TestDeathConfirmedByRefusal(t *testing.T) {
 // TestLapsedRegistrationIsNotDamped: a crashed member whose lease
 // expires leaves the ring then, however long the damping.
 func TestLapsedRegistrationIsNotDamped(t *testing.T) {
-	c := newCluster(t)
-	var ms []*shard.Membership
-	for _, name := range []string{"xds-0", "xds-1", "xds-2"} {
-		cfg := c.config(name)
-		cfg.RingDamping = time.Hour
-		ms = append(ms, c.start(cfg))
-	}
-	waitFor(t, shardTestTimeout, "the three do not all see each other", ringIs(ms, "xds-0", "xds-1", "xds-2"))
+	ms, _ := newCluster(t).startThree(func(cfg *shard.Config) { cfg.RingDamping = time.Hour })
 	ms[2].Close()
 	closed := time.Now()
 	waitFor(t, testLeaseTTL+5*time.Second, "xds-2 still on the rings after its lease expired", ringIs(ms[:2], "xds-0", "xds-1"))

@@ -12,6 +12,7 @@ import (
 
 	"github.com/legation-io/legation/internal/state/awake"
 	"github.com/legation-io/legation/internal/testkit/testbase"
+	"github.com/legation-io/legation/internal/testkit/xdstest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -43,29 +44,13 @@ func TestFreeze(t *testing.T) {
 	if !c.Starved(5 * time.Second) {
 		t.Error("Starved(5s) = false just after a freeze")
 	}
-	if n := counter(t, reg, "legation_awake_starvations_total"); n < 1 {
+	if n := xdstest.CounterSum(t, reg, "legation_awake_starvations_total"); n < 1 {
 		t.Errorf("legation_awake_starvations_total = %v after a freeze, want >= 1", n)
 	}
 	at := <-fired
 	if took := at.Sub(start); took < 2*time.Second {
 		t.Errorf("a 1.5s awake timer fired %s after its start, across a 1s freeze: it counted the freeze", took)
 	}
-}
-
-// counter returns the value of the counter name in reg.
-func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			return mf.GetMetric()[0].GetCounter().GetValue()
-		}
-	}
-	t.Fatalf("no metric %s", name)
-	return 0
 }
 
 // TestTimerStop: a stopped Timer never calls its func.
