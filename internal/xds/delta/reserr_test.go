@@ -15,6 +15,7 @@ package delta_test
 //     wildcard subscriptions".
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 	"testing"
@@ -166,7 +167,10 @@ func TestDeltaResourceErrorsPermission(t *testing.T) {
 			t.Errorf("%s: resource_errors %q, want %q", c.client, got, c.wantErrs)
 		}
 	}
-	if got := xdstest.CounterSum(t, e.reg, "legation_delta_resource_errors_total", "type", "cluster", "code", "PERMISSION_DENIED"); got != 1 {
-		t.Errorf("legation_delta_resource_errors_total{type=cluster,code=PERMISSION_DENIED} = %v, want 1", got)
-	}
+	// Counted once the response is sent, which the client may see
+	// first.
+	xdstest.WaitFor(t, "legation_delta_resource_errors_total{type=cluster,code=PERMISSION_DENIED} = 1", func() (bool, string) {
+		got := xdstest.CounterSum(t, e.reg, "legation_delta_resource_errors_total", "type", "cluster", "code", "PERMISSION_DENIED")
+		return got == 1, fmt.Sprintf("it is %v", got)
+	})
 }

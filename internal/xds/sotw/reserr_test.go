@@ -29,6 +29,7 @@ package sotw_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -158,9 +159,12 @@ func TestSotWResourceErrorsShared(t *testing.T) {
 	if got := gatherValue(t, e, "legation_sotw_response_encodes_total") - encodes; got != 3 {
 		t.Errorf("legation_sotw_response_encodes_total grew by %v for 4 streams in 3 states, want 3", got)
 	}
-	if got := xdstest.CounterSum(t, e.reg, "legation_sotw_resource_errors_total", "type", "endpoint", "code", "NOT_FOUND"); got != 3 {
-		t.Errorf("legation_sotw_resource_errors_total{type=endpoint,code=NOT_FOUND} = %v, want 3", got)
-	}
+	// Counted once the response is sent, which the client may see
+	// first.
+	xdstest.WaitFor(t, "legation_sotw_resource_errors_total{type=endpoint,code=NOT_FOUND} = 3", func() (bool, string) {
+		got := xdstest.CounterSum(t, e.reg, "legation_sotw_resource_errors_total", "type", "endpoint", "code", "NOT_FOUND")
+		return got == 3, fmt.Sprintf("it is %v", got)
+	})
 }
 
 // TestSotWResourceErrorsPermission: a resource withheld for its inline
