@@ -112,16 +112,20 @@ etcd_counts() {
     /^etcd_mvcc_db_total_size_in_use_in_bytes / { db = $2 }
     END { printf "%d %d %d %d %d\n", puts, txns, proposals, keys, db }'
 }
+# all_metrics prints every replica's /metrics page, one after the other.
+all_metrics() {
+  local i h
+  for ((i = 1; i <= REPLICAS; i++)); do
+    h="REPLICA_${i}_HTTP_ADDR"
+    curl -fsS "http://${!h}/metrics"
+  done
+}
 # calm_counts prints, summed over the replicas, the counters of the
 # cluster's calm under load: ring changes, streams moved by a rebalance,
 # deaths gossip declared (and of them revived within --ring-damping),
 # watches restarted or stalled, and the replicas' own starvations.
 calm_counts() {
-  local i h
-  for ((i = 1; i <= REPLICAS; i++)); do
-    h="REPLICA_${i}_HTTP_ADDR"
-    curl -fsS "http://${!h}/metrics"
-  done | awk '
+  all_metrics | awk '
     /^legation_shard_ring_changes_total / { ring += $2 }
     /^legation_relay_rebalance_closes_total / { moved += $2 }
     /^legation_shard_member_deaths_total / { deaths += $2 }
@@ -135,11 +139,7 @@ calm_counts() {
 # home because it did not answer (legation_relay_fallbacks_total), one
 # "name count" a line.
 cuts() {
-  local i h
-  for ((i = 1; i <= REPLICAS; i++)); do
-    h="REPLICA_${i}_HTTP_ADDR"
-    curl -fsS "http://${!h}/metrics"
-  done | awk '
+  all_metrics | awk '
     /^legation_limits_hits_total\{/ { match($1, /limit="[^"]*"/); n[substr($1, RSTART + 7, RLENGTH - 8)] += $2 }
     /^legation_relay_fallbacks_total / { n["relay-fallback"] += $2 }
     /^legation_relay_send_timeouts_total / { n["relay-send-timeout"] += $2 }

@@ -17,6 +17,14 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
+// run runs c until the test ends.
+func run(t *testing.T, c *awake.Clock) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { c.Run(ctx) })
+	t.Cleanup(func() { cancel(); wg.Wait() })
+}
+
 // TestFreeze stops the test process itself for a second: the Clock
 // counts it as starvation, Since leaves it out, and a Timer started
 // before it waits for its whole duration of awake time.
@@ -26,10 +34,7 @@ func TestFreeze(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() { c.Run(ctx) })
-	defer func() { cancel(); wg.Wait() }()
+	run(t, c)
 	time.Sleep(300 * time.Millisecond) // the clock's first looks
 
 	start := time.Now()
@@ -77,10 +82,7 @@ func TestSaturated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() { c.Run(ctx) })
-	defer func() { cancel(); wg.Wait() }()
+	run(t, c)
 	time.Sleep(200 * time.Millisecond)
 	if c.Starved(time.Minute) {
 		t.Fatal("Starved before any load")
