@@ -243,7 +243,15 @@ func (w *Watcher) follow(ctx context.Context, rev int64) error {
 		}
 		var last int64
 		for _, ev := range wr.Events {
-			last = max(last, ev.Kv.ModRevision)
+			// A response may carry several revisions (a watch catching
+			// up): each is published on its own, so that the set known
+			// at each revision between is the one running then.
+			if rev := ev.Kv.ModRevision; last != 0 && rev != last {
+				if err := w.publish(ctx, all, last, last); err != nil {
+					return err
+				}
+			}
+			last = ev.Kv.ModRevision
 			if ev.Type == mvccpb.DELETE {
 				id, _ := keyspace.Rollouts.Cut(w.pfx, string(ev.Kv.Key))
 				delete(all, id)

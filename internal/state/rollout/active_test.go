@@ -1,9 +1,12 @@
 package rollout_test
 
 import (
+	"context"
+	"log/slog"
 	"testing"
 	"time"
 
+	"github.com/legation-io/legation/internal/state/keyspace"
 	"github.com/legation-io/legation/internal/state/rollout"
 	"github.com/legation-io/legation/internal/state/store"
 	"github.com/legation-io/legation/internal/testkit/testbase"
@@ -104,5 +107,65 @@ func TestWatcherAt(t *testing.T) {
 	}
 	if _, ok := w.Resolve(lost); ok {
 		t.Errorf("Resolve(%d) after it was found lost: ok, want not", lost)
+	}
+}
+
+// TestWatcherCatchingUp: a watch response carrying several rollout
+// changes (a watch catching up) gives each revision between them the set
+// running there: a rollout begun and aborted while the watch was behind
+// is known running from its beginning to its end.
+func TestWatcherCatchingUp(t *testing.T) {
+	e := xdstest.NewEnv(t, xdstest.Options{})
+	ctx := testbase.Context(t)
+	e.Apply(t, []store.Put{cluster(t, "c1", 1000)})
+	w := rollout.NewWatcher(e.Client, keyspace.DefaultPrefix, func(ctx context.Context, rev int64) error {
+		_, err := e.View.WaitRevision(ctx, rev)
+		return err
+	}, slog.New(slog.DiscardHandler))
+	gate := make(chan struct{})
+	rollout.DelayWatch(w, gate)
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); w.Run(rctx) }()
+	defer func() { cancel(); <-done }()
+	deadline := time.Now().Add(10 * time.Second)
+	for w.Current().Revision == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	rs := e.RolloutStore()
+	r1, err := rs.Begin(ctx, rollout.Start{Scope: store.DefaultScope, Selector: "node:a*", Puts: []store.Put{cluster(t, "c1", 2000)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mid := e.Apply(t, []store.Put{cluster(t, "c9", 1000)})
+	if _, err := rs.Abort(ctx, r1.ID, "test"); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := e.Client.Get(ctx, keyspace.Rollouts.Key(keyspace.DefaultPrefix, r1.ID))
+	if err != nil || len(rec.Kvs) != 1 {
+		t.Fatalf("the record of %s: %v", r1.ID, err)
+	}
+	ended := rec.Kvs[0].ModRevision
+	close(gate)
+	for w.Current().Revision < ended && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, c := range []struct {
+		rev  int64
+		want []string
+	}{{r1.Revision, []string{r1.ID}}, {mid, []string{r1.ID}}, {ended, nil}} {
+		set, ok := w.At(c.rev)
+		if !ok {
+			t.Errorf("the set at %d not known from the watch", c.rev)
+			continue
+		}
+		var got []string
+		for _, r := range set.Running() {
+			got = append(got, r.ID)
+		}
+		if !sameIDs(got, c.want...) {
+			t.Errorf("running at %d: %v, want %v", c.rev, got, c.want)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package view
 
 import (
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,7 +20,8 @@ import (
 const defaultCatchUpEvery = 10 * time.Second
 
 // An Interest is what a reader of the view (an xDS stream, say) can see:
-// store.DefaultScope and one group's scope, and the resource types it
+// store.DefaultScope and one group's scope (and the canary overlays, in
+// reserved scopes, that a rollout may give it), and the resource types it
 // holds or asks for. The view signals Wake when a snapshot it publishes
 // changes a resource of one of those types in one of those scopes, and no
 // more often than that (but for a catch-up every Config.CatchUpEvery
@@ -154,11 +156,17 @@ func (r *interests) notify(s *Snapshot, now time.Time) {
 // s's changes concern and, if sweep, for those left behind (catchUp):
 // scope by scope, and in a scope batch by batch.
 func (r *interests) visit(s *Snapshot, sweep bool, fn func(i *Interest, catchUp bool)) {
-	var all uint64 // types changed in store.DefaultScope: every interest sees them
+	// Types changed in store.DefaultScope, which every interest sees, or
+	// in a reserved scope: a canary overlay written or removed as a
+	// rollout begins or ends, which any node may be in the cohort of, so
+	// that each reader moves to the rollouts running at the snapshot
+	// from the view alone, not only once the rollouts' own watch says
+	// so (a watch can be slow or stalled).
+	var all uint64
 	scoped := map[string]uint64{}
 	for _, c := range s.Changes {
 		bit := uint64(1) << c.Type.Order
-		if c.Scope == store.DefaultScope {
+		if c.Scope == store.DefaultScope || strings.HasPrefix(c.Scope, resource.ReservedScopePrefix) {
 			all |= bit
 		} else {
 			scoped[c.Scope] |= bit

@@ -26,7 +26,7 @@ func woken(i *view.Interest, d time.Duration) bool {
 }
 
 // TestInterestWakes: an interest is woken by a change of a type it holds
-// in its scope or the default one, and by nothing else: not by another
+// in its scope, the default one or a canary overlay, and by nothing else: not by another
 // scope's changes, not by a type it does not hold, not by revisions that
 // change no resource (etcd writes outside the resources, progress).
 func TestInterestWakes(t *testing.T) {
@@ -66,6 +66,17 @@ func TestInterestWakes(t *testing.T) {
 		if !woken(i, viewTestTimeout) {
 			t.Fatalf("not woken by a cluster change in scope %s", scope)
 		}
+	}
+	// A canary overlay (a reserved scope) may be the node's: written or
+	// removed, it wakes the interest, whatever the rollouts' watch does.
+	overlay := store.Key{Type: resource.Cluster, Scope: resource.ReservedScopePrefix + "rollout.r1", Name: "c"}
+	vApply(t, env.store, []store.Put{vCluster(t, overlay.Scope, "c", 3)}, nil)
+	if !woken(i, viewTestTimeout) {
+		t.Fatal("not woken by a canary overlay written")
+	}
+	vApply(t, env.store, nil, []store.Key{overlay})
+	if !woken(i, viewTestTimeout) {
+		t.Fatal("not woken by a canary overlay removed")
 	}
 	// Once added, the endpoint type wakes it too.
 	i.Add(resource.Endpoint)
