@@ -29,9 +29,9 @@ type stream struct {
 type typeState struct {
 	t        *resource.Type
 	wildcard bool
-	// names: explicit subscriptions, shared with the streams subscribed
-	// to the same names.
-	names *xdsstream.NameSet
+	// names: explicit subscriptions, their bulk shared with the streams
+	// subscribed to the same names.
+	names xdsstream.Subscribed
 	have  xdsstream.Holding[held] // what the client holds, as far as the server knows
 	// nacked: held names last sent in a response the client NACKed (not
 	// ACKed, for the status); nil when none.
@@ -140,21 +140,21 @@ func (st *stream) Handle(t *resource.Type, r *discoveryv3.DeltaDiscoveryRequest)
 // first if first.
 func (st *stream) subscribe(ts *typeState, r *discoveryv3.DeltaDiscoveryRequest, first bool) error {
 	t := ts.t
-	names := ts.names.Clone() // interned again once changed
-	defer func() { ts.names = st.s.names.Intern(names) }()
+	names := &ts.names
+	defer names.Settle(&st.s.names)
 	for _, n := range r.GetResourceNamesSubscribe() {
 		if n == "*" {
 			ts.wildcard, ts.needAll = true, true
 			continue
 		}
-		if !names[n] {
+		if !names.Has(n) {
 			// Subscriptions accumulate over requests: the bound is on the
 			// total, checked before it grows.
-			if err := st.CheckCount(t, xdsstream.LimitNames, "resource_names_subscribe", len(names)+1); err != nil {
+			if err := st.CheckCount(t, xdsstream.LimitNames, "resource_names_subscribe", names.Len()+1); err != nil {
 				return err
 			}
+			names.Add(n)
 		}
-		names[n] = true
 		ts.dirty = xdsstream.MarkName(ts.dirty, n)
 		// Always sent, since the client may have forgotten it, unless the
 		// type's first request presents it in initial_resource_versions:
@@ -171,7 +171,7 @@ func (st *stream) subscribe(ts *typeState, r *discoveryv3.DeltaDiscoveryRequest,
 			ts.wildcard = false
 			var drop []string
 			ts.have.Each(func(h string, _ held) {
-				if !names[h] {
+				if !names.Has(h) {
 					drop = append(drop, h)
 				}
 			})
@@ -180,10 +180,9 @@ func (st *stream) subscribe(ts *typeState, r *discoveryv3.DeltaDiscoveryRequest,
 			}
 			continue
 		}
-		if !names[n] {
+		if !names.Remove(n) {
 			continue // a phantom unsubscribe
 		}
-		delete(names, n)
 		delete(ts.force, n)
 		delete(ts.toldAbsent, n)
 		if ts.wildcard {

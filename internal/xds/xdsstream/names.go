@@ -55,16 +55,6 @@ func (s *NameSet) All() iter.Seq[string] {
 	}
 }
 
-// Clone returns the names as a new map, to be changed and interned again
-// (NameSets.Intern).
-func (s *NameSet) Clone() map[string]bool {
-	m := make(map[string]bool, s.Len())
-	for n := range s.All() {
-		m[n] = true
-	}
-	return m
-}
-
 // Sorted returns the names in order. The slice is shared: it must not be
 // changed.
 func (s *NameSet) Sorted() []string {
