@@ -30,7 +30,7 @@ type metrics struct {
 // zero so that an alert on any of them has a series to watch.
 var rejectReasons = []string{"no_node", "unauthorized", "no_cluster", "bad_interval", "unknown_cluster",
 	"too_many_clusters", "too_many_localities", "too_many_categories", "too_many_metrics", "bad_metric",
-	"over_rate", "node_rows_folded", "node_id_length"}
+	"over_rate", "node_rows_folded", "node_id_length", "node_id_text"}
 
 func newMetrics(reg prometheus.Registerer, maxLabels int) (*metrics, error) {
 	m := &metrics{
@@ -44,7 +44,7 @@ func newMetrics(reg prometheus.Registerer, maxLabels int) (*metrics, error) {
 		}, []string{"cluster"}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "legation_lrs_rejected_total",
-			Help: "Parts of load reports skipped, by reason: no_node, node_id_length (over --max-node-id-length), unauthorized (streams ended); no_cluster, bad_interval, unknown_cluster (cluster stats); too_many_clusters, too_many_localities, too_many_categories, too_many_metrics, bad_metric (entries beyond the bounds or not finite); over_rate (cluster stats refused: the node went over --lrs-max-rate); node_rows_folded (rows of a node beyond --lrs-max-rows-per-node, summed into its own (other) row).",
+			Help: "Parts of load reports skipped, by reason: no_node, node_id_length (over --max-node-id-length), node_id_text (control characters or invalid UTF-8), unauthorized (streams ended); no_cluster, bad_interval, unknown_cluster (cluster stats); too_many_clusters, too_many_localities, too_many_categories, too_many_metrics, bad_metric (entries beyond the bounds or not finite); over_rate (cluster stats refused: the node went over --lrs-max-rate); node_rows_folded (rows of a node beyond --lrs-max-rows-per-node, summed into its own (other) row).",
 		}, []string{"reason"}),
 		reports: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "legation_lrs_reports_total", Help: "Load reports (LoadStatsRequests with cluster stats) received."}),

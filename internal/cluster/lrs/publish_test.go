@@ -229,6 +229,20 @@ func TestStream(t *testing.T) {
 			if got := xdstest.CounterSum(t, reg, "legation_lrs_rejected_total", "reason", "node_id_length"); got != 1 {
 				t.Errorf(`legation_lrs_rejected_total{reason="node_id_length"} = %v, want 1`, got)
 			}
+
+			st, err = loadv3.NewLoadReportingServiceClient(cc).StreamLoadStats(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := st.Send(&loadv3.LoadStatsRequest{Node: &corev3.Node{Id: "edge\x1b[2Jwiped"}}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := st.Recv(); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "U+001B at byte 4") {
+				t.Errorf("stream with a terminal escape in its node id: %v, want INVALID_ARGUMENT naming it", err)
+			}
+			if got := xdstest.CounterSum(t, reg, "legation_lrs_rejected_total", "reason", "node_id_text"); got != 1 {
+				t.Errorf(`legation_lrs_rejected_total{reason="node_id_text"} = %v, want 1`, got)
+			}
 		})
 	}
 }

@@ -274,13 +274,17 @@ func (s *Server) StreamLoadStats(st loadv3.LoadReportingService_StreamLoadStatsS
 }
 
 // admit checks the node n of a stream's first request: it must have an
-// id, not longer than MaxNodeIDLength, that the Authorizer lets the
-// stream of ctx claim. It returns n's group and the Authorizer's recheck
+// id, printable (limits.CheckNodeID) and not longer than MaxNodeIDLength,
+// that the Authorizer lets the stream of ctx claim. It returns n's group and the Authorizer's recheck
 // channel (nil: the decision cannot change).
 func (s *Server) admit(ctx context.Context, n *corev3.Node) (group string, recheck <-chan struct{}, err error) {
 	if n.GetId() == "" {
 		s.metrics.rejected.WithLabelValues("no_node").Inc()
 		return "", nil, status.Error(codes.InvalidArgument, "lrs: the stream's first LoadStatsRequest has no node id")
+	}
+	if err := limits.CheckNodeID(n.GetId()); err != nil {
+		s.metrics.rejected.WithLabelValues("node_id_text").Inc()
+		return "", nil, status.Error(codes.InvalidArgument, "lrs: "+err.Error())
 	}
 	if b := s.cfg.MaxNodeIDLength; !b.Allows(len(n.GetId())) {
 		max, _ := b.Limit()

@@ -18,7 +18,8 @@ import (
 )
 
 // TestPollBounds: REST-JSON polls and unary Fetches are bounded as
-// streams are, by --max-names, --max-name-length and --max-node-id-length,
+// streams are, by --max-names, --max-name-length and --max-node-id-length
+// (and node ids must be printable text),
 // with the streams' status codes (HTTP 429 for RESOURCE_EXHAUSTED, 400 for
 // INVALID_ARGUMENT) and messages naming the flag; each hit is counted.
 func TestPollBounds(t *testing.T) {
@@ -40,6 +41,7 @@ func TestPollBounds(t *testing.T) {
 		{"too many names", "n", []string{"a", "b", "c", "d"}, codes.ResourceExhausted, http.StatusTooManyRequests, "--max-names", "names"},
 		{"name too long", "n", []string{"a", long}, codes.InvalidArgument, http.StatusBadRequest, "--max-name-length", "name_length"},
 		{"node id too long", strings.Repeat("n", 33), nil, codes.InvalidArgument, http.StatusBadRequest, "--max-node-id-length", "node_id_length"},
+		{"node id with a terminal escape", "evil\x1b[31m", nil, codes.InvalidArgument, http.StatusBadRequest, "U+001B at byte 4: a node id must be printable text", "node_id_text"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := limitHits(t, e.reg, tc.limit)
@@ -61,6 +63,13 @@ func TestPollBounds(t *testing.T) {
 		s.Send(&discoveryv3.DiscoveryRequest{Node: xdstest.Node(strings.Repeat("n", 33), "c1"), TypeUrl: resource.Cluster.URL})
 		if err := s.ExpectErr(); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "--max-node-id-length") {
 			t.Fatalf("got %v, want InvalidArgument naming --max-node-id-length", err)
+		}
+	})
+	t.Run("stream, node id with a carriage return", func(t *testing.T) {
+		s := e.adsStream(t)
+		s.Send(&discoveryv3.DiscoveryRequest{Node: xdstest.Node("ok\rforged", "c1"), TypeUrl: resource.Cluster.URL})
+		if err := s.ExpectErr(); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "U+000D at byte 2") {
+			t.Fatalf("got %v, want InvalidArgument naming the control character", err)
 		}
 	})
 	t.Run("at the bounds", func(t *testing.T) {

@@ -24,6 +24,7 @@ const (
 	LimitNackMessage    = "nack_message"
 	LimitSendTimeout    = "send_timeout"
 	LimitNodeIDLength   = "node_id_length"
+	LimitNodeIDText     = "node_id_text"
 )
 
 // CheckNames returns INVALID_ARGUMENT, naming the bound and its flag, when
@@ -93,9 +94,15 @@ func (c *Core[T]) CheckCount(t *resource.Type, limit, field string, n int) error
 }
 
 // CheckNode returns INVALID_ARGUMENT, naming the bound and its flag, when
-// the id of node n is longer than MaxNodeIDLength: ids are kept per
-// stream, logged, and written to the status directory in etcd.
+// the id of node n is longer than MaxNodeIDLength, or naming the rule
+// when it is not printable text (limits.CheckNodeID): ids are kept per
+// stream, logged, written to the status directory in etcd and shown to
+// operators.
 func (c *Core[T]) CheckNode(n *corev3.Node) error {
+	if err := limits.CheckNodeID(n.GetId()); err != nil {
+		c.Metrics.LimitHits.WithLabelValues(LimitNodeIDText).Inc()
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
 	b := c.Config.MaxNodeIDLength
 	if b.Allows(len(n.GetId())) {
 		return nil
