@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -21,19 +24,46 @@ func newTable(w io.Writer) *tabwriter.Writer {
 	return tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 }
 
-// row writes one tab-separated line to a table. A table buffers its lines
-// and writes them out in Flush, which reports a write error; every caller
-// returns it.
+// row writes one tab-separated line to a table, each column printable
+// (printable). A table buffers its lines and writes them out in Flush,
+// which reports a write error; every caller returns it.
 func row(w *tabwriter.Writer, cols ...any) {
 	var line strings.Builder
 	for i, c := range cols {
 		if i > 0 {
 			line.WriteByte('\t')
 		}
-		fmt.Fprint(&line, c)
+		line.WriteString(printable(fmt.Sprint(c)))
 	}
 	line.WriteByte('\n')
 	io.WriteString(w, line.String()) //nolint:errcheck // buffered; Flush reports a write error
+}
+
+// printable returns s with each control character (C0 with tab and
+// newline, DEL, C1) and each byte that is not UTF-8 written as a Go
+// escape (\x1b, \r, \u0085, \xff): what a client or etcd gave (node
+// ids, NACK text, rollout reasons, metadata) shows as text in a table,
+// never as a terminal escape, a carriage return over the line or a tab
+// that shifts the columns. Anything else, backslashes included, is kept.
+func printable(s string) string {
+	if utf8.ValidString(s) && !strings.ContainsFunc(s, unicode.IsControl) {
+		return s
+	}
+	var b strings.Builder
+	for len(s) > 0 {
+		r, n := utf8.DecodeRuneInString(s)
+		switch {
+		case r == utf8.RuneError && n == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[0])
+		case unicode.IsControl(r):
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		default:
+			b.WriteString(s[:n])
+		}
+		s = s[n:]
+	}
+	return b.String()
 }
 
 // printStructured writes v as indented JSON or as YAML, per -o.
