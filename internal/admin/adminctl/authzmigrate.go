@@ -38,6 +38,7 @@ nothing.`,
 		Example: `  xdsadmin authz migrate --as dns --dry-run
   xdsadmin authz migrate --as dns
   xdsadmin authz migrate --as cn 'Legacy Envoy 7'`,
+		Args: cobra.ArbitraryArgs, // any identities
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.runAuthzMigrate(cmd.Context(), args, f)
 		},

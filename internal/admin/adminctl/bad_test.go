@@ -332,9 +332,9 @@ api_listener:
 			// protobuf puts a space or, at random, a no-break space after
 			// "proto:" so that nobody relies on its messages.
 			msg = strings.ReplaceAll(strings.TrimSuffix(msg, "\n"), "\u00a0", " ")
-			switch {
-			case r.code != 1 || !ok || r.stdout != "":
-				t.Errorf("got %s\nwant exit 1, no output and an error", r)
+			switch code := wantCode(tc.want + tc.wantSub); {
+			case r.code != code || !ok || r.stdout != "":
+				t.Errorf("got %s\nwant exit %d, no output and an error", r, code)
 			case tc.want != "" && msg != tc.want:
 				t.Errorf("error:\n%s\nwant:\n%s", msg, tc.want)
 			case tc.wantSub != "" && !strings.Contains(msg, tc.wantSub):

@@ -69,7 +69,7 @@ func commandRegion(c *cobra.Command) string {
 // useLine is c's usage line as its --help shows it: the global flags
 // apply to every command, and a command of commands takes one.
 func useLine(c *cobra.Command) string {
-	if !c.Runnable() {
+	if c.HasSubCommands() {
 		return c.CommandPath() + " [command]"
 	}
 	return strings.TrimSuffix(c.UseLine(), " [flags]") + " [flags]"

@@ -243,3 +243,12 @@ endpoints:
 
 // docs joins YAML documents.
 func docs(ds ...string) string { return strings.Join(ds, "---\n") }
+
+// wantCode is the exit code of an error message: 2 for an error in the
+// command line (its message points to the help), else 1.
+func wantCode(msg string) int {
+	if strings.Contains(msg, "--help' for usage") {
+		return exitUsage
+	}
+	return 1
+}

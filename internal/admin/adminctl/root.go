@@ -144,8 +144,10 @@ type app struct {
 
 // Run runs xdsadmin with args (without the program name), reading standard
 // input from in (for "apply -f -") and writing to out and errOut. It
-// returns the process exit code: 0 on success, 1 after any error, which
-// it prints to errOut as "xdsadmin: <message>". Cancelling ctx (Ctrl-C)
+// returns the process exit code: 0 on success, 2 after an error in the
+// command line (an unknown command, flag or argument: see usageError), 1
+// after any other error; it prints the error to errOut as "xdsadmin:
+// <message>". Cancelling ctx (Ctrl-C)
 // ends "watch" with success and any other command with an error.
 func Run(ctx context.Context, args []string, in io.Reader, out, errOut io.Writer) int {
 	return run(ctx, args, in, out, errOut, os.LookupEnv)
@@ -180,6 +182,9 @@ func run(ctx context.Context, args []string, in io.Reader, out, errOut io.Writer
 	cmd.SetErr(errOut)
 	if err := cmd.ExecuteContext(ctx); err != nil {
 		fmt.Fprintf(errOut, "xdsadmin: %v\n", a.nameTimeout(err))
+		if errors.As(err, new(*commandLineError)) {
+			return exitUsage
+		}
 		return 1
 	}
 	return 0
@@ -233,6 +238,7 @@ command line wins over the environment.`,
 	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(outputFormats, cobra.ShellCompDirectiveNoFileComp))
 
 	root.AddCommand(a.applyCommand(), a.getCommand(), a.deleteCommand(), a.diffCommand(), a.watchCommand(), a.ttlCommand(), a.statusCommand(), a.membersCommand(), a.loadCommand(), a.authzCommand(), a.exportCommand(), a.historyCommand(), a.rollbackCommand(), a.rolloutCommand(), a.nacksCommand(), a.etcdAuthCommand(), a.certCommand(), a.versionCommand())
+	guardGroups(root)
 	return root
 }
 
@@ -266,9 +272,53 @@ func envName(name string) string {
 	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
 }
 
+// exitUsage is the exit code after an error in the command line, as
+// kubectl and most Unix tools give it.
+const exitUsage = 2
+
+// commandLineError is an error in the command line: Run exits exitUsage.
+type commandLineError struct{ err error }
+
+func (e *commandLineError) Error() string { return e.err.Error() }
+func (e *commandLineError) Unwrap() error { return e.err }
+
 // usageError adds a pointer to the help to an error in the command line.
 func usageError(c *cobra.Command, err error) error {
-	return fmt.Errorf("%w\nRun '%s --help' for usage", err, c.CommandPath())
+	return &commandLineError{fmt.Errorf("%w\nRun '%s --help' for usage", err, c.CommandPath())}
+}
+
+// guardGroups makes each command of c's tree that only groups others
+// (root, authz, rollout, ttl, cert) refuse an argument that names none
+// of them, with the nearest ones suggested, where cobra would print the
+// group's help and succeed; with no argument it prints the help.
+func guardGroups(c *cobra.Command) {
+	for _, sub := range c.Commands() {
+		guardGroups(sub)
+	}
+	if !c.HasSubCommands() {
+		return
+	}
+	c.SuggestionsMinimumDistance = 2 // cobra's own, which it sets only on the root
+	c.Args = func(c *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return nil
+		}
+		msg := fmt.Sprintf("unknown command %q for %q", args[0], c.CommandPath())
+		if s := c.SuggestionsFor(args[0]); len(s) > 0 {
+			msg += "\n\nDid you mean this?\n\t" + strings.Join(s, "\n\t") + "\n"
+		} else {
+			var names []string
+			for _, sub := range c.Commands() {
+				if sub.IsAvailableCommand() {
+					names = append(names, sub.Name())
+				}
+			}
+			msg += "; its commands: " + strings.Join(names, ", ")
+		}
+		return usageError(c, errors.New(msg))
+	}
+	c.RunE = func(c *cobra.Command, _ []string) error { return c.Help() }
+	c.Run = nil
 }
 
 // exactArgs and rangeArgs are cobra's validators with a pointer to the help.

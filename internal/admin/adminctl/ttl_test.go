@@ -330,9 +330,9 @@ func TestTTLRefreshBadInput(t *testing.T) {
 			r := h.run(tc.args...)
 			msg, ok := strings.CutPrefix(r.stderr, "xdsadmin: ")
 			msg = strings.TrimSuffix(msg, "\n")
-			switch {
-			case r.code != 1 || !ok || r.stdout != "":
-				t.Errorf("got %s\nwant exit 1, no output and an error", r)
+			switch code := wantCode(tc.want); {
+			case r.code != code || !ok || r.stdout != "":
+				t.Errorf("got %s\nwant exit %d, no output and an error", r, code)
 			case msg != tc.want:
 				t.Errorf("error:\n%s\nwant:\n%s", msg, tc.want)
 			}
