@@ -309,7 +309,7 @@ func overloadFlags(fs *pflag.FlagSet, cfg *replica.Config) {
 	fs.IntVar(&cfg.MaxStreamsPerConn, "max-streams-per-conn", cfg.MaxStreamsPerConn,
 		"streams one client connection may hold open (relay connections between replicas exempt); 0: no bound")
 	fs.Float64Var(&cfg.StreamRate, "stream-rate", cfg.StreamRate,
-		"new streams admitted per second; one over it waits up to 1s, then gets RESOURCE_EXHAUSTED; 0: no rate")
+		"new streams admitted per second, in turns fair between clients (identities with mTLS, source addresses in plain text); one over it waits up to 1s, then gets RESOURCE_EXHAUSTED; 0: no rate")
 	fs.IntVar(&cfg.StreamBurst, "stream-burst", cfg.StreamBurst, "new streams admitted at once above --stream-rate")
 	fs.Float64Var(&cfg.RelayStreamRate, "relay-stream-rate", cfg.RelayStreamRate,
 		"streams relayed here by other replicas admitted per second (their own budget, apart from --stream-rate); one over it waits up to 1s, then gets RESOURCE_EXHAUSTED; 0: no rate")

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 
 	"github.com/legation-io/legation/internal/cluster/relay"
 	"github.com/legation-io/legation/internal/security/access"
@@ -132,4 +133,24 @@ func (n *Node) verifyReplica(leaf *x509.Certificate) error {
 // text a registered replica's address, as for the relay itself).
 func (n *Node) relayedByReplica(ctx context.Context) bool {
 	return len(metadata.ValueFromIncomingContext(ctx, relay.MarkerKey)) > 0 && n.guard.TrustRelay(ctx)
+}
+
+// admissionKey is the client a stream or call is admitted as, for fair
+// turns under --stream-rate and --relay-stream-rate (limits.Config's
+// ClientKey): its certificate's identity (for a relayed stream, the one
+// its relaying replica forwards), else its source address (plain text,
+// or no certificate presented). Behind a load balancer that rewrites
+// source addresses, the plain-text clients it carries share one turn.
+func (n *Node) admissionKey(ctx context.Context) any {
+	if id := n.guard.Of(ctx); id.Name != "" {
+		return "identity:" + id.Name
+	}
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.Addr == nil {
+		return nil
+	}
+	if ap, err := netip.ParseAddrPort(p.Addr.String()); err == nil {
+		return ap.Addr()
+	}
+	return p.Addr.String()
 }

@@ -29,6 +29,7 @@ func (n *Node) buildLimits() error {
 		StreamBurst:       cfg.StreamBurst,
 		MaxStreams:        cfg.MaxStreams,
 		MaxWait:           time.Second,
+		ClientKey:         n.admissionKey,
 		ShareFactor:       cfg.MaxStreamsShare,
 		ShareFloor:        n.shareFloor(),
 		FairShare:         n.fairShare,

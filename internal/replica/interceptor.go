@@ -48,7 +48,9 @@ func streamInterceptor(m *grpcprom.ServerMetrics, l *limits.Limits, admin func(c
 			if err != nil {
 				return err
 			}
-			defer release()
+			// A stream authorization refuses (here, or at the home it
+			// is relayed to) gives its admission token back.
+			defer func() { release(limits.Refused(err)) }()
 			if info.FullMethod == adminMethod {
 				if err := admin(ss.Context()); err != nil {
 					return err

@@ -23,8 +23,11 @@ type Config struct {
 	// RESOURCE_EXHAUSTED. Trusted streams are not counted. Zero: no bound.
 	MaxStreamsPerConn int
 	// StreamRate is the new streams admitted per second (--stream-rate),
-	// with a burst of StreamBurst; a stream over it waits up to MaxWait,
-	// then gets RESOURCE_EXHAUSTED. Zero: no rate.
+	// with a burst of StreamBurst; a stream over it waits its turn up to
+	// MaxWait, then gets RESOURCE_EXHAUSTED. The turns go to the clients
+	// (ClientKey) one after the other, so that one client opening streams
+	// by the thousand takes its share of the rate and no more while
+	// others want some. Zero: no rate.
 	StreamRate float64
 	// StreamBurst is the rate's bucket size; at least 1 when StreamRate
 	// is set.
@@ -47,6 +50,12 @@ type Config struct {
 	FairShare func() (fair float64, ok bool)
 	// MaxWait is how long a stream over StreamRate may wait for its turn.
 	MaxWait time.Duration
+	// ClientKey, if set, returns the client a stream or call of ctx
+	// comes from, for fair turns under StreamRate and RelayStreamRate: a
+	// comparable value, such as its identity in mTLS or its source
+	// address in plaintext. Nil: every stream is one client's. It must
+	// not block.
+	ClientKey func(ctx context.Context) any
 	// Full, if set, is called with the stream's context when MaxStreams
 	// or the share cap refused a stream and its connection carries no
 	// other stream: the caller closes that connection (as a drain does),
@@ -90,11 +99,11 @@ type Config struct {
 type Limits struct {
 	cfg     Config
 	log     *slog.Logger
-	limiter *bucket      // nil: no rate
+	limiter *fairBucket  // nil: no rate
 	open    atomic.Int64 // admitted streams open
 	// relay is the relay budget's: its limiter (nil: no rate) and the
 	// relayed streams open.
-	relayLimiter *bucket
+	relayLimiter *fairBucket
 	relayOpen    atomic.Int64
 
 	hits   *prometheus.CounterVec
@@ -106,6 +115,9 @@ type Limits struct {
 	// relayAdmitted counts the relayed streams the relay budget let
 	// through.
 	relayAdmitted prometheus.Counter
+	// refunded counts the tokens given back for streams refused after
+	// admission (Release).
+	refunded prometheus.Counter
 }
 
 // New checks cfg and registers the metrics.
@@ -122,10 +134,10 @@ func New(cfg Config) (*Limits, error) {
 		l.log = slog.New(slog.DiscardHandler)
 	}
 	if cfg.StreamRate > 0 {
-		l.limiter = newBucket(cfg.StreamRate, cfg.StreamBurst)
+		l.limiter = newFairBucket(cfg.StreamRate, cfg.StreamBurst, cfg.MaxWait)
 	}
 	if cfg.RelayStreamRate > 0 {
-		l.relayLimiter = newBucket(cfg.RelayStreamRate, cfg.RelayStreamBurst)
+		l.relayLimiter = newFairBucket(cfg.RelayStreamRate, cfg.RelayStreamBurst, cfg.MaxWait)
 	}
 	var err error
 	if l.hits, err = Hits(cfg.Registerer); err != nil {
@@ -154,7 +166,11 @@ func New(cfg Config) (*Limits, error) {
 		Name: "legation_admission_relayed_streams",
 		Help: "Streams relayed here by another replica and open (what --max-relayed-streams bounds).",
 	}, func() float64 { return float64(l.relayOpen.Load()) })
-	for _, c := range []prometheus.Collector{l.waits, l.admitted, gauge, l.relayAdmitted, relayGauge} {
+	l.refunded = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "legation_admission_refunded_total",
+		Help: "Admission tokens given back for streams and calls refused after admission (authorization), at most --stream-rate a second: a client refused does not spend the others' --stream-rate.",
+	})
+	for _, c := range []prometheus.Collector{l.waits, l.admitted, gauge, l.relayAdmitted, relayGauge, l.refunded} {
 		if err := cfg.Registerer.Register(c); err != nil {
 			return nil, fmt.Errorf("limits: register metrics: %w", err)
 		}
@@ -196,6 +212,18 @@ func Conn(ctx context.Context) any {
 	return nil
 }
 
+// Release ends an admitted stream or call: it gives back its place
+// under the bounds, and, when refused is true (it ended refused by what
+// came after admission: authorization's PERMISSION_DENIED, see Refused),
+// the rate token it took, so that a client refused does not spend the
+// rate honest clients need.
+type Release func(refused bool)
+
+// Refused reports whether a stream or call that ended with err was
+// refused after admission (authorization's PERMISSION_DENIED, here or
+// at the home it was relayed to), for Release.
+func Refused(err error) bool { return status.Code(err) == codes.PermissionDenied }
+
 // AdmitStream bounds streams per connection, then admits the stream
 // (MaxStreams, then StreamRate), or returns the RESOURCE_EXHAUSTED to end
 // it with; on success, release must be called when the stream ends.
@@ -203,7 +231,7 @@ func Conn(ctx context.Context) any {
 // (admitRelayed). Call it in the stream interceptor after the recovery and
 // before the relay, so that admission happens at the edge, where the
 // client landed.
-func (l *Limits) AdmitStream(ctx context.Context, method string) (release func(), err error) {
+func (l *Limits) AdmitStream(ctx context.Context, method string) (release Release, err error) {
 	if l.cfg.Trusted != nil && l.cfg.Trusted(ctx) {
 		// Relayed by a replica: admitted at the edge already, and its
 		// connection multiplexes the streams of many clients.
@@ -224,7 +252,7 @@ func (l *Limits) AdmitStream(ctx context.Context, method string) (release func()
 		}
 	}
 	if l.cfg.Exempt != nil && l.cfg.Exempt(method) {
-		return leave, nil
+		return func(bool) { leave() }, nil
 	}
 	if err := l.admit(ctx); err != nil {
 		if errors.Is(err, errFull) && l.cfg.Full != nil && (conn == nil || conn.n.Load() == 1) {
@@ -234,7 +262,26 @@ func (l *Limits) AdmitStream(ctx context.Context, method string) (release func()
 		return nil, err
 	}
 	l.admitted.Inc()
-	return func() { l.open.Add(-1); leave() }, nil
+	return func(refused bool) {
+		l.open.Add(-1)
+		leave()
+		l.refund(l.limiter, refused)
+	}, nil
+}
+
+// refund gives b a token back for a stream refused after admission.
+func (l *Limits) refund(b *fairBucket, refused bool) {
+	if refused && b != nil && b.refund() {
+		l.refunded.Inc()
+	}
+}
+
+// clientKey is the client of ctx for fair turns (Config.ClientKey).
+func (l *Limits) clientKey(ctx context.Context) any {
+	if l.cfg.ClientKey == nil {
+		return nil
+	}
+	return l.cfg.ClientKey(ctx)
 }
 
 // errFull matches (errors.Is) the errors of streams refused because the
@@ -271,31 +318,19 @@ func (l *Limits) admit(ctx context.Context) error {
 	if l.limiter == nil {
 		return nil
 	}
-	r := l.limiter.reserve()
-	d := r.Delay()
-	if d == 0 {
+	waited, err := l.limiter.take(ctx, l.clientKey(ctx), l.cfg.MaxWait)
+	if waited {
+		l.waits.Inc()
+	}
+	if err == nil {
 		return nil
 	}
-	l.waits.Inc()
-	refuse := func() error {
-		l.limiter.cancel(r)
-		l.open.Add(-1)
-		l.hits.WithLabelValues(LimitStreamRate).Inc()
-		return status.Errorf(codes.ResourceExhausted, "too many new streams: at most %g a second (--stream-rate); back off and retry", l.cfg.StreamRate)
-	}
-	if d > l.cfg.MaxWait {
-		return refuse()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		l.limiter.cancel(r)
-		l.open.Add(-1)
+	l.open.Add(-1)
+	if ctx.Err() != nil {
 		return status.FromContextError(ctx.Err()).Err()
 	}
+	l.hits.WithLabelValues(LimitStreamRate).Inc()
+	return status.Errorf(codes.ResourceExhausted, "too many new streams: at most %g a second (--stream-rate); back off and retry", l.cfg.StreamRate)
 }
 
 // admitRelayed admits a stream another replica relayed here under the
@@ -303,7 +338,7 @@ func (l *Limits) admit(ctx context.Context) error {
 // MaxWait), or returns the RESOURCE_EXHAUSTED to end it with. A replica
 // (or a host that can pass for one) thus cannot open streams here without
 // bound.
-func (l *Limits) admitRelayed(ctx context.Context) (release func(), err error) {
+func (l *Limits) admitRelayed(ctx context.Context) (release Release, err error) {
 	n := l.relayOpen.Add(1)
 	if max := l.cfg.MaxRelayedStreams; max > 0 && n > int64(max) {
 		l.relayOpen.Add(-1)
@@ -311,35 +346,20 @@ func (l *Limits) admitRelayed(ctx context.Context) (release func(), err error) {
 		return nil, status.Errorf(codes.ResourceExhausted, "too many relayed streams: at most %d (--max-relayed-streams)", max)
 	}
 	if l.relayLimiter != nil {
-		r := l.relayLimiter.reserve()
-		if d := r.Delay(); d > 0 {
-			if d > l.cfg.MaxWait {
-				l.relayLimiter.cancel(r)
-				l.relayOpen.Add(-1)
-				l.hits.WithLabelValues(LimitRelayStreamRate).Inc()
-				return nil, status.Errorf(codes.ResourceExhausted, "too many new relayed streams: at most %g a second (--relay-stream-rate); back off and retry", l.cfg.RelayStreamRate)
+		if _, err := l.relayLimiter.take(ctx, l.clientKey(ctx), l.cfg.MaxWait); err != nil {
+			l.relayOpen.Add(-1)
+			if ctx.Err() != nil {
+				return nil, status.FromContextError(ctx.Err()).Err()
 			}
-			if err := wait(ctx, d); err != nil {
-				l.relayLimiter.cancel(r)
-				l.relayOpen.Add(-1)
-				return nil, err
-			}
+			l.hits.WithLabelValues(LimitRelayStreamRate).Inc()
+			return nil, status.Errorf(codes.ResourceExhausted, "too many new relayed streams: at most %g a second (--relay-stream-rate); back off and retry", l.cfg.RelayStreamRate)
 		}
 	}
 	l.relayAdmitted.Inc()
-	return func() { l.relayOpen.Add(-1) }, nil
-}
-
-// wait waits d, or returns the status of ctx's end if it ends first.
-func wait(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return status.FromContextError(ctx.Err()).Err()
-	}
+	return func(refused bool) {
+		l.relayOpen.Add(-1)
+		l.refund(l.relayLimiter, refused)
+	}, nil
 }
 
 // PanicError is a panic recovered in a goroutine of a stream other than

@@ -88,8 +88,9 @@ func admitted(l *limits.Limits, ctx context.Context, handler func() error) error
 	if err != nil {
 		return err
 	}
-	defer release()
-	return handler()
+	err = handler()
+	release(limits.Refused(err))
+	return err
 }
 
 // TestShareCap: with a fair share of 10 and --max-streams-share 1.1, 11

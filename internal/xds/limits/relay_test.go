@@ -41,7 +41,7 @@ func TestRelayBudget(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var releases []func()
+			var releases []limits.Release
 			refused := 0
 			for range 10 {
 				release, err := l.AdmitStream(t.Context(), "/x/Stream")
@@ -71,7 +71,7 @@ func TestRelayBudget(t *testing.T) {
 				t.Errorf("legation_admission_admitted_total = %v, want 0: relayed streams used the client budget", got)
 			}
 			for _, r := range releases {
-				r()
+				r(false)
 			}
 			if got := gauge(t, reg, "legation_admission_relayed_streams"); got != 0 {
 				t.Errorf("legation_admission_relayed_streams after release = %v, want 0", got)
