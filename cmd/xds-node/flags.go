@@ -211,6 +211,8 @@ func streamFlags(fs *pflag.FlagSet, cfg *replica.Config) {
 		"an xDS stream that sends no request for this long ends with DEADLINE_EXCEEDED; 0: no bound")
 	fs.IntVar(&cfg.MaxNames, "max-names", cfg.MaxNames,
 		"most resource names an xDS stream may subscribe to per type (and delta initial_resource_versions entries); beyond: RESOURCE_EXHAUSTED; 0: no bound")
+	fs.IntVar(&cfg.MaxSubscribedBytes, "max-subscribed-bytes-per-stream", cfg.MaxSubscribedBytes,
+		"most an xDS stream's subscriptions may cost over all its types together, in bytes: each name its length plus 64; beyond: RESOURCE_EXHAUSTED; 0: no bound")
 	fs.IntVar(&cfg.MaxNameLength, "max-name-length", cfg.MaxNameLength,
 		"longest resource name accepted in an xDS request, in bytes; longer: INVALID_ARGUMENT; 0: no bound")
 	fs.IntVar(&cfg.MaxNodeIDLength, "max-node-id-length", cfg.MaxNodeIDLength,

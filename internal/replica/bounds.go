@@ -21,6 +21,7 @@ func unbounded[N int | time.Duration](v N) limits.Bound[N] {
 func (c *Config) streamBounds(x *xdsstream.Config) {
 	x.FirstRequestTimeout = unbounded(c.FirstRequestTimeout)
 	x.MaxNames = unbounded(c.MaxNames)
+	x.MaxSubscribedBytes = unbounded(c.MaxSubscribedBytes)
 	x.MaxNameLength = unbounded(c.MaxNameLength)
 	x.MaxNodeIDLength = unbounded(c.MaxNodeIDLength)
 	x.MaxNackMessage = unbounded(c.MaxNackMessage)

@@ -176,6 +176,11 @@ type Config struct {
 	// initial_resource_versions; beyond it the stream ends with
 	// RESOURCE_EXHAUSTED. Zero: no bound.
 	MaxNames int
+	// MaxSubscribedBytes (--max-subscribed-bytes-per-stream) bounds what
+	// the names a stream subscribes to cost over all its types together
+	// (each its length plus xdsstream.NameOverhead); beyond it the stream
+	// ends with RESOURCE_EXHAUSTED. Zero: no bound.
+	MaxSubscribedBytes int
 	// MaxNameLength (--max-name-length) bounds a resource name in a
 	// request, in bytes; a longer one ends the stream with
 	// INVALID_ARGUMENT. Zero: no bound.
@@ -416,6 +421,7 @@ func DefaultConfig() Config {
 		// Stream bounds: package xdsstream's defaults.
 		FirstRequestTimeout: xd.FirstRequestTimeout.MaxOrZero(),
 		MaxNames:            xd.MaxNames.MaxOrZero(),
+		MaxSubscribedBytes:  xd.MaxSubscribedBytes.MaxOrZero(),
 		MaxNameLength:       xd.MaxNameLength.MaxOrZero(),
 		MaxNodeIDLength:     xd.MaxNodeIDLength.MaxOrZero(),
 		MaxVHDSGroups:       delta.DefaultMaxVHDSGroups,

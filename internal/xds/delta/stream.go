@@ -141,16 +141,22 @@ func (st *stream) Handle(t *resource.Type, r *discoveryv3.DeltaDiscoveryRequest)
 func (st *stream) subscribe(ts *typeState, r *discoveryv3.DeltaDiscoveryRequest, first bool) error {
 	t := ts.t
 	names := &ts.names
-	defer names.Settle(&st.s.names)
+	defer func() {
+		names.Settle(&st.s.names)
+		st.ChargeNames(t, "resource_names_unsubscribe", names.Cost()) //nolint:errcheck // what was subscribed fit; unsubscribing only lowers it
+	}()
 	for _, n := range r.GetResourceNamesSubscribe() {
 		if n == "*" {
 			ts.wildcard, ts.needAll = true, true
 			continue
 		}
 		if !names.Has(n) {
-			// Subscriptions accumulate over requests: the bound is on the
-			// total, checked before it grows.
+			// Subscriptions accumulate over requests: the bounds are on
+			// the total, checked before it grows.
 			if err := st.CheckCount(t, xdsstream.LimitNames, "resource_names_subscribe", names.Len()+1); err != nil {
+				return err
+			}
+			if err := st.ChargeNames(t, "resource_names_subscribe", names.Cost()+xdsstream.NameCost(n)); err != nil {
 				return err
 			}
 			names.Add(n)

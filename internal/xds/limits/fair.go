@@ -35,9 +35,9 @@ type fairBucket struct {
 	perKey      int
 	maxWaiting  int
 
-	mu      sync.Mutex
-	tokens  float64
-	last    time.Time // when tokens was last brought up to date
+	mu     sync.Mutex
+	tokens float64
+	last   time.Time // when tokens was last brought up to date
 	// refunds is how many more tokens refund may give back now: up to
 	// burst, growing at rate.
 	refunds float64

@@ -73,7 +73,9 @@ func (st *stream) Handle(t *resource.Type, r *discoveryv3.DiscoveryRequest) erro
 		// 4), so the client has no nonce to give: this is its latest
 		// request. Names it adds are ones it does not hold; starting
 		// over would trust its version for them too.
-		st.setNames(ts, r.GetResourceNames(), true)
+		if err := st.takeNames(ts, r.GetResourceNames(), true); err != nil {
+			return err
+		}
 		st.updateStatus(ts)
 		return nil
 	}
@@ -104,11 +106,12 @@ func (st *stream) Handle(t *resource.Type, r *discoveryv3.DiscoveryRequest) erro
 		// A NACKed listener or route does not release a held cluster
 		// removal: the client still routes by its old config, which may
 		// use the cluster. An ACK of a later version does.
-		st.setNames(ts, r.GetResourceNames(), false)
-		return nil
+		return st.takeNames(ts, r.GetResourceNames(), false)
 	}
 	st.Ack(t, &ts.rec, r.GetVersionInfo())
-	st.setNames(ts, r.GetResourceNames(), true)
+	if err := st.takeNames(ts, r.GetResourceNames(), true); err != nil {
+		return err
+	}
 	st.releaseHold()
 	st.updateStatus(ts)
 	return nil
@@ -119,6 +122,9 @@ func (st *stream) subscribe(t *resource.Type, r *discoveryv3.DiscoveryRequest) e
 	ts := &typeState{t: t}
 	st.types[t] = ts
 	names := r.GetResourceNames()
+	if err := st.ChargeNames(t, "resource_names", xdsstream.NamesCost(names)); err != nil {
+		return err
+	}
 	ts.named = len(names) > 0
 	ts.wildcard = (t.Wildcard && !ts.named) || contains(names, "*")
 	ts.names, ts.asked = st.s.names.Get(names), names
@@ -143,6 +149,19 @@ func (st *stream) subscribe(t *resource.Type, r *discoveryv3.DiscoveryRequest) e
 	}
 	ts.needAll, ts.forceSend = true, true
 	st.updateStatus(ts)
+	return nil
+}
+
+// takeNames is setNames, once the names are found to cost no more than
+// the stream may hold (MaxSubscribedBytes): else it returns the error
+// that ends the stream and changes nothing.
+func (st *stream) takeNames(ts *typeState, names []string, answer bool) error {
+	if !sameList(names, ts.asked) {
+		if err := st.ChargeNames(ts.t, "resource_names", xdsstream.NamesCost(names)); err != nil {
+			return err
+		}
+	}
+	st.setNames(ts, names, answer)
 	return nil
 }
 

@@ -129,6 +129,11 @@ type Config struct {
 	// delta initial_resource_versions. Beyond it the stream ends with
 	// RESOURCE_EXHAUSTED. Unset: 10,000.
 	MaxNames limits.Bound[int]
+	// MaxSubscribedBytes bounds what the names a stream subscribes to
+	// cost, over all its types together (--max-subscribed-bytes-per-stream):
+	// each name its length plus NameOverhead. Beyond it the stream ends
+	// with RESOURCE_EXHAUSTED. Unset: 4 MiB.
+	MaxSubscribedBytes limits.Bound[int]
 	// MaxNameLength bounds the length in bytes of a resource name in a
 	// request (--max-name-length); a longer one ends the stream with
 	// INVALID_ARGUMENT. Unset: 1024.
@@ -172,6 +177,7 @@ func DefaultConfig() Config {
 		CatchupTimeout:      5 * time.Second,
 		FirstRequestTimeout: limits.Max(10 * time.Second), // Envoy sends its first request at once
 		MaxNames:            limits.Max(10000),            // far above one Envoy's EDS clusters per stream
+		MaxSubscribedBytes:  limits.Max(4 << 20),          // some 29,000 names of 80 bytes over all types: a large mesh's Envoy, not 10 types of 10,000 names of 1 KiB (100 MiB)
 		MaxNameLength:       limits.Max(1024),             // a VHDS alias is "<route config>/<host>"; a DNS name is at most 253
 		MaxNodeIDLength:     limits.Max(1024),             // Envoy's ids ("sidecar~IP~pod.ns~ns.svc.cluster.local") are a few hundred bytes at most
 		MaxNackMessage:      limits.Max(4096),             // Envoy's rejection messages are a few lines
@@ -202,6 +208,7 @@ func (c Config) withDefaults() Config {
 	}
 	c.FirstRequestTimeout = c.FirstRequestTimeout.Or(d.FirstRequestTimeout)
 	c.MaxNames = c.MaxNames.Or(d.MaxNames)
+	c.MaxSubscribedBytes = c.MaxSubscribedBytes.Or(d.MaxSubscribedBytes)
 	c.MaxNameLength = c.MaxNameLength.Or(d.MaxNameLength)
 	c.MaxNodeIDLength = c.MaxNodeIDLength.Or(d.MaxNodeIDLength)
 	c.MaxNackMessage = c.MaxNackMessage.Or(d.MaxNackMessage)

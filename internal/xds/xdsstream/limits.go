@@ -25,6 +25,7 @@ const (
 	LimitSendTimeout    = "send_timeout"
 	LimitNodeIDLength   = "node_id_length"
 	LimitNodeIDText     = "node_id_text"
+	LimitSubscribed     = "subscribed_bytes"
 )
 
 // CheckNames returns INVALID_ARGUMENT, naming the bound and its flag, when

@@ -14,11 +14,15 @@ import (
 // set is empty. Its methods may be called concurrently.
 type NameSet struct {
 	m      map[string]bool
+	cost   int // NameCost summed
 	sorted func() []string
 }
 
 func newNameSet(m map[string]bool) *NameSet {
 	s := &NameSet{m: m}
+	for n := range m {
+		s.cost += NameCost(n)
+	}
 	s.sorted = sync.OnceValue(func() []string {
 		out := make([]string, 0, len(m))
 		for n := range m {
@@ -39,6 +43,14 @@ func (s *NameSet) Len() int {
 		return 0
 	}
 	return len(s.m)
+}
+
+// Cost is what subscribing to the names costs (NameCost summed).
+func (s *NameSet) Cost() int {
+	if s == nil {
+		return 0
+	}
+	return s.cost
 }
 
 // All yields the names, in no order.

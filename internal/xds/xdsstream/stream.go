@@ -104,6 +104,9 @@ type Stream[T Reporter] struct {
 	sender *Sender
 	// secretsOK: the Authorizer allowed the stream secrets.
 	secretsOK bool
+	// subscribed is what the stream's subscriptions cost, per type and
+	// in all (ChargeNames), against MaxSubscribedBytes.
+	subscribed subscriptionCost
 	// keys: the Authorizer's decision on resources carrying an inline
 	// private key (KeysAllowed), asked once.
 	keys keyDecision

@@ -19,6 +19,8 @@ const foldMin = 32
 type Subscribed struct {
 	base           *NameSet
 	added, removed map[string]bool // nil while empty
+	// addedCost and removedCost are the NameCost of added and removed.
+	addedCost, removedCost int
 }
 
 // Has reports whether n is subscribed.
@@ -31,6 +33,9 @@ func (s *Subscribed) Has(n string) bool {
 
 // Len is the number of names subscribed.
 func (s *Subscribed) Len() int { return s.base.Len() + len(s.added) - len(s.removed) }
+
+// Cost is what the names subscribed cost (NameCost summed).
+func (s *Subscribed) Cost() int { return s.base.Cost() + s.addedCost - s.removedCost }
 
 // All yields the names subscribed, in no order.
 func (s *Subscribed) All() iter.Seq[string] {
@@ -55,12 +60,14 @@ func (s *Subscribed) Add(n string) bool {
 			return false
 		}
 		delete(s.removed, n)
+		s.removedCost -= NameCost(n)
 		return true
 	}
 	if s.added[n] {
 		return false
 	}
 	s.added = MarkName(s.added, n)
+	s.addedCost += NameCost(n)
 	return true
 }
 
@@ -68,12 +75,14 @@ func (s *Subscribed) Add(n string) bool {
 func (s *Subscribed) Remove(n string) bool {
 	if s.added[n] {
 		delete(s.added, n)
+		s.addedCost -= NameCost(n)
 		return true
 	}
 	if !s.base.Has(n) || s.removed[n] {
 		return false
 	}
 	s.removed = MarkName(s.removed, n)
+	s.removedCost += NameCost(n)
 	return true
 }
 
@@ -90,4 +99,5 @@ func (s *Subscribed) Settle(sets *NameSets) {
 		m[n] = true
 	}
 	s.base, s.added, s.removed = sets.Intern(m), nil, nil
+	s.addedCost, s.removedCost = 0, 0
 }

@@ -28,6 +28,13 @@ func TestSubscribed(t *testing.T) {
 		if s.Has("never") {
 			t.Fatalf("%s: Has(never)", step)
 		}
+		cost := 0
+		for n := range want {
+			cost += NameCost(n)
+		}
+		if s.Cost() != cost {
+			t.Fatalf("%s: Cost %d, want %d", step, s.Cost(), cost)
+		}
 	}
 	for round := range 5 {
 		for i := range 100 {
