@@ -121,8 +121,11 @@ bench-load:
 # The capacity check of docs/operations/performance.md (hack/bench-capacity.sh):
 # a local cluster of 3 etcd members and CAP_REPLICAS replicas, CAP_STREAMS
 # simulated Envoys (one connection each) spread over the replicas, run by
-# xds-loadgen in CAP_PROCESSES processes. 30,000 take about 10 minutes.
+# xds-loadgen in CAP_PROCESSES processes; then CAP_SINGLE_STREAMS on one
+# replica (0: not), and the two side by side. 30,000 and 10,000 take about
+# 15 minutes.
 CAP_STREAMS   ?= 30000
+CAP_SINGLE_STREAMS ?= 10000
 CAP_PROCESSES ?= 3
 CAP_REPLICAS  ?= 3
 CAP_MODE      ?= sotw
@@ -131,7 +134,7 @@ CAP_IDLE      ?= 60s
 CAP_OUT       ?= bench-capacity-out
 
 bench-capacity:
-	GO=$(GO) STREAMS=$(CAP_STREAMS) PROCESSES=$(CAP_PROCESSES) REPLICAS=$(CAP_REPLICAS) MODE=$(CAP_MODE) \
+	GO=$(GO) STREAMS=$(CAP_STREAMS) SINGLE_STREAMS=$(CAP_SINGLE_STREAMS) PROCESSES=$(CAP_PROCESSES) REPLICAS=$(CAP_REPLICAS) MODE=$(CAP_MODE) \
 	UPDATES=$(CAP_UPDATES) IDLE=$(CAP_IDLE) OUT=$(CAP_OUT) LOADGEN_FLAGS="$(BENCH_LOADGEN_FLAGS)" NODE_FLAGS="$(BENCH_NODE_FLAGS)" \
 	./hack/bench-capacity.sh
 
