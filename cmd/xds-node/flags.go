@@ -213,6 +213,8 @@ func streamFlags(fs *pflag.FlagSet, cfg *replica.Config) {
 		"most resource names an xDS stream may subscribe to per type (and delta initial_resource_versions entries); beyond: RESOURCE_EXHAUSTED; 0: no bound")
 	fs.IntVar(&cfg.MaxSubscribedBytes, "max-subscribed-bytes-per-stream", cfg.MaxSubscribedBytes,
 		"most an xDS stream's subscriptions may cost over all its types together, in bytes: each name its length plus 64; beyond: RESOURCE_EXHAUSTED; 0: no bound")
+	fs.IntVar(&cfg.MaxSubscribedBytesPerConn, "max-subscribed-bytes-per-conn", cfg.MaxSubscribedBytesPerConn,
+		"most the subscriptions of all the xDS streams of one client connection may cost together, in bytes (as --max-subscribed-bytes-per-stream; relay connections between replicas not counted); beyond: RESOURCE_EXHAUSTED; 0: no bound")
 	fs.IntVar(&cfg.MaxNameLength, "max-name-length", cfg.MaxNameLength,
 		"longest resource name accepted in an xDS request, in bytes; longer: INVALID_ARGUMENT; 0: no bound")
 	fs.IntVar(&cfg.MaxNodeIDLength, "max-node-id-length", cfg.MaxNodeIDLength,

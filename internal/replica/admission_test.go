@@ -2,6 +2,8 @@ package replica_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -9,8 +11,9 @@ import (
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+	grpcstatus "google.golang.org/grpc/status"
 
+	"github.com/legation-io/legation/internal/replica"
 	"github.com/legation-io/legation/internal/state/resource"
 	"github.com/legation-io/legation/internal/state/store"
 	"github.com/legation-io/legation/internal/testkit/testcerts"
@@ -57,7 +60,7 @@ func TestAdmissionFairUnderFlood(t *testing.T) {
 					s := xdstest.OpenSotW(t, cc)
 					defer s.Cancel()
 					s.Send(&discoveryv3.DiscoveryRequest{Node: xdstest.Node("edge-1", "c1"), TypeUrl: resource.Cluster.URL})
-					if status.Code(s.ExpectErr()) == codes.PermissionDenied {
+					if grpcstatus.Code(s.ExpectErr()) == codes.PermissionDenied {
 						denied.Add(1)
 					}
 				})
@@ -91,4 +94,51 @@ func TestAdmissionFairUnderFlood(t *testing.T) {
 		t.Errorf("the flood opened %.0f streams a second, want at least 3 times --stream-rate (%g) for the test to mean anything", rate, cfg.StreamRate)
 	}
 	t.Logf("flood: %d streams, %.0f a second while honest Envoys connected; %d refused by authorization, the others over the rate", attempts.Load(), rate, denied.Load())
+}
+
+// TestSubscriptionBudgetPerConn: the subscriptions of all the streams of
+// one client connection are bounded together
+// (--max-subscribed-bytes-per-conn): a second delta stream taking the
+// connection over it ends with RESOURCE_EXHAUSTED naming the flag; once
+// the first ends, what it held is the connection's again.
+func TestSubscriptionBudgetPerConn(t *testing.T) {
+	_, r, reg := limitsEnv(t, func(c *replica.Config) { c.MaxSubscribedBytesPerConn = 300 << 10 })
+	cc := dial(t, r)
+	names := func(prefix string) []string {
+		out := make([]string, 1000) // 1,000 x (100 + 64) bytes: 164,000
+		for i := range out {
+			out[i] = fmt.Sprintf("%s-%04d-", prefix, i) + strings.Repeat("x", 100-len(prefix)-6)
+		}
+		return out
+	}
+	open := func(id string) (*xdstest.DeltaStream, error) {
+		s := xdstest.OpenDelta(t, cc)
+		s.Send(&discoveryv3.DeltaDiscoveryRequest{Node: xdstest.Node(id, "c1"), TypeUrl: resource.Endpoint.URL, ResourceNamesSubscribe: names(id)})
+		res := <-s.Recv()
+		return s, res.Err
+	}
+	first, err := open("one")
+	if err != nil {
+		t.Fatalf("the first stream: %v", err)
+	}
+	if _, err := open("two"); grpcstatus.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "--max-subscribed-bytes-per-conn") {
+		t.Fatalf("the second stream on the connection: %v, want RESOURCE_EXHAUSTED naming --max-subscribed-bytes-per-conn", err)
+	}
+	if got := metricValue(t, reg, "legation_delta_limit_hits_total", "limit", "subscribed_bytes_conn"); got != 1 {
+		t.Errorf(`legation_delta_limit_hits_total{limit="subscribed_bytes_conn"} = %v, want 1`, got)
+	}
+	first.Cancel()
+	xdstest.WaitFor(t, "the first stream's subscriptions given back", func() (bool, string) {
+		s, err := open("three")
+		if err == nil {
+			s.Cancel()
+		}
+		return err == nil, fmt.Sprint(err)
+	})
+	// Another connection has its own account.
+	other := xdstest.OpenDelta(t, dial(t, r))
+	other.Send(&discoveryv3.DeltaDiscoveryRequest{Node: xdstest.Node("four", "c1"), TypeUrl: resource.Endpoint.URL, ResourceNamesSubscribe: names("four")})
+	if res := <-other.Recv(); res.Err != nil {
+		t.Errorf("a stream on another connection: %v", res.Err)
+	}
 }

@@ -22,6 +22,7 @@ func (c *Config) streamBounds(x *xdsstream.Config) {
 	x.FirstRequestTimeout = unbounded(c.FirstRequestTimeout)
 	x.MaxNames = unbounded(c.MaxNames)
 	x.MaxSubscribedBytes = unbounded(c.MaxSubscribedBytes)
+	x.MaxSubscribedBytesPerConn = unbounded(c.MaxSubscribedBytesPerConn)
 	x.MaxNameLength = unbounded(c.MaxNameLength)
 	x.MaxNodeIDLength = unbounded(c.MaxNodeIDLength)
 	x.MaxNackMessage = unbounded(c.MaxNackMessage)

@@ -181,6 +181,10 @@ type Config struct {
 	// (each its length plus xdsstream.NameOverhead); beyond it the stream
 	// ends with RESOURCE_EXHAUSTED. Zero: no bound.
 	MaxSubscribedBytes int
+	// MaxSubscribedBytesPerConn (--max-subscribed-bytes-per-conn) bounds
+	// the same over all the streams of one client connection (relay
+	// connections between replicas not counted). Zero: no bound.
+	MaxSubscribedBytesPerConn int
 	// MaxNameLength (--max-name-length) bounds a resource name in a
 	// request, in bytes; a longer one ends the stream with
 	// INVALID_ARGUMENT. Zero: no bound.
@@ -419,24 +423,25 @@ func DefaultConfig() Config {
 		CatchupTimeout:  5 * time.Second,   // promise 3 (docs/concepts/design.md)
 		MaxRecvMsgSize:  4 << 20,           // gRPC's default
 		// Stream bounds: package xdsstream's defaults.
-		FirstRequestTimeout: xd.FirstRequestTimeout.MaxOrZero(),
-		MaxNames:            xd.MaxNames.MaxOrZero(),
-		MaxSubscribedBytes:  xd.MaxSubscribedBytes.MaxOrZero(),
-		MaxNameLength:       xd.MaxNameLength.MaxOrZero(),
-		MaxNodeIDLength:     xd.MaxNodeIDLength.MaxOrZero(),
-		MaxVHDSGroups:       delta.DefaultMaxVHDSGroups,
-		MaxNackMessage:      xd.MaxNackMessage.MaxOrZero(),
-		SendTimeout:         xd.SendTimeout.MaxOrZero(),
-		RebalanceRate:       50,               // streams closed per second after a membership change
-		RingDamping:         5 * time.Second,  // shard.DefaultConfig
-		EtcdStaleAfter:      3 * time.Second,  // three missed progress notifications
-		AuthzStaleAfter:     30 * time.Second, // past it a revocation may be missed
-		StatusWriteBudget:   20,               // status.DefaultConfig: 1,280 records a second
-		RolloutController:   true,             // rollouts promote and abort themselves
-		LRSInterval:         10 * time.Second, // Envoy's and grpc-go's usual
-		LRSWindows:          6,                // the last minute at 10s
-		LRSMaxRate:          1e6,              // far beyond one proxy's traffic, far below 2^64
-		LRSMaxRowsPerNode:   200,              // 100 localities of two clusters
+		FirstRequestTimeout:       xd.FirstRequestTimeout.MaxOrZero(),
+		MaxNames:                  xd.MaxNames.MaxOrZero(),
+		MaxSubscribedBytes:        xd.MaxSubscribedBytes.MaxOrZero(),
+		MaxSubscribedBytesPerConn: xd.MaxSubscribedBytesPerConn.MaxOrZero(),
+		MaxNameLength:             xd.MaxNameLength.MaxOrZero(),
+		MaxNodeIDLength:           xd.MaxNodeIDLength.MaxOrZero(),
+		MaxVHDSGroups:             delta.DefaultMaxVHDSGroups,
+		MaxNackMessage:            xd.MaxNackMessage.MaxOrZero(),
+		SendTimeout:               xd.SendTimeout.MaxOrZero(),
+		RebalanceRate:             50,               // streams closed per second after a membership change
+		RingDamping:               5 * time.Second,  // shard.DefaultConfig
+		EtcdStaleAfter:            3 * time.Second,  // three missed progress notifications
+		AuthzStaleAfter:           30 * time.Second, // past it a revocation may be missed
+		StatusWriteBudget:         20,               // status.DefaultConfig: 1,280 records a second
+		RolloutController:         true,             // rollouts promote and abort themselves
+		LRSInterval:               10 * time.Second, // Envoy's and grpc-go's usual
+		LRSWindows:                6,                // the last minute at 10s
+		LRSMaxRate:                1e6,              // far beyond one proxy's traffic, far below 2^64
+		LRSMaxRowsPerNode:         200,              // 100 localities of two clusters
 	}
 	c.limitDefaults()
 	return c

@@ -167,6 +167,7 @@ func (c *Config) validateStreams() error {
 	}
 	negative("--max-names", c.MaxNames)
 	negative("--max-subscribed-bytes-per-stream", c.MaxSubscribedBytes)
+	negative("--max-subscribed-bytes-per-conn", c.MaxSubscribedBytesPerConn)
 	negative("--max-name-length", c.MaxNameLength)
 	negative("--max-node-id-length", c.MaxNodeIDLength)
 	negative("--max-vhds-groups", c.MaxVHDSGroups)

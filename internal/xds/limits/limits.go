@@ -184,8 +184,34 @@ func (l *Limits) Open() int { return int(l.open.Load()) }
 // connKey keys a connection's *connStreams in its context.
 type connKey struct{}
 
-// connStreams counts a transport connection's open streams.
-type connStreams struct{ n atomic.Int64 }
+// connStreams counts a transport connection's open streams, and what the
+// subscriptions of its streams cost (ChargeConn).
+type connStreams struct {
+	n          atomic.Int64
+	subscribed atomic.Int64
+	// trusted: a replica's relay connection, carrying the streams of
+	// many clients (Config.Trusted): not bounded as one client's.
+	trusted atomic.Bool
+}
+
+// ChargeConn adds delta to what the subscriptions of the streams of ctx's
+// transport connection cost, unless that would take it over max (when
+// max is positive and delta is not negative): it reports false then and
+// adds nothing. A connection not tagged (StatsHandler), or a replica's
+// relay connection, which carries many clients' streams (their homes'
+// per-stream bounds hold), is not bounded: true.
+func ChargeConn(ctx context.Context, delta, max int64) bool {
+	c, _ := ctx.Value(connKey{}).(*connStreams)
+	if c == nil || c.trusted.Load() {
+		return true
+	}
+	n := c.subscribed.Add(delta)
+	if delta > 0 && max > 0 && n > max {
+		c.subscribed.Add(-delta)
+		return false
+	}
+	return true
+}
 
 // StatsHandler returns the handler that tags each transport connection
 // with its stream count (grpc.StatsHandler). The count is the
@@ -235,6 +261,9 @@ func (l *Limits) AdmitStream(ctx context.Context, method string) (release Releas
 	if l.cfg.Trusted != nil && l.cfg.Trusted(ctx) {
 		// Relayed by a replica: admitted at the edge already, and its
 		// connection multiplexes the streams of many clients.
+		if conn, _ := ctx.Value(connKey{}).(*connStreams); conn != nil {
+			conn.trusted.Store(true)
+		}
 		return l.admitRelayed(ctx)
 	}
 	conn, _ := ctx.Value(connKey{}).(*connStreams)

@@ -134,6 +134,12 @@ type Config struct {
 	// each name its length plus NameOverhead. Beyond it the stream ends
 	// with RESOURCE_EXHAUSTED. Unset: 4 MiB.
 	MaxSubscribedBytes limits.Bound[int]
+	// MaxSubscribedBytesPerConn bounds the same over all the streams of
+	// one client connection (--max-subscribed-bytes-per-conn): a
+	// connection carries up to --max-streams-per-conn streams. Streams
+	// relayed from another replica are not counted against the relay's
+	// connection (limits.ChargeConn). Unset: 16 MiB.
+	MaxSubscribedBytesPerConn limits.Bound[int]
 	// MaxNameLength bounds the length in bytes of a resource name in a
 	// request (--max-name-length); a longer one ends the stream with
 	// INVALID_ARGUMENT. Unset: 1024.
@@ -178,11 +184,14 @@ func DefaultConfig() Config {
 		FirstRequestTimeout: limits.Max(10 * time.Second), // Envoy sends its first request at once
 		MaxNames:            limits.Max(10000),            // far above one Envoy's EDS clusters per stream
 		MaxSubscribedBytes:  limits.Max(4 << 20),          // some 29,000 names of 80 bytes over all types: a large mesh's Envoy, not 10 types of 10,000 names of 1 KiB (100 MiB)
-		MaxNameLength:       limits.Max(1024),             // a VHDS alias is "<route config>/<host>"; a DNS name is at most 253
-		MaxNodeIDLength:     limits.Max(1024),             // Envoy's ids ("sidecar~IP~pod.ns~ns.svc.cluster.local") are a few hundred bytes at most
-		MaxNackMessage:      limits.Max(4096),             // Envoy's rejection messages are a few lines
-		NackLogWindow:       time.Minute,
-		SendTimeout:         limits.Max(30 * time.Second), // a healthy client reads within a few RTTs
+		// Envoy and grpc-go hold one ADS stream a connection; per-type
+		// streams a few: four streams' worth.
+		MaxSubscribedBytesPerConn: limits.Max(16 << 20),
+		MaxNameLength:             limits.Max(1024), // a VHDS alias is "<route config>/<host>"; a DNS name is at most 253
+		MaxNodeIDLength:           limits.Max(1024), // Envoy's ids ("sidecar~IP~pod.ns~ns.svc.cluster.local") are a few hundred bytes at most
+		MaxNackMessage:            limits.Max(4096), // Envoy's rejection messages are a few lines
+		NackLogWindow:             time.Minute,
+		SendTimeout:               limits.Max(30 * time.Second), // a healthy client reads within a few RTTs
 	}
 }
 
@@ -209,6 +218,7 @@ func (c Config) withDefaults() Config {
 	c.FirstRequestTimeout = c.FirstRequestTimeout.Or(d.FirstRequestTimeout)
 	c.MaxNames = c.MaxNames.Or(d.MaxNames)
 	c.MaxSubscribedBytes = c.MaxSubscribedBytes.Or(d.MaxSubscribedBytes)
+	c.MaxSubscribedBytesPerConn = c.MaxSubscribedBytesPerConn.Or(d.MaxSubscribedBytesPerConn)
 	c.MaxNameLength = c.MaxNameLength.Or(d.MaxNameLength)
 	c.MaxNodeIDLength = c.MaxNodeIDLength.Or(d.MaxNodeIDLength)
 	c.MaxNackMessage = c.MaxNackMessage.Or(d.MaxNackMessage)

@@ -26,6 +26,7 @@ const (
 	LimitNodeIDLength   = "node_id_length"
 	LimitNodeIDText     = "node_id_text"
 	LimitSubscribed     = "subscribed_bytes"
+	LimitSubscribedConn = "subscribed_bytes_conn"
 )
 
 // CheckNames returns INVALID_ARGUMENT, naming the bound and its flag, when

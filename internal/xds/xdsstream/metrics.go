@@ -20,7 +20,7 @@ type Metrics struct {
 	Denied          prometheus.Counter
 	// LimitHits counts streams ended, polls refused (or NACK messages
 	// cut) by a bound, by limit: first_request, names, name_length,
-	// node_id_length, node_id_text, subscribed_bytes,
+	// node_id_length, node_id_text, subscribed_bytes, subscribed_bytes_conn,
 	// initial_resource_versions, nack_message,
 	// send_timeout, and vhds_groups (delta).
 	LimitHits *prometheus.CounterVec
@@ -63,7 +63,7 @@ func newMetrics(p Protocol, reg prometheus.Registerer) *Metrics {
 		Denied: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: name("denied_total"), Help: p.Title + " streams and polls refused by authorization: a node, group or secret the client may not claim, or a rule revoked."}),
 		LimitHits: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: name("limit_hits_total"), Help: "Bounds hit on " + p.Title + " streams and polls, by limit: streams ended or polls refused (first_request, names, name_length, node_id_length, node_id_text, subscribed_bytes, initial_resource_versions, send_timeout, vhds_groups) or NACK messages cut (nack_message)."}, []string{"limit"}),
+			Name: name("limit_hits_total"), Help: "Bounds hit on " + p.Title + " streams and polls, by limit: streams ended or polls refused (first_request, names, name_length, node_id_length, node_id_text, subscribed_bytes, subscribed_bytes_conn, initial_resource_versions, send_timeout, vhds_groups) or NACK messages cut (nack_message)."}, []string{"limit"}),
 		KeysWithheld: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: name("inline_keys_withheld_total"), Help: "Resources other than secrets carrying an inline private key, left out of " + p.Title + " responses and polls to clients not allowed secrets, by type."}, []string{"type"}),
 		ResourceErrors: prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -160,10 +160,12 @@ func newStream[T Reporter](c *Core[T], gs grpc.ServerStream, fixed *resource.Typ
 }
 
 // close undoes what Serve set up for the stream once it ends: its TTL'd
-// resources leave the metric, its interest is closed, the status
+// resources leave the metric, what its subscriptions cost leaves its
+// connection's account, its interest is closed, the status
 // generation counts it closed, and remove takes it out of the registry.
 func (s *Stream[T]) close(remove func()) {
 	s.core.Metrics.TTLResources.Sub(float64(s.ttlCount))
+	s.releaseNames()
 	if s.interest != nil {
 		s.interest.Close()
 	}
